@@ -1,0 +1,55 @@
+"""The ``escrow`` command. Each sub-module registers its own commands; this
+module only assembles them and turns typed errors into clear messages."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+
+from orchestrator import __version__
+from orchestrator.errors import EscrowError
+
+app = typer.Typer(
+    name="escrow",
+    help="Run coding agents against self-hosted models, record every step, replay and price them.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"escrow {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: bool = typer.Option(False, "--version", help="Print the version and exit.", callback=_version, is_eager=True),
+) -> None:
+    """Escrow: agent-loop orchestrator with deterministic replay."""
+
+
+def _register() -> None:
+    from cli import call_cmd, policy_cmd, sandbox_cmd, store_cmd
+
+    for module in (call_cmd, store_cmd, sandbox_cmd, policy_cmd):
+        module.register(app)
+
+
+_register()
+
+
+def main() -> None:
+    """Console entry point: a user mistake never ends in a traceback."""
+    try:
+        app()
+    except EscrowError as exc:
+        Console(stderr=True).print(f"[bold red]error:[/] {exc.message}", highlight=False)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        Console(stderr=True).print("[yellow]interrupted[/]")
+        sys.exit(130)

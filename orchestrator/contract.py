@@ -1,0 +1,146 @@
+"""The request side of the model-invocation contract.
+
+A ModelRequest is frozen and fully describes one call: what is sent (model,
+messages, tools, stop sequences, sampling) and the host-side limits that are
+never sent (T_max deadline, M_max staging bytes). Its canonical JSON and
+sha256 identify it for the store and for replay.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from orchestrator.canonical import canonical_json, sha256_hex
+
+
+class Frozen(BaseModel):
+    """Base for Escrow's own boundary models: immutable, no unknown fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class ToolCall(Frozen):
+    """One tool call as the model proposed it. ``arguments`` is raw text: it is
+    only parsed inside the verification perimeter."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+class Message(Frozen):
+    role: Role
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in self.tool_calls
+            ]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            out["name"] = self.name
+        return out
+
+
+class ToolSpec(Frozen):
+    """A tool offered to the model, in OpenAI function form."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+
+class Sampling(Frozen):
+    """Sampling settings. ``extra`` carries engine-specific fields verbatim
+    (e.g. vLLM's ``min_p`` or ``repetition_penalty``) so they are recorded too."""
+
+    temperature: float | None = 0.0
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key in ("temperature", "top_p", "top_k", "seed", "top_logprobs"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        if self.logprobs:
+            out["logprobs"] = True
+        for key, value in self.extra.items():
+            out[key] = value
+        return out
+
+
+class ModelRequest(Frozen):
+    """One model call. K_max = ``max_tokens``, T_max = ``deadline_s``,
+    M_max = ``max_payload_bytes``."""
+
+    model: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    max_tokens: int = Field(gt=0)
+    deadline_s: float = Field(default=120.0, gt=0)
+    max_payload_bytes: int = Field(default=1_000_000, gt=0)
+    stop: tuple[str, ...] = ()
+    sampling: Sampling = Sampling()
+    stream: bool = True
+    response_format: dict[str, Any] | None = None
+    tool_choice: str | None = None
+
+    @field_validator("messages")
+    @classmethod
+    def _non_empty(cls, value: tuple[Message, ...]) -> tuple[Message, ...]:
+        if not value:
+            raise ValueError("a request needs at least one message")
+        return value
+
+    def wire_body(self) -> dict[str, Any]:
+        """The JSON body sent to ``/v1/chat/completions``."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [m.to_wire() for m in self.messages],
+            "max_tokens": self.max_tokens,
+            "stream": self.stream,
+        }
+        if self.stream:
+            # Servers that support it send usage in a final chunk; others ignore it.
+            body["stream_options"] = {"include_usage": True}
+        if self.tools:
+            body["tools"] = [t.to_wire() for t in self.tools]
+        if self.tool_choice is not None:
+            body["tool_choice"] = self.tool_choice
+        if self.stop:
+            body["stop"] = list(self.stop)
+        if self.response_format is not None:
+            body["response_format"] = self.response_format
+        body.update(self.sampling.to_wire())
+        return body
+
+    def canonical(self) -> str:
+        """Canonical JSON of the whole request, host-side limits included."""
+        return canonical_json(self.model_dump(mode="json"))
+
+    def sha256(self) -> str:
+        return sha256_hex(self.canonical())

@@ -1,0 +1,93 @@
+"""The response side of the contract: one Envelope per call, whatever happened.
+
+The Status taxonomy is closed. ``orchestrator.normalize`` holds the single
+table that maps raw outcomes (finish reasons, HTTP codes, transport errors,
+monitor trips) onto it.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import Field
+
+from orchestrator.contract import Frozen, ToolCall
+
+FigureSource = Literal["server", "estimated", "absent"]
+
+
+class Status(str, Enum):
+    COMPLETED = "COMPLETED"
+    TRUNCATED = "TRUNCATED"
+    REFUSED = "REFUSED"
+    TRANSPORT_FAILURE = "TRANSPORT_FAILURE"
+    REJECTED = "REJECTED"
+    CANCELED = "CANCELED"
+    FAULTED = "FAULTED"
+
+
+class Usage(Frozen):
+    """Token counts. ``cached_prompt_tokens`` is a *part of* ``prompt_tokens``,
+    never an addition to it."""
+
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    completion_tokens: int = 0
+    prompt_source: FigureSource = "absent"
+    cached_source: FigureSource = "absent"
+    completion_source: FigureSource = "absent"
+
+    @property
+    def prefilled_tokens(self) -> int:
+        """Prompt tokens the server had to compute (not served from cache)."""
+        return max(0, self.prompt_tokens - self.cached_prompt_tokens)
+
+
+class Timings(Frozen):
+    """Seconds. TTFT is to the first content or tool-call byte; decode is
+    from there to the end of the stream."""
+
+    ttft_s: float | None = None
+    decode_s: float | None = None
+    total_s: float = 0.0
+
+
+class ErrorDetail(Frozen):
+    kind: str
+    message: str
+
+
+class Attempt(Frozen):
+    """One HTTP attempt of a call; a call retried twice has three."""
+
+    number: int
+    status: Status
+    http_status: int | None = None
+    error: ErrorDetail | None = None
+    duration_s: float = 0.0
+    backoff_s: float = 0.0
+
+
+class Payload(Frozen):
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    refusal: str | None = None
+
+
+class Envelope(Frozen):
+    status: Status
+    payload: Payload = Payload()
+    finish_reason: str | None = None
+    http_status: int | None = None
+    usage: Usage = Usage()
+    timings: Timings = Timings()
+    model: str | None = None
+    system_fingerprint: str | None = None
+    engine: str | None = None
+    logprobs: list[Any] | None = None
+    error: ErrorDetail | None = None
+    attempts: tuple[Attempt, ...] = ()
+    request_sha256: str | None = None
+    payload_bytes: int = 0
+    raw_response: str | None = Field(default=None, description="Raw body or SSE text, capped.")

@@ -1,0 +1,72 @@
+"""One Settings object: built once by the CLI (flags > environment > config
+file > defaults) and passed down to every component. Nothing reads the
+environment after this."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from orchestrator.errors import ConfigError
+
+ENV_PREFIX = "ESCROW_"
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("ESCROW_HOME") or Path.home() / ".escrow")
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    home: Path = Field(default_factory=default_home, description="All state lives here (ESCROW_HOME).")
+    db_url: str | None = Field(default=None, description="SQLAlchemy URL; default sqlite file in home.")
+    model_url: str = "http://127.0.0.1:8088/v1"
+    model: str = "gemma-3-270m"
+    api_key: str | None = None
+    policy: Path | None = None
+    sandbox_image: str = "escrow-sandbox:bookworm-1"
+    docker_host: str | None = None
+    tool_protocol: str = "native"
+    max_turns: int = 20
+    context_window: int | None = None
+    max_output_tokens: int = 512
+    temperature: float = 0.0
+    seed: int | None = 0
+    log_json: bool = False
+
+    @property
+    def store_url(self) -> str:
+        return self.db_url or f"sqlite:///{self.home / 'escrow.db'}"
+
+
+_ENV_FIELDS = {name: ENV_PREFIX + name.upper() for name in Settings.model_fields if name != "home"}
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Merge config file, ``ESCROW_*`` variables and explicit overrides (in that
+    order of increasing precedence). ``None`` overrides are ignored."""
+    values: dict[str, Any] = {}
+    home = default_home()
+    path = config_file or home / "config.toml"
+    if path.exists():
+        try:
+            values.update(tomllib.loads(path.read_text(encoding="utf-8")))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}", path=str(path)) from exc
+    elif config_file is not None:
+        raise ConfigError(f"config file {path} does not exist", path=str(path))
+    for name, var in _ENV_FIELDS.items():
+        if var in os.environ:
+            values[name] = os.environ[var]
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    values.setdefault("home", home)
+    try:
+        return Settings(**values)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"invalid settings: {problems}") from exc
