@@ -1,0 +1,103 @@
+"""The verification perimeter for one candidate, cheapest layer first:
+
+1. parse   - the arguments are one complete JSON object;
+2. schema  - they validate against the tool's pydantic model (extra forbidden);
+3. policy  - the capability ACL allows the call (ask -> the approver decides);
+4. dynamic - execution in the sandbox (done by the loop after COMMITTED).
+
+Pure: the ACL decision and the approver arrive as callables. Every state change
+is returned as a Transition so the loop can record it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ValidationError
+
+from orchestrator.candidate import Candidate, CandidateState, Transition
+
+
+class DecisionLike(Protocol):
+    effect: str  # "allow" | "deny" | "ask"
+    rule: str
+    reason: str
+
+
+Decide = Callable[[str, BaseModel], DecisionLike]
+Approve = Callable[[Candidate, DecisionLike], bool]
+
+
+def deny_all_asks(candidate: Candidate, decision: DecisionLike) -> bool:
+    """The non-interactive approver: an "ask" without a human is a no."""
+    return False
+
+
+@dataclass(frozen=True)
+class PerimeterResult:
+    candidate: Candidate
+    transitions: tuple[Transition, ...]
+    layer: str
+    args: BaseModel | None = None
+    decision: DecisionLike | None = None
+    error: str | None = None
+
+    @property
+    def committed(self) -> bool:
+        return self.candidate.state is CandidateState.COMMITTED
+
+
+def _reject(candidate: Candidate, trail: list[Transition], layer: str, error: str, **extra: Any) -> PerimeterResult:
+    done, t = candidate.to(CandidateState.REJECTED, layer=layer, reason=error)
+    return PerimeterResult(candidate=done, transitions=(*trail, t), layer=layer, error=error, **extra)
+
+
+def _schema_errors(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:8]:
+        where = ".".join(str(p) for p in err["loc"]) or "(arguments)"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def verify(
+    candidate: Candidate,
+    arg_models: Mapping[str, type[BaseModel]],
+    decide: Decide,
+    approve: Approve = deny_all_asks,
+) -> PerimeterResult:
+    """Run the static layers on a STAGED candidate; returns it COMMITTED or REJECTED."""
+    candidate, t = candidate.to(CandidateState.VALIDATING)
+    trail = [t]
+    call = candidate.call
+
+    try:
+        raw = json.loads(call.arguments) if call.arguments.strip() else {}
+    except (json.JSONDecodeError, RecursionError) as exc:
+        return _reject(candidate, trail, "parse", f"arguments are not valid JSON: {exc}")
+    if not isinstance(raw, dict):
+        return _reject(candidate, trail, "parse", f"arguments must be a JSON object, got {type(raw).__name__}")
+
+    model = arg_models.get(call.name)
+    if model is None:
+        known = ", ".join(sorted(arg_models))
+        return _reject(candidate, trail, "schema", f"unknown tool {call.name!r}; available: {known}")
+    try:
+        args = model.model_validate(raw)
+    except ValidationError as exc:
+        return _reject(candidate, trail, "schema", f"invalid arguments for {call.name}: {_schema_errors(exc)}")
+
+    decision = decide(call.name, args)
+    if decision.effect == "ask" and approve(candidate, decision):
+        effect, why = "allow", f"approved by user ({decision.reason})"
+    else:
+        effect, why = decision.effect, decision.reason
+    if effect != "allow":
+        return _reject(
+            candidate, trail, "policy", f"denied by policy rule {decision.rule}: {why}", args=args, decision=decision
+        )
+    done, t = candidate.to(CandidateState.COMMITTED, layer="policy", reason=f"allowed by {decision.rule}")
+    return PerimeterResult(candidate=done, transitions=(*trail, t), layer="policy", args=args, decision=decision)

