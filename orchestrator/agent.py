@@ -1,0 +1,188 @@
+"""The turn loop: ``step()`` = act on ``query()``.
+
+query: context -> ModelRequest -> (write-ahead) -> model -> Envelope -> record.
+act:   route on status; a COMPLETED payload leaves escrow, each tool call is
+       staged and passes the verification perimeter before the sandbox runs it.
+
+The loop imports no I/O library: model, tools, journal and context arrive as
+the Protocols in ``orchestrator.ports``. Limits and endings are exceptions
+(``BudgetExhausted``, ``RunEnded``); the verdict is decided in one place.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from enum import Enum
+
+from orchestrator.candidate import stage
+from orchestrator.contract import Frozen, Message, ToolCall
+from orchestrator.envelope import Envelope, Status
+from orchestrator.errors import BudgetExhausted
+from orchestrator.escrow import release_from_escrow
+from orchestrator.limits import RunLimits, Tally
+from orchestrator.perimeter import Approve, deny_all_asks, verify
+from orchestrator.ports import Context, Journal, Model, ToolOutcome, Tools
+from orchestrator.observations import no_tool_call, perimeter_rejection, stream_rejection, truncation_notice
+from orchestrator.tool_protocols import NativeProtocol, ToolProtocol
+from policies.routing import Action, route
+
+
+class Verdict(str, Enum):
+    PASS = "PASS"
+    BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"
+    REFUSED = "REFUSED"
+    TRANSPORT_FAILURE = "TRANSPORT_FAILURE"
+    FAULTED = "FAULTED"
+    CANCELED = "CANCELED"
+
+
+class RunResult(Frozen):
+    verdict: Verdict
+    detail: str
+    turns: int
+    tokens: int
+    cost_usd: float
+    verifier_runs: int = 0
+
+
+class RunEnded(Exception):
+    """Raised inside a step when the trajectory is over."""
+
+    def __init__(self, verdict: Verdict, detail: str) -> None:
+        super().__init__(detail)
+        self.verdict = verdict
+        self.detail = detail
+
+
+_ENDINGS = {
+    Action.END: Verdict.REFUSED,
+    Action.STOP_TRANSPORT: Verdict.TRANSPORT_FAILURE,
+    Action.STOP_FAULT: Verdict.FAULTED,
+    Action.EVICT: Verdict.CANCELED,
+}
+
+SUBMIT_TOOL = "submit"
+
+
+class Agent:
+    def __init__(
+        self,
+        *,
+        model: Model,
+        tools: Tools,
+        context: Context,
+        journal: Journal,
+        limits: RunLimits,
+        protocol: ToolProtocol | None = None,
+        cost_of: Callable[[Envelope], float] = lambda envelope: 0.0,
+        approve: Approve = deny_all_asks,
+        cancel: threading.Event | None = None,
+        on_turn: Callable[[int, Envelope, Tally], None] | None = None,
+    ) -> None:
+        self.model = model
+        self.tools = tools
+        self.context = context
+        self.journal = journal
+        self.protocol = protocol or NativeProtocol()
+        self.tally = Tally(limits)
+        self.cost_of = cost_of
+        self.approve = approve
+        self.cancel = cancel or threading.Event()
+        self.on_turn = on_turn
+        self.verifier_runs = 0
+
+    def run(self) -> RunResult:
+        try:
+            while True:
+                self.step()
+        except RunEnded as end:
+            verdict, detail = end.verdict, end.detail
+        except BudgetExhausted as exc:
+            verdict, detail = Verdict.BUDGET_EXHAUSTED, f"{exc.limit}: {exc.message}"
+        except KeyboardInterrupt:
+            verdict, detail = Verdict.CANCELED, "interrupted by the user"
+        self.journal.event(self.tally.turns, "verdict", {"verdict": verdict.value, "detail": detail})
+        return RunResult(
+            verdict=verdict,
+            detail=detail,
+            turns=self.tally.turns,
+            tokens=self.tally.tokens,
+            cost_usd=self.tally.cost_usd,
+            verifier_runs=self.verifier_runs,
+        )
+
+    def step(self) -> None:
+        if self.cancel.is_set():
+            raise RunEnded(Verdict.CANCELED, "canceled before the next turn")
+        self.tally.check()
+        turn = self.tally.turns
+        envelope, call_ref = self.query(turn)
+        self.tally.turns += 1
+        appended: list[Message] = []
+        try:
+            self.act(turn, envelope, call_ref, appended)
+        finally:
+            self.journal.end_turn(turn, tuple(appended))
+            if self.on_turn is not None:
+                self.on_turn(turn, envelope, self.tally)
+
+    def query(self, turn: int) -> tuple[Envelope, object]:
+        request = self.context.build(turn, tail=self.tally.tail())
+        for event in self.context.drain_events():
+            self.journal.event(turn, event.pop("kind", "context"), event)
+        call_ref = self.journal.request(turn, request)
+        envelope = self.model.call(request, cancel=self.cancel)
+        cost = self.cost_of(envelope)
+        self.tally.add(envelope, cost)
+        self.journal.envelope(turn, call_ref, envelope, cost)
+        return envelope, call_ref
+
+    def _append(self, message: Message, appended: list[Message]) -> None:
+        self.context.append(message)
+        appended.append(message)
+
+    def act(self, turn: int, envelope: Envelope, call_ref: object, appended: list[Message]) -> None:
+        action = route(envelope.status)
+        self.journal.event(turn, "route", {"status": envelope.status.value, "action": action.value})
+        if action in _ENDINGS:
+            reason = envelope.payload.refusal or (envelope.error.message if envelope.error else "") or envelope.status.value
+            raise RunEnded(_ENDINGS[action], reason)
+        if action is Action.COMPACT:
+            # Quarantined: the cut-off payload is never executed nor shown again;
+            # the notice changes the next request so it is never resent as is.
+            self._append(truncation_notice(envelope), appended)
+            return
+        if action is Action.FEEDBACK:
+            self._append(stream_rejection(envelope), appended)
+            return
+        payload = release_from_escrow(envelope)
+        calls = self.protocol.calls(payload, turn)
+        self._append(self.protocol.assistant_message(payload, calls), appended)
+        if not calls:
+            self._append(no_tool_call(), appended)
+            return
+        passed = False
+        for index, call in enumerate(calls):
+            outcome = self._run_candidate(turn, call_ref, index, call)
+            self._append(self.protocol.observation(call, outcome), appended)
+            if call.name == SUBMIT_TOOL and outcome.verifier_passed is not None:
+                self.verifier_runs += 1
+                passed = passed or outcome.verifier_passed
+        if passed:
+            raise RunEnded(Verdict.PASS, "the verifier passed")
+
+    def _run_candidate(self, turn: int, call_ref: object, index: int, call: ToolCall) -> ToolOutcome:
+        candidate, staged = stage(index, call)
+        ref = self.journal.candidate(turn, call_ref, index, call)
+        self.journal.transition(ref, staged)
+        result = verify(candidate, self.tools.arg_models(), self.tools.decide, self.approve)
+        for transition in result.transitions:
+            self.journal.transition(ref, transition)
+        if not result.committed:
+            outcome = perimeter_rejection(result.layer, result.error or "rejected")
+        else:
+            assert result.args is not None
+            outcome = self.tools.execute(call.name, result.args)
+        self.journal.tool(ref, call.name, result.args, result.decision, outcome)
+        return outcome

@@ -1,0 +1,58 @@
+"""Run-level limits and the running tally checked against them. Running out
+is raised as BudgetExhausted, a verdict of its own, never mistaken for done."""
+
+from __future__ import annotations
+
+import time
+
+from pydantic import Field
+
+from orchestrator.contract import Frozen
+from orchestrator.envelope import Envelope
+from orchestrator.errors import BudgetExhausted
+
+
+class RunLimits(Frozen):
+    max_turns: int = Field(default=20, gt=0)
+    max_tokens: int | None = Field(default=None, gt=0)
+    max_cost_usd: float | None = Field(default=None, ge=0)
+    max_wall_s: float | None = Field(default=None, gt=0)
+
+
+class Tally:
+    """Mutable counters of one run; the loop owns exactly one."""
+
+    def __init__(self, limits: RunLimits, clock=time.monotonic) -> None:
+        self.limits = limits
+        self._clock = clock
+        self.started = clock()
+        self.turns = 0
+        self.tokens = 0
+        self.cost_usd = 0.0
+
+    def add(self, envelope: Envelope, cost_usd: float) -> None:
+        self.tokens += envelope.usage.prompt_tokens + envelope.usage.completion_tokens
+        self.cost_usd += cost_usd
+
+    @property
+    def elapsed_s(self) -> float:
+        return self._clock() - self.started
+
+    def check(self) -> None:
+        """Raise before starting a turn that the limits no longer allow."""
+        lim = self.limits
+        if self.turns >= lim.max_turns:
+            raise BudgetExhausted(f"turn limit reached ({lim.max_turns})", limit="turns", used=self.turns)
+        if lim.max_tokens is not None and self.tokens >= lim.max_tokens:
+            raise BudgetExhausted(f"token limit reached ({self.tokens} >= {lim.max_tokens})", limit="tokens")
+        if lim.max_cost_usd is not None and self.cost_usd >= lim.max_cost_usd:
+            raise BudgetExhausted(f"cost limit reached (${self.cost_usd:.4f} >= ${lim.max_cost_usd})", limit="cost")
+        if lim.max_wall_s is not None and self.elapsed_s >= lim.max_wall_s:
+            raise BudgetExhausted(f"wall-time limit reached ({self.elapsed_s:.0f}s)", limit="wall_time")
+
+    def tail(self) -> str:
+        """The volatile context tail: what is left, shown after the newest message."""
+        parts = [f"turns left: {self.limits.max_turns - self.turns}"]
+        if self.limits.max_tokens is not None:
+            parts.append(f"tokens left: {max(0, self.limits.max_tokens - self.tokens)}")
+        return "[budget] " + ", ".join(parts)

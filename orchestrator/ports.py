@@ -1,0 +1,78 @@
+"""The loop's view of the outside world. The loop imports none of httpx,
+docker or sqlite; it talks to these Protocols, which live adapters (HTTP client,
+Docker sandbox, SQLite recorder) and replay adapters (recorded envelopes and
+tool results) both satisfy."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from orchestrator.candidate import Transition
+from orchestrator.contract import Frozen, Message, ModelRequest, ToolCall, ToolSpec
+from orchestrator.envelope import Envelope
+from orchestrator.perimeter import DecisionLike
+
+
+class Model(Protocol):
+    def call(self, request: ModelRequest, *, cancel: threading.Event | None = None) -> Envelope: ...
+
+
+class ToolOutcome(Frozen):
+    """What one executed tool call produced. ``observation`` is the exact text
+    fed back to the model."""
+
+    observation: str
+    ok: bool
+    exit_code: int | None = None
+    duration_s: float = 0.0
+    verifier_passed: bool | None = None
+    detail: dict[str, Any] = {}
+
+
+class Tools(Protocol):
+    def specs(self) -> tuple[ToolSpec, ...]: ...
+
+    def arg_models(self) -> Mapping[str, type[BaseModel]]: ...
+
+    def decide(self, name: str, args: BaseModel) -> DecisionLike: ...
+
+    def execute(self, name: str, args: BaseModel) -> ToolOutcome: ...
+
+
+class Journal(Protocol):
+    """Write-ahead recording of one run, turn by turn."""
+
+    def request(self, turn: int, request: ModelRequest) -> Any: ...
+
+    def envelope(self, turn: int, call_ref: Any, envelope: Envelope, cost_usd: float) -> None: ...
+
+    def candidate(self, turn: int, call_ref: Any, index: int, call: ToolCall) -> Any: ...
+
+    def transition(self, candidate_ref: Any, transition: Transition) -> None: ...
+
+    def tool(
+        self, candidate_ref: Any, name: str, args: BaseModel | None, decision: DecisionLike | None, outcome: ToolOutcome
+    ) -> None: ...
+
+    def event(self, turn: int, kind: str, data: dict[str, Any]) -> None: ...
+
+    def end_turn(self, turn: int, appended: tuple[Message, ...]) -> None: ...
+
+
+class Context(Protocol):
+    """Assembles each turn's request; history is append-only."""
+
+    def append(self, message: Message) -> None: ...
+
+    def build(self, turn: int, *, tail: str) -> ModelRequest:
+        """The request for this turn. Raises BudgetExhausted(limit="context")
+        when even compaction cannot fit the window."""
+        ...
+
+    def drain_events(self) -> list[dict[str, Any]]:
+        """Compaction and calibration events since the last call, to record."""
+        ...

@@ -1,0 +1,42 @@
+"""Prices and the cost of one call. Pure arithmetic.
+
+Cached prompt tokens are a part of ``prompt_tokens``: they are charged at the
+cached rate *instead of* the input rate, never in addition to it. Self-hosted
+servers are priced by GPU time: $/hour times the call's measured seconds.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from orchestrator.contract import Frozen
+from orchestrator.envelope import Envelope, Usage
+
+
+class Price(Frozen):
+    model: str
+    input_per_mtok: float = Field(default=0.0, ge=0)
+    cached_input_per_mtok: float | None = Field(default=None, ge=0)
+    output_per_mtok: float = Field(default=0.0, ge=0)
+    gpu_per_hour: float = Field(default=0.0, ge=0)
+
+    @property
+    def cached_rate(self) -> float:
+        return self.input_per_mtok if self.cached_input_per_mtok is None else self.cached_input_per_mtok
+
+
+def token_cost(usage: Usage, price: Price) -> float:
+    cached = min(usage.cached_prompt_tokens, usage.prompt_tokens)
+    fresh = usage.prompt_tokens - cached
+    return (fresh * price.input_per_mtok + cached * price.cached_rate + usage.completion_tokens * price.output_per_mtok) / 1e6
+
+
+def gpu_cost(seconds: float, price: Price) -> float:
+    return price.gpu_per_hour * seconds / 3600.0
+
+
+def call_cost(envelope: Envelope, price: Price | None) -> float:
+    """Dollars for one call; an unpriced model costs 0 (local models work)."""
+    if price is None:
+        return 0.0
+    return token_cost(envelope.usage, price) + gpu_cost(envelope.timings.total_s, price)
