@@ -1,7 +1,82 @@
-"""Placeholder: commands are added by the issue that owns this module."""
+"""``escrow sandbox build|doctor|gc``: the local sandbox image and its hardening."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import typer
 
+from orchestrator.settings import load_settings
+
+sandbox_app = typer.Typer(help="Build, check and clean up the hardened Docker sandbox.", no_args_is_help=True)
+
+_IMAGE = typer.Option(None, "--image", help="Image tag (default: settings sandbox_image).")
+_HOST = typer.Option(None, "--docker-host", help="Docker daemon URL (default: DOCKER_HOST or the local socket).")
+_JSON = typer.Option(False, "--json", help="Print machine-readable JSON.")
+
+
+def _client_and_tag(image: str | None, docker_host: str | None):
+    from sandbox.daemon import connect
+
+    settings = load_settings(sandbox_image=image, docker_host=docker_host)
+    return connect(settings.docker_host), settings.sandbox_image
+
+
+@sandbox_app.command("build")
+def build(
+    image: str | None = _IMAGE,
+    docker_host: str | None = _HOST,
+    force: bool = typer.Option(False, "--force", help="Rebuild even if the image (and cached rootfs) exist."),
+    cache_dir: Path = typer.Option(Path("/var/cache/escrow/sandbox"), "--cache-dir", help="Where .debs and the rootfs tarball are cached."),
+    as_json: bool = _JSON,
+) -> None:
+    """Build the sandbox image from a debootstrap rootfs (reused when the tag exists)."""
+    from sandbox.image import build_image
+
+    client, tag = _client_and_tag(image, docker_host)
+    echo = (lambda line: None) if as_json else (lambda line: typer.echo(line, err=True))
+    result = build_image(client, tag, force=force, cache_dir=cache_dir, progress=echo)
+    if as_json:
+        typer.echo(json.dumps(result.model_dump(mode="json"), sort_keys=True))
+    else:
+        verb = "reused" if result.reused_image else "built"
+        typer.echo(f"{verb} {result.tag} ({result.image_id[:19]}) from {result.mirror} {result.suite} in {result.seconds}s")
+
+
+@sandbox_app.command("doctor")
+def doctor(image: str | None = _IMAGE, docker_host: str | None = _HOST, as_json: bool = _JSON) -> None:
+    """Check the daemon, the image, and that every hardening option is in effect."""
+    from sandbox.doctor import run_doctor
+
+    client, tag = _client_and_tag(image, docker_host)
+    report = run_doctor(client, tag)
+    if as_json:
+        typer.echo(json.dumps(report.model_dump(mode="json"), sort_keys=True))
+    else:
+        for check in report.checks:
+            mark = "ok  " if check.ok else "FAIL"
+            typer.echo(f"{mark} {check.name}: {check.detail}")
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@sandbox_app.command("gc")
+def gc(
+    docker_host: str | None = _HOST,
+    all_: bool = typer.Option(False, "--all", help="Also remove containers whose owner is still alive."),
+    as_json: bool = _JSON,
+) -> None:
+    """Remove sandbox containers left behind by crashed runs (found by label)."""
+    from sandbox.orphans import remove_orphans
+
+    client, _ = _client_and_tag(None, docker_host)
+    removed = remove_orphans(client, include_live=all_)
+    if as_json:
+        typer.echo(json.dumps({"removed": removed}))
+    else:
+        typer.echo(f"removed {len(removed)} container(s)" + (": " + ", ".join(removed) if removed else ""))
+
 
 def register(app: typer.Typer) -> None:
-    return None
+    app.add_typer(sandbox_app, name="sandbox")

@@ -1,0 +1,79 @@
+"""Read a policy file, or the shipped default, and explain what it grants."""
+
+from __future__ import annotations
+
+import tomllib
+from importlib import resources
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from orchestrator.errors import ConfigError
+from policies.model import TOOL_NAMES, Policy
+
+
+class PolicyError(ConfigError):
+    """A policy file is missing, not TOML, or grants something malformed."""
+
+    exit_code = 65  # EX_DATAERR
+
+
+def parse_policy(text: str, source: str = "<policy>") -> Policy:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PolicyError(f"policy {source} is not valid TOML: {exc}", path=source) from exc
+    try:
+        return Policy.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top)'}: {e['msg']}" for e in exc.errors())
+        raise PolicyError(f"policy {source} is invalid: {problems}", path=source) from exc
+
+
+def load_policy(path: Path | None) -> Policy:
+    """The policy at ``path``; the shipped default when ``path`` is None."""
+    if path is None:
+        return default_policy()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise PolicyError(f"policy file {path} does not exist", path=str(path)) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PolicyError(f"policy file {path} cannot be read: {exc}", path=str(path)) from exc
+    return parse_policy(text, str(path))
+
+
+def default_policy() -> Policy:
+    text = resources.files("policies").joinpath("default.toml").read_text(encoding="utf-8")
+    return parse_policy(text, "policies/default.toml")
+
+
+def explain(policy: Policy) -> list[str]:
+    """One plain sentence per grant, for ``escrow policy check``."""
+    lines = [f"policy {policy.name!r}: {policy.description or '(no description)'}"]
+    for tool in TOOL_NAMES:
+        if tool in policy.tools.allowed:
+            lines.append(f"tool {tool}: allowed, approval {policy.tools.approval_for(tool).value}")
+        else:
+            lines.append(f"tool {tool}: not granted")
+    paths = policy.paths
+    lines.append(f"read paths: {', '.join(paths.read) or 'none'} (write globs are readable too)")
+    lines.append(f"write paths: {', '.join(paths.write) or 'none'}")
+    lines.append(f"denied paths (win over grants): {', '.join(paths.deny) or 'none'}")
+    if "bash" in policy.tools.allowed:
+        lines.append("note: bash can touch any file inside the sandbox; path globs bind the file tools")
+    lines.append("network: " + ("ENABLED (bridge network)" if policy.network.enabled else "none"))
+    r = policy.resources
+    lines.append(
+        f"resources: {r.memory_mb} MiB memory (no swap), {r.cpus} CPU, {r.pids} pids, /tmp {r.tmp_mb} MiB, "
+        f"workspace {r.workspace_mb} MiB"
+    )
+    lines.append(
+        f"per command: timeout {r.command_timeout_s:g}s, stdout cap {r.stdout_cap_bytes} B, "
+        f"stderr cap {r.stderr_cap_bytes} B, read cap {r.read_cap_bytes} B"
+    )
+    lim = policy.limits
+    lines.append(
+        f"run limits: {lim.max_turns} turns, {lim.max_tokens} tokens, ${lim.max_cost_usd:g}, {lim.max_wall_s:g}s wall"
+    )
+    return lines

@@ -1,0 +1,49 @@
+"""Reach the Docker daemon, or say clearly why not and what to do."""
+
+from __future__ import annotations
+
+import docker
+import docker.errors
+
+from sandbox.errors import DaemonUnavailable, ImageMissing
+
+
+def connect(docker_host: str | None = None, timeout: float = 30.0) -> docker.DockerClient:
+    """A pinged client for ``docker_host`` (or DOCKER_HOST / the default socket)."""
+    where = docker_host or "the default address (DOCKER_HOST or unix:///var/run/docker.sock)"
+    try:
+        client = docker.DockerClient(base_url=docker_host, timeout=int(timeout)) if docker_host else docker.from_env(
+            timeout=int(timeout)
+        )
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise DaemonUnavailable(
+            f"cannot reach the Docker daemon at {where}: {_short(exc)}. "
+            "Start it (e.g. `dockerd &` as root, or `systemctl start docker`) or point "
+            "DOCKER_HOST / --docker-host at a running daemon.",
+            docker_host=docker_host,
+        ) from exc
+    except Exception as exc:  # requests/urllib3 errors escape docker-py's own types
+        raise DaemonUnavailable(
+            f"cannot reach the Docker daemon at {where}: {_short(exc)}. "
+            "Start it or point DOCKER_HOST / --docker-host at a running daemon.",
+            docker_host=docker_host,
+        ) from exc
+    return client
+
+
+def require_image(client: docker.DockerClient, tag: str) -> str:
+    """The image id for ``tag``; ImageMissing with the build command if absent."""
+    try:
+        return client.images.get(tag).id
+    except docker.errors.ImageNotFound as exc:
+        raise ImageMissing(
+            f"sandbox image {tag!r} is not present in the local Docker daemon. "
+            f"Build it with: escrow sandbox build --image {tag}",
+            image=tag,
+        ) from exc
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[-1][:300] if text else exc.__class__.__name__

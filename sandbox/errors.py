@@ -1,0 +1,49 @@
+"""Sandbox errors. Each carries an ``exit_code`` for the CLI and a message that
+says what to do next."""
+
+from __future__ import annotations
+
+from orchestrator.errors import EscrowError
+
+
+class SandboxError(EscrowError):
+    """Base of everything the sandbox raises on purpose."""
+
+    exit_code = 3
+
+
+class DaemonUnavailable(SandboxError):
+    """No Docker daemon answers at the configured address."""
+
+    exit_code = 69  # EX_UNAVAILABLE
+
+
+class ImageMissing(SandboxError):
+    """The sandbox image tag is not present in the local daemon."""
+
+    exit_code = 67
+
+
+class ImageBuildError(SandboxError):
+    """debootstrap or ``docker import`` failed, or the host cannot build."""
+
+    exit_code = 70
+
+
+class ExecError(SandboxError):
+    """The daemon failed to run a command (not: the command failed)."""
+
+
+class WorkspaceError(SandboxError):
+    """The repo could not be copied in, or the patch could not be made or applied."""
+
+
+class ToolArgumentError(SandboxError):
+    """A tool call failed the parse or schema layer. ``observation`` is the
+    structured text fed back to the model."""
+
+    exit_code = 65
+
+    def __init__(self, message: str, *, tool: str, **context: object) -> None:
+        super().__init__(message, tool=tool, **context)
+        self.tool = tool
