@@ -1,0 +1,34 @@
+import pytest
+
+from orchestrator.context import MessageCounter, TemplateOverhead, TiktokenCounter, resolve_counter
+from orchestrator.contract import Message, ToolCall
+from orchestrator.errors import TokenizerError
+
+
+def test_offline_cl100k_counts(counter):
+    assert counter.name == "tiktoken:cl100k_base"
+    assert counter.count("hello world") == 2
+    assert counter.count("") == 0
+
+
+def test_special_token_text_is_counted_not_rejected(counter):
+    assert counter.count("<|endoftext|>") > 1
+
+
+def test_unknown_tokenizer_is_a_clear_error():
+    with pytest.raises(TokenizerError, match="unknown tokenizer 'llama-bpe'"):
+        resolve_counter("llama-bpe")
+    with pytest.raises(TokenizerError, match="not available offline"):
+        TiktokenCounter("o200k_does_not_exist")
+    assert resolve_counter("tiktoken:cl100k_base").count("hello world") == 2
+
+
+def test_message_counts_are_cached_by_content(counter):
+    counts = MessageCounter(counter, TemplateOverhead(per_message=8, per_tool_call=12))
+    message = Message(role="assistant", content="ok", tool_calls=(ToolCall(id="c1", name="bash", arguments='{"cmd":"ls"}'),))
+    first = counts.message(message)
+    assert first == 8 + counter.count("ok") + 12 + counter.count("c1") + counter.count("bash") + counter.count('{"cmd":"ls"}')
+    assert counts.message(Message(role="assistant", content="ok", tool_calls=message.tool_calls)) == first
+    assert (counts.hits, counts.misses) == (1, 1)
+    counts.message(Message(role="user", content="ok"))
+    assert counts.misses == 2
