@@ -1,0 +1,193 @@
+"""ModelClient: one ``ModelRequest`` in, one ``Envelope`` out, whatever happens.
+
+The call speaks ``/v1/chat/completions`` (streamed or not), enforces T_max over
+the whole call (retries and their backoff included) and M_max over staged
+bytes, and retries only TRANSPORT_FAILURE, with full-jitter backoff, Retry-After
+as a floor, and a circuit breaker. Every attempt is recorded in the envelope.
+No exception escapes ``call``.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+
+import httpx
+
+from orchestrator.accumulate import ResponseAccumulator
+from orchestrator.attempt import FRAMING_ALLOWANCE, RAW_CAP, AttemptOutcome, run_attempt
+from orchestrator.call_usage import TiktokenEstimator, TokenEstimator, resolve_usage
+from orchestrator.canonical import canonical_bytes
+from orchestrator.contract import ModelRequest
+from orchestrator.envelope import Attempt, Envelope, ErrorDetail, Status, Timings, Usage
+from orchestrator.monitor import StreamMonitor
+from orchestrator.normalize import Cause, is_retried, status_of
+from orchestrator.retry import CircuitBreaker, RetryPolicy, decide
+
+_NOT_RETRIED_TRANSPORT = (Cause.DEADLINE, Cause.CIRCUIT_OPEN)
+
+
+class ModelClient:
+    """Client for an OpenAI-compatible server; ``base_url`` ends in ``/v1``.
+
+    ``sleep`` and ``rand`` replace the backoff wait and the jitter source (for
+    tests); ``clock`` is the monotonic clock used for T_max and timings.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        retry: RetryPolicy = RetryPolicy(),
+        transport: httpx.BaseTransport | None = None,
+        token_estimator: TokenEstimator | None = None,
+        sleep: Callable[[float], None] | None = None,
+        rand: Callable[[], float] = random.random,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.url = self.base_url + "/chat/completions"
+        self.retry = retry
+        self.breaker = CircuitBreaker(retry.breaker_threshold, retry.breaker_reset_s, clock)
+        self._api_key = api_key
+        self._estimate = token_estimator or TiktokenEstimator()
+        self._sleep, self._rand, self._clock = sleep, rand, clock
+        # No keep-alive by default: each attempt opens its own connection, so the
+        # watchdog always holds the socket and can cut a call that stalls even
+        # before the response headers. A model call lasts seconds; a connect is µs.
+        limits = httpx.Limits(max_keepalive_connections=0)
+        self._http = httpx.Client(transport=transport, limits=limits, follow_redirects=False)
+
+    def __enter__(self) -> "ModelClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def call(self, request: ModelRequest, *, cancel: threading.Event | None = None) -> Envelope:
+        start = self._clock()
+        try:
+            return self._call(request, cancel, start)
+        except Exception as exc:  # the contract: every failure is an Envelope, even our own bugs
+            return Envelope(
+                status=Status.FAULTED,
+                error=ErrorDetail(kind=Cause.INTERNAL_ERROR.value, message=f"{type(exc).__name__}: {exc}"),
+                timings=Timings(total_s=self._clock() - start),
+                request_sha256=_sha(request),
+            )
+
+    def _call(self, request: ModelRequest, cancel: threading.Event | None, start: float) -> Envelope:
+        deadline_at = start + request.deadline_s
+        body = canonical_bytes(request.wire_body())
+        headers = {"content-type": "application/json", "accept": "text/event-stream" if request.stream else "application/json"}
+        if self._api_key:
+            headers["authorization"] = f"Bearer {self._api_key}"
+        attempts: list[Attempt] = []
+        while True:
+            number = len(attempts) + 1
+            out = self._attempt(request, body, headers, deadline_at, cancel)
+            status = status_of(out.cause)
+            if out.cause is not Cause.CIRCUIT_OPEN:
+                self.breaker.record(status is Status.TRANSPORT_FAILURE)
+            decision = decide(
+                self.retry,
+                attempts_made=number,
+                retryable=is_retried(out.cause) and out.cause not in _NOT_RETRIED_TRANSPORT,
+                retry_after_s=out.retry_after_s,
+                remaining_s=deadline_at - self._clock(),
+                rand=self._rand,
+            )
+            error = None if status is Status.COMPLETED else ErrorDetail(kind=out.cause.value, message=out.message)
+            attempts.append(Attempt(
+                number=number, status=status, http_status=out.http_status, error=error,
+                duration_s=out.ended - out.started, backoff_s=decision.delay_s if decision.retry else 0.0,
+            ))
+            if not decision.retry:
+                if status is Status.TRANSPORT_FAILURE and out.cause not in _NOT_RETRIED_TRANSPORT:
+                    out.message += f" (gave up after {number} attempt(s): {decision.reason})"
+                return self._envelope(request, out, attempts, start)
+            if self._wait(decision.delay_s, cancel):
+                out.cause, out.message = Cause.EXTERNAL_CANCEL, "cancelled by the caller during retry backoff"
+                return self._envelope(request, out, attempts, start)
+
+    def _attempt(self, request, body, headers, deadline_at, cancel) -> AttemptOutcome:
+        monitor = StreamMonitor(request.max_payload_bytes, json_content=_wants_json(request))
+        acc = ResponseAccumulator(monitor, keep_logprobs=request.sampling.logprobs)
+        now = self._clock()
+        if cancel is not None and cancel.is_set():
+            return AttemptOutcome(Cause.EXTERNAL_CANCEL, "cancelled before the request was sent", acc, started=now, ended=now)
+        if not self.breaker.allow():
+            return AttemptOutcome(
+                Cause.CIRCUIT_OPEN,
+                f"circuit open after {self.breaker.failures} consecutive transport failures; no request sent",
+                acc, started=now, ended=now,
+            )
+        return run_attempt(
+            self._http, self.url, body, headers, acc,
+            deadline_at=deadline_at, cancel=cancel,
+            body_cap=request.max_payload_bytes + FRAMING_ALLOWANCE, clock=self._clock,
+        )
+
+    def _wait(self, delay: float, cancel: threading.Event | None) -> bool:
+        """Back off; True if the caller cancelled meanwhile."""
+        if self._sleep is not None:
+            self._sleep(delay)
+        elif cancel is not None:
+            return cancel.wait(delay)
+        else:
+            time.sleep(delay)
+        return cancel is not None and cancel.is_set()
+
+    def _envelope(self, request: ModelRequest, out: AttemptOutcome, attempts: list[Attempt], start: float) -> Envelope:
+        acc = out.acc
+        status = status_of(out.cause)
+        payload = acc.payload()
+        answered = out.http_status is not None and 200 <= out.http_status < 300
+        usage = resolve_usage(acc, request, payload, self._estimate) if answered else Usage()
+        first = out.first_payload_at
+        streamed = "text/event-stream" in out.headers.get("content-type", "")
+        timings = Timings(
+            ttft_s=None if first is None else first - out.started,
+            decode_s=None if first is None or not streamed else out.ended - first,
+            total_s=self._clock() - start,
+        )
+        raw = None
+        if out.raw_total:
+            raw = bytes(out.raw).decode("utf-8", "replace")
+            if out.raw_total > RAW_CAP:
+                raw += f"\n[... {out.raw_total - RAW_CAP} more bytes not kept]"
+        return Envelope(
+            status=status,
+            payload=payload,
+            finish_reason=acc.finish_reason,
+            http_status=out.http_status,
+            usage=usage,
+            timings=timings,
+            model=acc.model,
+            system_fingerprint=acc.system_fingerprint,
+            engine=out.headers.get("x-inference-engine") or out.headers.get("server"),
+            logprobs=acc.logprobs if request.sampling.logprobs else None,
+            error=None if status is Status.COMPLETED else ErrorDetail(kind=out.cause.value, message=out.message),
+            attempts=tuple(attempts),
+            request_sha256=request.sha256(),
+            payload_bytes=acc.monitor.staged_bytes,
+            raw_response=raw,
+        )
+
+
+def _wants_json(request: ModelRequest) -> bool:
+    kind = (request.response_format or {}).get("type")
+    return kind in ("json_object", "json_schema")
+
+
+def _sha(request: ModelRequest) -> str | None:
+    try:
+        return request.sha256()
+    except Exception:
+        return None

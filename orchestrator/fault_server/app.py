@@ -1,0 +1,209 @@
+"""The fault server's ASGI application.
+
+``/v1/chat/completions`` is handled at the raw ASGI level, because faults need
+what a framework hides: hanging up without a response (which needs uvicorn's
+transport) and noticing the client hang up while a stream is paced. Other
+routes (``/v1/models``, ``/health``) are a plain Starlette app.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import anyio
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from orchestrator.fault_server import render
+from orchestrator.fault_server.records import Disconnect, RecordedRequest, StreamRecord
+from orchestrator.fault_server.scenario import HttpError, Oversized, RawResponse, Reply, Scenario
+
+SERVER_NAME = b"escrow-fault-server"
+
+
+class ScriptExhausted(Exception):
+    pass
+
+
+class FaultState:
+    """Script queue and observations, shared between the server thread and callers."""
+
+    def __init__(self, default: Scenario | None) -> None:
+        self.lock = threading.Lock()
+        self.queue: deque[Scenario] = deque()
+        self.cycle = False
+        self.default = default
+        self.requests: list[RecordedRequest] = []
+        self.streams: list[StreamRecord] = []
+        self.disconnects: list[Disconnect] = []
+        self.changed = threading.Condition(self.lock)
+
+    def next_scenario(self) -> Scenario:
+        with self.lock:
+            if self.queue:
+                item = self.queue.popleft()
+                if self.cycle:
+                    self.queue.append(item)
+                return item
+            if self.default is not None:
+                return self.default
+        raise ScriptExhausted(f"script exhausted after {len(self.requests)} requests")
+
+    def record(self, item: Any) -> None:
+        with self.changed:
+            target = {RecordedRequest: self.requests, StreamRecord: self.streams, Disconnect: self.disconnects}[type(item)]
+            target.append(item)
+            self.changed.notify_all()
+
+
+class FaultApp:
+    def __init__(self, state: FaultState, model: str) -> None:
+        self.state = state
+        self.model = model
+        self.routes = Starlette(routes=[Route("/v1/models", self._models), Route("/health", self._health)])
+
+    async def _models(self, request: Request) -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "escrow-fault-server"}]})
+
+    async def _health(self, request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or scope["path"] != "/v1/chat/completions":
+            await self.routes(scope, receive, send)
+            return
+        raw = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            raw += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        with self.state.lock:
+            index = len(self.state.requests)
+        self.state.record(RecordedRequest(index, scope["method"], scope["path"], headers, bytes(raw), time.monotonic()))
+        try:
+            scenario = self.state.next_scenario()
+        except ScriptExhausted as exc:
+            await _respond(send, 500, b"application/json", json.dumps({"error": {"message": str(exc), "type": "fault_server"}}).encode())
+            return
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = {}
+        await self._play(scenario, body if isinstance(body, dict) else {}, index, send, receive)
+
+    async def _play(self, scenario: Scenario, body: dict[str, Any], index: int, send, receive) -> None:
+        if scenario.kind == "hangup":
+            _hang_up(send)
+            return
+        if isinstance(scenario, (Reply, HttpError)) and scenario.delay_s:
+            await anyio.sleep(scenario.delay_s)
+        if isinstance(scenario, HttpError):
+            await self._http_error(scenario, send)
+        elif isinstance(scenario, RawResponse):
+            await _respond(send, scenario.status, scenario.content_type.encode(), scenario.body)
+        elif isinstance(scenario, Oversized):
+            await self._oversized(scenario, body, send)
+        elif body.get("stream"):
+            await self._stream(scenario, body, index, send, receive)
+        else:
+            data, tokens = render.whole_body(scenario, body, index)
+            if scenario.tokens_per_s:
+                await anyio.sleep(tokens / scenario.tokens_per_s)
+            await _respond(send, 200, b"application/json", data, scenario.headers)
+
+    async def _http_error(self, item: HttpError, send) -> None:
+        extra = dict(item.headers)
+        if item.retry_after is not None:
+            extra["retry-after"] = str(item.retry_after)
+        data = item.body if item.body is not None else json.dumps(
+            {"error": {"message": item.message, "type": item.error_type, "code": item.status}}
+        )
+        await _respond(send, item.status, b"application/json", data.encode("utf-8"), extra)
+
+    async def _oversized(self, item: Oversized, body: dict[str, Any], send) -> None:
+        streamed = bool(body.get("stream"))
+        await _start(send, 200, b"text/event-stream" if streamed else b"application/json")
+        piece = "x" * item.piece_bytes
+        if streamed:
+            frame = render.sse(json.dumps({"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}))
+            head, tail = b"", render.sse(json.dumps({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})) + render.sse("[DONE]")
+        else:
+            frame = piece.encode()
+            head = b'{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"'
+            tail = b'"},"finish_reason":"stop"}]}'
+        await send({"type": "http.response.body", "body": head, "more_body": True})
+        for _ in range(-(-item.size_bytes // item.piece_bytes)):
+            await send({"type": "http.response.body", "body": frame, "more_body": True})
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+    async def _stream(self, reply: Reply, body: dict[str, Any], index: int, send, receive) -> None:
+        steps = render.stream_plan(reply, body, index)
+        record = StreamRecord(index, sum(1 for kind, _ in steps if kind == "chunk"))
+        self.state.record(record)
+        await _start(send, 200, b"text/event-stream", {**reply.headers, "cache-control": "no-cache"})
+        pause = 1.0 / reply.tokens_per_s if reply.tokens_per_s else 0.0
+
+        async def play(scope: anyio.CancelScope) -> None:
+            for kind, value in steps:
+                if kind == "chunk":
+                    if pause:
+                        await anyio.sleep(pause)
+                    await send({"type": "http.response.body", "body": value, "more_body": True})
+                    record.sent_at.append(time.monotonic())
+                elif kind == "send":
+                    await send({"type": "http.response.body", "body": value, "more_body": True})
+                elif kind == "stall":
+                    await anyio.sleep(value)
+                elif kind == "disconnect":
+                    record.hung_up_by_server = True
+                    _hang_up(send)
+                    scope.cancel()
+                    return
+            record.all_sent = True
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            scope.cancel()
+
+        async def watch(scope: anyio.CancelScope) -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            if not record.all_sent and not record.hung_up_by_server:
+                record.disconnected_at = time.monotonic()
+                self.state.record(Disconnect(index, record.chunks_sent, record.planned_chunks, record.disconnected_at))
+            scope.cancel()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(play, group.cancel_scope)
+            group.start_soon(watch, group.cancel_scope)
+
+
+async def _start(send, status: int, content_type: bytes, extra: dict[str, str] | None = None) -> None:
+    headers = [(b"content-type", content_type), (b"server", SERVER_NAME)]
+    headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (extra or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+
+
+async def _respond(send, status: int, content_type: bytes, data: bytes, extra: dict[str, str] | None = None) -> None:
+    await _start(send, status, content_type, {**(extra or {}), "content-length": str(len(data))})
+    await send({"type": "http.response.body", "body": data, "more_body": False})
+
+
+def _hang_up(send) -> None:
+    """Drop the TCP connection with nothing more sent. ASGI has no message for
+    this, so reach uvicorn's transport through its bound ``send`` (the server
+    runs uvicorn's h11 protocol, pinned)."""
+    cycle = getattr(send, "__self__", None)
+    transport = getattr(cycle, "transport", None)
+    if transport is None:
+        raise RuntimeError("hang-up needs uvicorn's h11 protocol (send is not bound to a request cycle)")
+    transport.close()
+    cycle.disconnected = True
