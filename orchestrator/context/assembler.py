@@ -23,7 +23,7 @@ from orchestrator.context.compaction import (
 from orchestrator.context.counting import MessageCounter, TemplateOverhead
 from orchestrator.context.layout import ContextState, Entry, TailFormat, first_difference, normalize_tools
 from orchestrator.context.tokenizer import TokenCounter
-from orchestrator.contract import Frozen, Message, ModelRequest, Sampling, ToolSpec
+from orchestrator.contract import Frozen, Message, ModelRequest, Role, Sampling, ToolSpec
 from orchestrator.errors import BudgetExhausted, ContractError
 
 
@@ -72,7 +72,10 @@ class Context:
         policy: CompactionPolicy | None = None,
         tail: TailFormat | None = TailFormat(),
         overhead: TemplateOverhead | None = None,
+        system_role: Role = "system",
     ) -> None:
+        """``system_role="user"`` for chat templates that have no system turn: llama.cpp's
+        "gemma" format silently drops system (and tool) messages."""
         self.budget = budget
         self.margin = margin or Margin()
         self.policy = policy or CompactionPolicy()
@@ -82,7 +85,7 @@ class Context:
         self._state = ContextState(
             tools=normalized,
             tools_tokens=self.counts.tools(normalized),
-            system=self._entry(Message(role="system", content=system), turn=-1),
+            system=self._entry(Message(role=system_role, content=system), turn=-1),
             task=self._entry(Message(role="user", content=task), turn=-1),
         )
         self._tail_reserve = self.counts.message(tail.reserve_message()) if tail is not None else 0
