@@ -1,7 +1,141 @@
-"""Placeholder: commands are added by the issue that owns this module."""
+"""``escrow call``: one real model call, printed as its Envelope; and
+``escrow fault-server``: the fault-injection server, standalone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator.contract import Message, ModelRequest, Sampling
+from orchestrator.envelope import Envelope, Status
+from orchestrator.errors import ConfigError
+from orchestrator.settings import load_settings
+
+_STYLE = {Status.COMPLETED: "green", Status.TRUNCATED: "yellow", Status.REFUSED: "magenta", Status.CANCELED: "cyan"}
+
+
+def _schema_format(path: Path, style: str) -> dict:
+    try:
+        schema = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"--json-schema {path}: not a readable JSON file ({exc})", path=str(path)) from exc
+    if not isinstance(schema, dict):
+        raise ConfigError(f"--json-schema {path}: a JSON Schema must be an object", path=str(path))
+    if style == "json_object":
+        return {"type": "json_object", "schema": schema}
+    return {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema, "strict": True}}
+
+
+def render_envelope(envelope: Envelope, console: Console) -> None:
+    status = envelope.status
+    console.print(f"[bold {_STYLE.get(status, 'red')}]{status.value}[/]", highlight=False)
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    if envelope.error is not None:
+        table.add_row("error", f"{envelope.error.kind}: {envelope.error.message}")
+    table.add_row("finish_reason", str(envelope.finish_reason))
+    table.add_row("http", str(envelope.http_status))
+    table.add_row("model", f"{envelope.model} (engine {envelope.engine}, fingerprint {envelope.system_fingerprint})")
+    u = envelope.usage
+    table.add_row("usage", f"prompt {u.prompt_tokens} ({u.prompt_source}), cached {u.cached_prompt_tokens} "
+                           f"({u.cached_source}), completion {u.completion_tokens} ({u.completion_source})")
+    t = envelope.timings
+    ttft = "-" if t.ttft_s is None else f"{t.ttft_s * 1000:.0f} ms"
+    decode = "-" if t.decode_s is None else f"{t.decode_s * 1000:.0f} ms"
+    table.add_row("timings", f"ttft {ttft}, decode {decode}, total {t.total_s * 1000:.0f} ms")
+    table.add_row("attempts", ", ".join(
+        f"#{a.number} {a.status.value}" + (f" {a.http_status}" if a.http_status else "") + (f" then wait {a.backoff_s:.2f}s" if a.backoff_s else "")
+        for a in envelope.attempts
+    ))
+    console.print(table)
+    payload = envelope.payload
+    if payload.refusal:
+        console.print(f"[magenta]refusal:[/] {payload.refusal}", highlight=False, markup=False)
+    for call in payload.tool_calls:
+        console.print(f"tool call {call.name}({call.arguments})", highlight=False, markup=False)
+    if payload.text:
+        console.rule("payload" + ("" if status is Status.COMPLETED else " (quarantined)"))
+        console.print(payload.text, highlight=False, markup=False)
+
+
+def call(
+    prompt: str = typer.Argument(..., help="The user message to send."),
+    model_url: str = typer.Option(None, "--model-url", help="OpenAI-compatible base URL ending in /v1 (settings: model_url)."),
+    model: str = typer.Option(None, "--model", help="Model id to ask for (settings: model)."),
+    max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="K_max: most output tokens (settings: max_output_tokens)."),
+    stream: bool = typer.Option(True, "--stream/--no-stream", help="Stream over SSE (default) or ask for one body."),
+    system: str = typer.Option(None, "--system", help="An optional system message."),
+    json_schema: Path = typer.Option(None, "--json-schema", help="Constrain the output to this JSON Schema file."),
+    schema_style: str = typer.Option("json_schema", "--schema-style", help="How to send the schema: json_schema (OpenAI, vLLM) or json_object (llama-cpp-python)."),
+    deadline: float = typer.Option(120.0, "--deadline", min=0.001, help="T_max in seconds, for the whole call."),
+    temperature: float = typer.Option(None, "--temperature", help="Sampling temperature (settings: temperature)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the Envelope as JSON."),
+) -> None:
+    """Make one model call and print its Envelope. Exits 0 only when the status is COMPLETED."""
+    from orchestrator.client import ModelClient
+
+    if schema_style not in ("json_schema", "json_object"):
+        raise ConfigError(f"--schema-style must be json_schema or json_object, not {schema_style!r}")
+    settings = load_settings(model_url=model_url, model=model)
+    messages = ((Message(role="system", content=system),) if system else ()) + (Message(role="user", content=prompt),)
+    request = ModelRequest(
+        model=settings.model,
+        messages=messages,
+        max_tokens=max_tokens or settings.max_output_tokens,
+        deadline_s=deadline,
+        stream=stream,
+        response_format=_schema_format(json_schema, schema_style) if json_schema else None,
+        sampling=Sampling(temperature=settings.temperature if temperature is None else temperature, seed=settings.seed),
+    )
+    with ModelClient(settings.model_url, api_key=settings.api_key) as client:
+        envelope = client.call(request)
+    if as_json:
+        typer.echo(envelope.model_dump_json(indent=2))
+    else:
+        render_envelope(envelope, Console())
+    if envelope.status is not Status.COMPLETED:
+        raise typer.Exit(code=1)
+
+
+def fault_server(
+    script: Path = typer.Option(..., "--script", help='JSON script: {"steps": [{"kind": "reply", "text": "hi"}, ...], "cycle": false}.'),
+    port: int = typer.Option(8099, "--port", min=0, max=65535, help="Port to listen on (0 picks a free one)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; loopback unless you mean otherwise."),
+    model: str = typer.Option("fault-model", "--model", help="Model id listed at /v1/models."),
+    as_json: bool = typer.Option(False, "--json", help="Announce the address as one JSON line."),
+) -> None:
+    """Serve a scripted OpenAI-compatible model with injected faults until Ctrl-C."""
+    from orchestrator.fault_server import FaultServer, Script
+
+    try:
+        loaded = Script.model_validate_json(script.read_bytes())
+    except OSError as exc:
+        raise ConfigError(f"--script {script}: cannot read ({exc.strerror})", path=str(script)) from exc
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "file"
+        raise ConfigError(f"--script {script}: invalid at {where}: {first['msg']}", path=str(script)) from exc
+    server = FaultServer(host=host, port=port, model=model)
+    server.load(loaded)
+    server.start()
+    try:
+        if as_json:
+            typer.echo(json.dumps({"base_url": server.base_url, "port": server.port, "steps": len(loaded.steps)}))
+        else:
+            typer.echo(f"fault server: {len(loaded.steps)} steps at {server.base_url} (Ctrl-C to stop)")
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
 
 
 def register(app: typer.Typer) -> None:
-    return None
+    app.command("call")(call)
+    app.command("fault-server")(fault_server)
