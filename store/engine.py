@@ -1,0 +1,126 @@
+"""Engine set-up, and the checks made on a SQLite file before SQLite opens it.
+
+SQLite: WAL, a busy timeout, foreign keys, and ``synchronous`` (FULL by
+default: a committed turn survives power loss, not only a crash). pysqlite's
+own transaction handling is switched off so that SQLAlchemy emits the BEGIN:
+``BEGIN IMMEDIATE`` for writers, which take the write lock up front instead
+of failing with SQLITE_BUSY when a read turns into a write. Readers use
+``mode=ro`` connections and a plain BEGIN.
+
+The same models run on PostgreSQL; there writers lock the run row instead.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+from urllib.parse import quote
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+
+from store.errors import NotAStore, StoreNotFound
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+def sqlite_path(url: URL) -> Path | None:
+    """The file behind a SQLite URL; None for other backends."""
+    if url.get_backend_name() != "sqlite":
+        return None
+    if not url.database or url.database == ":memory:" or url.database.startswith("file:"):
+        raise NotAStore(f"store URL {url.render_as_string()} must name a SQLite file", url=str(url))
+    return Path(url.database).expanduser()
+
+
+def probe_file(path: Path, *, create: bool) -> bool:
+    """Check a SQLite file before opening it, reading only. Returns True when
+    it exists with content. Raises for a missing file (unless ``create``), a
+    non-SQLite file, or a truncated one."""
+    if not path.exists():
+        if create:
+            return False
+        raise StoreNotFound(f"no store at {path} (nothing has been recorded there yet)", path=str(path))
+    if path.is_dir():
+        raise NotAStore(f"{path} is a directory, not a store file", path=str(path))
+    size = path.stat().st_size
+    if size == 0:
+        if create:
+            return False
+        raise NotAStore(f"{path} is empty, not an Escrow store", path=str(path))
+    with path.open("rb") as fh:
+        header = fh.read(100)
+    if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
+        raise NotAStore(f"{path} is not a SQLite database", path=str(path))
+    problem = header_problem(header, size, wal_present=_wal_has_frames(path))
+    if problem:
+        raise NotAStore(f"{path} is damaged: {problem}", path=str(path))
+    return True
+
+
+def header_problem(header: bytes, size: int, *, wal_present: bool) -> str | None:
+    """What the 100-byte header says is wrong with a file of ``size`` bytes."""
+    (page_size,) = struct.unpack(">H", header[16:18])
+    page_size = 65536 if page_size == 1 else page_size
+    if page_size < 512 or page_size & (page_size - 1):
+        return f"invalid page size {page_size}"
+    if size % page_size:
+        return f"size {size} is not a whole number of {page_size}-byte pages (truncated?)"
+    change_counter, pages, valid_for = (struct.unpack(">I", header[o : o + 4])[0] for o in (24, 28, 92))
+    # The in-header page count is only trusted when written by a recent SQLite,
+    # and an active WAL may legitimately hold pages beyond the main file.
+    if not wal_present and change_counter == valid_for and pages * page_size > size:
+        return f"truncated: header says {pages} pages, file holds {size // page_size}"
+    return None
+
+
+def _wal_has_frames(path: Path) -> bool:
+    wal = path.with_name(path.name + "-wal")
+    try:
+        return wal.stat().st_size > 32
+    except FileNotFoundError:
+        return False
+
+
+def make_engine(
+    url: URL, *, readonly: bool, synchronous: str = "FULL", busy_timeout_ms: int = 30_000
+) -> Engine:
+    path = sqlite_path(url)
+    if path is None:
+        return create_engine(url, pool_pre_ping=True)
+    if synchronous.upper() not in SYNCHRONOUS:
+        raise ValueError(f"synchronous must be one of {SYNCHRONOUS}")
+    target = f"sqlite:///file:{quote(str(path.resolve()))}?mode=ro&uri=true" if readonly else url
+    engine = create_engine(target, connect_args={"timeout": busy_timeout_ms / 1000})
+    begin = "BEGIN" if readonly else "BEGIN IMMEDIATE"
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+        dbapi_connection.isolation_level = None  # SQLAlchemy emits BEGIN below
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        if not readonly:
+            if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn) -> None:  # type: ignore[no-untyped-def]
+        conn.exec_driver_sql(begin)
+
+    return engine
+
+
+def parse_url(url: str) -> URL:
+    try:
+        return make_url(url)
+    except Exception as exc:  # SQLAlchemy raises ArgumentError and ValueError variants
+        raise NotAStore(f"invalid store URL {url!r}: {exc}", url=url) from exc
+
+
+def ensure_parent(path: Path) -> None:
+    os.makedirs(path.parent, exist_ok=True)

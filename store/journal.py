@@ -1,0 +1,97 @@
+"""``RunJournal``: the store-backed implementation of the loop's Journal port
+(orchestrator.ports.Journal) for one run.
+
+The request is committed before the call; the turn's other rows are buffered
+and committed with the turn row at ``end_turn``. Events outside an open turn
+are committed at once; the loop's ``verdict`` event closes the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel
+
+from orchestrator.candidate import Transition
+from orchestrator.contract import Message, ModelRequest, ToolCall
+from orchestrator.envelope import Envelope
+from orchestrator.perimeter import DecisionLike
+from orchestrator.ports import ToolOutcome
+from store.errors import RecordingError
+from store.recorder import VERDICT_EVENT, Recorder, TurnWriter
+
+OUTPUT_KEYS = ("stdout", "stderr")
+
+
+class RunJournal:
+    def __init__(self, recorder: Recorder, run_id: str) -> None:
+        self.recorder = recorder
+        self.run_id = run_id
+        self.open: TurnWriter | None = None
+
+    def _turn(self, turn: int) -> TurnWriter:
+        if self.open is None or self.open.turn != turn:
+            raise RecordingError(f"run {self.run_id}: turn {turn} has no recorded request", run_id=self.run_id)
+        return self.open
+
+    def request(self, turn: int, request: ModelRequest) -> str:
+        if self.open is None or self.open.turn != turn or self.open.closed:
+            self.open = self.recorder.turn(self.run_id, turn)
+        return self.open.request(request)
+
+    def envelope(self, turn: int, call_ref: Any, envelope: Envelope, cost_usd: float) -> None:
+        self._turn(turn).envelope(str(call_ref), envelope, cost_usd)
+
+    def candidate(self, turn: int, call_ref: Any, index: int, call: ToolCall) -> str:
+        return self._turn(turn).candidate(str(call_ref), index, call)
+
+    def transition(self, candidate_ref: Any, transition: Transition) -> None:
+        if self.open is None:
+            raise RecordingError(f"run {self.run_id}: a transition outside any turn", run_id=self.run_id)
+        self.open.transition(str(candidate_ref), transition.from_state, transition.to_state, transition.reason, transition.layer)
+
+    def tool(self, candidate_ref: Any, name: str, args: BaseModel | None, decision: DecisionLike | None, outcome: ToolOutcome) -> None:
+        if self.open is None:
+            raise RecordingError(f"run {self.run_id}: a tool execution outside any turn", run_id=self.run_id)
+        detail = dict(outcome.detail)
+        streams = {key: _output(detail.pop(key, None)) for key in OUTPUT_KEYS}
+        if outcome.verifier_passed is not None:
+            detail["verifier_passed"] = outcome.verifier_passed
+        self.open.tool_execution(
+            str(candidate_ref), tool=name, arguments_json=args, decision=decision.effect if decision else None,
+            rule=decision.rule if decision else None, reason=decision.reason if decision else None,
+            exit_code=outcome.exit_code, duration_s=outcome.duration_s, observation=outcome.observation,
+            ok=outcome.ok, detail=detail or None, **streams,
+        )
+
+    def event(self, turn: int, kind: str, data: dict[str, Any]) -> None:
+        if kind == VERDICT_EVENT:
+            self.recorder.finish_run(self.run_id, str(data.get("verdict")), str(data.get("detail", "")), turn=turn)
+        elif self.open is not None and self.open.turn == turn and not self.open.closed:
+            self.open.event(kind, data)
+        else:
+            self.recorder.record_event(self.run_id, turn, kind, data)
+
+    def end_turn(self, turn: int, appended: tuple[Message, ...]) -> None:
+        self._turn(turn).commit(appended)
+
+
+class _Captured:
+    """A capped stream handed over as a plain mapping (a dumped CappedOutput)."""
+
+    def __init__(self, fields: Mapping[str, Any]) -> None:
+        self.total_bytes = int(fields["total_bytes"])
+        self.sha256 = str(fields["sha256"])
+        self._text = str(fields.get("head", "")) + (f"\n[...]\n{fields['tail']}" if fields.get("truncated") else "")
+
+    def text(self) -> str:
+        return self._text
+
+
+def _output(value: Any) -> Any:
+    if isinstance(value, Mapping) and "total_bytes" in value and "sha256" in value:
+        return _Captured(value)
+    if value is None or isinstance(value, (str, bytes)) or hasattr(value, "total_bytes"):
+        return value
+    return str(value)

@@ -1,0 +1,103 @@
+"""Schema versions and the numbered migrations between them.
+
+A new store is created at the latest schema from the table models and every
+migration is stamped as applied. An existing store at version v gets the
+migrations numbered above v, each in its own transaction, in order. A store
+whose version is above ``LATEST`` was written by a newer Escrow and is refused.
+The history is documented in docs/SCHEMA.md; a migration, once released, is
+never edited.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy import Column, Connection, Engine, Float, Index, Integer, MetaData, String, Table, inspect, select
+from sqlmodel import SQLModel
+
+from store import tables
+
+migration_log_metadata = MetaData()
+MIGRATION_LOG = Table(
+    "escrow_migrations",
+    migration_log_metadata,
+    Column("version", Integer, primary_key=True, autoincrement=False),
+    Column("name", String, nullable=False),
+    Column("applied_at", Float, nullable=False),
+)
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    apply: Callable[[Connection], None]
+
+
+def _baseline(conn: Connection) -> None:
+    """Version 1 is the first released schema; stores are only ever created at
+    the latest version, so this exists to be stamped, not run."""
+    raise RuntimeError("schema 1 is created from the models, never migrated to")
+
+
+V2_INDEXES = (
+    ("runs", "ix_runs_created_at", ("created_at",)),
+    ("runs", "ix_runs_status", ("status",)),
+    ("runs", "ix_runs_verdict", ("verdict",)),
+    ("runs", "ix_runs_gen_ai.request.model", ("gen_ai.request.model",)),
+    ("model_calls", "ix_model_calls_request_sha256", ("request_sha256",)),
+    ("model_responses", "ix_model_responses_status", ("status",)),
+    ("events", "ix_events_kind", ("kind",)),
+)
+
+
+def _listing_indexes(conn: Connection) -> None:
+    """Indexes behind ``escrow runs`` filters, request look-up by sha256 and reports."""
+    meta = MetaData()
+    for table_name, index_name, columns in V2_INDEXES:
+        table = Table(table_name, meta, autoload_with=conn)
+        Index(index_name, *(table.c[c] for c in columns)).create(conn, checkfirst=True)
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "runs, turns, model calls and responses, attempts, candidates, transitions, tool executions, events", _baseline),
+    Migration(2, "indexes for listing runs, request look-up and reports", _listing_indexes),
+)
+LATEST = MIGRATIONS[-1].version
+
+
+def store_tables() -> list[Table]:
+    return [tables.Run.__table__, *(model.__table__ for model in tables.CHAINED)]  # type: ignore[attr-defined]
+
+
+def current_version(conn: Connection) -> int | None:
+    """The store's schema version, or None when it has no migration log."""
+    if not inspect(conn).has_table(MIGRATION_LOG.name):
+        return None
+    return conn.execute(select(MIGRATION_LOG.c.version).order_by(MIGRATION_LOG.c.version.desc()).limit(1)).scalar() or 0
+
+
+def create_latest(engine: Engine) -> None:
+    with engine.begin() as conn:
+        SQLModel.metadata.create_all(conn, tables=store_tables())
+        MIGRATION_LOG.create(conn)
+        _stamp(conn, MIGRATIONS)
+
+
+def upgrade(engine: Engine, from_version: int, to_version: int = LATEST) -> list[int]:
+    """Apply migrations above ``from_version`` up to ``to_version``; returns those applied."""
+    applied = []
+    for migration in MIGRATIONS:
+        if from_version < migration.version <= to_version:
+            with engine.begin() as conn:
+                migration.apply(conn)
+                _stamp(conn, (migration,))
+            applied.append(migration.version)
+    return applied
+
+
+def _stamp(conn: Connection, migrations: tuple[Migration, ...]) -> None:
+    now = time.time()
+    conn.execute(MIGRATION_LOG.insert(), [{"version": m.version, "name": m.name, "applied_at": now} for m in migrations])

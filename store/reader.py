@@ -1,0 +1,160 @@
+"""Queries behind the Store's read methods. Every query is driven by an index:
+runs by ``created_at`` (and the filter columns), chained rows by
+``(run_id, seq)``."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from functools import cache
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+from sqlalchemy import Connection, Table, func, inspect, select
+
+from store.errors import RunNotFound
+from store.tables import CallAttempt, CandidateRow, EventRow, ModelCall, ModelResponse, Run, ToolExecution, TransitionRow, Turn
+from store.views import (
+    AttemptView, CallView, CandidateView, EventView, ResponseView, RunSummary, RunTotals, RunView,
+    ToolExecutionView, Trajectory, TransitionView, TurnRecord, TurnView,
+)
+
+V = TypeVar("V", bound=BaseModel)
+
+
+@cache
+def _attr_of_column(model: type) -> dict[str, str]:
+    return {column.name: attr for attr, column in inspect(model).columns.items()}
+
+
+def view(view_cls: type[V], model: type, row: Mapping[str, Any], **extra: Any) -> V:
+    names = _attr_of_column(model)
+    values = {names[k]: v for k, v in row.items() if names.get(k) in view_cls.model_fields}
+    return view_cls(**values, **extra)
+
+
+def _table(model: type) -> Table:
+    return model.__table__  # type: ignore[attr-defined,no-any-return]
+
+
+def _rows(conn: Connection, model: type, run_id: str) -> list[Mapping[str, Any]]:
+    t = _table(model)
+    return list(conn.execute(select(t).where(t.c.run_id == run_id).order_by(t.c.seq)).mappings())
+
+
+def resolve_run_id(conn: Connection, ref: str) -> str:
+    """A full run id, from the id itself or a unique prefix of it."""
+    runs = _table(Run)
+    if conn.execute(select(runs.c.id).where(runs.c.id == ref)).first():
+        return ref
+    if not ref or any(c in ref for c in "%_\\"):
+        raise RunNotFound(f"no run {ref!r}", ref=ref)
+    found = conn.execute(select(runs.c.id).where(runs.c.id.like(f"{ref}%")).limit(2)).scalars().all()
+    if not found:
+        raise RunNotFound(f"no run matches {ref!r}", ref=ref)
+    if len(found) > 1:
+        raise RunNotFound(f"run prefix {ref!r} is ambiguous; give more characters", ref=ref)
+    return str(found[0])
+
+
+def get_run(conn: Connection, run_id: str) -> RunView:
+    runs = _table(Run)
+    row = conn.execute(select(runs).where(runs.c.id == run_id)).mappings().first()
+    if row is None:
+        raise RunNotFound(f"no run {run_id!r}", ref=run_id)
+    return view(RunView, Run, row)
+
+
+def list_runs(
+    conn: Connection, *, status: str | None = None, verdict: str | None = None, model: str | None = None,
+    since: float | None = None, until: float | None = None, limit: int = 50,
+) -> list[RunSummary]:
+    """Newest first; totals are aggregated for the returned page only."""
+    runs = _table(Run)
+    stmt = select(runs).order_by(runs.c.created_at.desc(), runs.c.id.desc()).limit(limit)
+    for column, wanted in ((runs.c.status, status), (runs.c.verdict, verdict), (runs.c["gen_ai.request.model"], model)):
+        if wanted is not None:
+            stmt = stmt.where(column == wanted)
+    if since is not None:
+        stmt = stmt.where(runs.c.created_at >= since)
+    if until is not None:
+        stmt = stmt.where(runs.c.created_at < until)
+    page = [view(RunView, Run, row) for row in conn.execute(stmt).mappings()]
+    totals = run_totals(conn, [r.id for r in page])
+    return [RunSummary(run=r, totals=totals.get(r.id, RunTotals())) for r in page]
+
+
+def run_totals(conn: Connection, run_ids: list[str]) -> dict[str, RunTotals]:
+    if not run_ids:
+        return {}
+    calls, responses, turns = _table(ModelCall), _table(ModelResponse), _table(Turn)
+    counts: dict[str, dict[str, Any]] = defaultdict(dict)
+    for run_id, n in conn.execute(select(calls.c.run_id, func.count()).where(calls.c.run_id.in_(run_ids)).group_by(calls.c.run_id)):
+        counts[run_id]["calls"] = n
+    for run_id, n in conn.execute(select(turns.c.run_id, func.count()).where(turns.c.run_id.in_(run_ids)).group_by(turns.c.run_id)):
+        counts[run_id]["turns"] = n
+    sums = select(
+        responses.c.run_id,
+        func.sum(responses.c["gen_ai.usage.input_tokens"]),
+        func.sum(responses.c["gen_ai.usage.cache_read.input_tokens"]),
+        func.sum(responses.c["gen_ai.usage.output_tokens"]),
+        func.sum(responses.c.cost_usd),
+    ).where(responses.c.run_id.in_(run_ids)).group_by(responses.c.run_id)
+    for run_id, tin, tcached, tout, cost in conn.execute(sums):
+        counts[run_id].update(input_tokens=tin or 0, cached_input_tokens=tcached or 0, output_tokens=tout or 0, cost_usd=cost)
+    return {run_id: RunTotals(**values) for run_id, values in counts.items()}
+
+
+def turns(conn: Connection, run_id: str) -> list[TurnView]:
+    return [view(TurnView, Turn, row) for row in _rows(conn, Turn, run_id)]
+
+
+def calls(conn: Connection, run_id: str) -> list[CallView]:
+    responses = {row["call_id"]: view(ResponseView, ModelResponse, row) for row in _rows(conn, ModelResponse, run_id)}
+    attempts: dict[str, list[AttemptView]] = defaultdict(list)
+    for row in _rows(conn, CallAttempt, run_id):
+        attempts[row["call_id"]].append(view(AttemptView, CallAttempt, row))
+    return [
+        view(CallView, ModelCall, row, response=responses.get(row["id"]), attempts=tuple(sorted(attempts[row["id"]], key=lambda a: a.number)))
+        for row in _rows(conn, ModelCall, run_id)
+    ]
+
+
+def candidates(conn: Connection, run_id: str) -> list[CandidateView]:
+    moves: dict[str, list[TransitionView]] = defaultdict(list)
+    for row in _rows(conn, TransitionRow, run_id):
+        moves[row["candidate_id"]].append(view(TransitionView, TransitionRow, row))
+    return [view(CandidateView, CandidateRow, row, transitions=tuple(moves[row["id"]])) for row in _rows(conn, CandidateRow, run_id)]
+
+
+def tool_executions(conn: Connection, run_id: str) -> list[ToolExecutionView]:
+    return [view(ToolExecutionView, ToolExecution, row) for row in _rows(conn, ToolExecution, run_id)]
+
+
+def events(conn: Connection, run_id: str, kind: str | None = None) -> list[EventView]:
+    found = [view(EventView, EventRow, row) for row in _rows(conn, EventRow, run_id)]
+    return [e for e in found if kind is None or e.kind == kind]
+
+
+def trajectory(conn: Connection, run_id: str) -> Trajectory:
+    """The whole run grouped by turn number, in recording order."""
+    run = get_run(conn, run_id)
+    committed = {t.turn: t for t in turns(conn, run_id)}
+    groups: dict[str, dict[int, list[Any]]] = {k: defaultdict(list) for k in ("calls", "candidates", "tool_executions", "events")}
+    loose: list[EventView] = []
+    sources: Iterable[tuple[str, list[Any]]] = (
+        ("calls", calls(conn, run_id)), ("candidates", candidates(conn, run_id)),
+        ("tool_executions", tool_executions(conn, run_id)), ("events", events(conn, run_id)),
+    )
+    for name, items in sources:
+        for item in items:
+            if item.turn is None:
+                loose.append(item)
+            else:
+                groups[name][item.turn].append(item)
+    numbers = sorted(set(committed).union(*(g.keys() for g in groups.values())))
+    records = tuple(
+        TurnRecord(turn=n, committed=committed.get(n), **{k: tuple(g.get(n, ())) for k, g in groups.items()})
+        for n in numbers
+    )
+    return Trajectory(run=run, turns=records, run_events=tuple(loose))

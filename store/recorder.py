@@ -1,0 +1,233 @@
+"""The write side: what the loop calls to record a run.
+
+Write-ahead: a request row is committed before the call is made. A turn's
+post-call rows (envelope, attempts, candidates, transitions, tool executions,
+events) are buffered by a ``TurnWriter`` and committed together with the
+turn's own row in one transaction, so a crash loses at most the turn in flight
+and never leaves half a turn. Every row extends the run's hash chain.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, select
+
+from orchestrator import __version__
+from orchestrator.contract import Message, ModelRequest
+from orchestrator.envelope import Envelope
+from store import rows as build
+from store.errors import RecordingError
+from store.rows import Output, Pending
+from store.tables import CandidateRow, ModelCall, Run, TransitionRow
+from store.writer import append
+
+if TYPE_CHECKING:
+    from store.store import Store
+
+VERDICT_EVENT = "verdict"
+DEFAULT_OUTPUT_CAP = 64 * 1024
+
+
+class Recorder:
+    """Records runs into a writable Store. ``clock`` gives Unix seconds;
+    ``output_cap_bytes`` caps stored stdout/stderr (sizes and sha256 are of
+    the full output)."""
+
+    def __init__(self, store: "Store", *, clock: Callable[[], float] = time.time, output_cap_bytes: int = DEFAULT_OUTPUT_CAP) -> None:
+        self.store = store
+        self.clock = clock
+        self.output_cap_bytes = output_cap_bytes
+
+    def start_run(
+        self, *, task: str, repo: str, config: Mapping[str, Any], policy: Mapping[str, Any], model: str,
+        mode: str = "run", parent_run_id: str | None = None, forked_at_turn: int | None = None,
+    ) -> str:
+        run_id = build.new_run_id()
+        row = build.run_row(
+            run_id=run_id, now=self.clock(), task=task, repo=repo, config=config, policy=policy, model=model,
+            mode=mode, parent_run_id=parent_run_id, forked_at_turn=forked_at_turn, version=__version__,
+        )
+        with self.store.write() as conn:
+            conn.execute(Run.__table__.insert(), [row])
+        return run_id
+
+    def turn(self, run_id: str, turn: int) -> "TurnWriter":
+        return TurnWriter(self, run_id, turn)
+
+    def record_request(self, run_id: str, turn: int, request: ModelRequest, attempt_of: str | None = None) -> str:
+        """Commit the request row now, before the call is made; returns the call id."""
+        return self.turn(run_id, turn).request(request, attempt_of=attempt_of)
+
+    def record_envelope(self, call_id: str, envelope: Envelope, cost_usd: float | None = None) -> None:
+        with self.store.write() as conn:
+            run_id, turn = _owner(conn, ModelCall, call_id)
+            append(conn, run_id, build.response_rows(call_id, run_id, turn, envelope, cost_usd, self.clock()))
+
+    def record_candidate(self, run_id: str, turn: int | None, call_id: str, candidate_index: int, tool_call_json: Any) -> str:
+        candidate_id = build.new_row_id()
+        self._commit(run_id, [build.candidate_row(candidate_id, run_id, turn, call_id, candidate_index, tool_call_json, self.clock())])
+        return candidate_id
+
+    def record_transition(self, candidate_id: str, from_state: str | None, to_state: str, reason: str = "", layer: str | None = None) -> None:
+        with self.store.write() as conn:
+            run_id, turn = _owner(conn, CandidateRow, candidate_id)
+            check_transition(candidate_id, _current_state(conn, candidate_id), from_state, to_state)
+            append(conn, run_id, [build.transition_row(run_id, turn, candidate_id, _state(from_state), _state(to_state), reason, layer, self.clock())])
+
+    def record_tool_execution(self, candidate_id: str, tool: str, arguments_json: Any, decision: str | None, rule: str | None,
+                              reason: str | None, exit_code: int | None, stdout: Output, stderr: Output,
+                              duration_s: float | None, observation: str, *, ok: bool | None = None,
+                              detail: Mapping[str, Any] | None = None) -> str:
+        with self.store.write() as conn:
+            run_id, turn = _owner(conn, CandidateRow, candidate_id)
+            pending = self.tool_row(run_id, turn, candidate_id, tool=tool, arguments_json=arguments_json, decision=decision,
+                                    rule=rule, reason=reason, exit_code=exit_code, stdout=stdout, stderr=stderr,
+                                    duration_s=duration_s, observation=observation, ok=ok, detail=detail)
+            append(conn, run_id, [pending])
+        return str(pending[1]["id"])
+
+    def record_event(self, run_id: str, turn: int | None, kind: str, data: Mapping[str, Any]) -> str:
+        pending = self.event_row(run_id, turn, kind, data)
+        self._commit(run_id, [pending])
+        return str(pending[1]["id"])
+
+    def finish_run(self, run_id: str, verdict: str, detail: str = "", *, turn: int | None = None) -> None:
+        """Record the verdict event and close the run, in one transaction."""
+        now = self.clock()
+        pending = build.event_row(run_id, turn, VERDICT_EVENT, {"verdict": verdict, "detail": detail}, now)
+        self._commit(run_id, [pending], {"status": "finished", "verdict": verdict, "verdict_detail": detail, "finished_at": now})
+
+    def tool_row(self, run_id: str, turn: int | None, candidate_id: str, **fields: Any) -> Pending:
+        return build.tool_execution_row(run_id, turn, candidate_id, cap=self.output_cap_bytes, now=self.clock(), **fields)
+
+    def event_row(self, run_id: str, turn: int | None, kind: str, data: Mapping[str, Any]) -> Pending:
+        if kind == VERDICT_EVENT:
+            raise RecordingError("a verdict is recorded with finish_run, which also closes the run", run_id=run_id)
+        return build.event_row(run_id, turn, kind, data, self.clock())
+
+    def _commit(self, run_id: str, pending: Sequence[Pending], run_update: Mapping[str, Any] | None = None) -> None:
+        with self.store.write() as conn:
+            append(conn, run_id, pending, run_update)
+
+
+class TurnWriter:
+    """Buffers one turn. ``request`` commits at once (with anything buffered
+    before it); everything else waits for ``commit``, which writes it all and
+    the turn row in one transaction. Leaving a ``with`` block on an exception
+    discards the buffer, as a crash would."""
+
+    def __init__(self, recorder: Recorder, run_id: str, turn: int) -> None:
+        self.recorder = recorder
+        self.run_id = run_id
+        self.turn = turn
+        self.pending: list[Pending] = []
+        self.call_ids: set[str] = set()
+        self.states: dict[str, str | None] = {}
+        self.closed = False
+
+    def __enter__(self) -> "TurnWriter":
+        return self
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        if exc_type is None and not self.closed:
+            self.commit()
+
+    def request(self, request: ModelRequest, attempt_of: str | None = None) -> str:
+        call_id = build.new_row_id()
+        row = build.request_row(call_id, self.run_id, self.turn, request, attempt_of, self.recorder.clock())
+        self.recorder._commit(self.run_id, [*self.pending, row])
+        self.pending.clear()
+        self.call_ids.add(call_id)
+        return call_id
+
+    def envelope(self, call_id: str, envelope: Envelope, cost_usd: float | None = None) -> None:
+        self.pending += build.response_rows(call_id, self.run_id, self.turn, envelope, cost_usd, self.recorder.clock())
+
+    def candidate(self, call_id: str, candidate_index: int, tool_call: Any) -> str:
+        candidate_id = build.new_row_id()
+        self.pending.append(build.candidate_row(candidate_id, self.run_id, self.turn, call_id, candidate_index, tool_call, self.recorder.clock()))
+        self.states[candidate_id] = None
+        return candidate_id
+
+    def transition(self, candidate_id: str, from_state: str | None, to_state: str, reason: str = "", layer: str | None = None) -> None:
+        if candidate_id not in self.states:
+            raise RecordingError(f"candidate {candidate_id} was not staged in turn {self.turn}", candidate_id=candidate_id)
+        check_transition(candidate_id, self.states[candidate_id], from_state, to_state)
+        self.states[candidate_id] = _state(to_state)
+        self.pending.append(build.transition_row(self.run_id, self.turn, candidate_id, _state(from_state), _state(to_state), reason, layer, self.recorder.clock()))
+
+    def tool_execution(
+        self, candidate_id: str, *, tool: str, arguments_json: Any, decision: str | None, rule: str | None,
+        reason: str | None, exit_code: int | None, stdout: Output, stderr: Output, duration_s: float | None,
+        observation: str, ok: bool | None = None, detail: Mapping[str, Any] | None = None,
+    ) -> str:
+        """The ACL decision on a candidate of this turn and, when it ran, its
+        outcome. ``observation`` is stored byte-exact; stdout/stderr capped."""
+        if candidate_id not in self.states:
+            raise RecordingError(f"candidate {candidate_id} was not staged in turn {self.turn}", candidate_id=candidate_id)
+        pending = self.recorder.tool_row(
+            self.run_id, self.turn, candidate_id, tool=tool, arguments_json=arguments_json, decision=decision, rule=rule,
+            reason=reason, exit_code=exit_code, stdout=stdout, stderr=stderr, duration_s=duration_s,
+            observation=observation, ok=ok, detail=detail,
+        )
+        self.pending.append(pending)
+        return str(pending[1]["id"])
+
+    def event(self, kind: str, data: Mapping[str, Any]) -> str:
+        pending = self.recorder.event_row(self.run_id, self.turn, kind, data)
+        self.pending.append(pending)
+        return str(pending[1]["id"])
+
+    def commit(self, messages: Sequence[Message] = ()) -> None:
+        """Write the buffered rows and the turn row; ``messages`` are those the
+        turn appended to the history."""
+        if self.closed:
+            raise RecordingError(f"turn {self.turn} of run {self.run_id} was already committed")
+        turn_row = build.turn_row(self.run_id, self.turn, len(self.pending), messages, self.recorder.clock())
+        with self.recorder.store.write() as conn:
+            _check_calls(conn, self.run_id, self.turn, self.pending)
+            append(conn, self.run_id, [*self.pending, turn_row])
+        self.pending.clear()
+        self.closed = True
+
+
+def _state(value: Any) -> str | None:
+    return None if value is None else str(getattr(value, "value", value))
+
+
+def check_transition(candidate_id: str, current: str | None, from_state: Any, to_state: Any) -> None:
+    """The recorded history of a candidate must be continuous."""
+    if _state(from_state) != current:
+        raise RecordingError(
+            f"candidate {candidate_id} is {current or 'unstaged'}, not {_state(from_state) or 'unstaged'}",
+            candidate_id=candidate_id,
+        )
+    if _state(to_state) is None:
+        raise RecordingError("a transition needs a target state", candidate_id=candidate_id)
+
+
+def _owner(conn: Connection, model: type, row_id: str) -> tuple[str, int | None]:
+    t = model.__table__  # type: ignore[attr-defined]
+    found = conn.execute(select(t.c.run_id, t.c.turn).where(t.c.id == row_id)).first()
+    if found is None:
+        raise RecordingError(f"no {t.name} row {row_id}", row_id=row_id)
+    return str(found.run_id), found.turn
+
+
+def _current_state(conn: Connection, candidate_id: str) -> str | None:
+    t = TransitionRow.__table__
+    return conn.execute(select(t.c.to_state).where(t.c.candidate_id == candidate_id).order_by(t.c.seq.desc()).limit(1)).scalar()
+
+
+def _check_calls(conn: Connection, run_id: str, turn: int, pending: Sequence[Pending]) -> None:
+    """Responses and candidates of a turn must refer to that turn's own calls."""
+    wanted = {row["call_id"] for _, row in pending if "call_id" in row}
+    if not wanted:
+        return
+    t = ModelCall.__table__
+    found = set(conn.execute(select(t.c.id).where(t.c.id.in_(wanted), t.c.run_id == run_id, t.c.turn == turn)).scalars())
+    if wanted - found:
+        raise RecordingError(f"turn {turn} of run {run_id} refers to calls it did not make: {sorted(wanted - found)}")

@@ -1,0 +1,189 @@
+"""The Store: one opened trajectory database, its schema checked or migrated.
+
+Reads go through ``read()`` (deferred transactions, a ``mode=ro`` connection
+on SQLite); writes through ``write()`` (BEGIN IMMEDIATE). Database errors are
+turned into typed StoreErrors at this boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy import exc as sa_exc
+
+from store import migrations, reader, verify
+from store.chain import ChainCheck
+from store.engine import ensure_parent, make_engine, parse_url, probe_file, sqlite_path
+from store.errors import NotAStore, RecordingError, SchemaTooNew, SchemaTooOld, StoreError
+from store.views import CallView, CandidateView, EventView, RunSummary, RunView, ToolExecutionView, Trajectory, TurnView
+
+
+class Store:
+    def __init__(self, url: str, reader_engine: Engine, writer_engine: Engine | None, version: int) -> None:
+        self.url = url
+        self._reader = reader_engine
+        self._writer = writer_engine
+        self.schema_version = version
+
+    @classmethod
+    def open(
+        cls, url: str, *, create: bool = True, readonly: bool = False,
+        synchronous: str = "FULL", busy_timeout_ms: int = 30_000,
+    ) -> "Store":
+        """Open (and, when allowed, create or migrate) the store at ``url``.
+
+        ``readonly`` never writes, not even to migrate; ``create=False`` refuses
+        a missing or empty store. Raises StoreNotFound, NotAStore,
+        SchemaTooNew or SchemaTooOld with the location in the message."""
+        parsed = parse_url(url)
+        path = sqlite_path(parsed)
+        shown = str(path) if path else parsed.render_as_string(hide_password=True)
+        may_create = create and not readonly
+        if path is not None and not probe_file(path, create=may_create):
+            ensure_parent(path)
+        reader_engine = make_engine(parsed, readonly=readonly, busy_timeout_ms=busy_timeout_ms)
+        writer_engine = None if readonly else make_engine(parsed, readonly=False, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms)
+        try:
+            version = _prepare(writer_engine or reader_engine, shown, may_create=may_create, readonly=readonly)
+        except BaseException:
+            reader_engine.dispose()
+            if writer_engine is not None:
+                writer_engine.dispose()
+            raise
+        return cls(shown, reader_engine, writer_engine, version)
+
+    def close(self) -> None:
+        self._reader.dispose()
+        if self._writer is not None:
+            self._writer.dispose()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+    @property
+    def dialect(self) -> str:
+        return self._reader.dialect.name
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        with translated(self.url), self._reader.connect() as conn:
+            yield conn
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        if self._writer is None:
+            raise StoreError(f"store {self.url} was opened read-only")
+        with translated(self.url), self._writer.begin() as conn:
+            yield conn
+
+    # Readers: frozen views for replay, reports and the CLI.
+
+    def resolve(self, ref: str) -> str:
+        """The full id of the run ``ref`` names (an id or a unique prefix)."""
+        with self.read() as conn:
+            return reader.resolve_run_id(conn, ref)
+
+    def run(self, ref: str) -> RunView:
+        with self.read() as conn:
+            return reader.get_run(conn, reader.resolve_run_id(conn, ref))
+
+    def runs(self, *, status: str | None = None, verdict: str | None = None, model: str | None = None,
+             since: float | None = None, until: float | None = None, limit: int = 50) -> list[RunSummary]:
+        with self.read() as conn:
+            return reader.list_runs(conn, status=status, verdict=verdict, model=model, since=since, until=until, limit=limit)
+
+    def turns(self, run_id: str) -> list[TurnView]:
+        with self.read() as conn:
+            return reader.turns(conn, run_id)
+
+    def calls(self, run_id: str) -> list[CallView]:
+        with self.read() as conn:
+            return reader.calls(conn, run_id)
+
+    def candidates(self, run_id: str) -> list[CandidateView]:
+        with self.read() as conn:
+            return reader.candidates(conn, run_id)
+
+    def tool_executions(self, run_id: str) -> list[ToolExecutionView]:
+        with self.read() as conn:
+            return reader.tool_executions(conn, run_id)
+
+    def events(self, run_id: str, kind: str | None = None) -> list[EventView]:
+        with self.read() as conn:
+            return reader.events(conn, run_id, kind)
+
+    def trajectory(self, ref: str) -> Trajectory:
+        with self.read() as conn:
+            return reader.trajectory(conn, reader.resolve_run_id(conn, ref))
+
+    def verify(self, ref: str) -> ChainCheck:
+        with self.read() as conn:
+            try:
+                run_id = reader.resolve_run_id(conn, ref)
+            except StoreError:
+                run_id = ref
+            return verify.verify_run(conn, run_id)
+
+    def verify_all(self) -> list[ChainCheck]:
+        """Every run's chain, then any rows left behind by a deleted run."""
+        with self.read() as conn:
+            return [verify.verify_run(conn, r) for r in verify.all_run_ids(conn)] + verify.orphans(conn)
+
+    def integrity_check(self) -> str:
+        """SQLite's own ``PRAGMA integrity_check`` ("ok" when sound)."""
+        if self.dialect != "sqlite":
+            return "ok"
+        with self.read() as conn:
+            return "\n".join(str(r[0]) for r in conn.execute(text("PRAGMA integrity_check")))
+
+
+def _prepare(engine: Engine, shown: str, *, may_create: bool, readonly: bool) -> int:
+    with translated(shown):
+        with engine.connect() as conn:
+            version = migrations.current_version(conn)
+            foreign = [t for t in inspect(conn).get_table_names() if not t.startswith("sqlite_")]
+        if version is None:
+            if foreign:
+                raise NotAStore(f"{shown} holds a database that is not an Escrow store", location=shown)
+            if not may_create:
+                raise NotAStore(f"{shown} holds no Escrow store", location=shown)
+            migrations.create_latest(engine)
+            return migrations.LATEST
+        if version > migrations.LATEST:
+            raise SchemaTooNew(
+                f"{shown} has schema version {version}, newer than this Escrow's {migrations.LATEST}; upgrade Escrow to read it",
+                location=shown, version=version,
+            )
+        if version < migrations.LATEST:
+            if readonly:
+                raise SchemaTooOld(
+                    f"{shown} has schema version {version}; run `escrow migrate` to bring it to {migrations.LATEST}",
+                    location=shown, version=version,
+                )
+            migrations.upgrade(engine, version)
+        return migrations.LATEST
+
+
+@contextmanager
+def translated(location: str) -> Iterator[None]:
+    """Database errors become StoreErrors that say where and what."""
+    try:
+        yield
+    except sa_exc.IntegrityError as exc:
+        raise RecordingError(f"{location}: write refused: {exc.orig}", location=location) from exc
+    except sa_exc.DBAPIError as exc:
+        detail = str(exc.orig)
+        if any(s in detail for s in ("not a database", "malformed", "encrypted")):
+            raise NotAStore(f"{location} is not a readable Escrow store: {detail}", location=location) from exc
+        raise StoreError(f"store {location}: {detail}", location=location) from exc
+
+
+def store_path(url: str) -> Path | None:
+    return sqlite_path(parse_url(url))

@@ -1,0 +1,74 @@
+"""Synthetic trajectories with the shape of real ones, recorded through the
+public Recorder API. Used by the crash, concurrency and tamper tests and by
+bench/bench_store.py; seeded, so a run can be reproduced."""
+
+from __future__ import annotations
+
+import random
+
+from orchestrator.contract import Message, ModelRequest, Sampling, ToolCall, ToolSpec
+from orchestrator.envelope import Attempt, Envelope, ErrorDetail, Payload, Status, Timings, Usage
+from store.recorder import Recorder
+
+TOOLS = (
+    ToolSpec(name="bash", description="Run a command.", parameters={"type": "object", "properties": {"cmd": {"type": "string"}}}),
+    ToolSpec(name="read_file", description="Read a file.", parameters={"type": "object", "properties": {"path": {"type": "string"}}}),
+)
+
+
+def start(recorder: Recorder, rng: random.Random, model: str = "gemma-3-270m") -> str:
+    return recorder.start_run(
+        task=f"fix the failing test #{rng.randrange(1000)}", repo="/work/example", model=model,
+        config={"max_turns": 20, "temperature": 0.0}, policy={"tools": ["bash", "read_file"], "approval": "auto"},
+    )
+
+
+def request_for(turn: int, history: list[Message], model: str = "gemma-3-270m") -> ModelRequest:
+    return ModelRequest(
+        model=model, messages=(Message(role="system", content="You fix code."), *history), tools=TOOLS,
+        max_tokens=256, stop=("</done>",), sampling=Sampling(temperature=0.0, seed=turn),
+    )
+
+
+def envelope_for(rng: random.Random, turn: int, calls: tuple[ToolCall, ...]) -> Envelope:
+    retried = rng.random() < 0.2
+    attempts = [Attempt(number=1, status=Status.TRANSPORT_FAILURE, http_status=503, error=ErrorDetail(kind="http_503", message="busy"), duration_s=0.01, backoff_s=0.5)] if retried else []
+    attempts.append(Attempt(number=len(attempts) + 1, status=Status.COMPLETED, http_status=200, duration_s=0.4))
+    return Envelope(
+        status=Status.COMPLETED, payload=Payload(text=f"turn {turn}", tool_calls=calls), finish_reason="tool_calls",
+        http_status=200, usage=Usage(prompt_tokens=900 + 150 * turn, cached_prompt_tokens=750 + 150 * turn, completion_tokens=rng.randrange(20, 200),
+                                     prompt_source="server", cached_source="server", completion_source="server"),
+        timings=Timings(ttft_s=0.05, decode_s=0.3, total_s=0.36), model="gemma-3-270m", engine="llama.cpp",
+        attempts=tuple(attempts), payload_bytes=120,
+    )
+
+
+def record_turn(recorder: Recorder, run_id: str, turn: int, history: list[Message], rng: random.Random) -> None:
+    """One complete turn: write-ahead request, then envelope, candidates with
+    their escrow transitions, tool executions and an event in one transaction.
+    Appends the turn's messages to ``history``."""
+    with recorder.turn(run_id, turn) as tx:
+        call_id = tx.request(request_for(turn, history))
+        calls = tuple(
+            ToolCall(id=f"call_{turn}_{i}", name="bash", arguments=f'{{"cmd": "pytest -k t{turn}_{i}"}}')
+            for i in range(rng.randrange(1, 3))
+        )
+        tx.envelope(call_id, envelope_for(rng, turn, calls), cost_usd=0.0001 * (turn + 1))
+        appended = [Message(role="assistant", content=f"turn {turn}", tool_calls=calls)]
+        for index, call in enumerate(calls):
+            candidate_id = tx.candidate(call_id, index, call)
+            tx.transition(candidate_id, None, "STAGED", "released from model escrow")
+            tx.transition(candidate_id, "STAGED", "VALIDATING", "parse, schema, policy")
+            allowed = rng.random() < 0.8
+            tx.transition(candidate_id, "VALIDATING", "COMMITTED" if allowed else "REJECTED", "policy", layer="policy")
+            observation = f"exit 0\n{'.' * rng.randrange(1, 40)}" if allowed else "error (policy check): denied"
+            tx.tool_execution(
+                candidate_id, tool=call.name, arguments_json=call.arguments, decision="allow" if allowed else "deny",
+                rule="tools.bash" if allowed else "paths.write", reason="granted" if allowed else "outside workspace",
+                exit_code=0 if allowed else None, stdout="collected 3 items\n" * rng.randrange(1, 5), stderr="",
+                duration_s=0.2, observation=observation, ok=allowed,
+            )
+            appended.append(Message(role="tool", content=observation, tool_call_id=call.id))
+        tx.event("route", {"status": "COMPLETED", "action": "release"})
+        tx.commit(appended)
+    history.extend(appended)

@@ -1,0 +1,222 @@
+"""The store's tables, as SQLModel classes: the public schema (docs/SCHEMA.md).
+
+Every table but ``runs`` is append-only and part of its run's hash chain: it
+carries ``run_id``, a per-run sequence number ``seq`` shared by all chained
+tables, and ``chain_hash``. Columns are named after OpenTelemetry GenAI
+attributes where one fits; the Python attribute keeps a plain name. JSON is
+stored as canonical text (not a JSON type) so the hashed bytes are the stored
+bytes on every backend. Timestamps are Unix seconds (REAL).
+
+The DDL that creates these tables lives in ``store.migrations``; a test keeps
+the two in step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Index, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+def otel(name: str, **kwargs: Any) -> Any:
+    """A column named after an OpenTelemetry attribute."""
+    return Field(sa_column_kwargs={"name": name}, **kwargs)
+
+
+def text(**kwargs: Any) -> Any:
+    return Field(sa_type=Text, **kwargs)
+
+
+class Run(SQLModel, table=True):
+    __tablename__ = "runs"
+    __table_args__ = (Index("ix_runs_created_at", "created_at"),)
+
+    id: str = Field(primary_key=True)
+    created_at: float
+    finished_at: float | None = None
+    task: str = text()
+    repo: str
+    mode: str
+    request_model: str = otel("gen_ai.request.model", index=True)
+    config_json: str = text()
+    policy_json: str = text()
+    parent_run_id: str | None = Field(default=None, foreign_key="runs.id")
+    forked_at_turn: int | None = None
+    escrow_version: str
+    status: str = Field(index=True)
+    verdict: str | None = Field(default=None, index=True)
+    verdict_detail: str | None = text(default=None)
+    chain_seq: int
+    chain_head: str
+
+
+class Chained(SQLModel):
+    """Columns shared by every chained row."""
+
+    id: str = Field(primary_key=True)
+    run_id: str = Field(foreign_key="runs.id")
+    seq: int
+    chain_hash: str
+    turn: int | None = None
+
+
+def chained_args(table: str, *extra: Any) -> tuple[Any, ...]:
+    return (UniqueConstraint("run_id", "seq", name=f"uq_{table}_run_seq"), *extra)
+
+
+class Turn(Chained, table=True):
+    """Written last in a turn's transaction: its presence means the turn committed."""
+
+    __tablename__ = "turns"
+    __table_args__ = chained_args("turns", UniqueConstraint("run_id", "turn", name="uq_turns_run_turn"))
+
+    committed_at: float
+    n_rows: int
+    messages_json: str = text()
+
+
+class ModelCall(Chained, table=True):
+    """The request, committed before the call is made (write-ahead)."""
+
+    __tablename__ = "model_calls"
+    __table_args__ = chained_args("model_calls", Index("ix_model_calls_run_turn", "run_id", "turn"))
+
+    created_at: float
+    attempt_of: str | None = Field(default=None, foreign_key="model_calls.id")
+    operation_name: str = otel("gen_ai.operation.name")
+    request_model: str = otel("gen_ai.request.model")
+    max_tokens: int = otel("gen_ai.request.max_tokens")
+    temperature: float | None = otel("gen_ai.request.temperature", default=None)
+    top_p: float | None = otel("gen_ai.request.top_p", default=None)
+    top_k: int | None = otel("gen_ai.request.top_k", default=None)
+    seed: int | None = otel("gen_ai.request.seed", default=None)
+    stop_sequences: str = otel("gen_ai.request.stop_sequences", sa_type=Text)
+    sampling_json: str = text()
+    deadline_s: float
+    max_payload_bytes: int
+    request_json: str = text()
+    request_sha256: str = Field(index=True)
+
+
+class ModelResponse(Chained, table=True):
+    """The envelope of one call, recorded after it returned."""
+
+    __tablename__ = "model_responses"
+    __table_args__ = chained_args("model_responses")
+
+    call_id: str = Field(foreign_key="model_calls.id", unique=True)
+    recorded_at: float
+    status: str = Field(index=True)
+    finish_reasons: str | None = otel("gen_ai.response.finish_reasons", default=None, sa_type=Text)
+    http_status: int | None = None
+    response_model: str | None = otel("gen_ai.response.model", default=None)
+    system_fingerprint: str | None = otel("openai.response.system_fingerprint", default=None)
+    engine: str | None = None
+    input_tokens: int = otel("gen_ai.usage.input_tokens")
+    cached_input_tokens: int = otel("gen_ai.usage.cache_read.input_tokens")
+    output_tokens: int = otel("gen_ai.usage.output_tokens")
+    input_tokens_source: str
+    cached_input_tokens_source: str
+    output_tokens_source: str
+    ttft_s: float | None = None
+    decode_s: float | None = None
+    total_s: float
+    cost_usd: float | None = None
+    payload_bytes: int
+    error_type: str | None = otel("error.type", default=None)
+    error_message: str | None = text(default=None)
+    n_attempts: int
+    envelope_json: str = text()
+    envelope_sha256: str
+
+
+class CallAttempt(Chained, table=True):
+    """One HTTP attempt inside a call (the client's own retries)."""
+
+    __tablename__ = "call_attempts"
+    __table_args__ = chained_args("call_attempts", UniqueConstraint("call_id", "number", name="uq_call_attempts_number"))
+
+    call_id: str = Field(foreign_key="model_calls.id")
+    number: int
+    status: str
+    http_status: int | None = None
+    error_type: str | None = otel("error.type", default=None)
+    error_message: str | None = text(default=None)
+    duration_s: float
+    backoff_s: float
+
+
+class CandidateRow(Chained, table=True):
+    """A tool call the model proposed, as it entered escrow."""
+
+    __tablename__ = "candidates"
+    __table_args__ = chained_args(
+        "candidates", UniqueConstraint("call_id", "candidate_index", name="uq_candidates_call_index")
+    )
+
+    call_id: str = Field(foreign_key="model_calls.id")
+    candidate_index: int
+    tool_call_id: str | None = otel("gen_ai.tool.call.id", default=None)
+    tool_name: str | None = otel("gen_ai.tool.name", default=None)
+    tool_call_json: str = text()
+    created_at: float
+
+
+class TransitionRow(Chained, table=True):
+    """One escrow state change of a candidate; ``from_state`` is NULL on staging."""
+
+    __tablename__ = "escrow_transitions"
+    __table_args__ = chained_args("escrow_transitions", Index("ix_escrow_transitions_candidate", "candidate_id"))
+
+    candidate_id: str = Field(foreign_key="candidates.id")
+    from_state: str | None = None
+    to_state: str
+    layer: str | None = None
+    reason: str = text()
+    at: float
+
+
+class ToolExecution(Chained, table=True):
+    """The ACL decision on a candidate and, if allowed, its execution.
+    ``observation`` is the exact text fed back to the model."""
+
+    __tablename__ = "tool_executions"
+    __table_args__ = chained_args("tool_executions", Index("ix_tool_executions_candidate", "candidate_id"))
+
+    candidate_id: str = Field(foreign_key="candidates.id")
+    tool_name: str = otel("gen_ai.tool.name")
+    arguments_json: str | None = otel("gen_ai.tool.call.arguments", default=None, sa_type=Text)
+    decision: str | None = None
+    rule: str | None = None
+    reason: str | None = text(default=None)
+    ok: int | None = None
+    exit_code: int | None = None
+    stdout: str = text()
+    stdout_bytes: int
+    stdout_sha256: str
+    stderr: str = text()
+    stderr_bytes: int
+    stderr_sha256: str
+    duration_s: float | None = None
+    observation: str = otel("gen_ai.tool.call.result", sa_type=Text)
+    observation_sha256: str
+    detail_json: str | None = text(default=None)
+    at: float
+
+
+class EventRow(Chained, table=True):
+    """Compaction, budget, cancel, routing, verdict and other run events."""
+
+    __tablename__ = "events"
+    __table_args__ = chained_args("events", Index("ix_events_kind", "kind"))
+
+    kind: str
+    data_json: str = text()
+    at: float
+
+
+CHAINED: tuple[type[Chained], ...] = (
+    Turn, ModelCall, ModelResponse, CallAttempt, CandidateRow, TransitionRow, ToolExecution, EventRow,
+)
+CHAINED_TABLES: tuple[str, ...] = tuple(model.__tablename__ for model in CHAINED)  # type: ignore[misc]

@@ -1,0 +1,234 @@
+"""Frozen read views: what replay, reports and the CLI get back from a Store.
+
+Field names are the tables' Python attribute names; JSON columns come back
+both as the stored canonical text (``*_json``, byte-exact for hashing and
+replay) and, where useful, parsed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from orchestrator.contract import Frozen, Message, ModelRequest
+from orchestrator.envelope import Envelope
+
+
+class RunView(Frozen):
+    id: str
+    created_at: float
+    finished_at: float | None
+    task: str
+    repo: str
+    mode: str
+    request_model: str
+    config_json: str
+    policy_json: str
+    parent_run_id: str | None
+    forked_at_turn: int | None
+    escrow_version: str
+    status: str
+    verdict: str | None
+    verdict_detail: str | None
+    chain_seq: int
+    chain_head: str
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return json.loads(self.config_json)
+
+    @property
+    def policy(self) -> dict[str, Any]:
+        return json.loads(self.policy_json)
+
+
+class RunTotals(Frozen):
+    """Aggregates over a run's recorded rows."""
+
+    turns: int = 0
+    calls: int = 0
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
+
+
+class RunSummary(Frozen):
+    run: RunView
+    totals: RunTotals
+
+
+class TurnView(Frozen):
+    id: str
+    run_id: str
+    turn: int
+    seq: int
+    committed_at: float
+    n_rows: int
+    messages_json: str
+
+    def messages(self) -> tuple[Message, ...]:
+        return tuple(Message.model_validate(m) for m in json.loads(self.messages_json))
+
+
+class AttemptView(Frozen):
+    number: int
+    status: str
+    http_status: int | None
+    error_type: str | None
+    error_message: str | None
+    duration_s: float
+    backoff_s: float
+
+
+class ResponseView(Frozen):
+    id: str
+    seq: int
+    recorded_at: float
+    status: str
+    finish_reasons: str | None
+    http_status: int | None
+    response_model: str | None
+    system_fingerprint: str | None
+    engine: str | None
+    input_tokens: int
+    cached_input_tokens: int
+    output_tokens: int
+    input_tokens_source: str
+    cached_input_tokens_source: str
+    output_tokens_source: str
+    ttft_s: float | None
+    decode_s: float | None
+    total_s: float
+    cost_usd: float | None
+    payload_bytes: int
+    error_type: str | None
+    error_message: str | None
+    n_attempts: int
+    envelope_json: str
+    envelope_sha256: str
+
+    def envelope(self) -> Envelope:
+        return Envelope.model_validate_json(self.envelope_json)
+
+
+class CallView(Frozen):
+    """A model call: the write-ahead request and, once recorded, its response."""
+
+    id: str
+    run_id: str
+    turn: int | None
+    seq: int
+    created_at: float
+    attempt_of: str | None
+    request_model: str
+    max_tokens: int
+    temperature: float | None
+    top_p: float | None
+    top_k: int | None
+    seed: int | None
+    stop_sequences: str
+    sampling_json: str
+    deadline_s: float
+    max_payload_bytes: int
+    request_json: str
+    request_sha256: str
+    response: ResponseView | None = None
+    attempts: tuple[AttemptView, ...] = ()
+
+    def request(self) -> ModelRequest:
+        return ModelRequest.model_validate_json(self.request_json)
+
+
+class TransitionView(Frozen):
+    seq: int
+    from_state: str | None
+    to_state: str
+    layer: str | None
+    reason: str
+    at: float
+
+
+class CandidateView(Frozen):
+    id: str
+    run_id: str
+    turn: int | None
+    seq: int
+    call_id: str
+    candidate_index: int
+    tool_call_id: str | None
+    tool_name: str | None
+    tool_call_json: str
+    created_at: float
+    transitions: tuple[TransitionView, ...] = ()
+
+    @property
+    def state(self) -> str | None:
+        return self.transitions[-1].to_state if self.transitions else None
+
+
+class ToolExecutionView(Frozen):
+    id: str
+    run_id: str
+    turn: int | None
+    seq: int
+    candidate_id: str
+    tool_name: str
+    arguments_json: str | None
+    decision: str | None
+    rule: str | None
+    reason: str | None
+    ok: int | None
+    exit_code: int | None
+    stdout: str
+    stdout_bytes: int
+    stdout_sha256: str
+    stderr: str
+    stderr_bytes: int
+    stderr_sha256: str
+    duration_s: float | None
+    observation: str
+    observation_sha256: str
+    detail_json: str | None
+    at: float
+
+    @property
+    def stdout_truncated(self) -> bool:
+        return len(self.stdout.encode("utf-8")) < self.stdout_bytes
+
+    @property
+    def stderr_truncated(self) -> bool:
+        return len(self.stderr.encode("utf-8")) < self.stderr_bytes
+
+
+class EventView(Frozen):
+    id: str
+    run_id: str
+    turn: int | None
+    seq: int
+    kind: str
+    data_json: str
+    at: float
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return json.loads(self.data_json)
+
+
+class TurnRecord(Frozen):
+    """Everything recorded for one turn number. ``committed`` is False for the
+    turn in flight when a run stopped: its request is there, the rest is not."""
+
+    turn: int
+    committed: TurnView | None
+    calls: tuple[CallView, ...] = ()
+    candidates: tuple[CandidateView, ...] = ()
+    tool_executions: tuple[ToolExecutionView, ...] = ()
+    events: tuple[EventView, ...] = ()
+
+
+class Trajectory(Frozen):
+    run: RunView
+    turns: tuple[TurnRecord, ...]
+    run_events: tuple[EventView, ...] = ()
+    """Events recorded outside any turn (turn is NULL), e.g. set-up."""

@@ -1,0 +1,50 @@
+"""Appending rows to a run's hash chain inside one write transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Table, select, update
+
+from store.chain import link
+from store.errors import RecordingError
+from store.rows import Pending, normalise
+from store.tables import Run
+
+RUNS: Table = Run.__table__  # type: ignore[assignment]
+
+
+def chain_position(conn: Connection, run_id: str) -> tuple[int, str]:
+    """The run's current (seq, head), locked for this transaction. On SQLite
+    BEGIN IMMEDIATE already holds the write lock; PostgreSQL locks the row."""
+    stmt = select(RUNS.c.chain_seq, RUNS.c.chain_head, RUNS.c.status).where(RUNS.c.id == run_id)
+    if conn.dialect.name != "sqlite":
+        stmt = stmt.with_for_update()
+    found = conn.execute(stmt).first()
+    if found is None:
+        raise RecordingError(f"no run {run_id} in the store", run_id=run_id)
+    return int(found.chain_seq), str(found.chain_head)
+
+
+def append(
+    conn: Connection, run_id: str, pending: Sequence[Pending], run_update: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Give each pending row the next ``seq`` and its link, insert them, and
+    move the run's head. Returns the rows as written."""
+    seq, head = chain_position(conn, run_id)
+    grouped: dict[Table, list[dict[str, Any]]] = {}
+    written = []
+    for table, values in pending:
+        seq += 1
+        row = normalise(table, {**values, "run_id": run_id, "seq": seq})
+        head = link(head, table.name, row)
+        row["chain_hash"] = head
+        # Grouping by a table's first appearance keeps foreign keys satisfied:
+        # a row only ever refers to rows of tables that appeared before it.
+        grouped.setdefault(table, []).append(row)
+        written.append(row)
+    for table, rows in grouped.items():
+        conn.execute(table.insert(), rows)
+    conn.execute(update(RUNS).where(RUNS.c.id == run_id).values(chain_seq=seq, chain_head=head, **(run_update or {})))
+    return written
