@@ -1,7 +1,107 @@
-"""Placeholder: commands are added by the issue that owns this module."""
+"""``escrow runs``, ``escrow show``, ``escrow verify`` and ``escrow migrate``:
+the trajectory store from the command line. Read commands open the store
+read-only and never create or modify it."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
 
 import typer
 
+from orchestrator.errors import ConfigError
+from orchestrator.settings import load_settings
+from store import ChainBroken, Store
+from store.render import check_line, parse_since, runs_json, runs_table, trajectory_text
+
+DB_HELP = "Store URL (SQLAlchemy form); default ESCROW_DB_URL, else the SQLite file in ESCROW_HOME."
+CONFIG_HELP = "Config file (default: ESCROW_HOME/config.toml)."
+
+
+def open_store(db: str | None, config: Path | None, *, readonly: bool = True) -> Store:
+    settings = load_settings(config, db_url=db)
+    return Store.open(settings.store_url, create=not readonly, readonly=readonly)
+
+
+def emit_json(value: Any) -> None:
+    typer.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def runs(
+    status: str | None = typer.Option(None, "--status", help="running or finished."),
+    verdict: str | None = typer.Option(None, "--verdict", help="e.g. PASS, BUDGET_EXHAUSTED, FAULTED."),
+    model: str | None = typer.Option(None, "--model", help="Requested model id."),
+    since: str | None = typer.Option(None, "--since", help="Started within a span (7d, 24h, 30m) or since an ISO date."),
+    limit: int = typer.Option(50, "--limit", min=1, max=100_000, help="Most runs to list, newest first."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
+    config: Path | None = typer.Option(None, "--config", help=CONFIG_HELP),
+) -> None:
+    """List recorded runs, newest first, with token and cost totals."""
+    try:
+        since_ts = parse_since(since, time.time()) if since else None
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    with open_store(db, config) as store:
+        found = store.runs(status=status, verdict=verdict, model=model, since=since_ts, limit=limit)
+    if as_json:
+        emit_json(runs_json(found))
+    else:
+        typer.echo(runs_table(found))
+
+
+def show(
+    run: str = typer.Argument(..., help="Run id, or a unique prefix of one."),
+    as_json: bool = typer.Option(False, "--json", help="Print the whole trajectory as JSON."),
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
+    config: Path | None = typer.Option(None, "--config", help=CONFIG_HELP),
+) -> None:
+    """Show one run turn by turn: calls, envelopes, candidates, tools, events."""
+    with open_store(db, config) as store:
+        trajectory = store.trajectory(run)
+    if as_json:
+        emit_json(trajectory.model_dump(mode="json"))
+    else:
+        typer.echo(trajectory_text(trajectory))
+
+
+def verify(
+    run: str | None = typer.Argument(None, help="Run id or unique prefix; omit with --all."),
+    all_runs: bool = typer.Option(False, "--all", help="Verify every run, and look for rows of deleted runs."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
+    config: Path | None = typer.Option(None, "--config", help=CONFIG_HELP),
+) -> None:
+    """Recompute the hash chain of a run (or all runs) and report the first
+    broken link. Exits 1 when any chain is broken."""
+    if all_runs == (run is not None):
+        raise ConfigError("give a run id or --all (not both)")
+    with open_store(db, config) as store:
+        checks = store.verify_all() if all_runs else [store.verify(run or "")]
+    if as_json:
+        emit_json([c.model_dump() for c in checks])
+    else:
+        for check in checks:
+            typer.echo(check_line(check))
+    broken = [c for c in checks if not c.ok]
+    if broken:
+        raise ChainBroken(f"{len(broken)} of {len(checks)} chains broken; first: {broken[0].run_id}: {broken[0].problem}")
+
+
+def migrate(
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
+    config: Path | None = typer.Option(None, "--config", help=CONFIG_HELP),
+) -> None:
+    """Bring an existing store to this Escrow's schema version."""
+    settings = load_settings(config, db_url=db)
+    with Store.open(settings.store_url, create=False) as store:
+        typer.echo(f"{store.url}: schema version {store.schema_version}")
+
 
 def register(app: typer.Typer) -> None:
-    return None
+    app.command("runs")(runs)
+    app.command("show")(show)
+    app.command("verify")(verify)
+    app.command("migrate")(migrate)

@@ -65,8 +65,8 @@ def record_turn(recorder: Recorder, run_id: str, turn: int, history: list[Messag
             tx.tool_execution(
                 candidate_id, tool=call.name, arguments_json=call.arguments, decision="allow" if allowed else "deny",
                 rule="tools.bash" if allowed else "paths.write", reason="granted" if allowed else "outside workspace",
-                exit_code=0 if allowed else None, stdout="collected 3 items\n" * rng.randrange(1, 5), stderr="",
-                duration_s=0.2, observation=observation, ok=allowed,
+                exit_code=0 if allowed else None, stdout="collected 3 items\n" * rng.randrange(1, 5) if allowed else "",
+                stderr="", duration_s=0.2 if allowed else None, observation=observation, ok=allowed,
             )
             appended.append(Message(role="tool", content=observation, tool_call_id=call.id))
         tx.event("route", {"status": "COMPLETED", "action": "release"})

@@ -52,5 +52,5 @@ def orphans(conn: Connection) -> list[ChainCheck]:
     for model in CHAINED:
         t: Table = model.__table__  # type: ignore[attr-defined]
         for run_id in conn.execute(select(t.c.run_id).where(t.c.run_id.not_in(known)).distinct()).scalars():
-            found.append(ChainCheck(run_id=str(run_id), ok=False, rows=0, head="", problem=f"{t.name} rows refer to a run that does not exist", table=t.name))
+            found.append(ChainCheck(run_id=str(run_id), ok=False, rows=0, head="", problem=f"run row is missing; {t.name} rows still refer to it", table=t.name))
     return found

@@ -1,0 +1,126 @@
+"""Plain-text and JSON renderings of store views for the CLI. Pure: views in,
+strings or JSON-ready dicts out."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from store.chain import ChainCheck
+from store.views import RunSummary, Trajectory, TurnRecord
+
+_SPAN = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_since(value: str, now: float) -> float:
+    """``7d``, ``24h``, ``30m`` ago, or an ISO date/time (UTC unless it says
+    otherwise), as Unix seconds. Raises ValueError with a readable message."""
+    match = _SPAN.match(value.strip().lower())
+    if match:
+        return now - float(match.group(1)) * _SECONDS[match.group(2)]
+    try:
+        moment = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise ValueError(f"--since takes a span like 7d, 24h, 30m or an ISO date, not {value!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
+
+
+def when(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def clip(text: str, width: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def runs_table(summaries: list[RunSummary]) -> str:
+    if not summaries:
+        return "no runs"
+    lines = [f"{'RUN':<12} {'STARTED':<19} {'STATUS':<8} {'VERDICT':<16} {'MODEL':<16} {'TURNS':>5} {'TOKENS IN/CACHED/OUT':>22} {'COST $':>9}  TASK"]
+    for s in summaries:
+        r, t = s.run, s.totals
+        cost = "-" if t.cost_usd is None else f"{t.cost_usd:.4f}"
+        tokens = f"{t.input_tokens}/{t.cached_input_tokens}/{t.output_tokens}"
+        lines.append(
+            f"{r.id[:12]:<12} {when(r.created_at):<19} {r.status:<8} {(r.verdict or '-'):<16} {clip(r.request_model, 16):<16} "
+            f"{t.turns:>5} {tokens:>22} {cost:>9}  {clip(r.task, 50)}"
+        )
+    return "\n".join(lines)
+
+
+def runs_json(summaries: list[RunSummary]) -> list[dict[str, Any]]:
+    return [{**s.run.model_dump(), "totals": s.totals.model_dump()} for s in summaries]
+
+
+def trajectory_text(trajectory: Trajectory) -> str:
+    r = trajectory.run
+    lines = [
+        f"run {r.id}  ({r.mode}, {r.status}{', ' + r.verdict if r.verdict else ''})",
+        f"  task:    {clip(r.task, 100)}",
+        f"  repo:    {r.repo}",
+        f"  model:   {r.request_model}",
+        f"  started: {when(r.created_at)}   finished: {when(r.finished_at)}",
+    ]
+    if r.parent_run_id:
+        lines.append(f"  forked from {r.parent_run_id} at turn {r.forked_at_turn}")
+    if r.verdict_detail:
+        lines.append(f"  detail:  {clip(r.verdict_detail, 100)}")
+    for event in trajectory.run_events:
+        lines.append(f"  event {event.kind}: {clip(event.data_json, 90)}")
+    for record in trajectory.turns:
+        lines += turn_lines(record)
+    return "\n".join(lines)
+
+
+def turn_lines(record: TurnRecord) -> list[str]:
+    state = "committed" if record.committed else "not committed (in flight when the run stopped)"
+    if not record.calls and not record.committed:
+        state = "events only"
+    lines = ["", f"turn {record.turn}: {state}"]
+    for call in record.calls:
+        resp = call.response
+        lines.append(f"  call {call.id[:12]} request sha256 {call.request_sha256[:16]}  max_tokens {call.max_tokens}")
+        if resp is None:
+            lines.append("    no response recorded")
+            continue
+        cost = "" if resp.cost_usd is None else f"  ${resp.cost_usd:.5f}"
+        lines.append(
+            f"    {resp.status} finish={json.loads(resp.finish_reasons)[0] if resp.finish_reasons else '-'}"
+            f"  tokens in {resp.input_tokens} (cached {resp.cached_input_tokens}) out {resp.output_tokens}"
+            f"  ttft {_secs(resp.ttft_s)} total {_secs(resp.total_s)}  attempts {resp.n_attempts}{cost}"
+        )
+        if resp.error_message:
+            lines.append(f"    error {resp.error_type}: {clip(resp.error_message, 90)}")
+    executions = {e.candidate_id: e for e in record.tool_executions}
+    for cand in record.candidates:
+        path = " -> ".join(t.to_state for t in cand.transitions) or "no transitions"
+        lines.append(f"  candidate {cand.candidate_index} {cand.tool_name or '?'}: {path}")
+        run = executions.get(cand.id)
+        if run is not None:
+            lines.append(
+                f"    {run.decision or '-'} by {run.rule or '-'}  exit {run.exit_code if run.exit_code is not None else '-'}"
+                f"  {_secs(run.duration_s)}  stdout {run.stdout_bytes} B{' (capped)' if run.stdout_truncated else ''}"
+            )
+            lines.append(f"    observation: {clip(run.observation, 90)}")
+    for event in record.events:
+        lines.append(f"  event {event.kind}: {clip(event.data_json, 90)}")
+    return lines
+
+
+def _secs(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}s"
+
+
+def check_line(check: ChainCheck) -> str:
+    if check.ok:
+        return f"ok      {check.run_id}  {check.rows} rows  head {check.head[:16]}"
+    return f"BROKEN  {check.run_id}  {check.problem}"
