@@ -1,0 +1,178 @@
+"""Recording through the public API and reading it back."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+
+import pytest
+
+from orchestrator.candidate import CandidateState, stage
+from orchestrator.contract import Message, ToolCall
+from orchestrator.envelope import Envelope, Status
+from orchestrator.ports import ToolOutcome
+from store import RecordingError, Recorder, RunJournal, Store, synthetic
+
+
+def raw_count(path, table: str) -> int:
+    with sqlite3.connect(path) as conn:
+        return conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
+
+
+def test_round_trip_keeps_every_recorded_field(recorded):
+    store, run_id = recorded
+    trajectory = store.trajectory(run_id[:8])
+    assert trajectory.run.id == run_id and trajectory.run.verdict == "PASS" and trajectory.run.status == "finished"
+    assert [t.turn for t in trajectory.turns] == [0, 1, 2, 3]  # 3 is the turn the verdict was given at
+    first = trajectory.turns[0]
+    call = first.calls[0]
+    request = call.request()
+    assert request.sha256() == call.request_sha256 and request.canonical() == call.request_json
+    envelope = call.response.envelope()
+    assert envelope.status is Status.COMPLETED and envelope.usage.prompt_tokens == call.response.input_tokens == 900
+    assert len(call.attempts) == call.response.n_attempts == len(envelope.attempts)
+    assert all(c.state in ("COMMITTED", "REJECTED") for c in first.candidates)
+    assert [t.to_state for t in first.candidates[0].transitions][:2] == ["STAGED", "VALIDATING"]
+    assert len(first.tool_executions) == len(first.candidates)
+    assert first.committed is not None and first.committed.messages()[0].role == "assistant"
+    assert store.verify(run_id).ok
+
+
+def test_request_is_committed_before_the_call_and_turn_rows_only_at_commit(store, db_path):
+    recorder = Recorder(store)
+    run_id = synthetic.start(recorder, random.Random(3))
+    with recorder.turn(run_id, 0) as tx:
+        call_id = tx.request(synthetic.request_for(0, []))
+        # Another connection sees the request now: it was committed write-ahead.
+        assert raw_count(db_path, "model_calls") == 1
+        tx.envelope(call_id, Envelope(status=Status.COMPLETED))
+        tx.event("route", {"status": "COMPLETED"})
+        assert raw_count(db_path, "model_responses") == 0 and raw_count(db_path, "events") == 0
+    assert raw_count(db_path, "model_responses") == 1 and raw_count(db_path, "turns") == 1
+    assert store.verify(run_id).ok
+
+
+def test_an_exception_inside_a_turn_discards_it_like_a_crash(store):
+    recorder = Recorder(store)
+    run_id = synthetic.start(recorder, random.Random(4))
+    with pytest.raises(ZeroDivisionError):
+        with recorder.turn(run_id, 0) as tx:
+            call_id = tx.request(synthetic.request_for(0, []))
+            tx.envelope(call_id, Envelope(status=Status.COMPLETED))
+            1 / 0
+    record = store.trajectory(run_id).turns[0]
+    assert record.committed is None and record.calls[0].response is None
+    assert store.verify(run_id).ok
+
+
+def test_observation_is_stored_byte_exact_and_output_is_capped_with_its_true_size(store):
+    recorder = Recorder(store, output_cap_bytes=10)
+    run_id = synthetic.start(recorder, random.Random(5))
+    observation = "line\r\nünïcödé\t\x00end\n"
+    with recorder.turn(run_id, 0) as tx:
+        call_id = tx.request(synthetic.request_for(0, []))
+        cand = tx.candidate(call_id, 0, ToolCall(id="c", name="bash", arguments='{"cmd":"ls"}'))
+        tx.transition(cand, None, "STAGED", "staged")
+        tx.transition(cand, "STAGED", "VALIDATING", "")
+        tx.transition(cand, "VALIDATING", "COMMITTED", "")
+        tx.tool_execution(cand, tool="bash", arguments_json={"cmd": "ls"}, decision="allow", rule="tools.bash", reason="ok",
+                          exit_code=0, stdout="x" * 1000, stderr=b"\xff\xfe", duration_s=0.5, observation=observation)
+    (run,) = store.tool_executions(run_id)
+    assert run.observation == observation
+    assert run.stdout == "x" * 10 and run.stdout_bytes == 1000 and run.stdout_truncated
+    assert run.stderr_bytes == 2 and not run.stderr_truncated
+    assert run.arguments_json == '{"cmd":"ls"}'
+    assert store.candidates(run_id)[0].tool_name == "bash"
+
+
+def test_illegal_or_discontinuous_records_are_refused(store):
+    recorder = Recorder(store)
+    run_id = synthetic.record_run(recorder, turns=1, finish=False)
+    cand = store.candidates(run_id)[0]
+    with pytest.raises(RecordingError, match="is (COMMITTED|REJECTED), not STAGED"):
+        recorder.record_transition(cand.id, "STAGED", "VALIDATING")
+    with pytest.raises(RecordingError, match="no model_calls row"):
+        recorder.record_envelope("nope", Envelope(status=Status.COMPLETED))
+    with pytest.raises(RecordingError, match="finish_run"):
+        recorder.record_event(run_id, 0, "verdict", {})
+    with pytest.raises(RecordingError):  # turn 0 was already committed
+        with recorder.turn(run_id, 0) as tx:
+            tx.event("again", {})
+    other = synthetic.record_run(recorder, turns=1, seed=9, finish=False)
+    with pytest.raises(RecordingError, match="did not make"):
+        with recorder.turn(run_id, 1) as tx:
+            tx.envelope(store.calls(other)[0].id, Envelope(status=Status.COMPLETED))
+    assert store.verify(run_id).ok and store.verify(other).ok
+
+
+def test_standalone_methods_extend_the_same_chain(store):
+    recorder = Recorder(store)
+    run_id = synthetic.start(recorder, random.Random(6))
+    call_id = recorder.record_request(run_id, 0, synthetic.request_for(0, []))
+    recorder.record_envelope(call_id, Envelope(status=Status.TRUNCATED, finish_reason="length"), cost_usd=0.5)
+    cand = recorder.record_candidate(run_id, 0, call_id, 0, '{"name": "bash", "arguments": "{}"}')
+    recorder.record_transition(cand, None, CandidateState.STAGED, "staged")
+    recorder.record_transition(cand, CandidateState.STAGED, CandidateState.VALIDATING, "")
+    recorder.record_tool_execution(cand, "bash", None, "deny", "paths", "no", None, "", "", None, "denied")
+    recorder.record_event(run_id, None, "budget", {"left": 3})
+    recorder.finish_run(run_id, "TRUNCATED", "cut off")
+    check = store.verify(run_id)
+    assert check.ok and check.rows == 8
+    assert store.calls(run_id)[0].response.finish_reasons == '["length"]'
+    assert store.events(run_id, "budget")[0].data == {"left": 3}
+
+
+class Decision:
+    effect, rule, reason = "allow", "tools.bash", "granted"
+
+
+def test_run_journal_records_what_the_loop_reports(store):
+    recorder = Recorder(store)
+    run_id = synthetic.start(recorder, random.Random(7))
+    journal = RunJournal(recorder, run_id)
+    journal.event(0, "compaction", {"dropped": 2})
+    ref = journal.request(0, synthetic.request_for(0, []))
+    journal.envelope(0, ref, Envelope(status=Status.COMPLETED), 0.01)
+    call = ToolCall(id="t1", name="bash", arguments='{"cmd": "ls"}')
+    cand_ref = journal.candidate(0, ref, 0, call)
+    candidate, staged = stage(0, call)
+    journal.transition(cand_ref, staged)
+    candidate, validating = candidate.to(CandidateState.VALIDATING)
+    journal.transition(cand_ref, validating)
+    candidate, committed = candidate.to(CandidateState.COMMITTED, layer="policy")
+    journal.transition(cand_ref, committed)
+    stdout = {"head": "a" * 5, "tail": "z", "total_bytes": 5000, "sha256": "0" * 64, "truncated": True}
+    journal.tool(cand_ref, "bash", None, Decision(), ToolOutcome(observation="obs", ok=True, exit_code=0, detail={"stdout": stdout, "cwd": "/w"}))
+    journal.event(0, "route", {"status": "COMPLETED"})
+    journal.end_turn(0, (Message(role="assistant", content="hi"),))
+    journal.event(1, "verdict", {"verdict": "PASS", "detail": "ok"})
+    trajectory = store.trajectory(run_id)
+    turn = trajectory.turns[0]
+    assert [e.kind for e in turn.events] == ["compaction", "route"]
+    (execution,) = turn.tool_executions
+    assert (execution.decision, execution.rule, execution.stdout_bytes, execution.detail_json) == ("allow", "tools.bash", 5000, '{"cwd":"/w"}')
+    assert turn.candidates[0].transitions[-1].layer == "policy"
+    assert trajectory.run.verdict == "PASS" and store.verify(run_id).ok
+
+
+def test_runs_filters_and_totals(store):
+    recorder = Recorder(store)
+    a = synthetic.record_run(recorder, turns=2, seed=1, model="m-a")
+    b = synthetic.record_run(recorder, turns=1, seed=2, model="m-b", finish=False)
+    assert [s.run.id for s in store.runs()] == [b, a]
+    assert [s.run.id for s in store.runs(model="m-a")] == [a]
+    assert [s.run.id for s in store.runs(status="running")] == [b]
+    assert [s.run.id for s in store.runs(verdict="PASS")] == [a]
+    assert store.runs(since=store.run(b).created_at + 1) == []
+    assert len(store.runs(limit=1)) == 1
+    totals = store.runs(model="m-a")[0].totals
+    calls = store.calls(a)
+    assert totals.turns == 2 and totals.calls == 2
+    assert totals.input_tokens == sum(c.response.input_tokens for c in calls)
+
+
+def test_read_only_store_refuses_writes(recorded, db_path):
+    with Store.open(f"sqlite:///{db_path}", readonly=True) as ro:
+        assert ro.runs()
+        with pytest.raises(Exception, match="read-only"):
+            Recorder(ro).start_run(task="t", repo="r", config={}, policy={}, model="m")
