@@ -64,3 +64,20 @@ def capture_bytes(data: bytes, cap: int) -> CappedOutput:
     capture = StreamCapture(cap)
     capture.feed(data)
     return capture.result()
+
+
+class BytesCapture(StreamCapture):
+    """A capture that also keeps every byte, up to ``limit`` (for archives)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(256)
+        self.limit = limit
+        self.data = bytearray()
+        self.overflowed = False
+
+    def feed(self, chunk: bytes) -> None:
+        super().feed(chunk)
+        if len(self.data) + len(chunk) > self.limit:
+            self.overflowed = True
+        else:
+            self.data += chunk

@@ -1,0 +1,153 @@
+"""One hardened container per run.
+
+Lifecycle: remove orphans of dead runs, create the container from the
+Hardening spec (labelled with the run id and owner), copy the repo in as a
+tar (the workspace is a size-limited tmpfs: the only writable place besides
+/tmp, and never the user's checkout), run commands, export the workspace and
+diff it into a Patch, remove the container.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+
+from policies import Policy
+from sandbox.capture import BytesCapture, StreamCapture
+from sandbox.daemon import require_image
+from sandbox.errors import ExecError, SandboxError, WorkspaceError
+from sandbox.execution import REAP, ExecLimits, ExecOutcome, run_exec, wrap_command
+from sandbox.hardening import SANDBOX_ENV, WORKSPACE, Hardening
+from sandbox.orphans import owner_labels, remove_orphans
+from sandbox.workspace import Patch, patch_from_tar, snapshot
+
+_SETUP_LIMITS = ExecLimits(timeout_s=120, stdout_cap=4096, stderr_cap=4096)
+
+
+class Sandbox:
+    """A running sandbox container. Use ``Sandbox.start(...)`` and ``close()``
+    (or a ``with`` block)."""
+
+    def __init__(self, client: docker.DockerClient, container: Any, spec: Hardening, run_id: str,
+                 state_dir: Path, own_state_dir: bool) -> None:
+        self.client = client
+        self.container = container
+        self.spec = spec
+        self.run_id = run_id
+        self.state_dir = state_dir
+        self._own_state_dir = own_state_dir
+        self._main_pid = "0"  # unknown until _find_main_pid; 0 keeps nothing extra
+
+    @classmethod
+    def start(cls, client: docker.DockerClient, image: str, policy: Policy, repo: Path, *,
+              run_id: str | None = None, state_dir: Path | None = None) -> "Sandbox":
+        """Create, start and fill a sandbox for ``repo`` (copied, never mounted)."""
+        require_image(client, image)
+        remove_orphans(client)
+        run_id = run_id or uuid.uuid4().hex
+        spec = Hardening.from_policy(image, policy)
+        own = state_dir is None
+        state = Path(tempfile.mkdtemp(prefix=f"escrow-{run_id[:12]}-")) if own else state_dir
+        state.mkdir(parents=True, exist_ok=True)
+        archive = snapshot(repo, state, spec.workspace_bytes)
+        try:
+            container = client.containers.create(**spec.create_kwargs(owner_labels(run_id)),
+                                                 name=f"escrow-{run_id[:24]}")
+            container.start()
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"could not start the sandbox container: {exc}", run_id=run_id) from exc
+        sandbox = cls(client, container, spec, run_id, state, own)
+        try:
+            sandbox._main_pid = sandbox._find_main_pid()
+            sandbox._copy_in(archive)
+        except BaseException:
+            sandbox.close()
+            raise
+        return sandbox
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def exec(self, argv: list[str], limits: ExecLimits, *, stdin: bytes | None = None,
+             stdout_capture: StreamCapture | None = None) -> ExecOutcome:
+        """Run ``argv`` (no shell) as the sandbox user with an empty environment,
+        under the per-command timeout; the host reaps the process tree if the
+        command outlives its deadline."""
+        if any("\x00" in a for a in argv):
+            raise ExecError("argument contains a NUL byte", run_id=self.run_id)
+        return run_exec(self.client.api, self.container.id, wrap_command(argv, SANDBOX_ENV, limits.timeout_s, self._main_pid),
+                        user=self.spec.user, workdir=WORKSPACE, limits=limits, stdin=stdin,
+                        on_deadline=self.reap, stdout_capture=stdout_capture)
+
+    def bash(self, command: str, limits: ExecLimits) -> ExecOutcome:
+        return self.exec(["/bin/bash", "-c", command], limits)
+
+    def reap(self) -> None:
+        """Kill every process of the run except the container's own."""
+        api = self.client.api
+        for _ in range(5):
+            try:
+                exec_id = api.exec_create(self.container.id, ["/bin/bash", "-c", REAP, "reaper", self._main_pid],
+                                          user=self.spec.user)["Id"]
+                api.exec_start(exec_id, detach=True)
+            except docker.errors.APIError:
+                time.sleep(0.1)  # e.g. the pids limit is saturated for a moment
+                continue
+            for _ in range(100):
+                if not api.exec_inspect(exec_id).get("Running"):
+                    return
+                time.sleep(0.02)
+            return
+
+    def inspect(self) -> dict[str, Any]:
+        return self.client.api.inspect_container(self.container.id)
+
+    def patch(self) -> Patch:
+        """The run's change as a git patch against the starting copy."""
+        limit = self.spec.workspace_bytes * 2
+        capture = BytesCapture(limit)
+        outcome = self.exec(["/bin/tar", "-c", "-C", WORKSPACE, "--exclude=./.git", "."], _SETUP_LIMITS,
+                            stdout_capture=capture)
+        if outcome.exit_code != 0 or capture.overflowed:
+            raise WorkspaceError(f"could not export the workspace: {outcome.stderr.text()[:500]}", run_id=self.run_id)
+        after = self.state_dir / "after"
+        shutil.rmtree(after, ignore_errors=True)
+        return patch_from_tar(bytes(capture.data), self.state_dir)
+
+    def close(self) -> None:
+        """Remove the container and the host-side state (idempotent)."""
+        try:
+            self.container.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"could not remove sandbox container {self.container.name}: {exc}") from exc
+        finally:
+            if self._own_state_dir:
+                shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def _find_main_pid(self) -> str:
+        # Direct exec, not self.exec: the reaper needs this pid to spare it.
+        exit_code, output = self.container.exec_run(["/bin/cat", "/proc/1/task/1/children"], user=self.spec.user)
+        pids = output.decode(errors="replace").split()
+        if exit_code != 0 or not pids or not pids[0].isdigit():
+            raise SandboxError(f"sandbox container did not start its main process: {output[:300]!r}", run_id=self.run_id)
+        return pids[0]
+
+    def _copy_in(self, archive: bytes) -> None:
+        script = ('tar -x -C /workspace -f - && cd /workspace && git init -q && git add -A && '
+                  'git -c user.name=escrow -c user.email=escrow@localhost commit -q --allow-empty -m "starting copy"')
+        outcome = self.exec(["/bin/bash", "-c", script], _SETUP_LIMITS, stdin=archive)
+        if outcome.exit_code != 0:
+            raise WorkspaceError(f"copying the repo into the sandbox failed: {outcome.stderr.text()[:500]}",
+                                 run_id=self.run_id)

@@ -1,0 +1,109 @@
+"""The container's hardening, as data: one spec turns into docker-py create
+arguments, and the same spec audits a ``docker inspect`` result field by
+field (used by ``escrow sandbox doctor`` and by the tests)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.contract import Frozen
+from policies import Policy
+
+LABEL_ROLE = "escrow.sandbox"
+LABEL_RUN = "escrow.run_id"
+LABEL_PID = "escrow.owner_pid"
+LABEL_PID_START = "escrow.owner_start"
+LABEL_HOST = "escrow.owner_host"
+WORKSPACE = "/workspace"
+SANDBOX_USER = "1000:1000"
+SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8",
+               "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+class Hardening(Frozen):
+    image: str
+    user: str = SANDBOX_USER
+    network: bool = False
+    memory_bytes: int = 1024 * 2**20
+    nano_cpus: int = 1_000_000_000
+    pids: int = 256
+    tmp_bytes: int = 64 * 2**20
+    workspace_bytes: int = 512 * 2**20
+    nofile: int = 1024
+
+    @classmethod
+    def from_policy(cls, image: str, policy: Policy) -> "Hardening":
+        r = policy.resources
+        return cls(
+            image=image, network=policy.network.enabled, memory_bytes=r.memory_mb * 2**20,
+            nano_cpus=int(r.cpus * 1e9), pids=r.pids, tmp_bytes=r.tmp_mb * 2**20,
+            workspace_bytes=r.workspace_mb * 2**20,
+        )
+
+    @property
+    def tmpfs(self) -> dict[str, str]:
+        uid, _, gid = self.user.partition(":")
+        return {
+            "/tmp": f"rw,nosuid,nodev,noexec,size={self.tmp_bytes},mode=1777",
+            WORKSPACE: f"rw,nosuid,nodev,exec,size={self.workspace_bytes},uid={uid},gid={gid},mode=0755",
+        }
+
+    def create_kwargs(self, labels: dict[str, str]) -> dict[str, Any]:
+        """Arguments for ``client.containers.create``."""
+        return {
+            "image": self.image,
+            "command": ["sleep", "infinity"],
+            "user": self.user,
+            "working_dir": WORKSPACE,
+            "environment": {},
+            "hostname": "sandbox",
+            "network_mode": "bridge" if self.network else "none",
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "privileged": False,
+            "read_only": True,
+            "tmpfs": self.tmpfs,
+            "pids_limit": self.pids,
+            "mem_limit": self.memory_bytes,
+            "memswap_limit": self.memory_bytes,
+            "nano_cpus": self.nano_cpus,
+            "ulimits": [{"Name": "nofile", "Soft": self.nofile, "Hard": self.nofile},
+                        {"Name": "core", "Soft": 0, "Hard": 0}],
+            "init": True,
+            "ipc_mode": "private",
+            "labels": labels,
+            "detach": True,
+        }
+
+
+class Finding(Frozen):
+    field: str
+    expected: str
+    actual: str
+    ok: bool
+
+
+def audit(inspect: dict[str, Any], spec: Hardening, run_id: str | None = None) -> list[Finding]:
+    """Compare a container's ``docker inspect`` with the spec, one field per finding."""
+    host, config = inspect.get("HostConfig", {}), inspect.get("Config", {})
+    checks: list[tuple[str, Any, Any]] = [
+        ("HostConfig.NetworkMode", "bridge" if spec.network else "none", host.get("NetworkMode")),
+        ("HostConfig.CapDrop", ["ALL"], host.get("CapDrop")),
+        ("HostConfig.CapAdd", None, host.get("CapAdd") or None),
+        ("HostConfig.Privileged", False, host.get("Privileged")),
+        ("HostConfig.SecurityOpt", ["no-new-privileges"], host.get("SecurityOpt")),
+        ("Config.User", spec.user, config.get("User")),
+        ("HostConfig.ReadonlyRootfs", True, host.get("ReadonlyRootfs")),
+        ("HostConfig.Tmpfs", spec.tmpfs, host.get("Tmpfs")),
+        ("HostConfig.PidsLimit", spec.pids, host.get("PidsLimit")),
+        ("HostConfig.Memory", spec.memory_bytes, host.get("Memory")),
+        ("HostConfig.MemorySwap", spec.memory_bytes, host.get("MemorySwap")),
+        ("HostConfig.NanoCpus", spec.nano_cpus, host.get("NanoCpus")),
+        ("HostConfig.Init", True, host.get("Init")),
+        ("HostConfig.Binds", None, host.get("Binds") or None),
+        ("Mounts", [], [m for m in inspect.get("Mounts", []) if m.get("Type") != "tmpfs"]),
+        ("Config.Labels." + LABEL_ROLE, "1", config.get("Labels", {}).get(LABEL_ROLE)),
+    ]
+    if run_id is not None:
+        checks.append(("Config.Labels." + LABEL_RUN, run_id, config.get("Labels", {}).get(LABEL_RUN)))
+    return [Finding(field=f, expected=repr(e), actual=repr(a), ok=e == a) for f, e, a in checks]

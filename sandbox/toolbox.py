@@ -1,0 +1,136 @@
+"""The single entry point the loop calls once the ACL has allowed a call:
+``ToolBox.execute(name, args) -> ToolResult``.
+
+File tools run inside the container, as the sandbox user, through the
+stdlib-only fileop script: the host never writes into the workspace, so a
+symlink planted by an earlier command is resolved (and refused) where it
+lives.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+from orchestrator.contract import Frozen, ToolSpec
+from policies import Policy, Verdict, decide
+from sandbox.capture import CappedOutput
+from sandbox.container import Sandbox
+from sandbox.execution import ExecLimits, ExecOutcome
+from sandbox.tools import (
+    BashArgs, EditFileArgs, ListFilesArgs, ReadFileArgs, SubmitArgs, ToolArgs, WriteFileArgs, tool_specs,
+)
+
+_FILEOP = resources.files("sandbox").joinpath("fileop_script.py").read_text(encoding="utf-8")
+_LIST_MAX_ENTRIES = 500
+
+
+class ToolResult(Frozen):
+    tool: str
+    ok: bool
+    exit_code: int | None
+    observation: str
+    stdout: CappedOutput | None = None
+    stderr: CappedOutput | None = None
+    duration_s: float
+    timed_out: bool = False
+    verifier_passed: bool | None = None
+
+
+class ToolBox:
+    """The tools of one run, bound to its sandbox, policy and verifier command."""
+
+    def __init__(self, sandbox: Sandbox, policy: Policy, verifier_command: str | None = None) -> None:
+        self.sandbox = sandbox
+        self.policy = policy
+        self.verifier_command = verifier_command
+
+    def specs(self) -> tuple[ToolSpec, ...]:
+        return tool_specs(self.policy.tools.allowed)
+
+    def limits(self, timeout_s: float | None = None) -> ExecLimits:
+        r = self.policy.resources
+        timeout = min(timeout_s, r.command_timeout_s) if timeout_s else r.command_timeout_s
+        return ExecLimits(timeout_s=timeout, stdout_cap=r.stdout_cap_bytes, stderr_cap=r.stderr_cap_bytes)
+
+    def execute(self, name: str, args: ToolArgs) -> ToolResult:
+        """Run one validated, ACL-approved call. Re-checks the ACL (pure, cheap):
+        a DENY here means the caller skipped the policy layer."""
+        decision = decide(name, args, self.policy)
+        if decision.verdict is Verdict.DENY:
+            return ToolResult(tool=name, ok=False, exit_code=None, duration_s=0.0,
+                              observation=f"denied by policy ({decision.rule}): {decision.reason}")
+        if isinstance(args, BashArgs):
+            return self._bash(args)
+        if isinstance(args, SubmitArgs):
+            return self._submit()
+        return self._file_op(name, args)
+
+    def _bash(self, args: BashArgs) -> ToolResult:
+        outcome = self.sandbox.bash(args.command, self.limits(args.timeout_s))
+        return _from_outcome("bash", outcome)
+
+    def _submit(self) -> ToolResult:
+        if not self.verifier_command:
+            return ToolResult(tool="submit", ok=False, exit_code=None, duration_s=0.0, verifier_passed=False,
+                              observation="no verifier is configured for this task; submit cannot be judged")
+        outcome = self.sandbox.bash(self.verifier_command, self.limits())
+        passed = outcome.exit_code == 0 and not outcome.timed_out
+        result = _from_outcome("submit", outcome)
+        verdict = "verifier PASSED" if passed else "verifier FAILED"
+        return result.model_copy(update={"verifier_passed": passed, "ok": passed,
+                                         "observation": f"{verdict}\n{result.observation}"})
+
+    def _file_op(self, name: str, args: ToolArgs) -> ToolResult:
+        request = _request(name, args, self.policy.resources.read_cap_bytes)
+        outcome = self.sandbox.exec(["/usr/bin/python3", "-I", "-S", "-c", _FILEOP], self.limits(),
+                                    stdin=json.dumps(request).encode())
+        try:
+            reply = json.loads(outcome.stdout.text())
+        except ValueError:
+            return _from_outcome(name, outcome).model_copy(update={"ok": False})
+        ok = bool(reply.pop("ok", False))
+        observation = reply["error"] if not ok else _describe(name, args, reply)
+        return ToolResult(tool=name, ok=ok, exit_code=outcome.exit_code, observation=observation,
+                          stderr=outcome.stderr, duration_s=outcome.duration_s, timed_out=outcome.timed_out)
+
+
+def _request(name: str, args: ToolArgs, read_cap: int) -> dict[str, object]:
+    if isinstance(args, ReadFileArgs):
+        return {"op": "read", "path": args.path, "start_line": args.start_line, "max_lines": args.max_lines,
+                "max_bytes": read_cap}
+    if isinstance(args, WriteFileArgs):
+        return {"op": "write", "path": args.path, "content": args.content}
+    if isinstance(args, EditFileArgs):
+        return {"op": "edit", "path": args.path, "old": args.old, "new": args.new}
+    if isinstance(args, ListFilesArgs):
+        return {"op": "list", "path": args.path, "depth": args.depth, "max_entries": _LIST_MAX_ENTRIES}
+    raise TypeError(f"{name} is not a file tool")
+
+
+def _describe(name: str, args: ToolArgs, reply: dict) -> str:
+    if name == "read_file":
+        more = f"\n[truncated at {len(reply['content'].encode())} bytes of {reply['total_bytes']}]" if reply["truncated"] else ""
+        return reply["content"] + more
+    if name == "write_file":
+        return f"wrote {reply['bytes']} bytes to {args.path}"  # type: ignore[attr-defined]
+    if name == "edit_file":
+        return f"edited {args.path} at line {reply['line']} (-{reply['removed']} +{reply['added']} lines)"  # type: ignore[attr-defined]
+    more = f"\n[{reply['total'] - len(reply['entries'])} more entries not shown]" if reply["truncated"] else ""
+    return "\n".join(reply["entries"]) + more
+
+
+def _from_outcome(tool: str, outcome: ExecOutcome) -> ToolResult:
+    parts = [f"exit code {outcome.exit_code}"]
+    if outcome.timed_out:
+        parts.append("(killed: timeout)")
+    if outcome.flooded:
+        parts.append("(killed: output flood)")
+    text = " ".join(parts)
+    if outcome.stdout.total_bytes:
+        text += f"\n[stdout {outcome.stdout.total_bytes} bytes]\n{outcome.stdout.text()}"
+    if outcome.stderr.total_bytes:
+        text += f"\n[stderr {outcome.stderr.total_bytes} bytes]\n{outcome.stderr.text()}"
+    return ToolResult(tool=tool, ok=outcome.exit_code == 0 and not outcome.timed_out, exit_code=outcome.exit_code,
+                      observation=text, stdout=outcome.stdout, stderr=outcome.stderr,
+                      duration_s=outcome.duration_s, timed_out=outcome.timed_out)
