@@ -60,6 +60,7 @@ class FaultServer:
         config = uvicorn.Config(
             FaultApp(self._state, self.model), http="h11", lifespan="off", log_level="warning",
             access_log=False, server_header=False, date_header=False, proxy_headers=False,
+            timeout_graceful_shutdown=1,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, name="fault-server", daemon=True)
@@ -74,7 +75,8 @@ class FaultServer:
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.should_exit = True
+            # Scripted stalls may be mid-sleep; a test server owes them no grace.
+            self._server.should_exit = self._server.force_exit = True
         if self._thread is not None:
             self._thread.join(timeout=10)
         if self._sock is not None:
@@ -112,6 +114,15 @@ class FaultServer:
 
     def load(self, script: Script) -> None:
         self.script(script.steps, cycle=script.cycle)
+
+    def reset(self) -> None:
+        """Empty the script and forget every observation (one server, many tests)."""
+        with self._state.lock:
+            self._state.queue.clear()
+            self._state.cycle = False
+            self._state.requests.clear()
+            self._state.streams.clear()
+            self._state.disconnects.clear()
 
     def push(self, step: Scenario) -> None:
         with self._state.lock:
