@@ -103,8 +103,6 @@ def make_engine(
         cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         cursor.execute("PRAGMA foreign_keys = ON")
         if not readonly:
-            if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                cursor.execute("PRAGMA journal_mode = WAL")
             cursor.execute(f"PRAGMA synchronous = {synchronous.upper()}")
         cursor.close()
 
@@ -124,3 +122,19 @@ def parse_url(url: str) -> URL:
 
 def ensure_parent(path: Path) -> None:
     os.makedirs(path.parent, exist_ok=True)
+
+
+def use_wal(engine: Engine) -> None:
+    """Switch a SQLite store to WAL (a persistent property of the file). Done
+    only once the file is known to be an Escrow store or a new one, so a
+    foreign database is never modified."""
+    if engine.dialect.name != "sqlite":
+        return
+    raw = engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.close()
+    finally:
+        raw.close()

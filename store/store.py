@@ -17,7 +17,7 @@ from sqlalchemy import exc as sa_exc
 
 from store import migrations, reader, verify
 from store.chain import ChainCheck
-from store.engine import ensure_parent, make_engine, parse_url, probe_file, sqlite_path
+from store.engine import ensure_parent, make_engine, parse_url, probe_file, sqlite_path, use_wal
 from store.errors import NotAStore, RecordingError, SchemaTooNew, SchemaTooOld, StoreError
 from store.views import CallView, CandidateView, EventView, RunSummary, RunView, ToolExecutionView, Trajectory, TurnView
 
@@ -158,6 +158,7 @@ def _prepare(engine: Engine, shown: str, *, may_create: bool, readonly: bool) ->
                 raise NotAStore(f"{shown} holds a database that is not an Escrow store", location=shown)
             if not may_create:
                 raise NotAStore(f"{shown} holds no Escrow store", location=shown)
+            use_wal(engine)
             migrations.create_latest(engine)
             return migrations.LATEST
         if version > migrations.LATEST:
@@ -165,12 +166,14 @@ def _prepare(engine: Engine, shown: str, *, may_create: bool, readonly: bool) ->
                 f"{shown} has schema version {version}, newer than this Escrow's {migrations.LATEST}; upgrade Escrow to read it",
                 location=shown, version=version,
             )
+        if version < migrations.LATEST and readonly:
+            raise SchemaTooOld(
+                f"{shown} has schema version {version}; run `escrow migrate` to bring it to {migrations.LATEST}",
+                location=shown, version=version,
+            )
+        if not readonly:
+            use_wal(engine)
         if version < migrations.LATEST:
-            if readonly:
-                raise SchemaTooOld(
-                    f"{shown} has schema version {version}; run `escrow migrate` to bring it to {migrations.LATEST}",
-                    location=shown, version=version,
-                )
             migrations.upgrade(engine, version)
         return migrations.LATEST
 
