@@ -44,9 +44,9 @@ def _baseline(conn: Connection) -> None:
 
 V2_INDEXES = (
     ("runs", "ix_runs_created_at", ("created_at",)),
-    ("runs", "ix_runs_status", ("status",)),
-    ("runs", "ix_runs_verdict", ("verdict",)),
-    ("runs", "ix_runs_gen_ai.request.model", ("gen_ai.request.model",)),
+    ("runs", "ix_runs_status", ("status", "created_at")),
+    ("runs", "ix_runs_verdict", ("verdict", "created_at")),
+    ("runs", "ix_runs_model", ("gen_ai.request.model", "created_at")),
     ("model_calls", "ix_model_calls_request_sha256", ("request_sha256",)),
     ("model_responses", "ix_model_responses_status", ("status",)),
     ("events", "ix_events_kind", ("kind",)),

@@ -30,7 +30,14 @@ def text(**kwargs: Any) -> Any:
 
 class Run(SQLModel, table=True):
     __tablename__ = "runs"
-    __table_args__ = (Index("ix_runs_created_at", "created_at"),)
+    # Filters of `escrow runs` are followed by the newest-first order, so the
+    # sort is read off the index rather than done in a temporary B-tree.
+    __table_args__ = (
+        Index("ix_runs_created_at", "created_at"),
+        Index("ix_runs_status", "status", "created_at"),
+        Index("ix_runs_verdict", "verdict", "created_at"),
+        Index("ix_runs_model", "gen_ai.request.model", "created_at"),
+    )
 
     id: str = Field(primary_key=True)
     created_at: float
@@ -38,14 +45,14 @@ class Run(SQLModel, table=True):
     task: str = text()
     repo: str
     mode: str
-    request_model: str = otel("gen_ai.request.model", index=True)
+    request_model: str = otel("gen_ai.request.model")
     config_json: str = text()
     policy_json: str = text()
     parent_run_id: str | None = Field(default=None, foreign_key="runs.id")
     forked_at_turn: int | None = None
     escrow_version: str
-    status: str = Field(index=True)
-    verdict: str | None = Field(default=None, index=True)
+    status: str
+    verdict: str | None = None
     verdict_detail: str | None = text(default=None)
     chain_seq: int
     chain_head: str
