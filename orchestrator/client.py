@@ -26,9 +26,6 @@ from orchestrator.monitor import StreamMonitor
 from orchestrator.normalize import Cause, is_retried, status_of
 from orchestrator.retry import CircuitBreaker, RetryPolicy, decide
 
-_NOT_RETRIED_TRANSPORT = (Cause.DEADLINE, Cause.CIRCUIT_OPEN)
-
-
 class ModelClient:
     """Client for an OpenAI-compatible server; ``base_url`` ends in ``/v1``.
 
@@ -98,7 +95,7 @@ class ModelClient:
             decision = decide(
                 self.retry,
                 attempts_made=number,
-                retryable=is_retried(out.cause) and out.cause not in _NOT_RETRIED_TRANSPORT,
+                retryable=is_retried(out.cause),
                 retry_after_s=out.retry_after_s,
                 remaining_s=deadline_at - self._clock(),
                 rand=self._rand,
@@ -109,7 +106,7 @@ class ModelClient:
                 duration_s=out.ended - out.started, backoff_s=decision.delay_s if decision.retry else 0.0,
             ))
             if not decision.retry:
-                if status is Status.TRANSPORT_FAILURE and out.cause not in _NOT_RETRIED_TRANSPORT:
+                if is_retried(out.cause):
                     out.message += f" (gave up after {number} attempt(s): {decision.reason})"
                 return self._envelope(request, out, attempts, start)
             if self._wait(decision.delay_s, cancel):

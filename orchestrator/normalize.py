@@ -74,6 +74,8 @@ TABLE: dict[Cause, Row] = {
 del S
 
 RETRIED_STATUSES = frozenset({Status.TRANSPORT_FAILURE})
+# Transport failures that a retry cannot help: no time is left, or the breaker says wait.
+_FINAL_TRANSPORT = frozenset({Cause.DEADLINE, Cause.CIRCUIT_OPEN})
 
 _FINISH = {
     "stop": Cause.FINISH_STOP,
@@ -96,7 +98,7 @@ def status_of(cause: Cause) -> Status:
 
 
 def is_retried(cause: Cause) -> bool:
-    return TABLE[cause].status in RETRIED_STATUSES
+    return TABLE[cause].status in RETRIED_STATUSES and cause not in _FINAL_TRANSPORT
 
 
 def is_context_overflow(message: str) -> bool:
@@ -134,6 +136,6 @@ def mapping_markdown() -> str:
     """The table as Markdown, for docs/STATUS.md."""
     lines = ["| cause (ErrorDetail.kind) | raw signal | status | retried |", "|---|---|---|---|"]
     for cause, row in TABLE.items():
-        retried = "yes" if row.status in RETRIED_STATUSES else "no"
+        retried = "yes" if is_retried(cause) else "no"
         lines.append(f"| `{cause.value}` | {row.signal} | {row.status.value} | {retried} |")
     return "\n".join(lines) + "\n"
