@@ -16,7 +16,13 @@ from orchestrator.context.compaction import CompactionEvent, CompactionPolicy
 from orchestrator.context.counting import MessageCounter, TemplateOverhead
 from orchestrator.context.layout import ContextState, Entry, TailFormat
 from orchestrator.context.prefix import PrefixReport, PromptBytes, TurnPrefix, prefix_report
-from orchestrator.context.tokenizer import TiktokenCounter, TokenCounter, resolve_counter
+from orchestrator.context.tokenizer import (
+    RecordingCounter,
+    ReplayCounter,
+    TiktokenCounter,
+    TokenCounter,
+    resolve_counter,
+)
 
 _SERVER_NAMES = {"ServerTokenizer", "probe_server_tokenizer", "discover_context_window", "counter_for"}
 
@@ -31,7 +37,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "Budget", "CalibrationEvent", "CompactionEvent", "CompactionPolicy", "Context", "ContextState",
-    "Entry", "Margin", "MessageCounter", "PrefixReport", "PromptBytes", "RenderedContext",
+    "Entry", "Margin", "MessageCounter", "PrefixReport", "PromptBytes", "RecordingCounter", "RenderedContext", "ReplayCounter",
     "TailFormat", "TemplateOverhead", "TiktokenCounter", "TokenCounter", "TurnPrefix",
     "cache_saving_factor", "calibrate", "prefill_tokens_ideal_cache", "prefix_report",
     "resent_tokens_no_cache", "resolve_budget", "resolve_counter", *sorted(_SERVER_NAMES),

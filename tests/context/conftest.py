@@ -31,10 +31,10 @@ def counter() -> TiktokenCounter:
 def make_context(counter):
     def build(s_max: int = 4096, k_max: int = 256, *, system: str = "You are a careful coding agent.",
               task: str = "Make the failing test pass.", policy: CompactionPolicy | None = None,
-              margin: Margin | None = None, **kwargs) -> Context:
+              margin: Margin | None = None, tokenizer=None, **kwargs) -> Context:
         return Context(
             system=system, task=task, tools=TOOLS, budget=Budget(s_max=s_max, k_max=k_max),
-            counter=counter, policy=policy, margin=margin, **kwargs,
+            counter=tokenizer or counter, policy=policy, margin=margin, **kwargs,
         )
 
     return build

@@ -32,3 +32,23 @@ def test_message_counts_are_cached_by_content(counter):
     assert (counts.hits, counts.misses) == (1, 1)
     counts.message(Message(role="user", content="ok"))
     assert counts.misses == 2
+
+
+def test_recorded_counts_replay_the_same_decisions(counter, make_context):
+    from orchestrator.context import RecordingCounter, ReplayCounter
+
+    def trajectory(tok):
+        ctx = make_context(s_max=900, k_max=100, tokenizer=tok)
+        out = []
+        for t in range(1, 8):
+            ctx.append([Message(role="assistant", content=f"step {t} " * 30)], turn=t)
+            r = ctx.render(turn=t, turns_left=8 - t)
+            out.append((r.messages, r.prompt_tokens_estimate, r.compactions))
+        return out
+
+    recording = RecordingCounter(counter)
+    live = trajectory(recording)
+    assert any(c for _, _, c in live)  # the trajectory does compact
+    assert trajectory(ReplayCounter(recording.name, recording.counts)) == live
+    with pytest.raises(TokenizerError, match="never counted"):
+        ReplayCounter("x", {}).count("new text")
