@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, inspect, text
@@ -18,7 +17,7 @@ from sqlalchemy import exc as sa_exc
 from store import migrations, reader, verify
 from store.chain import ChainCheck
 from store.engine import ensure_parent, make_engine, parse_url, probe_file, sqlite_path, use_wal
-from store.errors import NotAStore, RecordingError, SchemaTooNew, SchemaTooOld, StoreError
+from store.errors import NotAStore, RecordingError, RunNotFound, SchemaTooNew, SchemaTooOld, StoreError
 from store.views import CallView, CandidateView, EventView, RunSummary, RunView, ToolExecutionView, Trajectory, TurnView
 
 
@@ -124,21 +123,22 @@ class Store:
             return reader.trajectory(conn, reader.resolve_run_id(conn, ref))
 
     def verify(self, ref: str) -> ChainCheck:
+        """Check one run (id or unique prefix). A run whose row was deleted is
+        still found, and reported broken, through the rows it left behind."""
         with self.read() as conn:
             try:
                 run_id = reader.resolve_run_id(conn, ref)
-            except StoreError:
-                # A deleted run row still shows through the rows it left behind.
-                left = [c for c in verify.orphans(conn) if c.run_id == ref]
-                if not left:
-                    raise
-                return left[0]
-            return verify.verify_run(conn, run_id)
+            except RunNotFound:
+                run_id = ref
+            check = verify.verify_run(conn, run_id)
+        if check is None:
+            raise RunNotFound(f"no run matches {ref!r}", ref=ref)
+        return check
 
     def verify_all(self) -> list[ChainCheck]:
         """Every run's chain, then any rows left behind by a deleted run."""
         with self.read() as conn:
-            return [verify.verify_run(conn, r) for r in verify.all_run_ids(conn)] + verify.orphans(conn)
+            return verify.verify_all(conn)
 
     def integrity_check(self) -> str:
         """SQLite's own ``PRAGMA integrity_check`` ("ok" when sound)."""
@@ -191,6 +191,3 @@ def translated(location: str) -> Iterator[None]:
             raise NotAStore(f"{location} is not a readable Escrow store: {detail}", location=location) from exc
         raise StoreError(f"store {location}: {detail}", location=location) from exc
 
-
-def store_path(url: str) -> Path | None:
-    return sqlite_path(parse_url(url))

@@ -1,8 +1,13 @@
-"""Checking recorded runs against their hash chains."""
+"""Checking recorded runs against their hash chains: loading (I/O) and the
+checks themselves (pure, over plain row dicts)."""
 
 from __future__ import annotations
 
 import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
 from sqlalchemy import Connection, Table, select
 
 from store.chain import ChainCheck, ChainRow, check_chain
@@ -12,28 +17,42 @@ from store.tables import CHAINED, EventRow, Run
 RUNS: Table = Run.__table__  # type: ignore[assignment]
 
 
-def verify_run(conn: Connection, run_id: str) -> ChainCheck:
-    run_row = conn.execute(select(RUNS).where(RUNS.c.id == run_id)).mappings().first()
-    if run_row is None:
-        return ChainCheck(run_id=run_id, ok=False, rows=0, head="", problem="run row is missing")
-    rows = []
-    for model in CHAINED:
-        t: Table = model.__table__  # type: ignore[attr-defined]
-        rows += [ChainRow(table=t.name, row=dict(r)) for r in conn.execute(select(t).where(t.c.run_id == run_id)).mappings()]
+def check_run(run_row: Mapping[str, Any], rows: list[ChainRow]) -> ChainCheck:
+    """The chain, then the run row's mutable columns against its verdict event."""
     checked = check_chain(run_row, rows)
     if not checked.ok:
         return checked
-    problem = verdict_problem(dict(run_row), [r.row for r in rows if r.table == EventRow.__tablename__ and r.row["kind"] == VERDICT_EVENT])
+    verdicts = [r.row for r in rows if r.table == EventRow.__tablename__ and r.row.get("kind") == VERDICT_EVENT]
+    problem = verdict_problem(run_row, verdicts)
     return checked.model_copy(update={"ok": False, "problem": problem}) if problem else checked
 
 
-def verdict_problem(run_row: dict, verdict_events: list[dict]) -> str | None:
-    """The run row's mutable columns must agree with its (chained) verdict event."""
+def check_records(run_rows: Iterable[Mapping[str, Any]], rows: Iterable[ChainRow]) -> list[ChainCheck]:
+    """Every run's chain, then rows whose run row is gone (a deleted or renamed run)."""
+    by_run: dict[Any, list[ChainRow]] = defaultdict(list)
+    for item in rows:
+        by_run[item.row.get("run_id")].append(item)
+    checks, known = [], set()
+    for run_row in run_rows:
+        known.add(run_row["id"])
+        checks.append(check_run(run_row, by_run.get(run_row["id"], [])))
+    for run_id, left in by_run.items():
+        if run_id not in known:
+            tables = sorted({r.table for r in left})
+            checks.append(ChainCheck(run_id=str(run_id), ok=False, rows=len(left), head="", table=tables[0],
+                                     problem=f"run row is missing; {', '.join(tables)} rows still refer to it"))
+    return checks
+
+
+def verdict_problem(run_row: Mapping[str, Any], verdict_events: list[dict[str, Any]]) -> str | None:
     if not verdict_events:
         expected = {"status": "running", "verdict": None, "verdict_detail": None, "finished_at": None}
     else:
         last = max(verdict_events, key=lambda r: r["seq"])
-        data = json.loads(last["data_json"])
+        try:
+            data = json.loads(last["data_json"])
+        except (TypeError, ValueError):
+            return "the verdict event's data is not JSON"
         expected = {"status": "finished", "verdict": data.get("verdict"), "verdict_detail": data.get("detail"), "finished_at": last["at"]}
     for column, value in expected.items():
         if run_row.get(column) != value:
@@ -41,16 +60,25 @@ def verdict_problem(run_row: dict, verdict_events: list[dict]) -> str | None:
     return None
 
 
-def all_run_ids(conn: Connection) -> list[str]:
-    return [str(r) for r in conn.execute(select(RUNS.c.id).order_by(RUNS.c.created_at, RUNS.c.id)).scalars()]
-
-
-def orphans(conn: Connection) -> list[ChainCheck]:
-    """Chained rows whose run row is gone: a deleted or renamed run."""
-    found = []
-    known = select(RUNS.c.id)
+def load(conn: Connection, run_id: str | None = None) -> tuple[list[dict[str, Any]], list[ChainRow]]:
+    """Run rows and chained rows, of one run or of the whole store."""
+    runs_stmt = select(RUNS).order_by(RUNS.c.created_at, RUNS.c.id)
+    if run_id is not None:
+        runs_stmt = runs_stmt.where(RUNS.c.id == run_id)
+    run_rows = [dict(r) for r in conn.execute(runs_stmt).mappings()]
+    rows = []
     for model in CHAINED:
         t: Table = model.__table__  # type: ignore[attr-defined]
-        for run_id in conn.execute(select(t.c.run_id).where(t.c.run_id.not_in(known)).distinct()).scalars():
-            found.append(ChainCheck(run_id=str(run_id), ok=False, rows=0, head="", problem=f"run row is missing; {t.name} rows still refer to it", table=t.name))
-    return found
+        stmt = select(t) if run_id is None else select(t).where(t.c.run_id == run_id)
+        rows += [ChainRow(table=t.name, row=dict(r)) for r in conn.execute(stmt).mappings()]
+    return run_rows, rows
+
+
+def verify_run(conn: Connection, run_id: str) -> ChainCheck | None:
+    """None when nothing at all is recorded under ``run_id``."""
+    checks = check_records(*load(conn, run_id))
+    return checks[0] if checks else None
+
+
+def verify_all(conn: Connection) -> list[ChainCheck]:
+    return check_records(*load(conn))
