@@ -1,0 +1,115 @@
+"""The client against the real llama.cpp server (llama-cpp-python, Gemma 3
+270M on CPU). The model is weak; these tests prove the protocol, not answers."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.client import ModelClient
+from orchestrator.contract import Message, ModelRequest, Sampling
+from orchestrator.envelope import Status
+from orchestrator.escrow import release_from_escrow
+
+pytestmark = pytest.mark.llama
+
+MODEL = "gemma-3-270m"
+DEFINITE = {Status.COMPLETED, Status.TRUNCATED}
+
+
+class Person(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    age: int
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 16}, "age": {"type": "integer", "maximum": 150}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture(scope="module")
+def llama(llama_url):
+    with ModelClient(llama_url + "/v1") as client:
+        yield client
+
+
+def ask(text: str, **fields) -> ModelRequest:
+    return ModelRequest(
+        model=MODEL, messages=(Message(role="user", content=text),),
+        max_tokens=fields.pop("max_tokens", 12), deadline_s=fields.pop("deadline_s", 120),
+        sampling=fields.pop("sampling", Sampling(temperature=0.0, seed=0)), **fields,
+    )
+
+
+def test_streamed_call_has_definite_status_and_marked_usage(llama):
+    env = llama.call(ask("Name a colour."))
+    assert env.status in DEFINITE, env.error
+    assert env.http_status == 200 and env.model == MODEL and env.payload.text
+    assert env.timings.ttft_s is not None and env.timings.decode_s is not None
+    server_sent_usage = '"usage"' in env.raw_response
+    expected = "server" if server_sent_usage else "estimated"
+    assert env.usage.completion_source == expected and env.usage.prompt_source == expected
+    assert env.usage.prompt_tokens > 0 and env.usage.completion_tokens > 0
+
+
+def test_non_streamed_call_has_definite_status_and_server_usage(llama):
+    env = llama.call(ask("Name a colour.", stream=False))
+    assert env.status in DEFINITE, env.error
+    assert env.usage.prompt_source == "server" and env.usage.completion_source == "server"
+    assert 0 < env.usage.completion_tokens <= 12
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+def test_small_max_tokens_is_truncated(llama, stream):
+    env = llama.call(ask("Write a long story about the sea.", max_tokens=3, stream=stream))
+    assert env.status is Status.TRUNCATED and env.finish_reason == "length"
+    with pytest.raises(Exception):
+        release_from_escrow(env)
+    if not stream:
+        assert env.usage.completion_tokens == 3
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+def test_json_schema_constrained_output_parses_with_the_schema(llama, stream):
+    # llama-cpp-python takes the schema inside a json_object response_format.
+    fmt = {"type": "json_object", "schema": SCHEMA}
+    env = llama.call(ask("Give a person's name and age as JSON.", max_tokens=60, stream=stream, response_format=fmt))
+    assert env.status is Status.COMPLETED, (env.error, env.payload.text)
+    person = Person.model_validate(json.loads(release_from_escrow(env).text))
+    assert len(person.name) <= 16
+
+
+def test_json_schema_response_format_is_refused_by_this_server(llama):
+    env = llama.call(ask("x", response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA}}))
+    assert env.status is Status.FAULTED and env.http_status == 500
+    assert "json_object" in env.error.message and len(env.attempts) == 1
+
+
+def test_logprobs_when_asked(llama):
+    env = llama.call(ask("Say hi.", max_tokens=4, sampling=Sampling(temperature=0.0, logprobs=True, top_logprobs=1)))
+    assert env.status in DEFINITE
+    assert env.logprobs and all("logprob" in entry for entry in env.logprobs)
+
+
+def test_cancel_cuts_a_real_generation(llama):
+    cancel = threading.Event()
+    threading.Timer(1.0, cancel.set).start()
+    started = time.monotonic()
+    env = llama.call(ask("Count from one to five hundred in words.", max_tokens=2000), cancel=cancel)
+    assert env.status is Status.CANCELED
+    assert time.monotonic() - started < 1.5
+
+
+def test_deadline_cuts_a_real_generation(llama):
+    started = time.monotonic()
+    env = llama.call(ask("Count from one to five hundred in words.", max_tokens=2000, deadline_s=1.5))
+    assert env.status is Status.TRANSPORT_FAILURE and env.error.kind == "deadline"
+    assert time.monotonic() - started < 2.0 and len(env.attempts) == 1
