@@ -7,6 +7,7 @@ known: a monitor trip, the deadline or a cancel closes the connection at once.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,7 +59,7 @@ def run_attempt(
     acc: ResponseAccumulator,
     *,
     deadline_at: float,
-    cancel,
+    cancel: threading.Event | None,
     body_cap: int,
     clock: Callable[[], float] = time.monotonic,
 ) -> AttemptOutcome:

@@ -10,9 +10,19 @@ from __future__ import annotations
 import base64
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, field_serializer, field_validator
+from pydantic import BeforeValidator, Field, PlainSerializer
 
 from orchestrator.contract import Frozen
+
+
+def _from_base64(value: Any) -> Any:
+    return base64.b64decode(value) if isinstance(value, str) else value
+
+
+# Raw bytes (possibly not UTF-8) travel through JSON scripts as base64.
+Base64Bytes = Annotated[
+    bytes, BeforeValidator(_from_base64), PlainSerializer(lambda v: base64.b64encode(v).decode("ascii"), return_type=str)
+]
 
 
 class ScriptedToolCall(Frozen):
@@ -33,16 +43,7 @@ class StreamFault(Frozen):
     action: Literal["stall", "disconnect", "malformed", "error", "raw"]
     seconds: float = 0.0
     message: str = "engine error"
-    data: bytes = b""
-
-    @field_validator("data", mode="before")
-    @classmethod
-    def _b64(cls, value: Any) -> Any:
-        return base64.b64decode(value) if isinstance(value, str) else value
-
-    @field_serializer("data")
-    def _to_b64(self, value: bytes) -> str:
-        return base64.b64encode(value).decode("ascii")
+    data: Base64Bytes = b""
 
 
 class Reply(Frozen):
@@ -97,16 +98,7 @@ class RawResponse(Frozen):
     kind: Literal["raw"] = "raw"
     status: int = 200
     content_type: str = "application/json"
-    body: bytes = b""
-
-    @field_validator("body", mode="before")
-    @classmethod
-    def _b64(cls, value: Any) -> Any:
-        return base64.b64decode(value) if isinstance(value, str) else value
-
-    @field_serializer("body")
-    def _to_b64(self, value: bytes) -> str:
-        return base64.b64encode(value).decode("ascii")
+    body: Base64Bytes = b""
 
 
 class Hangup(Frozen):

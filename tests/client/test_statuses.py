@@ -56,19 +56,15 @@ def test_length_is_truncated_and_not_retried(srv, client, req, stream):
 
 
 @BOTH
-def test_refusal_field_is_refused(srv, client, req, stream):
-    srv.script([Fault.refusal("I won't do that."), Reply(text="never asked")])
+@pytest.mark.parametrize("reply,kind", [
+    (Fault.refusal("I won't do that."), "refusal"),
+    (Fault.content_filter("partial"), "finish_content_filter"),
+], ids=["refusal-field", "content-filter"])
+def test_refusals_are_refused_and_not_retried(srv, client, req, stream, reply, kind):
+    srv.script([reply, Reply(text="never asked")])
     env = client.call(req(stream=stream))
-    assert_quarantined(env, Status.REFUSED, "refusal")
-    assert env.payload.refusal == "I won't do that."
-    assert len(srv.requests) == 1
-
-
-@BOTH
-def test_content_filter_is_refused(srv, client, req, stream):
-    srv.script([Fault.content_filter("partial"), Reply(text="never asked")])
-    env = client.call(req(stream=stream))
-    assert_quarantined(env, Status.REFUSED, "finish_content_filter")
+    assert_quarantined(env, Status.REFUSED, kind)
+    assert env.payload.refusal == reply.refusal
     assert len(srv.requests) == 1
 
 
