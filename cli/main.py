@@ -34,9 +34,9 @@ def root(
 
 
 def _register() -> None:
-    from cli import call_cmd, policy_cmd, sandbox_cmd, store_cmd
+    from cli import call_cmd, policy_cmd, run_cmd, sandbox_cmd, store_cmd
 
-    for module in (call_cmd, store_cmd, sandbox_cmd, policy_cmd):
+    for module in (run_cmd, call_cmd, store_cmd, sandbox_cmd, policy_cmd):
         module.register(app)
 
 

@@ -20,7 +20,8 @@ from orchestrator.contract import Frozen, Message, ToolCall
 from orchestrator.envelope import Envelope, Status
 from orchestrator.errors import BudgetExhausted
 from orchestrator.escrow import release_from_escrow
-from orchestrator.limits import RunLimits, Tally
+from orchestrator.limits import Tally
+from policies.model import RunLimits
 from orchestrator.perimeter import Approve, deny_all_asks, verify
 from orchestrator.ports import Context, Journal, Model, ToolOutcome, Tools
 from orchestrator.observations import no_tool_call, perimeter_rejection, stream_rejection, truncation_notice
@@ -92,7 +93,9 @@ class Agent:
         self.on_turn = on_turn
         self.verifier_runs = 0
 
-    def run(self) -> RunResult:
+    def run(self, before_verdict: Callable[[RunResult], None] | None = None) -> RunResult:
+        """Step until the trajectory ends; ``before_verdict`` may record more
+        (e.g. the patch) before the verdict closes the run."""
         try:
             while True:
                 self.step()
@@ -102,8 +105,7 @@ class Agent:
             verdict, detail = Verdict.BUDGET_EXHAUSTED, f"{exc.limit}: {exc.message}"
         except KeyboardInterrupt:
             verdict, detail = Verdict.CANCELED, "interrupted by the user"
-        self.journal.event(self.tally.turns, "verdict", {"verdict": verdict.value, "detail": detail})
-        return RunResult(
+        result = RunResult(
             verdict=verdict,
             detail=detail,
             turns=self.tally.turns,
@@ -111,6 +113,10 @@ class Agent:
             cost_usd=self.tally.cost_usd,
             verifier_runs=self.verifier_runs,
         )
+        if before_verdict is not None:
+            before_verdict(result)
+        self.journal.event(self.tally.turns, "verdict", {"verdict": verdict.value, "detail": detail})
+        return result
 
     def step(self) -> None:
         if self.cancel.is_set():
@@ -128,18 +134,24 @@ class Agent:
                 self.on_turn(turn, envelope, self.tally)
 
     def query(self, turn: int) -> tuple[Envelope, object]:
-        request = self.context.build(turn, tail=self.tally.tail())
-        for event in self.context.drain_events():
-            self.journal.event(turn, event.pop("kind", "context"), event)
+        request = self.context.build(turn, turns_left=self.tally.turns_left)
+        self._record_context_events(turn)
         call_ref = self.journal.request(turn, request)
         envelope = self.model.call(request, cancel=self.cancel)
         cost = self.cost_of(envelope)
         self.tally.add(envelope, cost)
         self.journal.envelope(turn, call_ref, envelope, cost)
+        self.context.observe(envelope)
+        self._record_context_events(turn)
         return envelope, call_ref
 
-    def _append(self, message: Message, appended: list[Message]) -> None:
-        self.context.append(message)
+    def _record_context_events(self, turn: int) -> None:
+        for event in self.context.drain_events():
+            data = dict(event)
+            self.journal.event(turn, str(data.pop("kind", "context")), data)
+
+    def _append(self, message: Message, appended: list[Message], *, elidable: bool = False) -> None:
+        self.context.append(message, elidable=elidable)
         appended.append(message)
 
     def act(self, turn: int, envelope: Envelope, call_ref: object, appended: list[Message]) -> None:
@@ -165,7 +177,7 @@ class Agent:
         passed = False
         for index, call in enumerate(calls):
             outcome = self._run_candidate(turn, call_ref, index, call)
-            self._append(self.protocol.observation(call, outcome), appended)
+            self._append(self.protocol.observation(call, outcome), appended, elidable=True)
             if call.name == SUBMIT_TOOL and outcome.verifier_passed is not None:
                 self.verifier_runs += 1
                 passed = passed or outcome.verifier_passed

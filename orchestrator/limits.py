@@ -1,22 +1,14 @@
-"""Run-level limits and the running tally checked against them. Running out
-is raised as BudgetExhausted, a verdict of its own, never mistaken for done."""
+"""The running tally of a run, checked against the policy's RunLimits.
+Running out is raised as BudgetExhausted, a verdict of its own, never
+mistaken for done."""
 
 from __future__ import annotations
 
 import time
 
-from pydantic import Field
-
-from orchestrator.contract import Frozen
 from orchestrator.envelope import Envelope
 from orchestrator.errors import BudgetExhausted
-
-
-class RunLimits(Frozen):
-    max_turns: int = Field(default=20, gt=0)
-    max_tokens: int | None = Field(default=None, gt=0)
-    max_cost_usd: float | None = Field(default=None, ge=0)
-    max_wall_s: float | None = Field(default=None, gt=0)
+from policies.model import RunLimits
 
 
 class Tally:
@@ -50,9 +42,6 @@ class Tally:
         if lim.max_wall_s is not None and self.elapsed_s >= lim.max_wall_s:
             raise BudgetExhausted(f"wall-time limit reached ({self.elapsed_s:.0f}s)", limit="wall_time")
 
-    def tail(self) -> str:
-        """The volatile context tail: what is left, shown after the newest message."""
-        parts = [f"turns left: {self.limits.max_turns - self.turns}"]
-        if self.limits.max_tokens is not None:
-            parts.append(f"tokens left: {max(0, self.limits.max_tokens - self.tokens)}")
-        return "[budget] " + ", ".join(parts)
+    @property
+    def turns_left(self) -> int:
+        return self.limits.max_turns - self.turns

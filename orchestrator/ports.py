@@ -66,13 +66,21 @@ class Journal(Protocol):
 class Context(Protocol):
     """Assembles each turn's request; history is append-only."""
 
-    def append(self, message: Message) -> None: ...
+    def append(self, message: Message, *, elidable: bool = False) -> None:
+        """Add a message produced by this turn; ``elidable`` marks tool output
+        that compaction may shorten."""
+        ...
 
-    def build(self, turn: int, *, tail: str) -> ModelRequest:
+    def build(self, turn: int, *, turns_left: int) -> ModelRequest:
         """The request for this turn. Raises BudgetExhausted(limit="context")
         when even compaction cannot fit the window."""
         ...
 
+    def observe(self, envelope: Envelope) -> None:
+        """Learn from the server's reported usage (token-count calibration)."""
+        ...
+
     def drain_events(self) -> list[dict[str, Any]]:
-        """Compaction and calibration events since the last call, to record."""
+        """Compaction and calibration events since the last call, to record;
+        each has a "kind"."""
         ...

@@ -32,9 +32,14 @@ class Settings(BaseModel):
     sandbox_image: str = "escrow-sandbox:bookworm-1"
     docker_host: str | None = None
     tool_protocol: str = "native"
-    max_turns: int = 20
+    system_role: str = "system"
+    tokenizer: str = "auto"
+    max_turns: int | None = None
+    budget_usd: float | None = None
     context_window: int | None = None
     max_output_tokens: int = 512
+    deadline_s: float = 120.0
+    stream: bool = True
     temperature: float = 0.0
     seed: int | None = 0
     log_json: bool = False

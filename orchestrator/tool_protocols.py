@@ -17,7 +17,6 @@ import json
 import re
 from typing import Protocol
 
-from orchestrator.canonical import canonical_json
 from orchestrator.contract import Message, ToolCall, ToolSpec
 from orchestrator.envelope import Payload
 from orchestrator.ports import ToolOutcome
@@ -65,10 +64,18 @@ _EDIT_BLOCK = re.compile(
 )
 
 
+def _signature(schema: dict) -> str:
+    """A compact argument list from a JSON schema: small models read it better
+    than the schema itself, and it costs far fewer prompt tokens."""
+    required = set(schema.get("required", ()))
+    props = schema.get("properties", {})
+    return ", ".join(name if name in required else f"{name}?" for name in props)
+
+
 class TextProtocol:
     name = "text"
 
-    def __init__(self, edit_tool: str = "edit_file", edit_fields: tuple[str, str, str] = ("path", "search", "replace")):
+    def __init__(self, edit_tool: str = "edit_file", edit_fields: tuple[str, str, str] = ("path", "old", "new")):
         self.edit_tool = edit_tool
         self.edit_fields = edit_fields
 
@@ -86,10 +93,10 @@ class TextProtocol:
             "=======",
             "the lines that replace them",
             ">>>>>>> REPLACE",
-            "Available tools (name: description; JSON schema of the arguments):",
+            "Available tools (arguments marked ? are optional):",
         ]
         for spec in specs:
-            lines.append(f"- {spec.name}: {spec.description}; {canonical_json(spec.parameters)}")
+            lines.append(f"- {spec.name}({_signature(spec.parameters)}): {spec.description}")
         return "\n".join(lines)
 
     def calls(self, payload: Payload, turn: int) -> tuple[ToolCall, ...]:

@@ -90,7 +90,7 @@ def test_text_protocol_parses_tool_and_edit_blocks_in_order():
     calls = TextProtocol().calls(Payload(text=text), turn=3)
     assert [c.name for c in calls] == ["read_file", "edit_file", "submit"]
     assert [c.id for c in calls] == ["call_3_0", "call_3_1", "call_3_2"]
-    assert json.loads(calls[1].arguments) == {"path": "calc.py", "search": "    return 1", "replace": "    return 2"}
+    assert json.loads(calls[1].arguments) == {"path": "calc.py", "old": "    return 1", "new": "    return 2"}
     assert TextProtocol().calls(Payload(text="I fixed it, all done."), turn=0) == ()
 
 

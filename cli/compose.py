@@ -1,0 +1,85 @@
+"""The composition root: Settings (and flags) in, wired components out.
+
+Everything that touches the outside world is created here and nowhere else:
+the store, the HTTP client, the Docker sandbox, the tokenizer probe.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+from orchestrator.context import counter_for, discover_context_window, resolve_budget
+from orchestrator.contract import Role, Sampling, ToolSpec
+from orchestrator.errors import ConfigError
+from orchestrator.runspec import RunSpec
+from orchestrator.settings import Settings
+from policies import Policy, default_policy, load_policy
+from store import Store
+
+
+def open_store(settings: Settings, *, readonly: bool = False, create: bool = True) -> Store:
+    return Store.open(settings.store_url, readonly=readonly, create=create and not readonly)
+
+
+def resolve_policy(settings: Settings) -> Policy:
+    policy = load_policy(settings.policy) if settings.policy else default_policy()
+    limits = policy.limits
+    updates = {}
+    if settings.max_turns is not None:
+        updates["max_turns"] = settings.max_turns
+    if settings.budget_usd is not None:
+        updates["max_cost_usd"] = settings.budget_usd
+    if updates:
+        policy = policy.model_copy(update={"limits": limits.model_copy(update=updates)})
+    return policy
+
+
+def resolve_repo(repo: Path) -> Path:
+    path = repo.expanduser().resolve()
+    if not path.is_dir():
+        raise ConfigError(f"--repo {repo} is not a directory")
+    return path
+
+
+class ModelProbe:
+    """What the server says about itself: its tokenizer and its window. Holds
+    the HTTP client a server tokenizer counts through, for the run's life."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.http = httpx.Client(timeout=30.0)
+        self.counter = counter_for(settings.tokenizer, base_url=settings.model_url, model=settings.model, http=self.http)
+        try:
+            self.window = discover_context_window(settings.model_url, model=settings.model, http=self.http)
+        except httpx.HTTPError:
+            self.window = None
+
+    def close(self) -> None:
+        self.http.close()
+
+
+def make_spec(
+    settings: Settings, policy: Policy, *, task: str, verifier: str | None, tool_specs: tuple[ToolSpec, ...],
+    probe: ModelProbe,
+) -> RunSpec:
+    if settings.system_role not in ("system", "user"):
+        raise ConfigError(f"system_role must be 'system' or 'user', not {settings.system_role!r}")
+    budget = resolve_budget(configured=settings.context_window, discovered=probe.window, k_max=settings.max_output_tokens)
+    role: Role = "user" if settings.system_role == "user" else "system"
+    return RunSpec(
+        task=task,
+        verifier=verifier,
+        system_role=role,
+        protocol=settings.tool_protocol,
+        tool_specs=tool_specs,
+        model=settings.model,
+        s_max=budget.s_max,
+        k_max=budget.k_max,
+        window_source=budget.source,
+        deadline_s=settings.deadline_s,
+        stream=settings.stream,
+        sampling=Sampling(temperature=settings.temperature, seed=settings.seed),
+        tokenizer=probe.counter.name,
+        limits=policy.limits,
+    )

@@ -1,0 +1,88 @@
+"""``escrow run``: a coding agent on a repo, recorded, sandboxed, verified."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import structlog
+import typer
+from rich.console import Console
+from rich.panel import Panel
+from rich.syntax import Syntax
+
+from orchestrator.agent import Verdict
+from orchestrator.envelope import Envelope
+from orchestrator.limits import Tally
+from orchestrator.settings import load_settings
+
+from cli.logging_setup import configure_logging
+from cli.run_session import execute_run
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)
+
+
+def run(
+    task: str = typer.Argument(..., help="What the agent should do, in words."),
+    repo: Path = typer.Option(..., "--repo", help="The repository to work on (copied into the sandbox; never modified unless --apply)."),
+    verify: str = typer.Option(..., "--verify", help='The verifier command run by submit, e.g. "python3 -m pytest -q". Only its pass counts.'),
+    model_url: str = typer.Option(None, "--model-url", help="OpenAI-compatible base URL ending in /v1."),
+    model: str = typer.Option(None, "--model", help="Model id sent to the server."),
+    policy: Path = typer.Option(None, "--policy", help="Capability policy file (TOML); default: the shipped safe policy."),
+    max_turns: int = typer.Option(None, "--max-turns", min=1, help="Turn limit (overrides the policy)."),
+    budget_usd: float = typer.Option(None, "--budget-usd", min=0, help="Cost limit in dollars (overrides the policy)."),
+    max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="K_max: output ceiling per call."),
+    context_window: int = typer.Option(None, "--context-window", min=256, help="S_max when the server does not report it."),
+    temperature: float = typer.Option(None, "--temperature", min=0),
+    seed: int = typer.Option(None, "--seed"),
+    tool_protocol: str = typer.Option(None, "--tool-protocol", help="native (OpenAI tools) or text (search/replace blocks)."),
+    system_role: str = typer.Option(None, "--system-role", help="system, or user for chat templates without a system turn."),
+    tokenizer: str = typer.Option(None, "--tokenizer", help="auto, server, or cl100k_base."),
+    stream: bool = typer.Option(None, "--stream/--no-stream", help="Stream responses (SSE) or not."),
+    apply: bool = typer.Option(False, "--apply", help="Apply the patch to --repo when the verdict is PASS."),
+    json_out: bool = typer.Option(False, "--json", help="Print the outcome as JSON on stdout."),
+    log_json: bool = typer.Option(None, "--log-json", help="Structured logs as JSON lines on stderr."),
+    config: Path = typer.Option(None, "--config", help="Config file (default: $ESCROW_HOME/config.toml)."),
+) -> None:
+    """Run the agent on TASK in a sandboxed copy of --repo; prints the verdict, the diff and the run id.
+
+    Exit code: 0 when the verifier passed, 1 for any other verdict, 2 for a usage or set-up error."""
+    settings = load_settings(
+        config, model_url=model_url, model=model, policy=policy, max_turns=max_turns, budget_usd=budget_usd,
+        max_output_tokens=max_tokens, context_window=context_window, temperature=temperature, seed=seed,
+        tool_protocol=tool_protocol, system_role=system_role, tokenizer=tokenizer, log_json=log_json, stream=stream,
+    )
+    configure_logging(json_lines=settings.log_json)
+    err = Console(stderr=True)
+    log = structlog.get_logger("escrow.run")
+
+    def progress(turn: int, envelope: Envelope, tally: Tally) -> None:
+        usage = envelope.usage
+        log.info("turn", turn=turn, status=envelope.status.value, prompt_tokens=usage.prompt_tokens,
+                 completion_tokens=usage.completion_tokens, tokens_total=tally.tokens,
+                 cost_usd=round(tally.cost_usd, 6), elapsed_s=round(tally.elapsed_s, 1))
+
+    with err.status("running the agent…", spinner="dots"):
+        outcome = execute_run(settings, task=task, repo=repo, verifier=verify, apply=apply, progress=progress)
+    result = outcome.result
+    if json_out:
+        payload = {"run_id": outcome.run_id, **result.model_dump(mode="json"), "patch": outcome.patch,
+                   "patch_files": list(outcome.patch_files), "applied": outcome.applied}
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+    else:
+        out = Console()
+        if outcome.patch:
+            out.print(Syntax(outcome.patch, "diff", theme="ansi_dark", background_color="default"))
+        else:
+            out.print("[dim](no changes)[/]")
+        colour = "green" if result.verdict is Verdict.PASS else "red"
+        out.print(Panel.fit(
+            f"[bold {colour}]{result.verdict.value}[/] — {result.detail}\n"
+            f"turns {result.turns} · tokens {result.tokens:,} · ${result.cost_usd:.4f}"
+            + (" · patch applied" if outcome.applied else ""),
+            title=f"run {outcome.run_id}",
+        ))
+    raise typer.Exit(0 if result.verdict is Verdict.PASS else 1)

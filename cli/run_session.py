@@ -1,0 +1,112 @@
+"""One live ``escrow run``: wire the components, run the agent, collect the patch.
+
+Fails fast, before anything is recorded, on what the user can fix (repo,
+policy, store, Docker daemon, image); once the run is recorded, every ending is
+a verdict in the store.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from orchestrator.agent import RunResult, Verdict
+from orchestrator.client import ModelClient
+from orchestrator.contract import Frozen
+from orchestrator.envelope import Envelope
+from orchestrator.limits import Tally
+from orchestrator.runspec import build_agent
+from orchestrator.settings import Settings
+from policies.pricing import call_cost
+from sandbox import Sandbox, ToolBox, apply_patch, connect, require_image, tool_specs
+from sandbox.loop_tools import SandboxTools
+from store import Recorder, RunJournal
+
+from cli.compose import ModelProbe, make_spec, open_store, resolve_policy, resolve_repo
+
+Progress = Callable[[int, Envelope, Tally], None]
+
+
+class RunOutcome(Frozen):
+    run_id: str
+    result: RunResult
+    patch: str
+    patch_files: tuple[str, ...]
+    applied: bool
+
+
+@contextmanager
+def sigint_cancels(cancel: threading.Event) -> Iterator[None]:
+    """First Ctrl-C cancels cleanly (the in-flight call ends as CANCELED);
+    a second one interrupts at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):  # noqa: ARG001
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        cancel.set()
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def execute_run(
+    settings: Settings, *, task: str, repo: Path, verifier: str, apply: bool = False,
+    progress: Progress | None = None, cancel: threading.Event | None = None,
+) -> RunOutcome:
+    repo_path = resolve_repo(repo)
+    policy = resolve_policy(settings)
+    docker_client = connect(settings.docker_host)
+    require_image(docker_client, settings.sandbox_image)
+    store = open_store(settings)
+    probe = ModelProbe(settings)
+    cancel = cancel or threading.Event()
+    try:
+        recorder = Recorder(store)
+        spec = make_spec(
+            settings, policy, task=task, verifier=verifier, tool_specs=tool_specs(policy.tools.allowed), probe=probe
+        )
+        run_id = recorder.start_run(
+            task=task, repo=str(repo_path), model=settings.model, policy=policy.model_dump(mode="json"),
+            config={"spec": spec.model_dump(mode="json"), "model_url": settings.model_url,
+                    "sandbox_image": settings.sandbox_image},
+        )
+        journal = RunJournal(recorder, run_id)
+        patch_box: dict[str, object] = {}
+        try:
+            sandbox = Sandbox.start(docker_client, settings.sandbox_image, policy, repo_path, run_id=run_id)
+        except BaseException as exc:
+            recorder.finish_run(run_id, Verdict.FAULTED.value, f"sandbox did not start: {exc}")
+            raise
+        with sandbox, ModelClient(settings.model_url, api_key=settings.api_key) as client:
+            tools = SandboxTools(ToolBox(sandbox, policy, verifier_command=verifier), policy)
+            agent = build_agent(
+                spec, counter=probe.counter, model=client, tools=tools, journal=journal,
+                cost_of=lambda envelope: call_cost(envelope, None), cancel=cancel, on_turn=progress,
+            )
+
+            def record_patch(result: RunResult) -> None:
+                patch = sandbox.patch()
+                patch_box["patch"] = patch
+                recorder.record_event(run_id, result.turns, "patch",
+                                      {"sha256": patch.sha256, "files": list(patch.files), "text": patch.text})
+
+            with sigint_cancels(cancel):
+                result = agent.run(before_verdict=record_patch)
+        patch = patch_box["patch"]
+        applied = False
+        if apply and result.verdict is Verdict.PASS and not patch.empty:  # type: ignore[union-attr]
+            apply_patch(patch, repo_path)  # type: ignore[arg-type]
+            applied = True
+        return RunOutcome(run_id=run_id, result=result, patch=patch.text, patch_files=patch.files, applied=applied)  # type: ignore[union-attr]
+    finally:
+        probe.close()
+        store.close()
