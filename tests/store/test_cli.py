@@ -1,0 +1,82 @@
+"""``escrow runs``, ``show``, ``verify`` and ``migrate`` through typer's runner
+and as the real command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from orchestrator.errors import ConfigError
+from store import Recorder, Store, synthetic
+
+ESCROW = str(Path(sys.executable).with_name("escrow"))
+
+
+@pytest.fixture
+def populated(db_path, monkeypatch) -> dict[str, str]:
+    with Store.open(f"sqlite:///{db_path}") as store:
+        recorder = Recorder(store)
+        ids = {
+            "passed": synthetic.record_run(recorder, turns=2, seed=1, model="m-a"),
+            "running": synthetic.record_run(recorder, turns=1, seed=2, model="m-b", finish=False),
+        }
+    monkeypatch.setenv("ESCROW_DB_URL", f"sqlite:///{db_path}")
+    return ids
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def test_runs_lists_newest_first_and_filters(populated):
+    result = invoke("runs")
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert lines[0].startswith("RUN") and populated["running"][:12] in lines[1] and populated["passed"][:12] in lines[2]
+    listed = json.loads(invoke("runs", "--json").output)
+    assert [r["id"] for r in listed] == [populated["running"], populated["passed"]]
+    assert listed[1]["totals"]["turns"] == 2 and listed[1]["verdict"] == "PASS"
+    for args, expected in ((["--model", "m-a"], ["passed"]), (["--status", "running"], ["running"]),
+                           (["--verdict", "PASS"], ["passed"]), (["--since", "1h"], ["running", "passed"]),
+                           (["--since", "2999-01-01"], []), (["--limit", "1"], ["running"])):
+        found = [r["id"] for r in json.loads(invoke("runs", "--json", *args).output)]
+        assert found == [populated[k] for k in expected], args
+
+
+def test_show_prints_turn_by_turn_and_json(populated):
+    text = invoke("show", populated["passed"][:8]).output
+    assert f"run {populated['passed']}" in text and "turn 0: committed" in text and "turn 1: committed" in text
+    assert "STAGED -> VALIDATING ->" in text and "COMPLETED finish=tool_calls" in text
+    data = json.loads(invoke("show", populated["passed"], "--json").output)
+    assert data["run"]["id"] == populated["passed"]
+    assert data["turns"][0]["calls"][0]["response"]["status"] == "COMPLETED"
+
+
+def test_verify_one_all_and_usage_errors(populated):
+    result = invoke("verify", populated["running"][:6])
+    assert result.exit_code == 0 and result.output.startswith("ok")
+    result = invoke("verify", "--all", "--json")
+    assert result.exit_code == 0 and [c["ok"] for c in json.loads(result.output)] == [True, True]
+    for args in ([], [populated["running"], "--all"]):
+        assert isinstance(invoke("verify", *args).exception, ConfigError)
+    assert isinstance(invoke("runs", "--since", "soon").exception, ConfigError)
+
+
+def test_migrate_reports_the_version(populated):
+    result = invoke("migrate")
+    assert result.exit_code == 0 and "schema version 2" in result.output
+
+
+def test_real_command_shows_and_verifies(populated):
+    env = {**os.environ}
+    shown = subprocess.run([ESCROW, "show", populated["passed"][:10]], env=env, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and "turn 1: committed" in shown.stdout and not shown.stderr
+    verified = subprocess.run([ESCROW, "verify", "--all"], env=env, capture_output=True, text=True, timeout=60)
+    assert verified.returncode == 0 and verified.stdout.count("ok ") == 2
