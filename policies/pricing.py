@@ -40,3 +40,42 @@ def call_cost(envelope: Envelope, price: Price | None) -> float:
     if price is None:
         return 0.0
     return token_cost(envelope.usage, price) + gpu_cost(envelope.timings.total_s, price)
+
+
+class CostBreakdown(Frozen):
+    """Dollars of one call or a sum of calls, by what was paid for."""
+
+    input_usd: float = 0.0
+    cached_input_usd: float = 0.0
+    output_usd: float = 0.0
+    gpu_usd: float = 0.0
+
+    @property
+    def total_usd(self) -> float:
+        return self.input_usd + self.cached_input_usd + self.output_usd + self.gpu_usd
+
+    def __add__(self, other: "CostBreakdown") -> "CostBreakdown":
+        return CostBreakdown(
+            input_usd=self.input_usd + other.input_usd,
+            cached_input_usd=self.cached_input_usd + other.cached_input_usd,
+            output_usd=self.output_usd + other.output_usd,
+            gpu_usd=self.gpu_usd + other.gpu_usd,
+        )
+
+
+def cost_breakdown(
+    prompt_tokens: int, cached_prompt_tokens: int, completion_tokens: int, gpu_seconds: float, price: Price | None
+) -> CostBreakdown:
+    """The same arithmetic as ``token_cost`` + ``gpu_cost``, split by kind.
+
+    Token counts may be sums over many calls: the cost is linear in them. The
+    cached part is clamped to the prompt, as in ``token_cost``."""
+    if price is None:
+        return CostBreakdown()
+    cached = min(cached_prompt_tokens, prompt_tokens)
+    return CostBreakdown(
+        input_usd=(prompt_tokens - cached) * price.input_per_mtok / 1e6,
+        cached_input_usd=cached * price.cached_rate / 1e6,
+        output_usd=completion_tokens * price.output_per_mtok / 1e6,
+        gpu_usd=gpu_cost(gpu_seconds, price),
+    )

@@ -1,0 +1,99 @@
+"""``escrow export``: recorded runs as JSON lines, either TRL-ready chat
+examples (verified-PASS runs only, unless asked) or every recorded row."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+import typer
+from rich.console import Console
+
+from cli.store_cmd import CONFIG_HELP, DB_HELP, open_store
+from orchestrator.costing import NothingToReport
+from orchestrator.errors import ConfigError
+from store import Store
+from store.reports import FORMATS, ExportError, conversation, event_lines, is_verified_pass, run_ids
+
+
+@contextmanager
+def sink(output: Path | None) -> Iterator[IO[str]]:
+    if output is None:
+        yield typer.get_text_stream("stdout")
+        return
+    try:
+        with output.open("w", encoding="utf-8") as fh:
+            yield fh
+    except OSError as exc:
+        raise ConfigError(f"cannot write {output}: {exc.strerror or exc}", path=str(output)) from None
+
+
+def write_line(out: IO[str], value: dict[str, Any]) -> None:
+    out.write(json.dumps(value, ensure_ascii=False, sort_keys=False) + "\n")
+
+
+def export_run(store: Store, run_id: str, fmt: str, include_unverified: bool, out: IO[str], *, single: bool) -> str | None:
+    """Write one run; returns why it was skipped, or None when written."""
+    trajectory = store.trajectory(run_id)
+    if fmt == "events-jsonl":
+        for line in event_lines(trajectory):
+            write_line(out, line)
+        return None
+    if not include_unverified and not is_verified_pass(trajectory):
+        reason = f"run {trajectory.run.id} is not a verified PASS (verdict {trajectory.run.verdict or 'none'})"
+        if single:
+            raise ExportError(f"{reason}; add --include-unverified to export it anyway", run_id=trajectory.run.id)
+        return reason
+    try:
+        write_line(out, conversation(trajectory))
+    except ExportError as exc:
+        if single:
+            raise
+        return exc.message
+    return None
+
+
+def export(
+    run: str | None = typer.Argument(None, help="Run id or unique prefix; or use --all."),
+    all_runs: bool = typer.Option(False, "--all", help="Export every run in the store."),
+    fmt: str = typer.Option("messages-jsonl", "--format", help=f"One of: {', '.join(FORMATS)}."),
+    include_unverified: bool = typer.Option(False, "--include-unverified", help="messages-jsonl: also runs without a PASS verdict."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
+    config: Path | None = typer.Option(None, "--config", help=CONFIG_HELP),
+) -> None:
+    """Export runs as JSON lines. messages-jsonl: one TRL conversational
+    example per run (messages, tools, tool-call arguments as objects,
+    truncation flags, tokenizer id), verified-PASS runs only unless
+    --include-unverified. events-jsonl: every recorded row, in chain order."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format takes one of {', '.join(FORMATS)}, not {fmt!r}")
+    if all_runs == (run is not None):
+        raise ConfigError("give a run id or --all (not both)")
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    with open_store(db, config) as store:
+        ids = run_ids_for(store) if all_runs else [store.resolve(run or "")]
+        if not ids:
+            raise NothingToReport(f"no runs recorded in {store.url}")
+        skipped: list[str] = []
+        with sink(output) as out:
+            for run_id in ids:
+                reason = export_run(store, run_id, fmt, include_unverified, out, single=not all_runs)
+                if reason:
+                    skipped.append(reason)
+    written = len(ids) - len(skipped)
+    err.print(f"exported {written} run(s) as {fmt}" + (f"; skipped {len(skipped)}: {skipped[0]}{' ...' if len(skipped) > 1 else ''}" if skipped else ""))
+    if written == 0:
+        raise NothingToReport("nothing exported: no verified-PASS runs (--include-unverified exports the others)")
+
+
+def run_ids_for(store: Store) -> list[str]:
+    with store.read() as conn:
+        return run_ids(conn)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export")(export)

@@ -1,0 +1,17 @@
+"""Trajectory cost reports: per-turn and per-run cost lines, the chapter's
+cache comparison, aggregates over many runs, and their flat and HTML forms.
+Pure code: the store reads the figures (store.reports), the CLI prints."""
+
+from orchestrator.costing.aggregate import GROUP_BY, AggregateReport, GroupStats, RunSlice, Spread, aggregate
+from orchestrator.costing.errors import NothingToReport, ReportError
+from orchestrator.costing.figures import CallFigures, PriceLookup, ToolFigures, percentile
+from orchestrator.costing.html import aggregate_html, run_html
+from orchestrator.costing.tabular import aggregate_json, aggregate_rows, comparison_lines, line_rows, run_json, to_csv
+from orchestrator.costing.trajectory import ChapterComparison, CostLine, RunCost, chapter_comparison, resent_per_call, run_cost
+
+__all__ = [
+    "GROUP_BY", "AggregateReport", "CallFigures", "ChapterComparison", "CostLine", "GroupStats", "NothingToReport",
+    "PriceLookup", "ReportError", "RunCost", "RunSlice", "Spread", "ToolFigures", "aggregate", "aggregate_html",
+    "aggregate_json", "aggregate_rows", "chapter_comparison", "comparison_lines", "line_rows", "percentile",
+    "resent_per_call", "run_cost", "run_html", "run_json", "to_csv",
+]

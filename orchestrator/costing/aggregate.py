@@ -1,0 +1,137 @@
+"""Aggregate cost reports over many runs, grouped by model, day, status or
+verdict, with p50 and p95 of the per-run and per-call figures. Pure: the
+store hands in one ``RunSlice`` per (run, model) and the calls' TTFTs."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timezone
+from typing import Literal
+
+from orchestrator.contract import Frozen
+from orchestrator.costing.figures import PriceLookup, percentile, ratio
+from orchestrator.costing.trajectory import unpriced_warnings
+from policies.pricing import CostBreakdown, cost_breakdown
+
+GroupBy = Literal["model", "day", "status", "verdict"]
+GROUP_BY: tuple[str, ...] = ("model", "day", "status", "verdict")
+
+
+class RunSlice(Frozen):
+    """Sums over one run's answered calls to one model. ``cached_tokens`` is
+    already clamped to each call's prompt tokens."""
+
+    run_id: str
+    created_at: float
+    status: str
+    verdict: str | None
+    model: str
+    calls: int
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    gpu_s: float
+    decode_s: float
+    retries: int
+    tool_s: float = 0.0
+
+
+class Spread(Frozen):
+    p50: float | None
+    p95: float | None
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> "Spread":
+        return cls(p50=percentile(values, 50), p95=percentile(values, 95))
+
+
+class GroupStats(Frozen):
+    key: str
+    runs: int
+    calls: int
+    prompt_tokens: int
+    cached_tokens: int
+    prefilled_tokens: int
+    completion_tokens: int
+    cost: CostBreakdown
+    gpu_s: float
+    decode_s: float
+    tool_s: float
+    retries: int
+    cost_per_run: Spread
+    tokens_per_run: Spread
+    ttft_s: Spread
+
+    @property
+    def hit_ratio(self) -> float | None:
+        return ratio(self.cached_tokens, self.prompt_tokens)
+
+
+class AggregateReport(Frozen):
+    by: str
+    since: float | None
+    until: float | None
+    price_version: str
+    groups: tuple[GroupStats, ...]
+    total: GroupStats | None
+    warnings: tuple[str, ...] = ()
+
+
+def group_key(by: str, piece: RunSlice) -> str:
+    if by == "model":
+        return piece.model
+    if by == "day":
+        return datetime.fromtimestamp(piece.created_at, tz=timezone.utc).strftime("%Y-%m-%d")
+    if by == "status":
+        return piece.status
+    if by == "verdict":
+        return piece.verdict or "(none)"
+    raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUP_BY)}")
+
+
+def group_stats(key: str, pieces: Sequence[RunSlice], ttfts: Sequence[float], prices: PriceLookup) -> GroupStats:
+    per_run_cost: dict[str, float] = defaultdict(float)
+    per_run_tokens: dict[str, int] = defaultdict(int)
+    cost = CostBreakdown()
+    for p in pieces:
+        piece_cost = cost_breakdown(p.prompt_tokens, p.cached_tokens, p.completion_tokens, p.gpu_s, prices(p.model))
+        cost = cost + piece_cost
+        per_run_cost[p.run_id] += piece_cost.total_usd
+        per_run_tokens[p.run_id] += p.prompt_tokens + p.completion_tokens
+    # Tool time belongs to a run, not to one of its models: count it once.
+    tool_s = {p.run_id: p.tool_s for p in pieces}
+    prompt, cached = sum(p.prompt_tokens for p in pieces), sum(p.cached_tokens for p in pieces)
+    return GroupStats(
+        key=key, runs=len(per_run_cost), calls=sum(p.calls for p in pieces), prompt_tokens=prompt,
+        cached_tokens=cached, prefilled_tokens=prompt - cached, completion_tokens=sum(p.completion_tokens for p in pieces),
+        cost=cost, gpu_s=sum(p.gpu_s for p in pieces), decode_s=sum(p.decode_s for p in pieces),
+        tool_s=sum(tool_s.values()), retries=sum(p.retries for p in pieces),
+        cost_per_run=Spread.of(list(per_run_cost.values())), tokens_per_run=Spread.of(list(per_run_tokens.values())),
+        ttft_s=Spread.of(ttfts),
+    )
+
+
+def aggregate(
+    pieces: Iterable[RunSlice], ttfts: Iterable[tuple[str, str, float]], *, by: str, prices: PriceLookup,
+    price_version: str, since: float | None = None, until: float | None = None,
+) -> AggregateReport:
+    """``ttfts`` are (run_id, model, seconds) of answered calls that report a TTFT."""
+    pieces = list(pieces)
+    keys = {(p.run_id, p.model): group_key(by, p) for p in pieces}
+    grouped: dict[str, list[RunSlice]] = defaultdict(list)
+    for p in pieces:
+        grouped[keys[(p.run_id, p.model)]].append(p)
+    ttft_groups: dict[str, list[float]] = defaultdict(list)
+    all_ttfts: list[float] = []
+    for run_id, model, seconds in ttfts:
+        key = keys.get((run_id, model))
+        if key is not None:
+            ttft_groups[key].append(seconds)
+            all_ttfts.append(seconds)
+    groups = tuple(group_stats(k, grouped[k], ttft_groups[k], prices) for k in sorted(grouped))
+    return AggregateReport(
+        by=by, since=since, until=until, price_version=price_version, groups=groups,
+        total=group_stats("TOTAL", pieces, all_ttfts, prices) if pieces else None,
+        warnings=tuple(unpriced_warnings({p.model for p in pieces}, prices)),
+    )

@@ -1,0 +1,57 @@
+"""What the cost reports are computed from: per-call usage and timing figures
+read from the store, and the small statistics used over them. Pure."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from orchestrator.contract import Frozen
+from policies.pricing import Price
+
+PriceLookup = Callable[[str | None], Price | None]
+
+
+class CallFigures(Frozen):
+    """One model call of a run. ``status`` is None for a call whose response
+    was never recorded (the call in flight when a run stopped)."""
+
+    turn: int | None
+    model: str
+    status: str | None = None
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    completion_tokens: int = 0
+    prompt_source: str = "absent"
+    ttft_s: float | None = None
+    decode_s: float | None = None
+    total_s: float = 0.0
+    retries: int = 0
+
+    @property
+    def cached(self) -> int:
+        """Cached tokens are a part of the prompt; a server reporting more is clamped."""
+        return min(self.cached_prompt_tokens, self.prompt_tokens)
+
+
+class ToolFigures(Frozen):
+    """Tool executions of one turn: how many and their summed seconds."""
+
+    turn: int | None
+    count: int = 0
+    seconds: float = 0.0
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0..100) by linear interpolation between closest
+    ranks (numpy's default); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100.0
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def ratio(part: float, whole: float) -> float | None:
+    return part / whole if whole else None

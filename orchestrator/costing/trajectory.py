@@ -1,0 +1,165 @@
+"""The cost report of one run: per turn and in total, and the chapter's
+comparison of actual prefill against the no-cache and ideal-cache formulas.
+
+Output sets latency (TTFT, decode), re-sent input sets cost: each call
+re-sends the conversation so far. The part of a prompt already sent by the
+previous call is counted as *re-sent*; the part the server served from its
+prefix cache as *cached*; the rest was *prefilled* (computed afresh).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+from orchestrator.contract import Frozen
+from orchestrator.context.accounting import prefill_tokens_ideal_cache, resent_tokens_no_cache
+from orchestrator.costing.figures import CallFigures, PriceLookup, ToolFigures, ratio
+from policies.pricing import CostBreakdown, cost_breakdown
+
+
+class CostLine(Frozen):
+    """One turn of a run (``turn`` set) or its total (``turn`` None)."""
+
+    turn: int | None
+    calls: int = 0
+    statuses: tuple[str, ...] = ()
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    prefilled_tokens: int = 0
+    completion_tokens: int = 0
+    resent_tokens: int = 0
+    cost: CostBreakdown = CostBreakdown()
+    gpu_s: float = 0.0
+    ttft_s: float | None = None
+    decode_s: float = 0.0
+    tool_s: float = 0.0
+    tool_calls: int = 0
+    retries: int = 0
+
+    @property
+    def hit_ratio(self) -> float | None:
+        """Prefix-cache hit ratio: cached / prompt tokens."""
+        return ratio(self.cached_tokens, self.prompt_tokens)
+
+
+class ChapterComparison(Frozen):
+    """Actual prompt and prefill tokens beside N*S0 + delta*N(N-1)/2 (every
+    prompt prefilled in full) and S0 + (N-1)*delta (an ideal prefix cache)."""
+
+    n: int
+    s0: int
+    delta: int
+    delta_exact: float
+    sent_tokens: int
+    prefilled_tokens: int
+    no_cache_tokens: int
+    ideal_cache_tokens: int
+    derivation: str
+
+    @property
+    def saving_vs_no_cache(self) -> float | None:
+        """How many times fewer tokens were prefilled than with no cache."""
+        return ratio(self.no_cache_tokens, self.prefilled_tokens)
+
+    @property
+    def excess_over_ideal(self) -> float | None:
+        """Prefilled tokens relative to an ideal cache (1.0 is ideal)."""
+        return ratio(self.prefilled_tokens, self.ideal_cache_tokens)
+
+
+class RunCost(Frozen):
+    run_id: str
+    model: str
+    status: str
+    verdict: str | None
+    price_version: str
+    turns: tuple[CostLine, ...]
+    total: CostLine
+    comparison: ChapterComparison | None
+    warnings: tuple[str, ...] = ()
+
+
+def resent_per_call(calls: Sequence[CallFigures]) -> list[int]:
+    """Tokens of each prompt already sent by the previous answered call. With
+    a prefix-stable layout, that is the whole previous prompt (or all of this
+    one, when compaction made it shorter)."""
+    out, previous = [], None
+    for call in calls:
+        out.append(0 if previous is None else min(call.prompt_tokens, previous))
+        if call.status is not None:
+            previous = call.prompt_tokens
+    return out
+
+
+def chapter_comparison(calls: Sequence[CallFigures]) -> ChapterComparison | None:
+    answered = [c for c in calls if c.status is not None]
+    if not answered:
+        return None
+    n, s0 = len(answered), answered[0].prompt_tokens
+    exact = (answered[-1].prompt_tokens - s0) / (n - 1) if n > 1 else 0.0
+    delta = max(0, round(exact))
+    derivation = (
+        f"N = {n} answered model calls; S0 = {s0}, the first call's prompt tokens; "
+        f"delta = {delta}, the mean growth of the prompt per call ((last {answered[-1].prompt_tokens} - first {s0}) / {max(n - 1, 1)}"
+        f" = {exact:.1f}, rounded{', clamped at 0: the prompt shrank' if exact < 0 else ''})"
+    )
+    return ChapterComparison(
+        n=n, s0=s0, delta=delta, delta_exact=exact,
+        sent_tokens=sum(c.prompt_tokens for c in answered),
+        prefilled_tokens=sum(c.prompt_tokens - c.cached for c in answered),
+        no_cache_tokens=resent_tokens_no_cache(s0, delta, n),
+        ideal_cache_tokens=prefill_tokens_ideal_cache(s0, delta, n),
+        derivation=derivation,
+    )
+
+
+def cost_line(turn: int | None, calls: Sequence[CallFigures], resent: Sequence[int], tools: Sequence[ToolFigures],
+              prices: PriceLookup) -> CostLine:
+    cost = CostBreakdown()
+    for call in calls:
+        cost = cost + cost_breakdown(call.prompt_tokens, call.cached, call.completion_tokens, call.total_s, prices(call.model))
+    ttfts = [c.ttft_s for c in calls if c.ttft_s is not None]
+    prompt, cached = sum(c.prompt_tokens for c in calls), sum(c.cached for c in calls)
+    return CostLine(
+        turn=turn, calls=len(calls), statuses=tuple(c.status or "IN_FLIGHT" for c in calls),
+        prompt_tokens=prompt, cached_tokens=cached, prefilled_tokens=prompt - cached,
+        completion_tokens=sum(c.completion_tokens for c in calls), resent_tokens=sum(resent), cost=cost,
+        gpu_s=sum(c.total_s for c in calls),
+        # A turn's latency to first token is its first call's; a total sums them.
+        ttft_s=(ttfts[0] if turn is not None else sum(ttfts)) if ttfts else None,
+        decode_s=sum(c.decode_s or 0.0 for c in calls), tool_s=sum(t.seconds for t in tools),
+        tool_calls=sum(t.count for t in tools), retries=sum(c.retries for c in calls),
+    )
+
+
+def run_cost(
+    *, run_id: str, model: str, status: str, verdict: str | None, calls: Sequence[CallFigures],
+    tools: Sequence[ToolFigures], prices: PriceLookup, price_version: str,
+) -> RunCost:
+    """Per-turn lines (in turn order; calls outside a turn under None last), the total, the comparison."""
+    resent = resent_per_call(calls)
+    by_turn: dict[int | None, list[int]] = defaultdict(list)
+    for index, call in enumerate(calls):
+        by_turn[call.turn].append(index)
+    tools_by_turn: dict[int | None, list[ToolFigures]] = defaultdict(list)
+    for tool in tools:
+        tools_by_turn[tool.turn].append(tool)
+    numbers = sorted({n for n in (*by_turn, *tools_by_turn) if n is not None})
+    lines = [
+        cost_line(n, [calls[i] for i in by_turn[n]], [resent[i] for i in by_turn[n]], tools_by_turn[n], prices)
+        for n in numbers
+    ]
+    total = cost_line(None, calls, resent, tools, prices)
+    return RunCost(
+        run_id=run_id, model=model, status=status, verdict=verdict, price_version=price_version,
+        turns=tuple(lines), total=total, comparison=chapter_comparison(calls),
+        warnings=tuple(unpriced_warnings({c.model for c in calls}, prices)),
+    )
+
+
+def unpriced_warnings(models: set[str], prices: PriceLookup) -> list[str]:
+    return [
+        f"no price for model {m!r}: counted as $0 (set one with `escrow price set {m} ...`)"
+        for m in sorted(models) if prices(m) is None
+    ]

@@ -1,0 +1,50 @@
+"""Read one run's figures from the store and price them (orchestrator.costing)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from orchestrator.costing import CallFigures, RunCost, ToolFigures, run_cost
+from policies.price_table import PriceTable
+from store.store import Store
+from store.views import CallView, ToolExecutionView, Trajectory
+
+
+def call_figures(calls: Iterable[CallView]) -> list[CallFigures]:
+    out = []
+    for call in calls:
+        r = call.response
+        if r is None:
+            out.append(CallFigures(turn=call.turn, model=call.request_model))
+            continue
+        out.append(CallFigures(
+            turn=call.turn, model=call.request_model, status=r.status, prompt_tokens=r.input_tokens,
+            cached_prompt_tokens=r.cached_input_tokens, completion_tokens=r.output_tokens,
+            prompt_source=r.input_tokens_source, ttft_s=r.ttft_s, decode_s=r.decode_s, total_s=r.total_s,
+            retries=max(0, r.n_attempts - 1),
+        ))
+    return out
+
+
+def tool_figures(executions: Iterable[ToolExecutionView]) -> list[ToolFigures]:
+    grouped: dict[int | None, list[float]] = defaultdict(list)
+    for e in executions:
+        grouped[e.turn].append(e.duration_s or 0.0)
+    return [ToolFigures(turn=turn, count=len(s), seconds=sum(s)) for turn, s in grouped.items()]
+
+
+def trajectory_cost(trajectory: Trajectory, prices: PriceTable) -> RunCost:
+    calls = [c for record in trajectory.turns for c in record.calls]
+    calls.sort(key=lambda c: c.seq)
+    tools = [t for record in trajectory.turns for t in record.tool_executions]
+    run = trajectory.run
+    return run_cost(
+        run_id=run.id, model=run.request_model, status=run.status, verdict=run.verdict,
+        calls=call_figures(calls), tools=tool_figures(tools), prices=prices.lookup, price_version=prices.version,
+    )
+
+
+def report_run(store: Store, ref: str, prices: PriceTable) -> RunCost:
+    """The cost report of the run ``ref`` names (an id or a unique prefix)."""
+    return trajectory_cost(store.trajectory(ref), prices)
