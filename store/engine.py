@@ -89,7 +89,8 @@ def make_engine(
 ) -> Engine:
     path = sqlite_path(url)
     if path is None:
-        return create_engine(url, pool_pre_ping=True)
+        options = {"postgresql_readonly": True} if readonly and url.get_backend_name() == "postgresql" else {}
+        return create_engine(url, pool_pre_ping=True, execution_options=options)
     if synchronous.upper() not in SYNCHRONOUS:
         raise ValueError(f"synchronous must be one of {SYNCHRONOUS}")
     target = f"sqlite:///file:{quote(str(path.resolve()))}?mode=ro&uri=true" if readonly else url

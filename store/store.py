@@ -7,9 +7,9 @@ turned into typed StoreErrors at this boundary.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy import exc as sa_exc
@@ -19,6 +19,8 @@ from store.chain import ChainCheck
 from store.engine import ensure_parent, make_engine, parse_url, probe_file, sqlite_path, use_wal
 from store.errors import NotAStore, RecordingError, RunNotFound, SchemaTooNew, SchemaTooOld, StoreError
 from store.views import CallView, CandidateView, EventView, RunSummary, RunView, ToolExecutionView, Trajectory, TurnView
+
+T = TypeVar("T")
 
 
 class Store:
@@ -98,25 +100,24 @@ class Store:
         with self.read() as conn:
             return reader.list_runs(conn, status=status, verdict=verdict, model=model, since=since, until=until, limit=limit)
 
-    def turns(self, run_id: str) -> list[TurnView]:
+    def _query(self, fn: Callable[..., T], *args: Any) -> T:
         with self.read() as conn:
-            return reader.turns(conn, run_id)
+            return fn(conn, *args)
+
+    def turns(self, run_id: str) -> list[TurnView]:
+        return self._query(reader.turns, run_id)
 
     def calls(self, run_id: str) -> list[CallView]:
-        with self.read() as conn:
-            return reader.calls(conn, run_id)
+        return self._query(reader.calls, run_id)
 
     def candidates(self, run_id: str) -> list[CandidateView]:
-        with self.read() as conn:
-            return reader.candidates(conn, run_id)
+        return self._query(reader.candidates, run_id)
 
     def tool_executions(self, run_id: str) -> list[ToolExecutionView]:
-        with self.read() as conn:
-            return reader.tool_executions(conn, run_id)
+        return self._query(reader.tool_executions, run_id)
 
     def events(self, run_id: str, kind: str | None = None) -> list[EventView]:
-        with self.read() as conn:
-            return reader.events(conn, run_id, kind)
+        return self._query(reader.events, run_id, kind)
 
     def trajectory(self, ref: str) -> Trajectory:
         with self.read() as conn:
