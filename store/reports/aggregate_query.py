@@ -70,7 +70,7 @@ def ttft_query(since: float | None, until: float | None) -> Select[Any]:
 
 
 def run_slices(conn: Connection, since: float | None, until: float | None) -> list[RunSlice]:
-    tool_s = dict(conn.execute(tool_time_query(since, until)).tuples().all())
+    tool_s = dict(conn.execute(tool_time_query(since, until)).all())
     return [
         RunSlice(
             run_id=run_id, created_at=created, status=status, verdict=verdict, model=model, calls=n,
@@ -78,12 +78,13 @@ def run_slices(conn: Connection, since: float | None, until: float | None) -> li
             decode_s=decode or 0.0, retries=retries or 0, tool_s=tool_s.get(run_id, 0.0),
         )
         for run_id, created, status, verdict, model, n, prompt, cached, output, total, decode, retries
-        in conn.execute(slices_query(since, until)).tuples()
+        in conn.execute(slices_query(since, until))
     ]
 
 
 def call_ttfts(conn: Connection, since: float | None, until: float | None) -> Iterator[tuple[str, str, float]]:
-    yield from conn.execute(ttft_query(since, until)).tuples()
+    for run_id, model, seconds in conn.execute(ttft_query(since, until)):
+        yield run_id, model, seconds
 
 
 def report_runs(store: Store, *, by: str, since: float | None, until: float | None, prices: PriceTable) -> AggregateReport:

@@ -1,0 +1,101 @@
+"""Aggregates over many runs: groups, windows, p50/p95, and agreement with
+the per-run reports of the same store."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from orchestrator.contract import Message, ModelRequest
+from orchestrator.costing import percentile
+from policies.price_table import load_price_table, set_price
+from store import Recorder
+from store.reports import report_run, report_runs
+
+DAY = 86_400.0
+T0 = 1_790_000_000.0  # a fixed UTC instant, so days are known
+
+
+@given(st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=2, max_size=50))
+def test_percentile_matches_the_standard_library(values: list[float]) -> None:
+    cuts = statistics.quantiles(values, n=100, method="inclusive")
+    assert percentile(values, 50) == pytest.approx(cuts[49], abs=1e-6)
+    assert percentile(values, 95) == pytest.approx(cuts[94], abs=1e-6)
+
+
+def test_percentile_edges() -> None:
+    assert percentile([], 50) is None
+    assert percentile([7.0], 95) == 7.0
+
+
+@pytest.fixture
+def fleet(scripted, home: Path) -> dict[str, list[str]]:
+    """Runs over three days, two models, three verdicts."""
+    set_price(home, "gemma-3-270m", {"input_per_mtok": 1.0, "output_per_mtok": 4.0, "gpu_per_hour": 1.8})
+    set_price(home, "big", {"input_per_mtok": 5.0, "cached_input_per_mtok": 0.5, "output_per_mtok": 20.0})
+    runs: dict[str, list[str]] = {}
+    for i in range(9):
+        now = T0 + (i % 3) * DAY + i
+        scripted.recorder = Recorder(scripted.store, clock=lambda now=now: now)
+        model = "big" if i % 2 else "gemma-3-270m"
+        turns = [scripted.Turn(1000 + 100 * i + 50 * t, 900 if t else 0, 30 + i, model=model) for t in range(1 + i % 4)]
+        verdict = ("PASS", "FAIL", None)[i % 3]
+        run_id = scripted.record(turns, model=model, verdict=verdict)
+        runs.setdefault(model, []).append(run_id)
+        runs.setdefault(f"day{i % 3}", []).append(run_id)
+        runs.setdefault(str(verdict), []).append(run_id)
+    return runs
+
+
+def test_groups_agree_with_per_run_reports(scripted, home: Path, fleet: dict[str, list[str]]) -> None:
+    prices = load_price_table(home)
+    report = report_runs(scripted.store, by="model", since=None, until=None, prices=prices)
+    assert [g.key for g in report.groups] == ["big", "gemma-3-270m"]
+    for group in report.groups:
+        singles = [report_run(scripted.store, r, prices) for r in fleet[group.key]]
+        assert group.runs == len(singles)
+        assert group.prompt_tokens == sum(s.total.prompt_tokens for s in singles)
+        assert group.cached_tokens == sum(s.total.cached_tokens for s in singles)
+        assert group.completion_tokens == sum(s.total.completion_tokens for s in singles)
+        assert group.tool_s == pytest.approx(sum(s.total.tool_s for s in singles))
+        assert group.cost.total_usd == pytest.approx(sum(s.total.cost.total_usd for s in singles))
+        per_run = [s.total.cost.total_usd for s in singles]
+        assert group.cost_per_run.p50 == pytest.approx(statistics.median(per_run))
+        assert group.cost_per_run.p95 == pytest.approx(statistics.quantiles(per_run, n=100, method="inclusive")[94])
+    assert report.total is not None and report.total.runs == 9
+    assert report.total.cost.total_usd == pytest.approx(sum(g.cost.total_usd for g in report.groups))
+
+
+def test_by_day_status_and_verdict(scripted, home: Path, fleet: dict[str, list[str]]) -> None:
+    prices = load_price_table(home)
+    by_day = report_runs(scripted.store, by="day", since=None, until=None, prices=prices)
+    assert [(g.key, g.runs) for g in by_day.groups] == [("2026-09-21", 3), ("2026-09-22", 3), ("2026-09-23", 3)]
+    by_verdict = report_runs(scripted.store, by="verdict", since=None, until=None, prices=prices)
+    assert {g.key: g.runs for g in by_verdict.groups} == {"PASS": 3, "FAIL": 3, "(none)": 3}
+    by_status = report_runs(scripted.store, by="status", since=None, until=None, prices=prices)
+    assert {g.key: g.runs for g in by_status.groups} == {"finished": 6, "running": 3}
+
+
+def test_since_and_until_select_runs_by_start_time(scripted, home: Path, fleet: dict[str, list[str]]) -> None:
+    prices = load_price_table(home)
+    window = report_runs(scripted.store, by="day", since=T0 + DAY, until=T0 + 2 * DAY, prices=prices)
+    assert [(g.key, g.runs) for g in window.groups] == [("2026-09-22", 3)]
+    empty = report_runs(scripted.store, by="model", since=T0 + 10 * DAY, until=None, prices=prices)
+    assert empty.groups == () and empty.total is None
+
+
+def test_ttft_percentiles_are_over_calls(scripted, home: Path) -> None:
+    for ttft in (0.1, 0.2, 0.3, 0.4, 1.0):
+        run_id = scripted.recorder.start_run(task="t", repo="/r", model="m", config={}, policy={})
+        with scripted.recorder.turn(run_id, 0) as tx:
+            call = tx.request(ModelRequest(model="m", messages=(Message(role="user", content="x"),), max_tokens=8))
+            tx.envelope(call, scripted.envelope(10, 0, 1, ttft=ttft, model="m"))
+            tx.commit([])
+    report = report_runs(scripted.store, by="model", since=None, until=None, prices=load_price_table(home))
+    (group,) = report.groups
+    assert group.ttft_s.p50 == pytest.approx(0.3) and group.ttft_s.p95 == pytest.approx(0.88)
+    assert any("'m'" in w for w in report.warnings)
