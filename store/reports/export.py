@@ -107,7 +107,7 @@ def conversation(trajectory: Trajectory) -> dict[str, Any]:
 
 def event_lines(trajectory: Trajectory) -> Iterator[dict[str, Any]]:
     """Every recorded row of a run: the run, then its chained rows by seq."""
-    yield {"type": "run", **trajectory.run.model_dump(mode="json")}
+    yield {"type": "run", "run_id": trajectory.run.id, **trajectory.run.model_dump(mode="json")}
     rows: list[tuple[int, dict[str, Any]]] = []
     for event in trajectory.run_events:
         rows.append((event.seq, {"type": "event", **event.model_dump(mode="json")}))
@@ -130,7 +130,7 @@ def event_lines(trajectory: Trajectory) -> Iterator[dict[str, Any]]:
         for event in record.events:
             rows.append((event.seq, {"type": "event", **event.model_dump(mode="json")}))
     for _, row in sorted(rows, key=lambda item: item[0]):
-        yield {"run_id": trajectory.run.id, **row} if "run_id" not in row else row
+        yield row if "run_id" in row else {"run_id": trajectory.run.id, **row}
 
 
 def is_verified_pass(trajectory: Trajectory) -> bool:
