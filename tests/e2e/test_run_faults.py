@@ -108,3 +108,165 @@ def test_scripted_fix_passes_and_everything_is_recorded(settings, repo, fault, o
     assert requests[1].messages[-2].content == done[0].observation
     patch = [e for e in store.events(outcome.run_id, "patch")]
     assert len(patch) == 1 and patch[0].data["files"] == ["calc.py"]
+
+
+def with_limits(settings: Settings, **changes: object) -> Settings:
+    return settings.model_copy(update=changes)
+
+
+def messages_of(traj: Trajectory, turn: int) -> list[str]:
+    return [m.content or "" for m in taken(traj)[turn].calls[0].request().messages]
+
+
+def envelope_of(traj: Trajectory, turn: int):
+    return taken(traj)[turn].calls[0].response.envelope()
+
+
+def test_truncated_tool_call_is_quarantined_never_executed(settings, repo, fault, open_store):
+    # A write that would wipe calc.py, cut off at the output ceiling.
+    wipe = Reply(tool_calls=(ScriptedToolCall(name="write_file", arguments='{"path": "calc.py", "content": ""}'),),
+                 finish_reason="length")
+    fault.script([wipe, SUBMIT])
+    outcome = run(with_limits(settings, max_turns=2), repo)
+
+    assert outcome.result.verdict is Verdict.BUDGET_EXHAUSTED
+    assert outcome.patch == "" and outcome.patch_files == (), "the truncated write must not touch the workspace"
+    traj = open_store().trajectory(outcome.run_id)
+    assert_fully_recorded(traj, fault)
+    assert envelope_of(traj, 0).status.value == "TRUNCATED"
+    first = taken(traj)[0]
+    assert first.candidates == () and first.tool_executions == ()
+    assert [e.data["action"] for e in first.events if e.kind == "route"] == ["COMPACT"]
+    # The next request is not the same one resent: it carries the notice, and
+    # the cut-off payload is never shown to the model again.
+    later = taken(traj)[1].calls[0]
+    assert later.request_sha256 != first.calls[0].request_sha256
+    assert any("cut off at the output limit" in m for m in messages_of(traj, 1))
+    assert not any(m.tool_calls for m in later.request().messages)
+    assert [x.tool_name for x in executions(traj)] == ["submit"]
+    assert json.loads(executions(traj)[0].detail_json)["verifier_passed"] is False
+
+
+@pytest.mark.parametrize("refusal", [Fault.refusal("I can't help with that."), Fault.content_filter("")])
+def test_refusal_ends_the_trajectory_with_its_reason(settings, repo, fault, open_store, refusal):
+    fault.script([refusal, SUBMIT])
+    outcome = run(settings, repo)
+
+    assert outcome.result.verdict is Verdict.REFUSED
+    traj = open_store().trajectory(outcome.run_id)
+    assert traj.run.verdict == "REFUSED" and traj.run.verdict_detail == outcome.result.detail
+    if refusal.refusal:
+        assert traj.run.verdict_detail == "I can't help with that."
+    assert len(taken(traj)) == 1 and executions(traj) == []
+    assert fault.pending == 1, "a refusal is never retried"
+    assert_fully_recorded(traj, fault)
+
+
+def test_503_then_success_is_retried_and_both_attempts_recorded(settings, repo, fault, open_store):
+    fault.script([Fault.http(503), EDIT, SUBMIT])
+    outcome = run(settings, repo)
+
+    assert outcome.result.verdict is Verdict.PASS, outcome.result.detail
+    traj = open_store().trajectory(outcome.run_id)
+    assert_fully_recorded(traj, fault)  # checks the server saw the same request twice
+    call = taken(traj)[0].calls[0]
+    assert [(a.number, a.status, a.http_status) for a in call.attempts] == [
+        (1, "TRANSPORT_FAILURE", 503), (2, "COMPLETED", 200)]
+    assert call.response.n_attempts == 2 and call.response.status == "COMPLETED"
+    assert fault.requests[0].body == fault.requests[1].body
+
+
+def test_invalid_json_mid_stream_is_rejected_and_the_model_recovers(settings, repo, fault, open_store):
+    # Arguments that close a JSON object and keep going: the stream monitor trips.
+    bad = Fault.invalid_tool_arguments(valid='{"path": "calc.py"}', junk='}, "x": 1', name="read_file")
+    fault.script([bad, EDIT, SUBMIT])
+    outcome = run(settings, repo)
+
+    assert outcome.result.verdict is Verdict.PASS, outcome.result.detail
+    traj = open_store().trajectory(outcome.run_id)
+    assert_fully_recorded(traj, fault)
+    rejected = envelope_of(traj, 0)
+    assert rejected.status.value == "REJECTED" and rejected.error.kind == "invalid_json_prefix"
+    assert taken(traj)[0].candidates == () and taken(traj)[0].tool_executions == ()
+    assert any("rejected while streaming and nothing was run" in m for m in messages_of(traj, 1))
+    assert [x.tool_name for x in executions(traj)] == ["edit_file", "submit"]
+
+
+def test_completed_call_with_bad_arguments_is_rejected_by_the_perimeter(settings, repo, fault, open_store):
+    # Complete stream, valid JSON prefix but not a complete object: parse layer;
+    # a complete object with an unknown field: schema layer.
+    cut = Reply(tool_calls=(ScriptedToolCall(name="edit_file", arguments='{"path": "calc.py", "old": "x"'),))
+    extra = tool("read_file", path="calc.py", mode="rw")
+    fault.script([cut, extra, EDIT, SUBMIT])
+    outcome = run(settings, repo)
+
+    assert outcome.result.verdict is Verdict.PASS, outcome.result.detail
+    traj = open_store().trajectory(outcome.run_id)
+    assert_fully_recorded(traj, fault)
+    assert [envelope_of(traj, t).status.value for t in range(4)] == ["COMPLETED"] * 4
+    assert states(traj)[:2] == [["STAGED", "VALIDATING", "REJECTED"]] * 2
+    layers = [c.transitions[-1].layer for t in taken(traj)[:2] for c in t.candidates]
+    assert layers == ["parse", "schema"]
+    rejected = executions(traj)[:2]
+    assert all(x.ok == 0 and x.exit_code is None and x.decision is None for x in rejected)
+    assert rejected[0].observation.startswith("error (parse check): arguments are not valid JSON")
+    assert "mode" in rejected[1].observation and rejected[1].observation.startswith("error (schema check)")
+    # Fed back to the model as the tool's answer.
+    assert messages_of(traj, 1)[-2] == rejected[0].observation
+    assert messages_of(traj, 2)[-2] == rejected[1].observation
+
+
+def test_acl_denials_are_recorded_with_their_rule_and_fed_back(settings, repo, fault, open_store):
+    two = Reply(tool_calls=(
+        ScriptedToolCall(name="write_file", arguments=json.dumps({"path": ".git/config", "content": "[core]\n"})),
+        ScriptedToolCall(name="read_file", arguments=json.dumps({"path": "../../etc/passwd"})),
+    ))
+    fault.script([two, EDIT, SUBMIT])
+    outcome = run(settings, repo)
+
+    assert outcome.result.verdict is Verdict.PASS, outcome.result.detail
+    assert outcome.patch_files == ("calc.py",)
+    traj = open_store().trajectory(outcome.run_id)
+    assert_fully_recorded(traj, fault)
+    denied = taken(traj)[0].tool_executions
+    assert [(x.tool_name, x.decision) for x in denied] == [("write_file", "deny"), ("read_file", "deny")]
+    assert all(x.rule and x.reason and x.exit_code is None for x in denied)
+    assert [c.transitions[-1].layer for c in taken(traj)[0].candidates] == ["policy", "policy"]
+    fed_back = messages_of(traj, 1)
+    for x in denied:
+        assert x.observation in fed_back and f"denied by policy rule {x.rule}" in x.observation
+
+
+def test_claiming_success_without_the_verifier_is_not_a_pass(settings, repo, fault, open_store):
+    fault.script([Reply(text="All done, the bug is fixed."), SUBMIT, Reply(text="Really, it is done.")])
+    outcome = run(with_limits(settings, max_turns=3), repo)
+
+    assert outcome.result.verdict is Verdict.BUDGET_EXHAUSTED
+    assert outcome.result.verifier_runs == 1
+    traj = open_store().trajectory(outcome.run_id)
+    assert traj.run.verdict == "BUDGET_EXHAUSTED"
+    assert_fully_recorded(traj, fault)
+    assert any("saying the task is done is not enough" in m for m in messages_of(traj, 1))
+    (submit,) = executions(traj)
+    assert submit.ok == 0 and submit.exit_code != 0 and "verifier FAILED" in submit.observation
+
+
+def test_text_protocol_search_replace_block(settings, repo, fault, open_store):
+    edit = f"The divisor is wrong.\ncalc.py\n<<<<<<< SEARCH\n    return {BUGGY}\n=======\n    return {FIXED}\n>>>>>>> REPLACE\n"
+    fault.script([
+        Reply(text='<tool name="read_file">{"path": </tool>'),  # a completed answer with broken JSON
+        Reply(text=edit),
+        Reply(text='<tool name="submit">{"summary": "fixed the divisor"}</tool>'),
+    ])
+    outcome = run(with_limits(settings, tool_protocol="text"), repo)
+
+    assert outcome.result.verdict is Verdict.PASS, outcome.result.detail
+    assert f"+    return {FIXED}" in outcome.patch
+    traj = open_store().trajectory(outcome.run_id)
+    assert_fully_recorded(traj, fault)
+    first = taken(traj)[0].calls[0].request()
+    assert first.tools == () and "<<<<<<< SEARCH" in first.messages[0].content
+    assert [c.transitions[-1].layer for t in taken(traj) for c in t.candidates] == ["parse", "policy", "policy"]
+    edit_row = executions(traj)[1]
+    assert edit_row.tool_name == "edit_file" and json.loads(edit_row.arguments_json)["old"] == f"    return {BUGGY}"
+    assert messages_of(traj, 1)[-2].startswith("[read_file result]\nerror (parse check)")
