@@ -1,0 +1,82 @@
+"""``escrow run`` as a real subprocess against the fault-injection server:
+the JSON outcome, the exit code, and Ctrl-C mid-stream ending as CANCELED
+with no traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.fault_server import FaultServer, Reply, ScriptedToolCall
+from store import Store
+
+pytestmark = [pytest.mark.docker]
+
+ESCROW = Path(sys.executable).parent / "escrow"
+
+
+def escrow_run(home: Path, repo: Path, url: str, *extra: str) -> subprocess.Popen:
+    env = {**os.environ, "ESCROW_HOME": str(home)}
+    args = [str(ESCROW), "run", "Fix mean() in calc.py", "--repo", str(repo), "--verify", "python3 -m pytest -q",
+            "--model-url", url, "--context-window", "8192", "--tokenizer", "cl100k_base", "--json", *extra]
+    return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def tool(name: str, **args: object) -> Reply:
+    return Reply(tool_calls=(ScriptedToolCall(name=name, arguments=json.dumps(args)),))
+
+
+def test_cli_run_passes_and_prints_the_outcome(tmp_path, repo, fault: FaultServer, sandbox_image):
+    fault.script([
+        tool("edit_file", path="calc.py", old="(len(values) + 1)", new="len(values)"),
+        tool("submit", summary="fixed"),
+    ])
+    proc = escrow_run(tmp_path / "home", repo, fault.base_url, "--apply")
+    out, err = proc.communicate(timeout=120)
+
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    shown = json.loads(out)
+    assert shown["verdict"] == "PASS" and shown["applied"] is True and shown["patch_files"] == ["calc.py"]
+    assert "return sum(values) / len(values)" in (repo / "calc.py").read_text()
+    with Store.open(f"sqlite:///{tmp_path / 'home' / 'escrow.db'}", readonly=True, create=False) as store:
+        run = store.run(shown["run_id"])
+        assert run.verdict == "PASS" and run.status == "finished"
+        assert len(store.calls(run.id)) == 2 and store.verify(run.id).ok
+
+
+def test_ctrl_c_mid_stream_records_canceled_and_exits_cleanly(tmp_path, repo, fault: FaultServer, sandbox_image):
+    # 600 one-character chunks at 20/s: a minute of streaming unless cancelled.
+    fault.script([Reply(text="thinking " * 67, chunk_chars=1, tokens_per_s=20.0)])
+    proc = escrow_run(tmp_path / "home", repo, fault.base_url)
+    try:
+        deadline = time.monotonic() + 60
+        while not fault.streams or fault.streams[0].chunks_sent < 5:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the stream never started"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+    assert proc.returncode == 1, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    shown = json.loads(out)
+    assert shown["verdict"] == "CANCELED"
+    (gone,) = fault.wait_disconnects(1)
+    assert gone.chunks_sent < gone.planned_chunks
+    with Store.open(f"sqlite:///{tmp_path / 'home' / 'escrow.db'}", readonly=True, create=False) as store:
+        run = store.run(shown["run_id"])
+        assert run.status == "finished" and run.verdict == "CANCELED"
+        (call,) = store.calls(run.id)
+        assert call.response is not None and call.response.status == "CANCELED"
+        assert store.verify(run.id).ok
