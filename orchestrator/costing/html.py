@@ -24,7 +24,7 @@ table{border-collapse:collapse;font-variant-numeric:tabular-nums}
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}
 td:first-child,th:first-child{text-align:left}
 .chart .title{font-weight:600;font-size:13px}.chart .tick{font-size:11px;fill:#555}
-.chart .axis{stroke:#888}.warn{color:#a94400}.note{color:#555}
+.chart .axis{stroke:#888}.wide{overflow-x:auto}.warn{color:#a94400}.note{color:#555}
 """
 
 # Records the laid-out size of each chart's bars once the page has rendered.
@@ -32,13 +32,15 @@ SCRIPT = """
 window.addEventListener('load', function () {
   var charts = document.querySelectorAll('svg.chart'), ok = 0;
   charts.forEach(function (svg) {
-    var drawn = 0;
+    var drawn = 0, tallest = 0;
     svg.querySelectorAll('rect.bar').forEach(function (r) {
       var box = r.getBoundingClientRect();
       if (box.width > 0 && box.height > 0) { drawn++; }
+      tallest = Math.max(tallest, box.height);
     });
     var size = svg.getBoundingClientRect();
     svg.setAttribute('data-drawn-bars', String(drawn));
+    svg.setAttribute('data-tallest-bar', String(Math.round(tallest)));
     svg.setAttribute('data-rendered-size', Math.round(size.width) + 'x' + Math.round(size.height));
     if (drawn > 0) { ok++; }
   });
@@ -52,7 +54,7 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
         return "<p>no rows</p>"
     head = "".join(f"<th>{escape(str(k))}</th>" for k in rows[0])
     body = "".join("<tr>" + "".join(f"<td>{escape(cell(v))}</td>" for v in row.values()) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def cell(value: Any) -> str:

@@ -6,6 +6,7 @@ with an optional polyline (e.g. a cumulative total) on its own scale.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from html import escape
 
@@ -25,8 +26,8 @@ def nice_max(value: float) -> float:
     """A round axis maximum at or above ``value``."""
     if value <= 0:
         return 1.0
-    magnitude = 10 ** len(str(int(value))) / 10 if value >= 1 else 1.0
-    for step in (1, 2, 2.5, 5, 10):
+    magnitude = 10.0 ** math.floor(math.log10(value))
+    for step in (1, 2, 2.5, 5):
         if step * magnitude >= value:
             return step * magnitude
     return 10 * magnitude
@@ -37,7 +38,7 @@ def short(value: float) -> str:
         return f"{value / 1e6:.3g}M"
     if abs(value) >= 1e3:
         return f"{value / 1e3:.3g}k"
-    return f"{value:.3g}"
+    return f"{value:.3g}" if value == 0 or abs(value) >= 1e-3 else f"{value:.1e}"
 
 
 def bar_chart(

@@ -114,3 +114,15 @@ class Scripted:
 @pytest.fixture
 def scripted(store: Store) -> Scripted:
     return Scripted(store)
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Debian's headless Chromium; CI installs it with `apt-get install -y chromium`."""
+    import shutil
+
+    from tests.conftest import require
+
+    found = shutil.which("chromium")
+    require(found is not None, "chromium, the headless browser for the HTML report test (apt-get install -y chromium)")
+    return str(found)
