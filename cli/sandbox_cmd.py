@@ -58,7 +58,8 @@ def doctor(image: str | None = _IMAGE, docker_host: str | None = _HOST, as_json:
             mark = "ok  " if check.ok else "FAIL"
             typer.echo(f"{mark} {check.name}: {check.detail}")
     if not report.ok:
-        raise typer.Exit(1)
+        image_missing = any(c.name == "image" and not c.ok for c in report.checks)
+        raise typer.Exit(67 if image_missing else 1)
 
 
 @sandbox_app.command("gc")

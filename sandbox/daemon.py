@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import docker
 import docker.errors
 
@@ -10,7 +12,7 @@ from sandbox.errors import DaemonUnavailable, ImageMissing
 
 def connect(docker_host: str | None = None, timeout: float = 30.0) -> docker.DockerClient:
     """A pinged client for ``docker_host`` (or DOCKER_HOST / the default socket)."""
-    where = docker_host or "the default address (DOCKER_HOST or unix:///var/run/docker.sock)"
+    where = docker_host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
     try:
         client = docker.DockerClient(base_url=docker_host, timeout=int(timeout)) if docker_host else docker.from_env(
             timeout=int(timeout)

@@ -1,0 +1,75 @@
+"""``escrow sandbox doctor``: is the daemon reachable, is the image there, and
+is every hardening option actually in effect inside a throwaway container?"""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from pathlib import Path
+
+import docker
+
+from orchestrator.contract import Frozen
+from policies import default_policy
+from sandbox.container import Sandbox
+from sandbox.daemon import require_image
+from sandbox.errors import SandboxError
+from sandbox.execution import ExecLimits
+from sandbox.hardening import audit
+
+# Each line: NAME=VALUE, judged on the host below.
+_PROBE = r"""
+echo "uid=$(id -u)"
+echo "capeff=$(awk '/^CapEff/ {print $2}' /proc/self/status)"
+echo "nonewprivs=$(awk '/^NoNewPrivs/ {print $2}' /proc/self/status)"
+( : > /etc/escrow-probe ) 2>/dev/null && echo "rootfs=writable" || echo "rootfs=read-only"
+( : > /tmp/escrow-probe ) 2>/dev/null && echo "tmp=writable" || echo "tmp=read-only"
+echo "netdevs=$(ls /sys/class/net | tr '\n' ' ')"
+python3 -c "import socket; socket.create_connection(('192.0.2.1', 80), 2)" 2>/dev/null && echo "egress=open" || echo "egress=blocked"
+echo "env=$(env | cut -d= -f1 | sort | tr '\n' ' ')"
+"""
+_EXPECT = {
+    "uid": lambda v: v.isdigit() and v != "0",
+    "capeff": lambda v: set(v) == {"0"},
+    "nonewprivs": lambda v: v == "1",
+    "rootfs": lambda v: v == "read-only",
+    "tmp": lambda v: v == "writable",
+    "netdevs": lambda v: v.split() == ["lo"],
+    "egress": lambda v: v == "blocked",
+    "env": lambda v: set(v.split()) <= {"HOME", "LANG", "PATH", "PWD", "PYTHONDONTWRITEBYTECODE", "SHLVL", "_"},
+}
+
+
+class Check(Frozen):
+    name: str
+    ok: bool
+    detail: str
+
+
+class DoctorReport(Frozen):
+    ok: bool
+    checks: tuple[Check, ...]
+
+
+def run_doctor(client: docker.DockerClient, image: str) -> DoctorReport:
+    checks = [Check(name="daemon", ok=True, detail=f"Docker {client.version().get('Version', '?')} reachable")]
+    try:
+        image_id = require_image(client, image)
+        checks.append(Check(name="image", ok=True, detail=f"{image} present ({image_id[:19]})"))
+    except SandboxError as exc:
+        checks.append(Check(name="image", ok=False, detail=exc.message))
+        return DoctorReport(ok=False, checks=tuple(checks))
+    with tempfile.TemporaryDirectory(prefix="escrow-doctor-") as empty_repo:
+        with Sandbox.start(client, image, default_policy(), Path(empty_repo), run_id=f"doctor-{uuid.uuid4().hex[:12]}") as sandbox:
+            for finding in audit(sandbox.inspect(), sandbox.spec, sandbox.run_id):
+                checks.append(Check(name=f"inspect {finding.field}", ok=finding.ok,
+                                    detail=f"{finding.actual}" + ("" if finding.ok else f" (expected {finding.expected})")))
+            probe = sandbox.bash(_PROBE, ExecLimits(timeout_s=20, stdout_cap=8192, stderr_cap=2048))
+            values = dict(line.split("=", 1) for line in probe.stdout.text().splitlines() if "=" in line)
+            for name, judge in _EXPECT.items():
+                value = values.get(name, "<missing>")
+                checks.append(Check(name=f"inside {name}", ok=judge(value), detail=value))
+            slow = sandbox.bash("sleep 30", ExecLimits(timeout_s=1, stdout_cap=256, stderr_cap=256))
+            checks.append(Check(name="inside timeout", ok=slow.timed_out and slow.duration_s < 10,
+                                detail=f"sleep 30 under a 1s timeout stopped after {slow.duration_s:.1f}s"))
+    return DoctorReport(ok=all(c.ok for c in checks), checks=tuple(checks))

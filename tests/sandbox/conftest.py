@@ -1,0 +1,87 @@
+"""Fixtures for sandbox tests. Every sandbox a test creates goes through
+``start_sandbox``, which asserts the container's hardening field by field
+from ``docker inspect`` (written out here, independently of sandbox.audit)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from policies import Policy, default_policy
+from sandbox import Sandbox
+
+CANARY_SECRET = "escrow-canary-7f3c9a1d5e"
+CANARY_ENV = "ESCROW_TEST_CANARY_SECRET"
+
+
+def assert_hardened(docker_client, sandbox: Sandbox, policy: Policy) -> None:
+    info = docker_client.api.inspect_container(sandbox.container.id)
+    host, config = info["HostConfig"], info["Config"]
+    r = policy.resources
+    assert info["State"]["Running"] is True
+    assert host["NetworkMode"] == "none"
+    assert host["CapDrop"] == ["ALL"]
+    assert not host.get("CapAdd")
+    assert host["Privileged"] is False
+    assert host["SecurityOpt"] == ["no-new-privileges"]
+    assert config["User"] == "1000:1000"
+    assert host["ReadonlyRootfs"] is True
+    assert host["Tmpfs"]["/tmp"].startswith("rw,nosuid,nodev,noexec,")
+    assert f"size={r.tmp_mb * 2**20}" in host["Tmpfs"]["/tmp"]
+    assert f"size={r.workspace_mb * 2**20}" in host["Tmpfs"]["/workspace"]
+    assert set(host["Tmpfs"]) == {"/tmp", "/workspace"}
+    assert host["PidsLimit"] == r.pids
+    assert host["Memory"] == r.memory_mb * 2**20
+    assert host["MemorySwap"] == host["Memory"]
+    assert host["NanoCpus"] == int(r.cpus * 1e9)
+    assert host["Init"] is True
+    assert not host.get("Binds")
+    assert [m for m in info["Mounts"] if m["Type"] != "tmpfs"] == []
+    assert config["Labels"]["escrow.run_id"] == sandbox.run_id
+    assert config["Labels"]["escrow.owner_pid"] == str(os.getpid())
+    assert not [e for e in config.get("Env") or [] if not e.startswith("PATH=")]
+
+
+@pytest.fixture
+def demo_repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (repo / "test_calc.py").write_text("from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n")
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"], cwd=repo, check=True)
+    return repo
+
+
+@pytest.fixture
+def start_sandbox(docker_client, sandbox_image):
+    """Factory: start a sandbox, assert its hardening, remove it at teardown."""
+    started: list[Sandbox] = []
+
+    def start(repo: Path, policy: Policy | None = None) -> Sandbox:
+        policy = policy or default_policy()
+        sandbox = Sandbox.start(docker_client, sandbox_image, policy, repo)
+        started.append(sandbox)
+        assert_hardened(docker_client, sandbox, policy)
+        return sandbox
+
+    yield start
+    for sandbox in started:
+        sandbox.close()
+
+
+@pytest.fixture
+def host_canary(tmp_path_factory, monkeypatch):
+    """A secret on the host (env var and file) that no sandbox output may contain."""
+    directory = tmp_path_factory.mktemp("canary")
+    secret = directory / "secret.txt"
+    secret.write_text(CANARY_SECRET)
+    monkeypatch.setenv(CANARY_ENV, CANARY_SECRET)
+    digest = hashlib.sha256(secret.read_bytes()).hexdigest()
+    yield secret
+    assert hashlib.sha256(secret.read_bytes()).hexdigest() == digest, "host canary file changed"

@@ -1,0 +1,271 @@
+"""Adversarial suite against the real container. Every attack goes through
+the same three public steps the loop uses (parse_tool_call -> decide ->
+ToolBox.execute) and must end blocked or contained: a schema error, an ACL
+denial, a refused file op, or a command whose effect stays inside the
+sandbox. Across the suite the host canary (env var + file) never appears in
+any output and stays unchanged, and no container is left behind."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from orchestrator.contract import ToolCall
+from policies import Verdict, decide, default_policy
+from sandbox import Sandbox, ToolArgumentError, ToolBox, parse_tool_call
+from tests.sandbox.conftest import CANARY_ENV, CANARY_SECRET, assert_hardened
+
+pytestmark = pytest.mark.docker
+
+POLICY = default_policy().model_copy(update={"resources": default_policy().resources.model_copy(
+    update={"command_timeout_s": 8.0, "memory_mb": 256, "pids": 128, "workspace_mb": 64, "tmp_mb": 16})})
+OUTPUTS: list[str] = []  # every observation, for the final canary check
+
+
+def call(toolbox: ToolBox, tool: str, args: dict | str) -> tuple[str, object]:
+    text = args if isinstance(args, str) else json.dumps(args)
+    try:
+        parsed = parse_tool_call(ToolCall(id="a", name=tool, arguments=text))
+    except ToolArgumentError as exc:
+        OUTPUTS.append(exc.message)
+        return "schema", exc.message
+    decision = decide(tool, parsed, toolbox.policy)
+    if decision.verdict is not Verdict.ALLOW:
+        OUTPUTS.append(decision.reason)
+        return "acl", decision
+    result = toolbox.execute(tool, parsed)
+    OUTPUTS.append(result.observation)
+    return "ran", result
+
+
+@pytest.fixture(scope="module")
+def canary(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("canary")
+    secret = directory / "secret.txt"
+    secret.write_text(CANARY_SECRET)
+    os.environ[CANARY_ENV] = CANARY_SECRET
+    digest = hashlib.sha256(secret.read_bytes()).hexdigest()
+    yield secret
+    os.environ.pop(CANARY_ENV, None)
+    assert hashlib.sha256(secret.read_bytes()).hexdigest() == digest
+
+
+@pytest.fixture(scope="module")
+def attack_repo(tmp_path_factory, canary) -> Path:
+    repo = tmp_path_factory.mktemp("attack-repo")
+    (repo / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (repo / "twice.txt").write_text("x\nx\n")
+    os.symlink(canary, repo / "host_secret_link")  # a link in the user's repo to a host secret
+    return repo
+
+
+def _start(docker_client, sandbox_image, repo: Path) -> Sandbox:
+    sandbox = Sandbox.start(docker_client, sandbox_image, POLICY, repo)
+    assert_hardened(docker_client, sandbox, POLICY)
+    return sandbox
+
+
+@pytest.fixture(scope="module")
+def toolbox(docker_client, sandbox_image, attack_repo):
+    sandbox = _start(docker_client, sandbox_image, attack_repo)
+    yield ToolBox(sandbox, POLICY, verifier_command="true")
+    sandbox.close()
+
+
+def bash(toolbox: ToolBox, command: str, timeout_s: float | None = None):
+    kind, result = call(toolbox, "bash", {"command": command, **({"timeout_s": timeout_s} if timeout_s else {})})
+    assert kind == "ran"
+    return result
+
+
+# --- layer 1-3: schema and ACL (no Docker call happens) ---------------------------------------
+DENIED = [
+    ("read_file", {"path": "../../etc/passwd"}),
+    ("read_file", {"path": "/etc/passwd"}),
+    ("read_file", {"path": "/workspace/../etc/shadow"}),
+    ("read_file", {"path": "//etc/passwd"}),
+    ("write_file", {"path": "../outside.txt", "content": "x"}),
+    ("write_file", {"path": "/tmp/x", "content": "x"}),
+    ("list_files", {"path": ".."}),
+    ("edit_file", {"path": "a/../../etc/hosts", "old": "a", "new": "b"}),
+    ("read_file", {"path": "calc.py\x00.txt"}),
+    ("write_file", {"path": "ok\x00/../../x", "content": "x"}),
+    ("write_file", {"path": ".git/config", "content": "[core]\n\tfsmonitor = evil\n"}),
+    ("edit_file", {"path": ".git/HEAD", "old": "ref", "new": "x"}),
+]
+SCHEMA = [
+    ("bash", {"command": "echo hi\x00rm -rf /"}),
+    ("read_file", {"path": "calc.py", "follow": True}),
+    ("write_file", {"path": "x"}),
+    ("bash", '{"command": "ls"'),
+    ("rm_rf", {"path": "."}),
+]
+
+
+@pytest.mark.parametrize("tool,args", DENIED, ids=[f"acl-{i}" for i in range(len(DENIED))])
+def test_acl_denies_before_docker(toolbox, tool, args):
+    kind, decision = call(toolbox, tool, args)
+    assert kind == "acl" and decision.verdict is Verdict.DENY
+
+
+@pytest.mark.parametrize("tool,args", SCHEMA, ids=[f"schema-{i}" for i in range(len(SCHEMA))])
+def test_schema_rejects(toolbox, tool, args):
+    kind, _ = call(toolbox, tool, args)
+    assert kind == "schema"
+
+
+def test_absolute_host_canary_path_denied(toolbox, canary):
+    kind, decision = call(toolbox, "read_file", {"path": str(canary)})
+    assert kind == "acl"
+
+
+# --- layer 4: dynamic, inside the container ---------------------------------------------------
+SYMLINK_PLANTS = [
+    ("ln -sfn /etc/passwd p1", "read_file", {"path": "p1"}),
+    ("ln -sfn / rootl", "read_file", {"path": "rootl/etc/hostname"}),
+    ("ln -sfn /etc evil_dir", "write_file", {"path": "evil_dir/pwn", "content": "x"}),
+    ("ln -sfn .. up", "list_files", {"path": "up"}),
+    ("ln -sfn /tmp tlink", "write_file", {"path": "tlink/pwn", "content": "x"}),
+    ("ln -sfn /etc/hosts hl", "edit_file", {"path": "hl", "old": "localhost", "new": "evil"}),
+    ("ln -sfn loop2 loop1; ln -sfn loop1 loop2", "read_file", {"path": "loop1"}),
+    ("mkdir -p d && ln -sfn ../../../../etc d/deep", "read_file", {"path": "d/deep/passwd"}),
+]
+
+
+@pytest.mark.parametrize("plant,tool,args", SYMLINK_PLANTS, ids=[f"symlink-{i}" for i in range(len(SYMLINK_PLANTS))])
+def test_planted_symlink_refused_inside(toolbox, plant, tool, args):
+    assert bash(toolbox, plant).ok
+    kind, result = call(toolbox, tool, args)
+    assert kind == "ran" and not result.ok
+    assert "root:" not in result.observation
+
+
+def test_repo_symlink_to_host_secret_stays_dangling(toolbox):
+    kind, result = call(toolbox, "read_file", {"path": "host_secret_link"})
+    assert kind == "ran" and not result.ok
+    assert CANARY_SECRET not in bash(toolbox, "cat host_secret_link; true").observation
+
+
+CONTAINED = {  # command -> marker that would prove an escape
+    "curl": ("curl -sS -m 3 http://example.com && echo ESCAPED", "ESCAPED"),
+    "python-urllib": ("python3 -c \"import urllib.request as u; u.urlopen('http://93.184.215.14', timeout=3); print('ESC'+'APED')\"", "ESCAPED"),
+    "python-socket": ("python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), 3); print('ESC'+'APED')\"", "ESCAPED"),
+    "docker-gateway": ("python3 -c \"import socket; socket.create_connection(('172.17.0.1', 2375), 3); print('ESC'+'APED')\"", "ESCAPED"),
+    "udp": ("python3 -c \"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'x', ('8.8.8.8', 53)); print('ESC'+'APED')\"", "ESCAPED"),
+    "dns": ("getent hosts example.com && echo ESCAPED; python3 -c \"import socket; socket.gethostbyname('example.com'); print('ESC'+'APED')\"", "ESCAPED"),
+    "dev-tcp": ("exec 3<>/dev/tcp/1.1.1.1/80 && echo ESCAPED", "ESCAPED"),
+    "env": ("env; cat /proc/1/environ /proc/self/environ | tr '\\0' '\\n'", CANARY_SECRET),
+    "host-file": ("cat /tmp/pytest-of-*/*/canary*/secret.txt 2>&1; find / -name secret.txt -not -path '/proc/*' 2>/dev/null", CANARY_SECRET),
+    "docker-socket": ("ls -la /var/run/docker.sock /run/docker.sock 2>/dev/null && echo ESCAPED", "ESCAPED"),
+    "write-root": ("touch /etc/pwned && echo ESCAPED; echo x > /usr/bin/pwned && echo ESCAPED", "ESCAPED"),
+    "write-home": ("touch /home/agent/x && echo ESCAPED", "ESCAPED"),
+    "mount": ("mount -t tmpfs none /mnt && echo ESCAPED; /usr/bin/mount --bind /workspace /mnt && echo ESCAPED", "ESCAPED"),
+    "setuid": ("python3 -c \"import os; os.setuid(0); print('ESC'+'APED')\"", "ESCAPED"),
+    "su": ("echo '' | su -c 'echo ESCAPED' root", "ESCAPED"),
+    "unshare": ("unshare -r id && echo ESCAPED; unshare -m true && echo ESCAPED", "ESCAPED"),
+    "chroot": ("chroot / true && echo ESCAPED", "ESCAPED"),
+    "sysctl": ("echo 1 > /proc/sys/kernel/sysrq && echo ESCAPED", "ESCAPED"),
+    "root-process": ("ps -eo user= | grep -qx root && echo ESCAPED", "ESCAPED"),
+    "caps": ("grep -E 'Cap(Eff|Prm|Bnd):' /proc/self/status | grep -v 0000000000000000 && echo ESCAPED", "ESCAPED"),
+    "kill-init": ("kill -9 1; sleep 0.2; echo done", "ESCAPED"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONTAINED))
+def test_contained_commands(toolbox, name):
+    command, marker = CONTAINED[name]
+    result = bash(toolbox, command)
+    assert marker not in result.observation
+    assert bash(toolbox, "echo alive").observation.endswith("alive\n")
+
+
+METACHAR_PATHS = ["$(touch /workspace/PWNED).txt", "`touch PWNED`", "x; touch PWNED", "a|touch PWNED", "*"]
+
+
+@pytest.mark.parametrize("path", METACHAR_PATHS, ids=[f"metachar-{i}" for i in range(len(METACHAR_PATHS))])
+def test_metacharacters_in_file_tools_stay_literal(toolbox, path):
+    kind, result = call(toolbox, "write_file", {"path": path, "content": "$(id) `id`"})
+    assert kind == "ran" and result.ok
+    kind, read = call(toolbox, "read_file", {"path": path})
+    assert kind == "ran" and read.observation == "$(id) `id`"
+    assert "PWNED" not in bash(toolbox, "test -e PWNED && echo PWNED; true").observation
+
+
+def test_edit_anchor_missing_or_ambiguous(toolbox):
+    assert "not found" in call(toolbox, "edit_file", {"path": "calc.py", "old": "zzz", "new": "y"})[1].observation
+    assert "2 times" in call(toolbox, "edit_file", {"path": "twice.txt", "old": "x", "new": "y"})[1].observation
+
+
+def test_output_floods_are_capped(toolbox):
+    cap = POLICY.resources.stdout_cap_bytes
+    for command in ("yes", "head -c 30000000 /dev/urandom", "yes 1>&2"):
+        result = bash(toolbox, command)
+        assert len(result.observation) < 3 * (cap + POLICY.resources.stderr_cap_bytes)
+        stream = result.stderr if "1>&2" in command else result.stdout
+        assert stream.truncated and stream.total_bytes > cap and len(stream.sha256) == 64
+    assert bash(toolbox, "echo alive").ok
+
+
+def test_disk_fill_hits_tmpfs_limits(toolbox):
+    for target in ("/workspace/fill", "/tmp/fill"):
+        result = bash(toolbox, f"dd if=/dev/zero of={target} bs=1M count=400 2>&1; rm -f {target}")
+        assert "No space left on device" in result.observation
+    assert bash(toolbox, "echo alive").ok
+
+
+@pytest.mark.parametrize("command", [
+    "sleep 1000",
+    "trap '' TERM; sleep 1000",
+    "setsid sleep 1000 & sleep 1000",
+    "nohup setsid bash -c 'sleep 1000' >/dev/null 2>&1 & disown; sleep 1000",
+])
+def test_sleep_past_timeout_kills_the_tree(toolbox, command):
+    result = bash(toolbox, command, timeout_s=1.5)
+    assert result.timed_out and result.duration_s < 8
+    assert "sleep 1000" not in bash(toolbox, "ps -eo args").observation
+
+
+def test_background_process_does_not_outlive_its_command(toolbox):
+    assert bash(toolbox, "setsid sleep 1000 >/dev/null 2>&1 & echo started").ok
+    assert "sleep 1000" not in bash(toolbox, "ps -eo args").observation
+
+
+# --- bombs get their own containers ------------------------------------------------------------
+BOMBS = {
+    "bash-fork-bomb": ":(){ :|:& };:",
+    "python-fork-bomb": "python3 -c \"import os\nwhile True:\n    os.fork()\"",
+    "python-memory-bomb": "python3 -c \"x = bytearray(4 * 1024**3)\"",
+    "bash-memory-bomb": "x=aaaaaaaa; while true; do x=$x$x; done",
+    "ptrace-init": "python3 -c \"import ctypes; l = ctypes.CDLL(None); print(l.ptrace(16, 1, 0, 0))\"; sleep 0.5",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(BOMBS))
+def test_bombs_are_contained(docker_client, sandbox_image, attack_repo, name):
+    sandbox = _start(docker_client, sandbox_image, attack_repo)
+    try:
+        box = ToolBox(sandbox, POLICY)
+        result = bash(box, BOMBS[name], timeout_s=4)
+        assert result.duration_s < 15
+        alive = bash(box, "echo alive; ps -e --no-headers | wc -l")
+        assert alive.ok and "alive" in alive.observation
+    finally:
+        sandbox.close()
+
+
+def test_zz_no_leak_and_no_orphans(docker_client, toolbox):
+    """Runs last in this module: nothing printed the canary; only the shared
+    sandbox (closed by its fixture) is still ours."""
+    assert OUTPUTS and not [o for o in OUTPUTS if CANARY_SECRET in o]
+    ours = docker_client.containers.list(all=True, filters={"label": f"escrow.owner_pid={os.getpid()}"})
+    assert [c.id for c in ours] == [toolbox.sandbox.container.id]
+
+
+def test_attack_count():
+    total = len(DENIED) + len(SCHEMA) + 1 + len(SYMLINK_PLANTS) + 1 + len(CONTAINED) + len(METACHAR_PATHS) + 2 + 3 + 2 + 4 + 1 + len(BOMBS)
+    assert total >= 40
