@@ -1,0 +1,110 @@
+"""Pure diffing of recorded against replayed JSON values: which field paths
+differ, in the order that names the cause first, and a readable diff.
+
+Request fields are walked settings first, then tools, then messages: the
+volatile tail message ("tokens left") changes whenever anything earlier in the
+prompt changes size, so a tool definition or sampling change must be named
+before the messages it drags along.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from typing import Any
+
+REQUEST_FIELD_ORDER = (
+    "model", "sampling", "max_tokens", "stop", "stream", "deadline_s", "max_payload_bytes",
+    "response_format", "tool_choice", "tools", "messages",
+)
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MISSING = object()
+CONTEXT_CHARS = 40
+
+
+def _key_path(prefix: str, key: str) -> str:
+    if _IDENTIFIER.match(key):
+        return f"{prefix}.{key}" if prefix else key
+    return f"{prefix}[{json.dumps(key, ensure_ascii=False)}]"
+
+
+def _ordered_keys(a: dict[str, Any], b: dict[str, Any], top: bool) -> list[str]:
+    keys = set(a) | set(b)
+    if top:
+        first = [k for k in REQUEST_FIELD_ORDER if k in keys]
+        return first + sorted(keys - set(first))
+    return sorted(keys)
+
+
+def differing_paths(recorded: Any, replayed: Any, *, prefix: str = "", limit: int = 20) -> list[str]:
+    """Paths of the leaves that differ, cause-first (see module docstring),
+    at most ``limit`` of them."""
+    out: list[str] = []
+    _walk(recorded, replayed, prefix, out, limit, top=not prefix)
+    return out
+
+
+def _walk(a: Any, b: Any, path: str, out: list[str], limit: int, *, top: bool = False) -> None:
+    if len(out) >= limit or a == b and type(a) is type(b):
+        return
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in _ordered_keys(a, b, top):
+            _walk(a.get(key, _MISSING), b.get(key, _MISSING), _key_path(path, key), out, limit)
+        return
+    if isinstance(a, list) and isinstance(b, list):
+        for index in range(max(len(a), len(b))):
+            _walk(a[index] if index < len(a) else _MISSING, b[index] if index < len(b) else _MISSING,
+                  f"{path}[{index}]", out, limit)
+        return
+    out.append(path or "$")
+
+
+def value_at(value: Any, path: str) -> Any:
+    """The value a path from ``differing_paths`` names, or None when absent."""
+    for key, index in re.findall(r'\.?([A-Za-z_][A-Za-z0-9_]*)|\[(\d+|"(?:[^"\\]|\\.)*")\]', path):
+        step: Any = key or json.loads(index)
+        try:
+            value = value[step]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return value
+
+
+def _pretty(value: Any) -> list[str]:
+    return json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False).splitlines(keepends=True)
+
+
+def _pointer(recorded: str, replayed: str) -> str:
+    at = next((i for i, (x, y) in enumerate(zip(recorded, replayed)) if x != y), min(len(recorded), len(replayed)))
+    start = max(0, at - CONTEXT_CHARS)
+
+    def clip(text: str) -> str:
+        return json.dumps(text[start:at + CONTEXT_CHARS], ensure_ascii=False)
+
+    return f"first difference at character {at}\n  recorded: {clip(recorded)}\n  replayed: {clip(replayed)}\n"
+
+
+def readable_diff(path: str, recorded: Any, replayed: Any) -> str:
+    """A unified diff of the two values at ``path``; strings are diffed by
+    line, plus the character where they first differ."""
+    if isinstance(recorded, str) and isinstance(replayed, str):
+        lines = difflib.unified_diff(recorded.splitlines(keepends=True), replayed.splitlines(keepends=True),
+                                     f"recorded {path}", f"replayed {path}", n=2)
+        return "".join(_ended(lines)) + _pointer(recorded, replayed)
+    lines = difflib.unified_diff(_pretty(recorded), _pretty(replayed), f"recorded {path}", f"replayed {path}", n=3)
+    return "".join(_ended(lines))
+
+
+def _ended(lines: Any) -> list[str]:
+    return [line if line.endswith("\n") else line + "\n" for line in lines]
+
+
+def compare(recorded: Any, replayed: Any) -> tuple[tuple[str, ...], str]:
+    """Differing paths (cause first) and a readable diff of the first one;
+    ``((), "")`` when equal."""
+    paths = differing_paths(recorded, replayed)
+    if not paths:
+        return (), ""
+    first = paths[0]
+    return tuple(paths), readable_diff(first, value_at(recorded, first), value_at(replayed, first))

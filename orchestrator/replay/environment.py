@@ -1,0 +1,36 @@
+"""The live parts a re-execution or fork needs: a fresh hardened sandbox on
+the recorded starting workspace (the run's repo path), with the recorded
+policy and verifier."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from orchestrator.replay.errors import ReplayError
+from orchestrator.replay.recorded import RecordedRun
+from sandbox import Sandbox, ToolBox, connect, require_image
+from sandbox.loop_tools import SandboxTools
+
+
+class WorkspaceGone(ReplayError):
+    """The recorded starting workspace no longer exists."""
+
+
+def sandbox_tools_for(recorded: RecordedRun, *, image: str, docker_host: str | None = None):
+    """A ``tools_for(run_id)`` for the Replayer; checks Docker, the image and the
+    workspace before anything is recorded."""
+    repo = Path(recorded.repo)
+    if not repo.is_dir():
+        raise WorkspaceGone(f"the recorded starting workspace {repo} is not a directory any more; "
+                            "re-execution and fork run the tools on it", repo=str(repo))
+    client = connect(docker_host)
+    require_image(client, image)
+
+    @contextmanager
+    def tools_for(run_id: str) -> Iterator[SandboxTools]:
+        with Sandbox.start(client, image, recorded.policy, repo, run_id=run_id) as sandbox:
+            yield SandboxTools(ToolBox(sandbox, recorded.policy, verifier_command=recorded.spec.verifier), recorded.policy)
+
+    return tools_for

@@ -1,0 +1,47 @@
+"""Typed replay errors. A ``Divergence`` is the replay's main finding, not a
+crash: it says at which turn and which field today's loop stopped matching
+the recording, with a readable diff."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.errors import EscrowError
+
+
+class ReplayError(EscrowError):
+    """A run cannot be replayed as asked."""
+
+
+class RecordingUnusable(ReplayError):
+    """The recorded run lacks what a replay needs (a spec this version reads,
+    a policy), or was recorded by an incompatible Escrow."""
+
+
+class ChainRefused(ReplayError):
+    """The run's hash chain does not verify; replaying it would check today's
+    loop against rows that may have been altered (override with --force)."""
+
+
+class Divergence(ReplayError):
+    """Today's loop did something the recording did not.
+
+    ``kind``: "request" (the built request's sha256 differs), "tool_call" (a
+    different tool or arguments reached the sandbox), "acl" (the policy decides
+    differently), "exhausted" (the loop wants a turn the recording lacks),
+    "ending" (the run ends at another turn or with another verdict).
+    ``field`` is the first differing field path, e.g. ``messages[3].content``.
+    """
+
+    exit_code = 1
+
+    def __init__(self, *, turn: int, kind: str, field: str, diff: str = "", fields: tuple[str, ...] = (),
+                 recorded: Any = None, replayed: Any = None) -> None:
+        super().__init__(f"diverged at turn {turn}: {kind} differs at {field}", turn=turn, kind=kind, field=field)
+        self.turn = turn
+        self.kind = kind
+        self.field = field
+        self.diff = diff
+        self.fields = fields or (field,)
+        self.recorded = recorded
+        self.replayed = replayed

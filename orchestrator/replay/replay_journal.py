@@ -1,0 +1,95 @@
+"""``ReplayJournal``: wraps the journal a replay records into. It moves the
+Cursor as the loop announces turns and candidates, and checks each
+candidate's perimeter outcome against the recording, which catches a call now
+rejected at the parse or schema layer that once ran (or the reverse)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel
+
+from orchestrator.candidate import Transition
+from orchestrator.contract import Message, ModelRequest, ToolCall
+from orchestrator.envelope import Envelope
+from orchestrator.perimeter import DecisionLike
+from orchestrator.ports import Journal, ToolOutcome
+from orchestrator.replay.errors import Divergence
+from orchestrator.replay.recorded import RecordedTurn
+from orchestrator.replay.replay_model import Cursor
+from orchestrator.replay.replay_tools import check_call, recorded_tool
+
+
+class NullJournal:
+    """Records nothing: for replays run only to check (``--no-record``)."""
+
+    def request(self, turn: int, request: ModelRequest) -> Any:
+        return turn
+
+    def envelope(self, turn: int, call_ref: Any, envelope: Envelope, cost_usd: float) -> None:
+        pass
+
+    def candidate(self, turn: int, call_ref: Any, index: int, call: ToolCall) -> Any:
+        return index
+
+    def transition(self, candidate_ref: Any, transition: Transition) -> None:
+        pass
+
+    def tool(self, candidate_ref: Any, name: str, args: BaseModel | None, decision: DecisionLike | None,
+             outcome: ToolOutcome) -> None:
+        pass
+
+    def event(self, turn: int, kind: str, data: dict[str, Any]) -> None:
+        pass
+
+    def end_turn(self, turn: int, appended: tuple[Message, ...]) -> None:
+        pass
+
+
+class ReplayJournal:
+    def __init__(self, inner: Journal, turns: Mapping[int, RecordedTurn], cursor: Cursor) -> None:
+        self.inner = inner
+        self.turns = turns
+        self.cursor = cursor
+        self.verdict: dict[str, Any] | None = None
+
+    def request(self, turn: int, request: ModelRequest) -> Any:
+        self.cursor.turn, self.cursor.candidate = turn, -1
+        return self.inner.request(turn, request)
+
+    def envelope(self, turn: int, call_ref: Any, envelope: Envelope, cost_usd: float) -> None:
+        self.inner.envelope(turn, call_ref, envelope, cost_usd)
+
+    def candidate(self, turn: int, call_ref: Any, index: int, call: ToolCall) -> Any:
+        self.cursor.candidate = index
+        return self.inner.candidate(turn, call_ref, index, call)
+
+    def transition(self, candidate_ref: Any, transition: Transition) -> None:
+        self.inner.transition(candidate_ref, transition)
+
+    def tool(self, candidate_ref: Any, name: str, args: BaseModel | None, decision: DecisionLike | None,
+             outcome: ToolOutcome) -> None:
+        self.inner.tool(candidate_ref, name, args, decision, outcome)
+        if self.cursor.turn not in self.turns:
+            return  # a live (forked) turn: nothing recorded to compare with
+        recorded = recorded_tool(self.turns, self.cursor)
+        turn, index = self.cursor.turn, self.cursor.candidate
+        check_call(turn, index, recorded, name, args)
+        assert recorded is not None
+        if recorded.decision != (decision.effect if decision else None):
+            raise Divergence(turn=turn, kind="acl", field=f"tool_calls[{index}].decision",
+                             recorded=recorded.decision, replayed=decision.effect if decision else None,
+                             diff=f"- {recorded.decision}\n+ {decision.effect if decision else None}\n")
+        if not recorded.committed and outcome.observation != recorded.outcome.observation:
+            raise Divergence(turn=turn, kind="perimeter", field=f"tool_calls[{index}].observation",
+                             recorded=recorded.outcome.observation, replayed=outcome.observation,
+                             diff=f"- {recorded.outcome.observation}\n+ {outcome.observation}\n")
+
+    def event(self, turn: int, kind: str, data: dict[str, Any]) -> None:
+        if kind == "verdict":
+            self.verdict = dict(data)
+        self.inner.event(turn, kind, data)
+
+    def end_turn(self, turn: int, appended: tuple[Message, ...]) -> None:
+        self.inner.end_turn(turn, appended)

@@ -1,0 +1,115 @@
+"""``ReplayTools``: the Tools port over a recording.
+
+The perimeter runs as it does live: the same argument models and the recorded
+policy's ACL decision, which must equal the recorded decision. ``execute``
+serves the recorded outcome (offline) or runs the tool in a live sandbox and
+reports where its result drifted from the recording (re-execution).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pydantic import BaseModel
+
+from orchestrator.canonical import sha256_hex
+from orchestrator.contract import Frozen, ToolSpec
+from orchestrator.ports import ToolOutcome, Tools
+from orchestrator.replay.divergence import compare
+from orchestrator.replay.errors import Divergence
+from orchestrator.replay.recorded import RecordedTool, RecordedTurn
+from orchestrator.replay.replay_model import Cursor
+from policies import Policy, decide
+from sandbox.loop_tools import AclDecision
+from sandbox.tools import ARG_MODELS, tool_specs
+
+
+class ToolDrift(Frozen):
+    """A re-executed tool whose result differs from the recorded one."""
+
+    turn: int
+    candidate_index: int
+    tool: str
+    recorded_exit_code: int | None
+    replayed_exit_code: int | None
+    recorded_output_sha256: str
+    replayed_output_sha256: str
+    diff: str
+
+
+def recorded_tool(turns: Mapping[int, RecordedTurn], cursor: Cursor) -> RecordedTool | None:
+    turn = turns.get(cursor.turn)
+    if turn is None:
+        return None
+    return next((t for t in turn.tools if t.candidate_index == cursor.candidate), None)
+
+
+def check_call(turn: int, index: int, recorded: RecordedTool | None, name: str, args: BaseModel | None) -> None:
+    """The tool call reaching the sandbox must be the recorded one."""
+    field = f"tool_calls[{index}]"
+    if recorded is None:
+        raise Divergence(turn=turn, kind="tool_call", field=field, diff=f"the recording has no candidate {index} in this turn\n")
+    if recorded.name != name:
+        raise Divergence(turn=turn, kind="tool_call", field=f"{field}.name", recorded=recorded.name, replayed=name,
+                         diff=f"- {recorded.name}\n+ {name}\n")
+    replayed = None if args is None else args.model_dump(mode="json")
+    paths, diff = compare(recorded.arguments, replayed)
+    if paths:
+        raise Divergence(turn=turn, kind="tool_call", field=f"{field}.arguments.{paths[0]}".rstrip(".$"),
+                         fields=paths, diff=diff)
+
+
+class ReplayTools:
+    """``live``: the sandbox tools to re-execute with; None serves the recording."""
+
+    def __init__(self, turns: Mapping[int, RecordedTurn], cursor: Cursor, policy: Policy, *,
+                 live: Tools | None = None) -> None:
+        self.turns = turns
+        self.cursor = cursor
+        self.policy = policy
+        self.live = live
+        self.drifts: list[ToolDrift] = []
+
+    def specs(self) -> tuple[ToolSpec, ...]:
+        return tool_specs(self.policy.tools.allowed)
+
+    def arg_models(self) -> Mapping[str, type[BaseModel]]:
+        return ARG_MODELS
+
+    def decide(self, name: str, args: BaseModel) -> AclDecision:
+        decision = AclDecision.of(decide(name, args, self.policy))  # type: ignore[arg-type]
+        recorded = recorded_tool(self.turns, self.cursor)
+        if recorded is None:
+            return decision  # a live (forked) turn
+        turn, index = self.cursor.turn, self.cursor.candidate
+        check_call(turn, index, recorded, name, args)
+        if (recorded.decision, recorded.rule) != (decision.effect, decision.rule):
+            raise Divergence(
+                turn=turn, kind="acl", field=f"tool_calls[{index}].decision",
+                recorded=f"{recorded.decision} ({recorded.rule})", replayed=f"{decision.effect} ({decision.rule})",
+                diff=f"- {recorded.decision} by rule {recorded.rule}\n+ {decision.effect} by rule {decision.rule}: {decision.reason}\n",
+            )
+        return decision
+
+    def execute(self, name: str, args: BaseModel) -> ToolOutcome:
+        recorded = recorded_tool(self.turns, self.cursor)
+        if self.live is None:
+            check_call(self.cursor.turn, self.cursor.candidate, recorded, name, args)
+            assert recorded is not None
+            return recorded.outcome
+        outcome = self.live.execute(name, args)
+        if recorded is not None:
+            self._note_drift(recorded, outcome)
+        return outcome
+
+    def _note_drift(self, recorded: RecordedTool, outcome: ToolOutcome) -> None:
+        before, after = recorded.outcome, outcome
+        if before.exit_code == after.exit_code and before.observation == after.observation:
+            return
+        _, diff = compare(before.observation, after.observation)
+        self.drifts.append(ToolDrift(
+            turn=self.cursor.turn, candidate_index=self.cursor.candidate, tool=recorded.name,
+            recorded_exit_code=before.exit_code, replayed_exit_code=after.exit_code,
+            recorded_output_sha256=sha256_hex(before.observation), replayed_output_sha256=sha256_hex(after.observation),
+            diff=diff or f"- exit {before.exit_code}\n+ exit {after.exit_code}\n",
+        ))

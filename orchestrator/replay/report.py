@@ -1,0 +1,48 @@
+"""What a replay found, as frozen data for the CLI (text or --json)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from orchestrator.contract import Frozen
+from orchestrator.replay.errors import Divergence
+from orchestrator.replay.replay_model import TurnCheck
+from orchestrator.replay.replay_tools import ToolDrift
+
+Mode = Literal["replay", "reexecute", "fork"]
+
+
+class DivergenceView(Frozen):
+    turn: int
+    kind: str
+    field: str
+    fields: tuple[str, ...]
+    diff: str
+    message: str
+
+    @classmethod
+    def of(cls, divergence: Divergence) -> "DivergenceView":
+        return cls(turn=divergence.turn, kind=divergence.kind, field=divergence.field, fields=divergence.fields,
+                   diff=divergence.diff, message=divergence.message)
+
+
+class ReplayReport(Frozen):
+    run_id: str
+    mode: Mode
+    replay_run_id: str | None
+    identical: bool
+    turns: tuple[TurnCheck, ...]
+    divergence: DivergenceView | None = None
+    request_mismatches: tuple[DivergenceView, ...] = ()
+    drifts: tuple[ToolDrift, ...] = ()
+    verdict: str | None = None
+    verdict_detail: str | None = None
+    recorded_verdict: str | None = None
+    digest: str | None = None
+    recorded_digest: str | None = None
+    forked_at_turn: int | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def first_drift_turn(self) -> int | None:
+        return min((d.turn for d in self.drifts), default=None)
