@@ -81,25 +81,28 @@ def execute_run(
         )
         journal = RunJournal(recorder, run_id)
         patch_box: dict[str, object] = {}
-        try:
-            sandbox = Sandbox.start(docker_client, settings.sandbox_image, policy, repo_path, run_id=run_id)
-        except BaseException as exc:
-            recorder.finish_run(run_id, Verdict.FAULTED.value, f"sandbox did not start: {exc}")
-            raise
-        with sandbox, ModelClient(settings.model_url, api_key=settings.api_key) as client:
-            tools = SandboxTools(ToolBox(sandbox, policy, verifier_command=verifier), policy)
-            agent = build_agent(
-                spec, counter=probe.counter, model=client, tools=tools, journal=journal,
-                cost_of=lambda envelope: call_cost(envelope, None), cancel=cancel, on_turn=progress,
-            )
+        # From here on every ending is a recorded verdict: Ctrl-C only sets
+        # ``cancel``, also while the sandbox starts, and the run ends CANCELED.
+        with sigint_cancels(cancel):
+            try:
+                sandbox = Sandbox.start(docker_client, settings.sandbox_image, policy, repo_path, run_id=run_id)
+            except BaseException as exc:
+                verdict = Verdict.CANCELED if isinstance(exc, KeyboardInterrupt) else Verdict.FAULTED
+                recorder.finish_run(run_id, verdict.value, f"sandbox did not start: {exc!r}")
+                raise
+            with sandbox, ModelClient(settings.model_url, api_key=settings.api_key) as client:
+                tools = SandboxTools(ToolBox(sandbox, policy, verifier_command=verifier), policy)
+                agent = build_agent(
+                    spec, counter=probe.counter, model=client, tools=tools, journal=journal,
+                    cost_of=lambda envelope: call_cost(envelope, None), cancel=cancel, on_turn=progress,
+                )
 
-            def record_patch(result: RunResult) -> None:
-                patch = sandbox.patch()
-                patch_box["patch"] = patch
-                recorder.record_event(run_id, result.turns, "patch",
-                                      {"sha256": patch.sha256, "files": list(patch.files), "text": patch.text})
+                def record_patch(result: RunResult) -> None:
+                    patch = sandbox.patch()
+                    patch_box["patch"] = patch
+                    recorder.record_event(run_id, result.turns, "patch",
+                                          {"sha256": patch.sha256, "files": list(patch.files), "text": patch.text})
 
-            with sigint_cancels(cancel):
                 result = agent.run(before_verdict=record_patch)
         patch = patch_box["patch"]
         applied = False

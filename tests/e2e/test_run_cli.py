@@ -80,3 +80,36 @@ def test_ctrl_c_mid_stream_records_canceled_and_exits_cleanly(tmp_path, repo, fa
         (call,) = store.calls(run.id)
         assert call.response is not None and call.response.status == "CANCELED"
         assert store.verify(run.id).ok
+
+
+def _first_run_id(db: Path) -> str | None:
+    try:
+        with Store.open(f"sqlite:///{db}", readonly=True, create=False) as store:
+            runs = store.runs()
+    except Exception:  # the store is still being created by the run
+        return None
+    return runs[0].run.id if runs else None
+
+
+def test_ctrl_c_while_the_sandbox_starts_is_a_recorded_cancel(tmp_path, repo, fault: FaultServer, sandbox_image):
+    fault.script([Reply(text="slow " * 100, chunk_chars=1, tokens_per_s=20.0)])
+    home = tmp_path / "home"
+    proc = escrow_run(home, repo, fault.base_url)
+    try:
+        deadline = time.monotonic() + 60
+        while _first_run_id(home / "escrow.db") is None:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the run was never recorded"
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)  # the sandbox takes about a second to start
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+    assert proc.returncode == 1, err
+    assert "Traceback" not in err
+    assert json.loads(out)["verdict"] == "CANCELED"
+    with Store.open(f"sqlite:///{home / 'escrow.db'}", readonly=True, create=False) as store:
+        run = store.run(_first_run_id(home / "escrow.db"))
+        assert run.status == "finished" and run.verdict == "CANCELED"
