@@ -1,0 +1,96 @@
+"""The ACL decision and policy loading (pure; no Docker)."""
+
+from __future__ import annotations
+
+import pytest
+
+from policies import (
+    PathAccess, PathRejected, PolicyError, Verdict, canonical_path, decide, default_policy, explain, parse_policy,
+)
+
+
+class Args:
+    def __init__(self, *accesses: PathAccess) -> None:
+        self.accesses = accesses
+
+    def path_accesses(self):
+        return self.accesses
+
+
+def read(path):
+    return Args(PathAccess(mode="read", path=path))
+
+
+def write(path):
+    return Args(PathAccess(mode="write", path=path))
+
+
+NARROW = parse_policy("""
+name = "narrow"
+[tools]
+allowed = ["bash", "read_file", "write_file", "list_files"]
+[tools.approval]
+bash = "ask"
+list_files = "deny"
+[paths]
+read = ["src/**", "README.md"]
+write = ["src/*.py"]
+deny = ["src/secret*"]
+""")
+
+
+@pytest.mark.parametrize("raw,expected", [
+    ("a/b/../c", "a/c"), ("./a//b/", "a/b"), ("/workspace/x", "x"), ("/workspace", "."), (".", "."),
+    ("//workspace/x", "x"),
+])
+def test_canonical_path(raw, expected):
+    assert canonical_path(raw) == expected
+
+
+@pytest.mark.parametrize("raw", ["../x", "a/../../x", "/etc/passwd", "/workspace/../etc", "a\x00b", "", "/workspacefoo/x"])
+def test_canonical_path_rejects(raw):
+    with pytest.raises(PathRejected):
+        canonical_path(raw)
+
+
+@pytest.mark.parametrize("tool,args,verdict,rule", [
+    ("read_file", read("src/a/b.py"), Verdict.ALLOW, "tools.allowed paths.read[src/**]"),
+    ("read_file", read("README.md"), Verdict.ALLOW, "tools.allowed paths.read[README.md]"),
+    ("read_file", read("docs/x.md"), Verdict.DENY, "paths.read"),
+    ("write_file", write("src/a.py"), Verdict.ALLOW, "tools.allowed paths.write[src/*.py]"),
+    ("write_file", write("src/a/b.py"), Verdict.DENY, "paths.write"),
+    ("write_file", write("src/secret.py"), Verdict.DENY, "paths.deny[src/secret*]"),
+    ("write_file", write("../src/a.py"), Verdict.DENY, "paths.canonical"),
+    ("edit_file", write("src/a.py"), Verdict.DENY, "tools.allowed"),
+    ("list_files", read("src"), Verdict.DENY, "tools.approval.list_files"),
+    ("bash", Args(), Verdict.ASK, "tools.approval.bash"),
+    ("launch_missiles", Args(), Verdict.DENY, "tools.known"),
+])
+def test_decide_names_the_rule(tool, args, verdict, rule):
+    decision = decide(tool, args, NARROW)
+    assert (decision.verdict, decision.rule) == (verdict, rule)
+    assert decision.tool == tool and decision.reason
+
+
+def test_default_policy_is_safe():
+    policy = default_policy()
+    assert policy.network.enabled is False
+    assert decide("write_file", write(".git/hooks/pre-commit"), policy).verdict is Verdict.DENY
+    assert decide("write_file", write(".git"), policy).verdict is Verdict.DENY
+    assert decide("read_file", read("/etc/passwd"), policy).verdict is Verdict.DENY
+    assert any("network: none" == line for line in explain(policy))
+
+
+@pytest.mark.parametrize("text,fragment", [
+    ("[tools]\nallowed = ['rm']\n", "unknown tool"),
+    ("[paths]\nread = ['../x']\n", "workspace-relative"),
+    ("[network]\nenabled = true\nproxy = 'x'\n", "Extra inputs"),
+    ("[resources]\nmemory_mb = 1\n", "memory_mb"),
+    ("[tools]\nallowed = ['write_file']\n[paths]\nwrite = []\n", "grants no path"),
+    ("[tools.approval]\nbash = 'maybe'\n", "tools.approval.bash"),
+    ("not toml ===", "not valid TOML"),
+])
+def test_invalid_policies_are_explained(text, fragment):
+    with pytest.raises(PolicyError, match=fragment.replace(".", r"\.")) as info:
+        parse_policy(text, "p.toml")
+    assert info.value.exit_code == 65

@@ -1,0 +1,33 @@
+"""``escrow policy check``: valid, invalid and missing files; JSON; no traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from cli.main import app
+
+DEFAULT = Path(__file__).resolve().parents[2] / "policies" / "default.toml"
+
+
+def test_check_explains_grants_as_json():
+    result = CliRunner().invoke(app, ["policy", "check", str(DEFAULT), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["valid"] and data["policy"]["network"] == {"enabled": False}
+    assert "network: none" in data["grants"]
+
+
+def test_invalid_policy_subprocess_has_no_traceback(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[tools]\nallowed = ['bash', 'rm_rf']\n")
+    escrow = Path(sys.executable).with_name("escrow")
+    for target in (bad, tmp_path / "missing.toml"):
+        proc = subprocess.run([str(escrow), "policy", "check", str(target)], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 65
+        assert proc.stderr.startswith("error: policy") and "Traceback" not in proc.stderr
+    assert "rm_rf" in subprocess.run([str(escrow), "policy", "check", str(bad)], capture_output=True, text=True).stderr
