@@ -1,0 +1,203 @@
+"""Orchestrator overhead per turn: everything a turn spends outside the model
+and the tool, as a share of the turn's wall time.
+
+A live loop (the same RunSpec, context, perimeter, SQLite journal and Docker
+sandbox as ``escrow run``) runs N turns against the fault-injection server,
+which streams a ~100-token reply with one cheap tool call (read_file) per turn
+at a realistic decode rate. The fault server runs as a separate process so its
+pacing does not share this process's GIL. Per turn:
+
+- model time = the envelope's own ``timings.total_s``;
+- tool time  = ``ToolOutcome.duration_s`` (the exec inside the container);
+- overhead   = turn wall time - model - tool, broken out into recording
+  (journal calls), client wrapping (call wall - envelope total), sandbox
+  adapter (execute wall - duration_s) and the rest (context, perimeter, loop).
+
+    .venv/bin/python bench/bench_loop.py [--turns 30] [--tokens-per-s 50] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from orchestrator.client import ModelClient
+from orchestrator.fault_server import Reply, Script, ScriptedToolCall
+from orchestrator.runspec import RunSpec, build_agent
+from orchestrator.context import TiktokenCounter
+from policies import default_policy
+from sandbox import Sandbox, ToolBox, connect, require_image, tool_specs
+from sandbox.loop_tools import SandboxTools
+from store import Recorder, RunJournal, Store
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "calculator"
+IMAGE = "escrow-sandbox:bookworm-1"
+
+
+class Clock:
+    """Seconds spent inside the wrapped calls, by bucket, for the current turn."""
+
+    def __init__(self) -> None:
+        self.spent: dict[str, float] = defaultdict(float)
+
+    def timed(self, bucket: str, fn):
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.spent[bucket] += time.perf_counter() - start
+
+        return wrapper
+
+
+class TimedJournal:
+    """The journal with every method timed as "recording"."""
+
+    def __init__(self, journal: RunJournal, clock: Clock) -> None:
+        self._journal, self._clock = journal, clock
+
+    def __getattr__(self, name: str):
+        return self._clock.timed("recording", getattr(self._journal, name))
+
+
+class TimedModel:
+    def __init__(self, client: ModelClient, clock: Clock) -> None:
+        self.envelopes: list = []
+        self._call = clock.timed("model", client.call)
+
+    def call(self, request, *, cancel=None):
+        envelope = self._call(request, cancel=cancel)
+        self.envelopes.append(envelope)
+        return envelope
+
+
+class TimedTools:
+    """Times only ``execute``: the ACL decision is orchestrator work."""
+
+    def __init__(self, tools: SandboxTools, clock: Clock) -> None:
+        self.outcomes: list = []
+        self._tools = tools
+        self._execute = clock.timed("tools", tools.execute)
+        self.specs, self.arg_models, self.decide = tools.specs, tools.arg_models, tools.decide
+
+    def execute(self, name, args):
+        outcome = self._execute(name, args)
+        self.outcomes.append(outcome)
+        return outcome
+
+
+def reply(tokens: int, tokens_per_s: float) -> Reply:
+    args = json.dumps({"path": "calc.py"})
+    text_chunks = max(0, tokens - len(args) // 4 - 1)
+    text = "I will read calc.py again to check the divisor in mean(). " * 8
+    return Reply(text=text[: text_chunks * 4], tool_calls=(ScriptedToolCall(name="read_file", arguments=args),),
+                 chunk_chars=4, tokens_per_s=tokens_per_s)
+
+
+def start_server(step: Reply) -> tuple[subprocess.Popen, str]:
+    script = Path(tempfile.mkdtemp()) / "script.json"
+    script.write_text(Script(steps=(step,), cycle=True).model_dump_json())
+    escrow = str(Path(sys.executable).with_name("escrow"))
+    proc = subprocess.Popen([escrow, "fault-server", "--script", str(script), "--port", "0", "--json",
+                             "--model", "bench-model"], stdout=subprocess.PIPE, text=True)
+    return proc, json.loads(proc.stdout.readline())["base_url"]
+
+
+def measure(turns: int, tokens: int, tokens_per_s: float) -> list[dict[str, float]]:
+    policy = default_policy()
+    policy = policy.model_copy(update={"limits": policy.limits.model_copy(update={"max_turns": turns + 1})})
+    docker_client = connect(None)
+    require_image(docker_client, IMAGE)
+    server, url = start_server(reply(tokens, tokens_per_s))
+    home = Path(tempfile.mkdtemp())
+    store = Store.open(f"sqlite:///{home / 'escrow.db'}")
+    clock = Clock()
+    rows: list[dict[str, float]] = []
+    try:
+        recorder = Recorder(store)
+        run_id = recorder.start_run(task="bench", repo=str(EXAMPLE), model="bench-model", policy={}, config={})
+        spec = RunSpec(task="Fix mean() in calc.py.", verifier="python3 -m pytest -q", tool_specs=tool_specs(),
+                       model="bench-model", s_max=131072, k_max=512, limits=policy.limits)
+        with Sandbox.start(docker_client, IMAGE, policy, EXAMPLE, run_id=run_id) as sandbox, ModelClient(url) as client:
+            tools = TimedTools(SandboxTools(ToolBox(sandbox, policy, verifier_command=spec.verifier), policy), clock)
+            model = TimedModel(client, clock)
+            agent = build_agent(spec, counter=TiktokenCounter("cl100k_base"), model=model, tools=tools,
+                                journal=TimedJournal(RunJournal(recorder, run_id), clock))
+            for _ in range(turns):
+                clock.spent.clear()
+                tools.outcomes.clear()
+                model.envelopes.clear()
+                start = time.perf_counter()
+                agent.step()
+                wall = time.perf_counter() - start
+                (envelope,) = model.envelopes
+                assert envelope.status.value == "COMPLETED", envelope.error
+                model_s = envelope.timings.total_s
+                tool_s = sum(o.duration_s for o in tools.outcomes)
+                rows.append({
+                    "wall": wall, "model": model_s, "tool": tool_s, "overhead": wall - model_s - tool_s,
+                    "recording": clock.spent["recording"],
+                    "client": clock.spent["model"] - model_s,
+                    "sandbox_adapter": clock.spent["tools"] - tool_s,
+                    "loop": wall - clock.spent["recording"] - clock.spent["model"] - clock.spent["tools"],
+                    "completion_tokens": envelope.usage.completion_tokens,
+                    "prompt_tokens": envelope.usage.prompt_tokens,
+                })
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        store.close()
+    return rows
+
+
+def report(rows: list[dict[str, float]]) -> dict[str, object]:
+    total = {k: sum(r[k] for r in rows) for k in rows[0]}
+    return {
+        "turns": len(rows),
+        "per_turn_mean_ms": {k: 1000 * v / len(rows) for k, v in total.items() if "tokens" not in k},
+        "per_turn_median_ms": {k: 1000 * statistics.median(r[k] for r in rows) for k in rows[0] if "tokens" not in k},
+        "overhead_share": total["overhead"] / total["wall"],
+        "recording_share": total["recording"] / total["wall"],
+        "first_vs_last_overhead_ms": (1000 * rows[0]["overhead"], 1000 * rows[-1]["overhead"]),
+        "prompt_tokens_first_last": (rows[0]["prompt_tokens"], rows[-1]["prompt_tokens"]),
+        "completion_tokens_mean": total["completion_tokens"] / len(rows),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--turns", type=int, default=30)
+    parser.add_argument("--tokens", type=int, default=100, help="Streamed chunks (tokens) per reply.")
+    parser.add_argument("--tokens-per-s", type=float, default=50.0)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    summary = report(measure(args.turns, args.tokens, args.tokens_per_s))
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return
+    mean, median = summary["per_turn_mean_ms"], summary["per_turn_median_ms"]
+    print(f"{summary['turns']} turns, {summary['completion_tokens_mean']:.0f} completion tokens/turn "
+          f"at {args.tokens_per_s:g} tokens/s; server-counted prompt {summary['prompt_tokens_first_last'][0]} -> "
+          f"{summary['prompt_tokens_first_last'][1]} tokens")
+    print(f"{'per turn (ms)':<34}{'mean':>10}{'median':>10}")
+    labels = {"wall": "turn wall time", "model": "model (envelope total_s)", "tool": "tool (duration_s)",
+              "overhead": "overhead = wall - model - tool", "recording": "  recording (journal)",
+              "client": "  client wrapping", "sandbox_adapter": "  sandbox adapter (docker exec)",
+              "loop": "  context + perimeter + loop"}
+    for key, label in labels.items():
+        print(f"{label:<34}{mean[key]:>10.2f}{median[key]:>10.2f}")
+    first, last = summary["first_vs_last_overhead_ms"]
+    print(f"overhead share of turn time: {100 * summary['overhead_share']:.2f}%  "
+          f"(recording {100 * summary['recording_share']:.2f}%); first turn {first:.1f} ms, last {last:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
