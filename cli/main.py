@@ -34,9 +34,9 @@ def root(
 
 
 def _register() -> None:
-    from cli import call_cmd, export_cmd, policy_cmd, price_cmd, report_cmd, run_cmd, sandbox_cmd, store_cmd
+    from cli import call_cmd, export_cmd, policy_cmd, price_cmd, replay_cmd, report_cmd, run_cmd, sandbox_cmd, store_cmd
 
-    for module in (run_cmd, call_cmd, store_cmd, sandbox_cmd, policy_cmd, report_cmd, export_cmd, price_cmd):
+    for module in (run_cmd, call_cmd, store_cmd, sandbox_cmd, policy_cmd, report_cmd, export_cmd, price_cmd, replay_cmd):
         module.register(app)
 
 
@@ -48,7 +48,7 @@ def main() -> None:
     try:
         app()
     except EscrowError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc.message}", highlight=False)
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {exc.message}", highlight=False)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         Console(stderr=True).print("[yellow]interrupted[/]")

@@ -92,6 +92,11 @@ escrow_setup_llama() {
     return 1
 }
 
+escrow_setup_test_deps() {
+    # PostgreSQL: the store's same-models-on-PostgreSQL test starts a throwaway cluster.
+    apt_install postgresql
+}
+
 escrow_setup_all() {
     apt_install curl ca-certificates git
     escrow_setup_venv
