@@ -14,6 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from typer.testing import CliRunner
+
+from cli.main import app
+from orchestrator.errors import ConfigError
 from orchestrator.fault_server import FaultServer, Reply, ScriptedToolCall
 from store import Store
 
@@ -113,3 +117,17 @@ def test_ctrl_c_while_the_sandbox_starts_is_a_recorded_cancel(tmp_path, repo, fa
     with Store.open(f"sqlite:///{home / 'escrow.db'}", readonly=True, create=False) as store:
         run = store.run(_first_run_id(home / "escrow.db"))
         assert run.status == "finished" and run.verdict == "CANCELED"
+
+
+def test_cli_runner_prints_the_verdict_panel_and_rejects_a_missing_repo(tmp_path, repo, fault: FaultServer, sandbox_image):
+    fault.script([Reply(text="All done!")])
+    common = ["--verify", "python3 -m pytest -q", "--model-url", fault.base_url, "--context-window", "8192",
+              "--tokenizer", "cl100k_base", "--max-turns", "1"]
+    env = {"ESCROW_HOME": str(tmp_path / "home")}
+    runner = CliRunner()
+    result = runner.invoke(app, ["run", "Fix mean()", "--repo", str(repo), *common], env=env)
+    assert result.exit_code == 1, result.output
+    assert "BUDGET_EXHAUSTED" in result.output and "(no changes)" in result.output
+
+    missing = runner.invoke(app, ["run", "Fix mean()", "--repo", str(tmp_path / "nope"), *common], env=env)
+    assert isinstance(missing.exception, ConfigError) and "is not a directory" in str(missing.exception)

@@ -270,3 +270,24 @@ def test_text_protocol_search_replace_block(settings, repo, fault, open_store):
     edit_row = executions(traj)[1]
     assert edit_row.tool_name == "edit_file" and json.loads(edit_row.arguments_json)["old"] == f"    return {BUGGY}"
     assert messages_of(traj, 1)[-2].startswith("[read_file result]\nerror (parse check)")
+
+
+@pytest.mark.parametrize(
+    "steps, verdict, attempts",
+    [
+        ([Fault.http(503)] * 3, Verdict.TRANSPORT_FAILURE, 3),  # the client's retries are spent; no blanket retry
+        ([Fault.context_overflow()], Verdict.FAULTED, 1),  # an engine fault stops the run, never retried
+    ],
+    ids=["transport-exhausted", "context-overflow"],
+)
+def test_run_ending_failures_are_surfaced_not_retried(settings, repo, fault, open_store, steps, verdict, attempts):
+    fault.script([*steps, SUBMIT])
+    outcome = run(settings, repo)
+
+    assert outcome.result.verdict is verdict
+    traj = open_store().trajectory(outcome.run_id)
+    assert_fully_recorded(traj, fault)
+    (turn,) = taken(traj)
+    assert len(turn.calls[0].attempts) == attempts and turn.candidates == ()
+    assert traj.run.verdict == verdict.value and traj.run.verdict_detail
+    assert fault.pending == 1, "the loop never sends another request after a run-ending failure"
