@@ -39,14 +39,15 @@ def _ordered_keys(a: dict[str, Any], b: dict[str, Any], top: bool) -> list[str]:
 
 def differing_paths(recorded: Any, replayed: Any, *, prefix: str = "", limit: int = 20) -> list[str]:
     """Paths of the leaves that differ, cause-first (see module docstring),
-    at most ``limit`` of them."""
+    at most ``limit`` of them. Only called once a hash differs, so it walks
+    the whole value rather than trusting ``==`` on containers."""
     out: list[str] = []
     _walk(recorded, replayed, prefix, out, limit, top=not prefix)
     return out
 
 
 def _walk(a: Any, b: Any, path: str, out: list[str], limit: int, *, top: bool = False) -> None:
-    if len(out) >= limit or a == b and type(a) is type(b):
+    if len(out) >= limit:
         return
     if isinstance(a, dict) and isinstance(b, dict):
         for key in _ordered_keys(a, b, top):
@@ -57,7 +58,9 @@ def _walk(a: Any, b: Any, path: str, out: list[str], limit: int, *, top: bool = 
             _walk(a[index] if index < len(a) else _MISSING, b[index] if index < len(b) else _MISSING,
                   f"{path}[{index}]", out, limit)
         return
-    out.append(path or "$")
+    # 1 == 1.0 == True in Python, not in the canonical JSON that is hashed.
+    if type(a) is not type(b) or a != b:
+        out.append(path or "$")
 
 
 def value_at(value: Any, path: str) -> Any:

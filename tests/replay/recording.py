@@ -89,8 +89,19 @@ def memory_spec(policy: Policy, model: str, **overrides: object) -> RunSpec:
     return RunSpec(**fields)  # type: ignore[arg-type]
 
 
+class WordCounter:
+    """A tokenizer that is not tiktoken (as a server's is): its counts are
+    recorded as token_counts events and served back by replay."""
+
+    name = "words"
+
+    def count(self, text: str) -> int:
+        return len(text.split()) + 1
+
+
 def record_memory_run(store: Store, server: FaultServer, steps: list, *, policy: Policy | None = None,
-                      files: Mapping[str, str] | None = None, **spec_overrides: object) -> str:
+                      files: Mapping[str, str] | None = None, counter: object | None = None,
+                      **spec_overrides: object) -> str:
     """Play ``steps`` on the fault server through the real loop; returns the run id."""
     policy = policy or default_policy()
     spec = memory_spec(policy, server.model, **spec_overrides)
@@ -102,7 +113,7 @@ def record_memory_run(store: Store, server: FaultServer, steps: list, *, policy:
     )
     workspace = files if files is not None else {p.name: p.read_text() for p in EXAMPLE_REPO.glob("*.py")}
     with ModelClient(server.base_url) as client:
-        agent = build_agent(spec, counter=TiktokenCounter("cl100k_base"), model=client,
+        agent = build_agent(spec, counter=counter or TiktokenCounter("cl100k_base"), model=client,  # type: ignore[arg-type]
                             tools=MemoryTools(workspace, policy), journal=RunJournal(recorder, run_id))
         agent.run()
     return run_id
@@ -133,3 +144,37 @@ def docker_settings(tmp: Path, server: FaultServer, image: str, **overrides: obj
     )
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]
+
+
+def _limited(max_turns: int) -> Policy:
+    policy = default_policy()
+    return policy.model_copy(update={"limits": policy.limits.model_copy(update={"max_turns": max_turns})})
+
+
+def record_varied_runs(store: Store, server: FaultServer) -> dict[str, str]:
+    """Runs that take every road through the loop: pass, truncation and
+    refusal, perimeter rejections and a turn limit, a stream rejection and a
+    retried 503, the text protocol, a non-tiktoken tokenizer."""
+    from orchestrator.fault_server import Fault
+
+    runs = {"fixing": record_memory_run(store, server, fixing_steps(extra_reads=1))}
+    runs["truncated_then_refused"] = record_memory_run(
+        store, server, [Fault.truncated(), reply(call("read_file", path="calc.py")), Fault.refusal()])
+    runs["perimeter_and_turn_limit"] = record_memory_run(store, server, [
+        Reply(tool_calls=(ScriptedToolCall(name="read_file", arguments='{"path": "calc.py"'),)),
+        reply(call("read_file")),
+        reply(call("write_file", path=".git/config", content="x"), call("read_file", path="test_calc.py")),
+        reply(call("bash", command="ls -la")),
+        reply(call("list_files")),
+    ], policy=_limited(4))
+    runs["rejected_and_retried"] = record_memory_run(store, server, [
+        Fault.invalid_tool_arguments(), Fault.http(503, retry_after=0), reply(call("list_files")), reply(text="done"),
+        reply(call("submit", summary="nothing")),
+    ], policy=_limited(5))
+    runs["text_protocol"] = record_memory_run(store, server, [
+        Reply(text='Reading.\n<tool name="read_file">{"path": "calc.py"}</tool>'),
+        Reply(text=f"calc.py\n<<<<<<< SEARCH\n    {BROKEN_MEAN}\n=======\n    {FIXED_MEAN}\n>>>>>>> REPLACE"),
+        Reply(text='<tool name="submit">{}</tool>'),
+    ], protocol="text")
+    runs["word_tokenizer"] = record_memory_run(store, server, fixing_steps(), counter=WordCounter(), tokenizer="words")
+    return runs

@@ -1,0 +1,144 @@
+"""``escrow replay RUN``: offline replay (default), ``--reexecute`` and
+``--fork-at N`` of a recorded run. Each replay is recorded as a run of its own
+linked to its parent (``--no-record`` only checks)."""
+
+from __future__ import annotations
+
+import json
+from contextlib import ExitStack
+from pathlib import Path
+
+import typer
+
+from orchestrator.errors import ConfigError
+from orchestrator.replay import ForkOverrides, Replayer, ReplayReport
+from orchestrator.settings import Settings, load_settings
+from store import Store
+
+DB_HELP = "Store URL (SQLAlchemy form); default ESCROW_DB_URL, else the SQLite file in ESCROW_HOME."
+
+
+def register(app: typer.Typer) -> None:
+    app.command("replay")(replay)
+
+
+def replay(
+    run: str = typer.Argument(..., help="Run id, or a unique prefix of one."),
+    reexecute: bool = typer.Option(False, "--reexecute", help="Recorded model outputs; tools re-run live in a fresh sandbox on the recorded repo; report drift."),
+    fork_at: int = typer.Option(None, "--fork-at", min=0, help="Replay turns before N (tools live), then continue live as a new run."),
+    model_url: str = typer.Option(None, "--model-url", help="Fork: the live server's base URL (default: the recorded one)."),
+    model: str = typer.Option(None, "--model", help="Fork: model id from the fork turn on."),
+    temperature: float = typer.Option(None, "--temperature", min=0, help="Fork: sampling temperature from the fork turn on."),
+    top_p: float = typer.Option(None, "--top-p", min=0, max=1, help="Fork: top_p from the fork turn on."),
+    top_k: int = typer.Option(None, "--top-k", min=0, help="Fork: top_k from the fork turn on."),
+    seed: int = typer.Option(None, "--seed", help="Fork: sampling seed from the fork turn on."),
+    max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="Fork: K_max from the fork turn on."),
+    force: bool = typer.Option(False, "--force", help="Replay even if the run's hash chain does not verify."),
+    no_record: bool = typer.Option(False, "--no-record", help="Offline replay only: check, record no replay run."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    db: str = typer.Option(None, "--db", help=DB_HELP),
+    config: Path = typer.Option(None, "--config", help="Config file (default: ESCROW_HOME/config.toml)."),
+) -> None:
+    """Replay RUN through today's loop and report the first divergence.
+
+    Offline (default) needs no model server and no Docker: every request must
+    hash as recorded. Exit code: 0 identical (fork: verdict PASS), 1 divergence,
+    drift or another verdict, 2 or more for usage and store errors."""
+    if reexecute and fork_at is not None:
+        raise ConfigError("--reexecute and --fork-at are different replays; choose one")
+    if no_record and (reexecute or fork_at is not None):
+        raise ConfigError("--no-record applies to offline replay only")
+    fork_flags = (model_url, model, temperature, top_p, top_k, seed, max_tokens)
+    if fork_at is None and any(v is not None for v in fork_flags):
+        raise ConfigError("--model-url, --model and the sampling flags apply to --fork-at only")
+    settings = load_settings(config, db_url=db)
+    # Read-only first: a store at an older schema is refused with the migrate hint, never migrated behind the user's back.
+    Store.open(settings.store_url, readonly=True, create=False).close()
+    with Store.open(settings.store_url, readonly=no_record, create=False, synchronous="NORMAL") as store:
+        replayer = Replayer(store)
+        loaded = replayer.load(run, force=force)
+        if fork_at is not None:
+            overrides = ForkOverrides(model=model, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+                                      max_tokens=max_tokens)
+            report = _fork(replayer, loaded, fork_at, overrides, settings, model_url)
+        elif reexecute:
+            from orchestrator.replay.environment import sandbox_tools_for
+
+            tools_for = sandbox_tools_for(loaded.recorded, image=_image(loaded.recorded.config, settings),
+                                          docker_host=settings.docker_host)
+            report = replayer.reexecute(loaded, tools_for)
+        else:
+            report = replayer.offline(loaded, record=not no_record)
+    typer.echo(json.dumps(report.model_dump(mode="json"), indent=2, ensure_ascii=False) if as_json else render(report))
+    if not _succeeded(report):
+        raise typer.Exit(1)
+
+
+def _image(config: dict, settings: Settings) -> str:
+    return config.get("sandbox_image") or settings.sandbox_image
+
+
+def _fork(replayer: Replayer, loaded, at: int, overrides: ForkOverrides, settings: Settings, url: str | None) -> ReplayReport:
+    import httpx
+
+    from orchestrator.client import ModelClient
+    from orchestrator.context import counter_for
+    from orchestrator.replay.environment import sandbox_tools_for
+    from policies.pricing import call_cost
+
+    recorded = loaded.recorded
+    base_url = url or recorded.config.get("model_url") or settings.model_url
+    tools_for = sandbox_tools_for(recorded, image=_image(recorded.config, settings), docker_host=settings.docker_host)
+    with ExitStack() as stack:
+        client = stack.enter_context(ModelClient(base_url, api_key=settings.api_key))
+        live_counter = None
+        if not recorded.spec.tokenizer.startswith("tiktoken:"):
+            http = stack.enter_context(httpx.Client(timeout=30.0))
+            live_counter = counter_for("server", base_url=base_url, model=overrides.model or recorded.spec.model, http=http)
+        return replayer.fork(loaded, at, tools_for=tools_for, live_model=client, overrides=overrides,
+                             live_counter=live_counter, live_cost=lambda envelope: call_cost(envelope, None))
+
+
+def _succeeded(report: ReplayReport) -> bool:
+    if report.mode == "fork":
+        return report.identical and report.verdict == "PASS"
+    return report.identical
+
+
+def render(report: ReplayReport) -> str:
+    """The human-readable report."""
+    lines = []
+    n = len(report.turns)
+    same = sum(1 for t in report.turns if t.identical)
+    title = {"replay": "replay", "reexecute": "re-execution", "fork": "fork"}[report.mode]
+    lines.append(f"{title} of run {report.run_id}: {same}/{n} turn requests byte-identical")
+    if report.replay_run_id:
+        lines.append(f"  recorded as run {report.replay_run_id}")
+    if report.forked_at_turn is not None:
+        lines.append(f"  forked at turn {report.forked_at_turn}; turns before it shared with the parent")
+    d = report.divergence
+    if d is not None:
+        lines.append(f"DIVERGED at turn {d.turn}: {d.kind} differs at {d.field}")
+        if len(d.fields) > 1:
+            lines.append(f"  also differs: {', '.join(d.fields[1:6])}{' ...' if len(d.fields) > 6 else ''}")
+        lines.append(d.diff.rstrip("\n"))
+    for m in report.request_mismatches:
+        lines.append(f"  turn {m.turn}: request differs at {m.field} (after drifted tool output)")
+    for drift in report.drifts:
+        lines.append(f"  DRIFT turn {drift.turn} candidate {drift.candidate_index} {drift.tool}: exit "
+                     f"{drift.recorded_exit_code} -> {drift.replayed_exit_code}, output "
+                     f"{drift.recorded_output_sha256[:12]} -> {drift.replayed_output_sha256[:12]}")
+    if report.first_drift_turn is not None:
+        lines.append(f"first drifting turn: {report.first_drift_turn}")
+        lines.append(report.drifts[0].diff.rstrip("\n"))
+    for note in report.notes:
+        lines.append(f"  note: {note}")
+    lines.append(f"verdict: {report.verdict} (recorded: {report.recorded_verdict})")
+    if report.digest:
+        match = "identical to the recording" if report.digest == report.recorded_digest else f"recorded {report.recorded_digest}"
+        lines.append(f"content digest: {report.digest} ({match})")
+    elif report.recorded_digest:
+        lines.append(f"recorded content digest: {report.recorded_digest}")
+    if report.mode != "fork":
+        lines.append("IDENTICAL" if report.identical else "NOT IDENTICAL")
+    return "\n".join(lines)

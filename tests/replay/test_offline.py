@@ -1,0 +1,100 @@
+"""Offline replay: every recorded run replays byte-identically, request by
+request, to the same content digest, in separate processes with different
+hash seeds."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.fault_server import FaultServer
+from orchestrator.replay import Replayer
+from store import Store
+from tests.replay.recording import call, record_memory_run, record_varied_runs, reply
+
+ESCROW = str(Path(sys.executable).with_name("escrow"))
+
+
+@pytest.fixture(scope="module")
+def varied(tmp_path_factory: pytest.TempPathFactory, fault_server: FaultServer) -> tuple[Path, dict[str, str]]:
+    db = tmp_path_factory.mktemp("varied") / "escrow.db"
+    with Store.open(f"sqlite:///{db}") as store:
+        return db, record_varied_runs(store, fault_server)
+
+
+def test_every_varied_run_replays_identically(varied):
+    db, runs = varied
+    with Store.open(f"sqlite:///{db}") as store:
+        replayer = Replayer(store)
+        for name, run_id in runs.items():
+            recorded_calls = store.calls(run_id)
+            report = replayer.offline(replayer.load(run_id))
+            assert report.identical, (name, report.divergence)
+            assert [t.replayed_sha256 for t in report.turns] == [c.request_sha256 for c in recorded_calls], name
+            assert report.digest == report.recorded_digest
+            assert report.verdict == store.run(run_id).verdict
+            replay_run = store.run(report.replay_run_id)
+            assert (replay_run.mode, replay_run.parent_run_id, replay_run.verdict) == ("replay", run_id, report.verdict)
+            assert store.verify(report.replay_run_id).ok
+            assert [c.request_sha256 for c in store.calls(report.replay_run_id)] == [c.request_sha256 for c in recorded_calls]
+
+
+def test_a_replay_run_replays_identically_too(varied):
+    db, runs = varied
+    with Store.open(f"sqlite:///{db}") as store:
+        replayer = Replayer(store)
+        first = replayer.offline(replayer.load(runs["fixing"]))
+        second = replayer.offline(replayer.load(first.replay_run_id))
+        assert second.identical and second.digest == first.digest == first.recorded_digest
+
+
+def test_no_record_checks_without_writing(varied):
+    db, runs = varied
+    with Store.open(f"sqlite:///{db}") as store:
+        before = len(store.runs(limit=1000))
+        report = Replayer(store).offline(Replayer(store).load(runs["word_tokenizer"]), record=False)
+        assert report.identical and report.replay_run_id is None and report.digest is None
+        assert len(store.runs(limit=1000)) == before
+
+
+def test_wall_time_limit_does_not_replay(store: Store, fault_server: FaultServer):
+    """A run stopped by its wall-time limit replays to the same point; the
+    replay runs past it only into the end of the recording, which is no divergence."""
+    from policies import default_policy
+
+    policy = default_policy()
+    policy = policy.model_copy(update={"limits": policy.limits.model_copy(update={"max_wall_s": 0.3})})
+    slow = reply(call("list_files")).model_copy(update={"delay_s": 0.4})
+    run_id = record_memory_run(store, fault_server, [slow, reply(call("list_files"))], policy=policy)
+    assert store.run(run_id).verdict_detail.startswith("wall_time")
+    replayer = Replayer(store)
+    report = replayer.offline(replayer.load(run_id))
+    assert report.identical and len(report.turns) == 1
+    assert "wall-time" in report.notes[0]
+
+
+def _replay_in_subprocess(db: Path, run_id: str, seed: str) -> dict:
+    env = {**os.environ, "PYTHONHASHSEED": seed, "ESCROW_HOME": str(db.parent)}
+    done = subprocess.run([ESCROW, "replay", run_id, "--db", f"sqlite:///{db}", "--json"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.slow
+def test_replays_agree_across_processes_and_hash_seeds(varied):
+    db, runs = varied
+    with Store.open(f"sqlite:///{db}", readonly=True) as store:
+        recorded = {run_id: [c.request_sha256 for c in store.calls(run_id)] for run_id in runs.values()}
+    for name, run_id in runs.items():
+        one, two = (_replay_in_subprocess(db, run_id, seed) for seed in ("1", "2"))
+        assert one["identical"] and two["identical"], name
+        assert [t["replayed_sha256"] for t in one["turns"]] == [t["replayed_sha256"] for t in two["turns"]] == recorded[run_id]
+        assert one["digest"] == two["digest"] == one["recorded_digest"], name
+        assert one["replay_run_id"] != two["replay_run_id"]
