@@ -14,7 +14,7 @@ from orchestrator.agent import Verdict
 from orchestrator.canonical import canonical_bytes
 from orchestrator.fault_server import Fault, FaultServer, Reply, ScriptedToolCall, StreamFault
 from orchestrator.settings import Settings
-from store import Store, Trajectory
+from store import Trajectory
 
 pytestmark = [pytest.mark.docker]
 
@@ -63,6 +63,16 @@ def assert_fully_recorded(traj: Trajectory, fault: FaultServer) -> None:
     assert bodies == [], "the server saw requests the store does not hold"
 
 
+def recorded(open_store, outcome: RunOutcome, fault: FaultServer) -> Trajectory:
+    """The run's trajectory, checked complete and its hash chain intact."""
+    store = open_store()
+    assert store.verify(outcome.run_id).ok
+    traj = store.trajectory(outcome.run_id)
+    assert traj.run.status == "finished" and traj.run.verdict == outcome.result.verdict.value
+    assert_fully_recorded(traj, fault)
+    return traj
+
+
 def states(traj: Trajectory) -> list[list[str]]:
     return [[t.to_state for t in c.transitions] for turn in traj.turns for c in turn.candidates]
 
@@ -84,11 +94,8 @@ def test_scripted_fix_passes_and_everything_is_recorded(settings, repo, fault, o
     assert outcome.patch_files == ("calc.py",)
     assert BUGGY in file_text(repo), "the user's checkout is never modified without --apply"
 
-    store: Store = open_store()
-    traj = store.trajectory(outcome.run_id)
-    assert traj.run.status == "finished" and traj.run.verdict == "PASS"
+    traj = recorded(open_store, outcome, fault)
     assert len(taken(traj)) == 4
-    assert_fully_recorded(traj, fault)
     assert states(traj) == [["STAGED", "VALIDATING", "COMMITTED"]] * 4
     done = executions(traj)
     assert [x.tool_name for x in done] == ["read_file", "edit_file", "bash", "submit"]
@@ -106,7 +113,7 @@ def test_scripted_fix_passes_and_everything_is_recorded(settings, repo, fault, o
         assert after.messages[-1].content.startswith("[turns left:")
     # The tool result the model saw next is the one recorded.
     assert requests[1].messages[-2].content == done[0].observation
-    patch = [e for e in store.events(outcome.run_id, "patch")]
+    patch = open_store().events(outcome.run_id, "patch")
     assert len(patch) == 1 and patch[0].data["files"] == ["calc.py"]
 
 
@@ -131,8 +138,7 @@ def test_truncated_tool_call_is_quarantined_never_executed(settings, repo, fault
 
     assert outcome.result.verdict is Verdict.BUDGET_EXHAUSTED
     assert outcome.patch == "" and outcome.patch_files == (), "the truncated write must not touch the workspace"
-    traj = open_store().trajectory(outcome.run_id)
-    assert_fully_recorded(traj, fault)
+    traj = recorded(open_store, outcome, fault)
     assert envelope_of(traj, 0).status.value == "TRUNCATED"
     first = taken(traj)[0]
     assert first.candidates == () and first.tool_executions == ()
@@ -153,13 +159,12 @@ def test_refusal_ends_the_trajectory_with_its_reason(settings, repo, fault, open
     outcome = run(settings, repo)
 
     assert outcome.result.verdict is Verdict.REFUSED
-    traj = open_store().trajectory(outcome.run_id)
-    assert traj.run.verdict == "REFUSED" and traj.run.verdict_detail == outcome.result.detail
+    traj = recorded(open_store, outcome, fault)
+    assert traj.run.verdict_detail == outcome.result.detail
     if refusal.refusal:
         assert traj.run.verdict_detail == "I can't help with that."
     assert len(taken(traj)) == 1 and executions(traj) == []
     assert fault.pending == 1, "a refusal is never retried"
-    assert_fully_recorded(traj, fault)
 
 
 def test_503_then_success_is_retried_and_both_attempts_recorded(settings, repo, fault, open_store):
@@ -167,8 +172,7 @@ def test_503_then_success_is_retried_and_both_attempts_recorded(settings, repo, 
     outcome = run(settings, repo)
 
     assert outcome.result.verdict is Verdict.PASS, outcome.result.detail
-    traj = open_store().trajectory(outcome.run_id)
-    assert_fully_recorded(traj, fault)  # checks the server saw the same request twice
+    traj = recorded(open_store, outcome, fault)  # checks the server saw the same request twice
     call = taken(traj)[0].calls[0]
     assert [(a.number, a.status, a.http_status) for a in call.attempts] == [
         (1, "TRANSPORT_FAILURE", 503), (2, "COMPLETED", 200)]
@@ -183,8 +187,7 @@ def test_invalid_json_mid_stream_is_rejected_and_the_model_recovers(settings, re
     outcome = run(settings, repo)
 
     assert outcome.result.verdict is Verdict.PASS, outcome.result.detail
-    traj = open_store().trajectory(outcome.run_id)
-    assert_fully_recorded(traj, fault)
+    traj = recorded(open_store, outcome, fault)
     rejected = envelope_of(traj, 0)
     assert rejected.status.value == "REJECTED" and rejected.error.kind == "invalid_json_prefix"
     assert taken(traj)[0].candidates == () and taken(traj)[0].tool_executions == ()
@@ -201,8 +204,7 @@ def test_completed_call_with_bad_arguments_is_rejected_by_the_perimeter(settings
     outcome = run(settings, repo)
 
     assert outcome.result.verdict is Verdict.PASS, outcome.result.detail
-    traj = open_store().trajectory(outcome.run_id)
-    assert_fully_recorded(traj, fault)
+    traj = recorded(open_store, outcome, fault)
     assert [envelope_of(traj, t).status.value for t in range(4)] == ["COMPLETED"] * 4
     assert states(traj)[:2] == [["STAGED", "VALIDATING", "REJECTED"]] * 2
     layers = [c.transitions[-1].layer for t in taken(traj)[:2] for c in t.candidates]
@@ -226,8 +228,7 @@ def test_acl_denials_are_recorded_with_their_rule_and_fed_back(settings, repo, f
 
     assert outcome.result.verdict is Verdict.PASS, outcome.result.detail
     assert outcome.patch_files == ("calc.py",)
-    traj = open_store().trajectory(outcome.run_id)
-    assert_fully_recorded(traj, fault)
+    traj = recorded(open_store, outcome, fault)
     denied = taken(traj)[0].tool_executions
     assert [(x.tool_name, x.decision) for x in denied] == [("write_file", "deny"), ("read_file", "deny")]
     assert all(x.rule and x.reason and x.exit_code is None for x in denied)
@@ -243,9 +244,7 @@ def test_claiming_success_without_the_verifier_is_not_a_pass(settings, repo, fau
 
     assert outcome.result.verdict is Verdict.BUDGET_EXHAUSTED
     assert outcome.result.verifier_runs == 1
-    traj = open_store().trajectory(outcome.run_id)
-    assert traj.run.verdict == "BUDGET_EXHAUSTED"
-    assert_fully_recorded(traj, fault)
+    traj = recorded(open_store, outcome, fault)
     assert any("saying the task is done is not enough" in m for m in messages_of(traj, 1))
     (submit,) = executions(traj)
     assert submit.ok == 0 and submit.exit_code != 0 and "verifier FAILED" in submit.observation
@@ -262,8 +261,7 @@ def test_text_protocol_search_replace_block(settings, repo, fault, open_store):
 
     assert outcome.result.verdict is Verdict.PASS, outcome.result.detail
     assert f"+    return {FIXED}" in outcome.patch
-    traj = open_store().trajectory(outcome.run_id)
-    assert_fully_recorded(traj, fault)
+    traj = recorded(open_store, outcome, fault)
     first = taken(traj)[0].calls[0].request()
     assert first.tools == () and "<<<<<<< SEARCH" in first.messages[0].content
     assert [c.transitions[-1].layer for t in taken(traj) for c in t.candidates] == ["parse", "policy", "policy"]
@@ -285,8 +283,7 @@ def test_run_ending_failures_are_surfaced_not_retried(settings, repo, fault, ope
     outcome = run(settings, repo)
 
     assert outcome.result.verdict is verdict
-    traj = open_store().trajectory(outcome.run_id)
-    assert_fully_recorded(traj, fault)
+    traj = recorded(open_store, outcome, fault)
     (turn,) = taken(traj)
     assert len(turn.calls[0].attempts) == attempts and turn.candidates == ()
     assert traj.run.verdict == verdict.value and traj.run.verdict_detail
