@@ -12,7 +12,7 @@ import pytest
 from cli.run_session import RunOutcome, execute_run
 from orchestrator.agent import Verdict
 from orchestrator.canonical import canonical_bytes
-from orchestrator.fault_server import Fault, FaultServer, Reply, ScriptedToolCall, StreamFault
+from orchestrator.fault_server import Fault, FaultServer, Reply, ScriptedToolCall
 from orchestrator.settings import Settings
 from store import Trajectory
 
