@@ -84,7 +84,6 @@ class TimedTools:
 
     def __init__(self, tools: SandboxTools, clock: Clock) -> None:
         self.outcomes: list = []
-        self._tools = tools
         self._execute = clock.timed("tools", tools.execute)
         self.specs, self.arg_models, self.decide = tools.specs, tools.arg_models, tools.decide
 
