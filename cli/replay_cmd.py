@@ -84,9 +84,11 @@ def _fork(replayer: Replayer, loaded, at: int, overrides: ForkOverrides, setting
     from orchestrator.client import ModelClient
     from orchestrator.context import counter_for
     from orchestrator.replay.environment import sandbox_tools_for
+    from orchestrator.replay.replayer import check_fork_turn
     from policies.pricing import call_cost
 
     recorded = loaded.recorded
+    check_fork_turn(recorded, at)
     base_url = url or recorded.config.get("model_url") or settings.model_url
     tools_for = sandbox_tools_for(recorded, image=_image(recorded.config, settings), docker_host=settings.docker_host)
     with ExitStack() as stack:

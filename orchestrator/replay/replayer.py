@@ -59,6 +59,12 @@ class ForkOverrides(Frozen):
                          k_max=self.max_tokens or base.k_max)
 
 
+def check_fork_turn(recorded: RecordedRun, at_turn: int) -> None:
+    if not 0 <= at_turn < len(recorded.turns):
+        raise ReplayError(f"--fork-at {at_turn}: run {recorded.run_id} has turns 0..{len(recorded.turns) - 1}",
+                          turn=at_turn)
+
+
 class Replayer:
     def __init__(self, store: Store, *, clock: Callable[[], float] = time.time) -> None:
         self.store = store
@@ -89,11 +95,8 @@ class Replayer:
              live_cost: Callable[[Envelope], float] = lambda envelope: 0.0) -> ReplayReport:
         """Replay turns before ``at_turn`` (tools live, so the workspace gets
         there), then continue live as a new run linked to its parent."""
-        recorded = loaded.recorded
-        if not 0 <= at_turn < len(recorded.turns):
-            raise ReplayError(f"--fork-at {at_turn}: run {recorded.run_id} has turns 0..{len(recorded.turns) - 1}",
-                              turn=at_turn)
-        point = overrides.apply(recorded, at_turn)
+        check_fork_turn(loaded.recorded, at_turn)
+        point = overrides.apply(loaded.recorded, at_turn)
         return self._replay(loaded, "fork", record=True, tools_for=tools_for, live_model=live_model,
                             fork=point, live_counter=live_counter, live_cost=live_cost)
 
