@@ -1,6 +1,7 @@
 """Aggregate cost reports over many runs, grouped by model, day, status or
 verdict, with p50 and p95 of the per-run and per-call figures. Pure: the
-store hands in one ``RunSlice`` per (run, model) and the calls' TTFTs."""
+store hands in one ``RunSlice`` per (run, model) and a histogram of the
+calls' TTFTs per group (so a million calls are not shipped one by one)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ from datetime import datetime, timezone
 from typing import Literal
 
 from orchestrator.contract import Frozen
-from orchestrator.costing.figures import PriceLookup, percentile, ratio
+from orchestrator.costing.figures import PriceLookup, percentile, percentile_of_counts, ratio
 from orchestrator.costing.trajectory import unpriced_warnings
 from policies.pricing import CostBreakdown, cost_breakdown
 
 GroupBy = Literal["model", "day", "status", "verdict"]
 GROUP_BY: tuple[str, ...] = ("model", "day", "status", "verdict")
+NO_VERDICT = "(none)"
+DAY_FORMAT = "%Y-%m-%d"
 
 
 class RunSlice(Frozen):
@@ -44,6 +47,10 @@ class Spread(Frozen):
     @classmethod
     def of(cls, values: Sequence[float]) -> "Spread":
         return cls(p50=percentile(values, 50), p95=percentile(values, 95))
+
+    @classmethod
+    def of_counts(cls, counts: Sequence[tuple[float, int]]) -> "Spread":
+        return cls(p50=percentile_of_counts(counts, 50), p95=percentile_of_counts(counts, 95))
 
 
 class GroupStats(Frozen):
@@ -82,15 +89,15 @@ def group_key(by: str, piece: RunSlice) -> str:
     if by == "model":
         return piece.model
     if by == "day":
-        return datetime.fromtimestamp(piece.created_at, tz=timezone.utc).strftime("%Y-%m-%d")
+        return datetime.fromtimestamp(piece.created_at, tz=timezone.utc).strftime(DAY_FORMAT)
     if by == "status":
         return piece.status
     if by == "verdict":
-        return piece.verdict or "(none)"
+        return piece.verdict or NO_VERDICT
     raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUP_BY)}")
 
 
-def group_stats(key: str, pieces: Sequence[RunSlice], ttfts: Sequence[float], prices: PriceLookup) -> GroupStats:
+def group_stats(key: str, pieces: Sequence[RunSlice], ttfts: Sequence[tuple[float, int]], prices: PriceLookup) -> GroupStats:
     per_run_cost: dict[str, float] = defaultdict(float)
     per_run_tokens: dict[str, int] = defaultdict(int)
     cost = CostBreakdown()
@@ -108,27 +115,25 @@ def group_stats(key: str, pieces: Sequence[RunSlice], ttfts: Sequence[float], pr
         cost=cost, gpu_s=sum(p.gpu_s for p in pieces), decode_s=sum(p.decode_s for p in pieces),
         tool_s=sum(tool_s.values()), retries=sum(p.retries for p in pieces),
         cost_per_run=Spread.of(list(per_run_cost.values())), tokens_per_run=Spread.of(list(per_run_tokens.values())),
-        ttft_s=Spread.of(ttfts),
+        ttft_s=Spread.of_counts(ttfts),
     )
 
 
 def aggregate(
-    pieces: Iterable[RunSlice], ttfts: Iterable[tuple[str, str, float]], *, by: str, prices: PriceLookup,
+    pieces: Iterable[RunSlice], ttfts: Iterable[tuple[str, float, int]], *, by: str, prices: PriceLookup,
     price_version: str, since: float | None = None, until: float | None = None,
 ) -> AggregateReport:
-    """``ttfts`` are (run_id, model, seconds) of answered calls that report a TTFT."""
+    """``ttfts`` is a histogram of the answered calls' TTFTs: (group key,
+    seconds, how many calls), the key as ``group_key`` makes it."""
     pieces = list(pieces)
-    keys = {(p.run_id, p.model): group_key(by, p) for p in pieces}
     grouped: dict[str, list[RunSlice]] = defaultdict(list)
     for p in pieces:
-        grouped[keys[(p.run_id, p.model)]].append(p)
-    ttft_groups: dict[str, list[float]] = defaultdict(list)
-    all_ttfts: list[float] = []
-    for run_id, model, seconds in ttfts:
-        key = keys.get((run_id, model))
-        if key is not None:
-            ttft_groups[key].append(seconds)
-            all_ttfts.append(seconds)
+        grouped[group_key(by, p)].append(p)
+    ttft_groups: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    all_ttfts: list[tuple[float, int]] = []
+    for key, seconds, n in ttfts:
+        ttft_groups[key].append((seconds, n))
+        all_ttfts.append((seconds, n))
     groups = tuple(group_stats(k, grouped[k], ttft_groups[k], prices) for k in sorted(grouped))
     return AggregateReport(
         by=by, since=since, until=until, price_version=price_version, groups=groups,

@@ -53,5 +53,26 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
+def percentile_of_counts(counts: Sequence[tuple[float, int]], q: float) -> float | None:
+    """``percentile`` of the values a histogram of (value, count) pairs stands
+    for, without expanding it."""
+    ordered = sorted((value, n) for value, n in counts if n > 0)
+    total = sum(n for _, n in ordered)
+    if total == 0:
+        return None
+    rank = (total - 1) * q / 100.0
+    low, high = math.floor(rank), math.ceil(rank)
+    low_value = high_value = ordered[-1][0]
+    seen = 0
+    for value, n in ordered:
+        if seen <= low < seen + n:
+            low_value = value
+        if seen <= high < seen + n:
+            high_value = value
+            break
+        seen += n
+    return low_value + (high_value - low_value) * (rank - low)
+
+
 def ratio(part: float, whole: float) -> float | None:
     return part / whole if whole else None

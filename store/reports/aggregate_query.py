@@ -5,7 +5,8 @@ Each query starts from ``runs`` through ``ix_runs_created_at`` and reaches a
 run's rows through the ``(run_id, seq)`` unique index of each chained table,
 and a response's call through the ``model_calls`` primary key. Only answered
 calls (with a response row) are counted; cached tokens are clamped to each
-call's prompt tokens in SQL, so sums can be priced linearly.
+call's prompt tokens in SQL, so sums can be priced linearly. TTFTs come
+back as a per-group histogram at millisecond resolution.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import Connection, Select, and_, case, func, select, true
+from sqlalchemy import Connection, Integer, Select, and_, case, cast, func, select, true
 
 from orchestrator.costing import AggregateReport, RunSlice, aggregate
+from orchestrator.costing.aggregate import DAY_FORMAT, NO_VERDICT
 from policies.price_table import PriceTable
 from store.store import Store
 from store.tables import ModelCall, ModelResponse, Run, ToolExecution
@@ -61,11 +63,30 @@ def tool_time_query(since: float | None, until: float | None) -> Select[Any]:
     )
 
 
-def ttft_query(since: float | None, until: float | None) -> Select[Any]:
+def group_key_sql(by: str, dialect: str) -> Any:
+    """The SQL twin of ``orchestrator.costing.aggregate.group_key``."""
+    if by == "model":
+        return MODEL
+    if by == "status":
+        return RUNS.c.status
+    if by == "verdict":
+        return func.coalesce(RUNS.c.verdict, NO_VERDICT)
+    if by == "day" and dialect == "sqlite":
+        return func.strftime(DAY_FORMAT, RUNS.c.created_at, "unixepoch")
+    if by == "day":
+        return func.to_char(func.timezone("UTC", func.to_timestamp(RUNS.c.created_at)), "YYYY-MM-DD")
+    raise ValueError(f"cannot group by {by!r}")
+
+
+def ttft_query(since: float | None, until: float | None, by: str = "model", dialect: str = "sqlite") -> Select[Any]:
+    """TTFTs to the millisecond, counted per group: a histogram, not a million rows."""
+    key = group_key_sql(by, dialect)
+    millis = cast(func.round(RESPONSES.c.ttft_s * 1000), Integer)
     return (
-        select(RUNS.c.id, MODEL, RESPONSES.c.ttft_s)
+        select(key, millis, func.count())
         .select_from(RUNS.join(RESPONSES, RESPONSES.c.run_id == RUNS.c.id).join(CALLS, CALLS.c.id == RESPONSES.c.call_id))
         .where(window(since, until), RESPONSES.c.ttft_s.is_not(None))
+        .group_by(key, millis)
     )
 
 
@@ -82,15 +103,15 @@ def run_slices(conn: Connection, since: float | None, until: float | None) -> li
     ]
 
 
-def call_ttfts(conn: Connection, since: float | None, until: float | None) -> Iterator[tuple[str, str, float]]:
-    for run_id, model, seconds in conn.execute(ttft_query(since, until)):
-        yield run_id, model, seconds
+def ttft_histogram(conn: Connection, since: float | None, until: float | None, by: str) -> Iterator[tuple[str, float, int]]:
+    for key, millis, n in conn.execute(ttft_query(since, until, by, conn.dialect.name)):
+        yield str(key), millis / 1000.0, n
 
 
 def report_runs(store: Store, *, by: str, since: float | None, until: float | None, prices: PriceTable) -> AggregateReport:
     with store.read() as conn:
         pieces = run_slices(conn, since, until)
-        ttfts = list(call_ttfts(conn, since, until))
+        ttfts = list(ttft_histogram(conn, since, until, by))
     return aggregate(pieces, ttfts, by=by, prices=prices.lookup, price_version=prices.version, since=since, until=until)
 
 
@@ -100,7 +121,7 @@ def query_plans(store: Store, since: float | None, until: float | None) -> dict[
     with store.read() as conn:
         for name, query in (("slices", slices_query), ("tool_time", tool_time_query), ("ttft", ttft_query)):
             compiled = query(since, until).compile(conn)
-            params = tuple(compiled.params[name] for name in compiled.positiontup or ())
+            params = tuple(compiled.params[key] for key in compiled.positiontup or ())
             rows = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {compiled}", params).all()
             plans[name] = [str(row[-1]) for row in rows]
     return plans

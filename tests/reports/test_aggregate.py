@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from orchestrator.contract import Message, ModelRequest
 from orchestrator.costing import percentile
+from orchestrator.costing.figures import percentile_of_counts
 from policies.price_table import load_price_table, set_price
 from store import Recorder
 from store.reports import report_run, report_runs
@@ -25,6 +26,13 @@ def test_percentile_matches_the_standard_library(values: list[float]) -> None:
     cuts = statistics.quantiles(values, n=100, method="inclusive")
     assert percentile(values, 50) == pytest.approx(cuts[49], abs=1e-6)
     assert percentile(values, 95) == pytest.approx(cuts[94], abs=1e-6)
+
+
+@given(st.lists(st.tuples(st.integers(0, 5000), st.integers(0, 20)), max_size=30), st.sampled_from([0, 5, 50, 95, 100]))
+def test_percentile_of_a_histogram_is_the_percentile_of_its_values(counts: list[tuple[int, int]], q: int) -> None:
+    expanded = [float(v) for v, n in counts for _ in range(n)]
+    got = percentile_of_counts([(float(v), n) for v, n in counts], q)
+    assert (got is None and not expanded) or got == pytest.approx(percentile(expanded, q))
 
 
 def test_percentile_edges() -> None:
@@ -78,6 +86,9 @@ def test_by_day_status_and_verdict(scripted, home: Path, fleet: dict[str, list[s
     assert {g.key: g.runs for g in by_verdict.groups} == {"PASS": 3, "FAIL": 3, "(none)": 3}
     by_status = report_runs(scripted.store, by="status", since=None, until=None, prices=prices)
     assert {g.key: g.runs for g in by_status.groups} == {"finished": 6, "running": 3}
+    # TTFTs are grouped in SQL: its group keys must be the same as the Python ones.
+    for report in (by_day, by_verdict, by_status):
+        assert all(g.ttft_s.p50 == pytest.approx(0.1) for g in report.groups)
 
 
 def test_since_and_until_select_runs_by_start_time(scripted, home: Path, fleet: dict[str, list[str]]) -> None:
