@@ -1,10 +1,11 @@
 """The write side: what the loop calls to record a run.
 
-Write-ahead: a request row is committed before the call is made. A turn's
-post-call rows (envelope, attempts, candidates, transitions, tool executions,
-events) are buffered by a ``TurnWriter`` and committed together with the
-turn's own row in one transaction, so a crash loses at most the turn in flight
-and never leaves half a turn. Every row extends the run's hash chain.
+Write-ahead: a request row is committed before the call is made, and the
+envelope (with its attempts) right after it. The turn's remaining rows
+(candidates, transitions, tool executions, events) are buffered by a
+``TurnWriter`` and committed together with the turn's own row in one
+transaction, so a crash loses at most the turn in flight and never leaves
+half a turn's actions. Every row extends the run's hash chain.
 """
 
 from __future__ import annotations
@@ -126,6 +127,7 @@ class TurnWriter:
         self.pending: list[Pending] = []
         self.call_ids: set[str] = set()
         self.states: dict[str, str | None] = {}
+        self.early_rows = 0  # post-call rows committed before the turn row (the envelope's)
         self.closed = False
 
     def __enter__(self) -> "TurnWriter":
@@ -144,7 +146,16 @@ class TurnWriter:
         return call_id
 
     def envelope(self, call_id: str, envelope: Envelope, cost_usd: float | None = None) -> None:
-        self.pending += build.response_rows(call_id, self.run_id, self.turn, envelope, cost_usd, self.recorder.clock())
+        """Committed at once, like the request: a model output is the costliest
+        row of a turn, and a crash during the turn's tool calls must not lose it."""
+        if call_id not in self.call_ids:
+            raise RecordingError(
+                f"turn {self.turn} of run {self.run_id} did not make call {call_id}", call_id=call_id
+            )
+        rows = build.response_rows(call_id, self.run_id, self.turn, envelope, cost_usd, self.recorder.clock())
+        self.recorder._commit(self.run_id, [*self.pending, *rows])
+        self.early_rows += len(self.pending) + len(rows)
+        self.pending.clear()
 
     def candidate(self, call_id: str, candidate_index: int, tool_call: Any) -> str:
         candidate_id = build.new_row_id()
@@ -186,7 +197,7 @@ class TurnWriter:
         turn appended to the history."""
         if self.closed:
             raise RecordingError(f"turn {self.turn} of run {self.run_id} was already committed")
-        turn_row = build.turn_row(self.run_id, self.turn, len(self.pending), messages, self.recorder.clock())
+        turn_row = build.turn_row(self.run_id, self.turn, self.early_rows + len(self.pending), messages, self.recorder.clock())
         with self.recorder.store.write() as conn:
             _check_calls(conn, self.run_id, self.turn, self.pending)
             append(conn, self.run_id, [*self.pending, turn_row])

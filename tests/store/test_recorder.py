@@ -38,30 +38,36 @@ def test_round_trip_keeps_every_recorded_field(recorded):
     assert store.verify(run_id).ok
 
 
-def test_request_is_committed_before_the_call_and_turn_rows_only_at_commit(store, db_path):
+def test_request_before_the_call_envelope_after_it_and_turn_rows_only_at_commit(store, db_path):
     recorder = Recorder(store)
     run_id = synthetic.start(recorder, random.Random(3))
     with recorder.turn(run_id, 0) as tx:
         call_id = tx.request(synthetic.request_for(0, []))
         # Another connection sees the request now: it was committed write-ahead.
         assert raw_count(db_path, "model_calls") == 1
+        assert raw_count(db_path, "model_responses") == 0
         tx.envelope(call_id, Envelope(status=Status.COMPLETED))
+        # ...and the envelope as soon as the call returned.
+        assert raw_count(db_path, "model_responses") == 1
         tx.event("route", {"status": "COMPLETED"})
-        assert raw_count(db_path, "model_responses") == 0 and raw_count(db_path, "events") == 0
-    assert raw_count(db_path, "model_responses") == 1 and raw_count(db_path, "turns") == 1
+        assert raw_count(db_path, "events") == 0 and raw_count(db_path, "turns") == 0
+    assert raw_count(db_path, "events") == 1 and raw_count(db_path, "turns") == 1
     assert store.verify(run_id).ok
 
 
-def test_an_exception_inside_a_turn_discards_it_like_a_crash(store):
+def test_an_exception_inside_a_turn_discards_its_actions_like_a_crash(store):
     recorder = Recorder(store)
     run_id = synthetic.start(recorder, random.Random(4))
     with pytest.raises(ZeroDivisionError):
         with recorder.turn(run_id, 0) as tx:
             call_id = tx.request(synthetic.request_for(0, []))
             tx.envelope(call_id, Envelope(status=Status.COMPLETED))
+            tx.event("route", {"status": "COMPLETED"})
             1 / 0
     record = store.trajectory(run_id).turns[0]
-    assert record.committed is None and record.calls[0].response is None
+    # The call and its envelope were committed as they happened; the turn's actions were not.
+    assert record.committed is None and record.calls[0].response is not None
+    assert not record.events
     assert store.verify(run_id).ok
 
 
