@@ -10,7 +10,8 @@ from collections.abc import Mapping
 
 from pydantic import computed_field
 
-from orchestrator.contract import Frozen, ModelRequest
+from orchestrator.canonical import canonical_json, sha256_hex
+from orchestrator.contract import Frozen, Message, ModelRequest
 from orchestrator.envelope import Envelope
 from orchestrator.ports import Model
 from orchestrator.replay.divergence import compare
@@ -38,6 +39,35 @@ class TurnCheck(Frozen):
         return self.recorded_sha256 == self.replayed_sha256
 
 
+class RequestHasher:
+    """sha256 of a request's canonical JSON, equal to ``ModelRequest.sha256()``
+    but without re-serialising the whole history each turn: history is
+    append-only and the context hands back the same Message objects, so each
+    message's canonical text is computed once. (Hashing whole requests is
+    otherwise quadratic in the run's length and dominates replay time.)"""
+
+    def __init__(self) -> None:
+        self._texts: dict[int, tuple[Message, str]] = {}
+
+    def _message(self, message: Message) -> str:
+        hit = self._texts.get(id(message))
+        if hit is not None and hit[0] is message:
+            return hit[1]
+        text = canonical_json(message.model_dump(mode="json"))
+        self._texts[id(message)] = (message, text)
+        return text
+
+    def canonical(self, request: ModelRequest) -> str:
+        body = request.model_dump(mode="json", exclude={"messages"})
+        messages = "[" + ",".join(self._message(m) for m in request.messages) + "]"
+        parts = [json.dumps(key, ensure_ascii=False) + ":" + (messages if key == "messages" else canonical_json(body[key]))
+                 for key in sorted([*body, "messages"])]
+        return "{" + ",".join(parts) + "}"
+
+    def sha256(self, request: ModelRequest) -> str:
+        return sha256_hex(self.canonical(request))
+
+
 def request_divergence(turn: int, recorded: RecordedTurn, request: ModelRequest) -> Divergence:
     paths, diff = compare(json.loads(recorded.request_json), json.loads(request.canonical()))
     return Divergence(turn=turn, kind="request", field=paths[0] if paths else "$", fields=paths, diff=diff)
@@ -58,6 +88,7 @@ class ReplayModel:
         self.live_from = live_from
         self.checks: list[TurnCheck] = []
         self.mismatches: list[Divergence] = []
+        self.hasher = RequestHasher()
 
     def is_live(self, turn: int) -> bool:
         return self.live_from is not None and turn >= self.live_from
@@ -71,7 +102,7 @@ class ReplayModel:
         if recorded is None:
             raise Divergence(turn=turn, kind="exhausted", field="turns",
                              diff=f"the loop asked for turn {turn}; the recording has {len(self.turns)} turns\n")
-        sha = request.sha256()
+        sha = self.hasher.sha256(request)
         self.checks.append(TurnCheck(turn=turn, recorded_sha256=recorded.request_sha256, replayed_sha256=sha))
         if sha != recorded.request_sha256:
             mismatch = request_divergence(turn, recorded, request)

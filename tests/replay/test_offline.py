@@ -98,3 +98,17 @@ def test_replays_agree_across_processes_and_hash_seeds(varied):
         assert [t["replayed_sha256"] for t in one["turns"]] == [t["replayed_sha256"] for t in two["turns"]] == recorded[run_id]
         assert one["digest"] == two["digest"] == one["recorded_digest"], name
         assert one["replay_run_id"] != two["replay_run_id"]
+
+
+def test_the_incremental_request_hash_equals_the_contract_hash(varied):
+    from orchestrator.contract import ModelRequest
+    from orchestrator.replay.replay_model import RequestHasher
+
+    db, runs = varied
+    hasher = RequestHasher()
+    with Store.open(f"sqlite:///{db}", readonly=True) as store:
+        for run_id in runs.values():
+            for recorded in store.calls(run_id):
+                request = ModelRequest.model_validate_json(recorded.request_json)
+                assert hasher.canonical(request) == request.canonical()
+                assert hasher.sha256(request) == request.sha256() == recorded.request_sha256
