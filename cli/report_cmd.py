@@ -126,7 +126,8 @@ def report(
 ) -> None:
     """Cost of one run per turn (tokens cached/prefilled/re-sent, $, TTFT,
     decode, tool time, retries) with the cache comparison, or an aggregate
-    over runs with p50/p95. Prices come from `escrow price`."""
+    over runs with p50/p95 (all runs by model when neither RUN nor a window is
+    given). Prices come from `escrow price`."""
     if as_json and as_csv:
         raise ConfigError("choose one of --json and --csv")
     if by not in GROUP_BY:
