@@ -100,7 +100,7 @@ def execute_run(
                 def record_patch(result: RunResult) -> None:
                     patch = sandbox.patch()
                     patch_box["patch"] = patch
-                    recorder.record_event(run_id, result.turns, "patch",
+                    recorder.record_event(run_id, None, "patch",
                                           {"sha256": patch.sha256, "files": list(patch.files), "text": patch.text})
 
                 result = agent.run(before_verdict=record_patch)

@@ -115,7 +115,7 @@ class Agent:
         )
         if before_verdict is not None:
             before_verdict(result)
-        self.journal.event(self.tally.turns, "verdict", {"verdict": verdict.value, "detail": detail})
+        self.journal.event(None, "verdict", {"verdict": verdict.value, "detail": detail})
         return result
 
     def step(self) -> None:

@@ -65,7 +65,7 @@ class RunJournal:
             ok=outcome.ok, detail=detail or None, **streams,
         )
 
-    def event(self, turn: int, kind: str, data: dict[str, Any]) -> None:
+    def event(self, turn: int | None, kind: str, data: dict[str, Any]) -> None:
         if kind == VERDICT_EVENT:
             self.recorder.finish_run(self.run_id, str(data.get("verdict")), str(data.get("detail", "")), turn=turn)
         elif self.open is not None and self.open.turn == turn and not self.open.closed:

@@ -38,8 +38,7 @@ def run(settings: Settings, repo: Path, **kw: object) -> RunOutcome:
 
 
 def taken(traj: Trajectory) -> list:
-    """The turns the agent took (the run-level patch and verdict events sit at
-    turn == number of turns, in an events-only record)."""
+    """The turns the agent took."""
     return [t for t in traj.turns if t.calls]
 
 
@@ -50,8 +49,9 @@ def assert_fully_recorded(traj: Trajectory, fault: FaultServer) -> None:
     calls = [c for t in taken(traj) for c in t.calls]
     assert all(t.committed is not None for t in taken(traj))
     assert len(calls) == len(taken(traj))
-    last = traj.turns[-1]
-    assert not last.calls and [e.kind for e in last.events][-1] == "verdict"
+    assert all(t.calls for t in traj.turns), "every turn record is a turn the agent took"
+    # The patch and the verdict belong to the run, not to a turn.
+    assert [e.kind for e in traj.run_events][-2:] == ["patch", "verdict"]
     for call in calls:
         assert call.response is not None, f"turn {call.turn}: no envelope recorded"
         envelope = call.response.envelope()
