@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import structlog
+
 from orchestrator.agent import RunResult, Verdict
 from orchestrator.client import ModelClient
 from orchestrator.contract import Frozen
@@ -20,8 +22,10 @@ from orchestrator.envelope import Envelope
 from orchestrator.limits import Tally
 from orchestrator.runspec import build_agent
 from orchestrator.settings import Settings
+from policies.price_table import load_price_table
 from policies.pricing import call_cost
-from sandbox import Sandbox, ToolBox, apply_patch, connect, require_image, tool_specs
+from orchestrator.canonical import sha256_hex
+from sandbox import Patch, Sandbox, ToolBox, apply_patch, connect, require_image, tool_specs
 from sandbox.loop_tools import SandboxTools
 from store import Recorder, RunJournal
 
@@ -58,6 +62,20 @@ def sigint_cancels(cancel: threading.Event) -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+class PatchRecorder:
+    """Takes the run's patch from the sandbox and records it before the verdict."""
+
+    def __init__(self, sandbox: Sandbox, recorder: Recorder, run_id: str) -> None:
+        self.sandbox, self.recorder, self.run_id = sandbox, recorder, run_id
+        self.patch = Patch(text="", sha256=sha256_hex(b""), files=())
+
+    def record(self, result: RunResult) -> None:
+        self.patch = self.sandbox.patch()
+        self.recorder.record_event(self.run_id, None, "patch", {
+            "sha256": self.patch.sha256, "files": list(self.patch.files), "text": self.patch.text,
+        })
+
+
 def execute_run(
     settings: Settings, *, task: str, repo: Path, verifier: str, apply: bool = False,
     progress: Progress | None = None, cancel: threading.Event | None = None,
@@ -66,6 +84,10 @@ def execute_run(
     policy = resolve_policy(settings)
     docker_client = connect(settings.docker_host)
     require_image(docker_client, settings.sandbox_image)
+    price = load_price_table(settings.home).lookup(settings.model)
+    if price is None:
+        structlog.get_logger("escrow.run").warning(
+            "model has no price; its calls cost $0", model=settings.model, hint="escrow price set MODEL ...")
     store = open_store(settings)
     probe = ModelProbe(settings)
     cancel = cancel or threading.Event()
@@ -80,7 +102,6 @@ def execute_run(
                     "sandbox_image": settings.sandbox_image},
         )
         journal = RunJournal(recorder, run_id)
-        patch_box: dict[str, object] = {}
         # From here on every ending is a recorded verdict: Ctrl-C only sets
         # ``cancel``, also while the sandbox starts, and the run ends CANCELED.
         with sigint_cancels(cancel):
@@ -94,22 +115,17 @@ def execute_run(
                 tools = SandboxTools(ToolBox(sandbox, policy, verifier_command=verifier), policy)
                 agent = build_agent(
                     spec, counter=probe.counter, model=client, tools=tools, journal=journal,
-                    cost_of=lambda envelope: call_cost(envelope, None), cancel=cancel, on_turn=progress,
+                    cost_of=lambda envelope: call_cost(envelope, price), cancel=cancel, on_turn=progress,
                 )
 
-                def record_patch(result: RunResult) -> None:
-                    patch = sandbox.patch()
-                    patch_box["patch"] = patch
-                    recorder.record_event(run_id, None, "patch",
-                                          {"sha256": patch.sha256, "files": list(patch.files), "text": patch.text})
-
-                result = agent.run(before_verdict=record_patch)
-        patch = patch_box["patch"]
+                patches = PatchRecorder(sandbox, recorder, run_id)
+                result = agent.run(before_verdict=patches.record)
+        patch = patches.patch
         applied = False
-        if apply and result.verdict is Verdict.PASS and not patch.empty:  # type: ignore[union-attr]
-            apply_patch(patch, repo_path)  # type: ignore[arg-type]
+        if apply and result.verdict is Verdict.PASS and not patch.empty:
+            apply_patch(patch, repo_path)
             applied = True
-        return RunOutcome(run_id=run_id, result=result, patch=patch.text, patch_files=patch.files, applied=applied)  # type: ignore[union-attr]
+        return RunOutcome(run_id=run_id, result=result, patch=patch.text, patch_files=patch.files, applied=applied)
     finally:
         probe.close()
         store.close()

@@ -94,7 +94,8 @@ escrow_setup_llama() {
 
 escrow_setup_test_deps() {
     # PostgreSQL: the store's same-models-on-PostgreSQL test starts a throwaway cluster.
-    apt_install postgresql
+    # Chromium: the HTML cost report is rendered in a real headless browser.
+    apt_install postgresql chromium
 }
 
 escrow_setup_all() {
