@@ -66,9 +66,11 @@ _EDIT_BLOCK = re.compile(
 
 def _signature(schema: dict) -> str:
     """A compact argument list from a JSON schema: small models read it better
-    than the schema itself, and it costs far fewer prompt tokens."""
+    than the schema itself, and it costs far fewer prompt tokens. Required
+    first, then by name: never dict order, which the store's canonical JSON
+    does not keep, so a replay renders the same text."""
     required = set(schema.get("required", ()))
-    props = schema.get("properties", {})
+    props = sorted(schema.get("properties", {}), key=lambda name: (name not in required, name))
     return ", ".join(name if name in required else f"{name}?" for name in props)
 
 

@@ -52,6 +52,12 @@ class TurnContext:
     def append(self, message: Message, *, elidable: bool = False) -> None:
         self._pending.append((message, elidable))
 
+    def reshape(self, *, model: str, max_tokens: int | None, sampling: Sampling) -> None:
+        """Switch model, K_max and sampling from the next request on (a fork's overrides)."""
+        self.shape.model = model
+        self.shape.max_tokens = max_tokens
+        self.shape.fields["sampling"] = sampling
+
     def _flush(self) -> None:
         if self._pending:
             messages = [m for m, _ in self._pending]

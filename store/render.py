@@ -71,7 +71,10 @@ def trajectory_text(trajectory: Trajectory) -> str:
         f"  started: {when(r.created_at)}   finished: {when(r.finished_at)}",
     ]
     if r.parent_run_id:
-        lines.append(f"  forked from {r.parent_run_id} at turn {r.forked_at_turn}")
+        lines.append(
+            f"  forked from {r.parent_run_id} at turn {r.forked_at_turn}" if r.forked_at_turn is not None
+            else f"  {r.mode} of {r.parent_run_id}"
+        )
     if r.verdict_detail:
         lines.append(f"  detail:  {clip(r.verdict_detail, 100)}")
     for event in trajectory.run_events:

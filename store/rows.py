@@ -101,6 +101,7 @@ def run_row(
 
 def request_row(call_id: str, run_id: str, turn: int, request: ModelRequest, attempt_of: str | None, now: float) -> Pending:
     s = request.sampling
+    canonical = request.canonical()  # serialised once: the stored text and its hash
     return ModelCall.__table__, {
         "id": call_id, "run_id": run_id, "turn": turn, "created_at": now, "attempt_of": attempt_of,
         "gen_ai.operation.name": "chat", "gen_ai.request.model": request.model,
@@ -108,8 +109,8 @@ def request_row(call_id: str, run_id: str, turn: int, request: ModelRequest, att
         "gen_ai.request.top_p": s.top_p, "gen_ai.request.top_k": s.top_k, "gen_ai.request.seed": s.seed,
         "gen_ai.request.stop_sequences": canonical_json(list(request.stop)),
         "sampling_json": as_json_text(s), "deadline_s": request.deadline_s,
-        "max_payload_bytes": request.max_payload_bytes, "request_json": request.canonical(),
-        "request_sha256": request.sha256(),
+        "max_payload_bytes": request.max_payload_bytes, "request_json": canonical,
+        "request_sha256": sha256_hex(canonical),
     }
 
 

@@ -12,13 +12,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from orchestrator.canonical import canonical_json
 from orchestrator.contract import Frozen
 from orchestrator.ports import ToolOutcome
 from orchestrator.replay.errors import RecordingUnusable
 from orchestrator.runspec import RunSpec
 from policies import Policy
-from sandbox.tools import tool_spec
 from store import ToolExecutionView, Trajectory
 
 COMMITTED = "COMMITTED"
@@ -80,22 +78,6 @@ class RecordedRun(Frozen):
     forks: tuple[ForkPoint, ...] = ()
 
 
-def restore_key_order(spec: RunSpec) -> RunSpec:
-    """The store keeps the spec as canonical JSON, which sorts the keys of each
-    tool's JSON schema; the text protocol's tool list follows that order. A
-    recorded tool spec equal to today's (up to key order) gets today's order
-    back, which is the order the live run had."""
-    restored = []
-    for recorded in spec.tool_specs:
-        try:
-            today = tool_spec(recorded.name)
-        except (KeyError, ValueError):
-            today = None
-        same = today is not None and canonical_json(today.model_dump(mode="json")) == canonical_json(recorded.model_dump(mode="json"))
-        restored.append(today if same else recorded)
-    return spec.model_copy(update={"tool_specs": tuple(restored)})
-
-
 def _outcome(row: ToolExecutionView) -> ToolOutcome:
     detail: dict[str, Any] = json.loads(row.detail_json) if row.detail_json else {}
     verifier_passed = detail.pop("verifier_passed", None)
@@ -136,7 +118,7 @@ def from_trajectory(trajectory: Trajectory) -> RecordedRun:
         raise RecordingUnusable(f"{where} has no run spec in its config; only runs recorded by `escrow run` "
                                 "or a replay can be replayed", run_id=run.id)
     try:
-        spec = restore_key_order(RunSpec.model_validate(config["spec"]))
+        spec = RunSpec.model_validate(config["spec"])
         policy = Policy.model_validate(run.policy)
         forks = tuple(ForkPoint.model_validate(f) for f in config.get("forks", ()))
     except ValidationError as exc:

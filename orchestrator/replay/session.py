@@ -26,6 +26,7 @@ from orchestrator.replay.replay_journal import ReplayJournal
 from orchestrator.replay.replay_model import Cursor, ReplayModel
 from orchestrator.replay.replay_tools import ReplayTools
 from orchestrator.runspec import RunSpec, build_agent
+from orchestrator.turn_context import TurnContext
 
 NO_WALL_LIMIT_S = 1e12
 
@@ -63,12 +64,10 @@ def replay_spec(spec: RunSpec) -> RunSpec:
 
 
 def reshape(agent: Agent, point: ForkPoint) -> None:
-    """Switch the request shape the way a fork did at ``point.at_turn``.
-    (Reaches into TurnContext.shape: build_agent offers no hook for it yet.)"""
-    shape = agent.context.shape  # type: ignore[attr-defined]
-    shape.model = point.model
-    shape.max_tokens = point.k_max
-    shape.fields["sampling"] = Sampling.model_validate(point.sampling)
+    """Switch the request shape the way a fork did at ``point.at_turn``."""
+    context = agent.context
+    assert isinstance(context, TurnContext), "forks need build_agent's TurnContext"
+    context.reshape(model=point.model, max_tokens=point.k_max, sampling=Sampling.model_validate(point.sampling))
 
 
 @dataclass
