@@ -18,6 +18,8 @@ def configure_logging(*, json_lines: bool, level: int = logging.INFO) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # Resolve sys.stderr when a logger is made, not once: callers (and test
+        # runners) swap it, and a captured stream may be closed later.
+        logger_factory=lambda *args: structlog.PrintLogger(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
