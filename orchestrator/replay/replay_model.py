@@ -4,6 +4,7 @@ byte-identical (sha256 of the canonical JSON) to the one recorded."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from collections.abc import Mapping
@@ -41,13 +42,19 @@ class TurnCheck(Frozen):
 
 class RequestHasher:
     """sha256 of a request's canonical JSON, equal to ``ModelRequest.sha256()``
-    but without re-serialising the whole history each turn: history is
-    append-only and the context hands back the same Message objects, so each
-    message's canonical text is computed once. (Hashing whole requests is
-    otherwise quadratic in the run's length and dominates replay time.)"""
+    but linear over a run instead of quadratic. History is append-only and the
+    context hands back the same Message objects, so a running sha256 over the
+    bytes up to the newest stable message is extended each turn and copied to
+    finish the hash; each message and the tool list are serialised once.
+    Anything else (compaction rewrote a message, the header changed) starts
+    the running hash again."""
 
     def __init__(self) -> None:
         self._texts: dict[int, tuple[Message, str]] = {}
+        self._tools: tuple[object, str] | None = None
+        self._header = ""
+        self._fed: list[Message] = []
+        self._running = hashlib.sha256()
 
     def _message(self, message: Message) -> str:
         hit = self._texts.get(id(message))
@@ -57,15 +64,45 @@ class RequestHasher:
         self._texts[id(message)] = (message, text)
         return text
 
+    def _tools_text(self, request: ModelRequest) -> str:
+        if self._tools is None or self._tools[0] is not request.tools:
+            self._tools = (request.tools, canonical_json([t.model_dump(mode="json") for t in request.tools]))
+        return self._tools[1]
+
+    def _parts(self, request: ModelRequest) -> tuple[str, str]:
+        """The canonical text up to the opening of the messages list, and the
+        fields after it (keys are sorted, so "messages" sits in the middle)."""
+        body = request.model_dump(mode="json", exclude={"messages", "tools"})
+        keys = sorted([*body, "messages", "tools"])
+        at = keys.index("messages")
+
+        def item(key: str) -> str:
+            value = self._tools_text(request) if key == "tools" else canonical_json(body[key])
+            return json.dumps(key, ensure_ascii=False) + ":" + value
+
+        before = ",".join(item(k) for k in keys[:at])
+        return "{" + before + ("," if before else "") + '"messages":[', ",".join(item(k) for k in keys[at + 1:])
+
     def canonical(self, request: ModelRequest) -> str:
-        body = request.model_dump(mode="json", exclude={"messages"})
-        messages = "[" + ",".join(self._message(m) for m in request.messages) + "]"
-        parts = [json.dumps(key, ensure_ascii=False) + ":" + (messages if key == "messages" else canonical_json(body[key]))
-                 for key in sorted([*body, "messages"])]
-        return "{" + ",".join(parts) + "}"
+        """The whole canonical text (what ``sha256`` hashes), built the same way."""
+        head, rest = self._parts(request)
+        return head + ",".join(self._message(m) for m in request.messages) + "]" + ("," + rest if rest else "") + "}"
 
     def sha256(self, request: ModelRequest) -> str:
-        return sha256_hex(self.canonical(request))
+        head, rest = self._parts(request)
+        messages = request.messages
+        stable = len(self._fed)
+        if head != self._header or len(messages) <= stable or any(a is not b for a, b in zip(self._fed, messages)):
+            self._header, self._fed, self._running = head, [], hashlib.sha256(head.encode("utf-8"))
+            stable = 0
+        # Extend the running hash with every message but the newest (the volatile tail).
+        for message in messages[stable:-1]:
+            self._running.update(((b"," if self._fed else b"") + self._message(message).encode("utf-8")))
+            self._fed.append(message)
+        final = self._running.copy()
+        final.update(((b"," if self._fed else b"") + self._message(messages[-1]).encode("utf-8")))
+        final.update(("]" + ("," + rest if rest else "") + "}").encode("utf-8"))
+        return final.hexdigest()
 
 
 def request_divergence(turn: int, recorded: RecordedTurn, request: ModelRequest) -> Divergence:
