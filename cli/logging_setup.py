@@ -13,6 +13,7 @@ def configure_logging(*, json_lines: bool, level: int = logging.INFO) -> None:
     renderer = structlog.processors.JSONRenderer() if json_lines else structlog.dev.ConsoleRenderer(colors=False)
     structlog.configure(
         processors=[
+            structlog.contextvars.merge_contextvars,  # run_id, bound once the run is recorded
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             renderer,

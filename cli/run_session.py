@@ -102,6 +102,7 @@ def execute_run(
                     "sandbox_image": settings.sandbox_image},
         )
         journal = RunJournal(recorder, run_id)
+        structlog.contextvars.bind_contextvars(run_id=run_id)
         # From here on every ending is a recorded verdict: Ctrl-C only sets
         # ``cancel``, also while the sandbox starts, and the run ends CANCELED.
         with sigint_cancels(cancel):
@@ -127,5 +128,6 @@ def execute_run(
             applied = True
         return RunOutcome(run_id=run_id, result=result, patch=patch.text, patch_files=patch.files, applied=applied)
     finally:
+        structlog.contextvars.unbind_contextvars("run_id")
         probe.close()
         store.close()

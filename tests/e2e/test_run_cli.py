@@ -42,13 +42,18 @@ def test_cli_run_passes_and_prints_the_outcome(tmp_path, repo, fault: FaultServe
         tool("edit_file", path="calc.py", old="(len(values) + 1)", new="len(values)"),
         tool("submit", summary="fixed"),
     ])
-    proc = escrow_run(tmp_path / "home", repo, fault.base_url, "--apply")
+    proc = escrow_run(tmp_path / "home", repo, fault.base_url, "--apply", "--log-json")
     out, err = proc.communicate(timeout=120)
 
     assert proc.returncode == 0, err
     assert "Traceback" not in err
     shown = json.loads(out)
     assert shown["verdict"] == "PASS" and shown["applied"] is True and shown["patch_files"] == ["calc.py"]
+    # Structured progress on stderr: one JSON line per turn, carrying the run id and the turn.
+    logs = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    turns = [entry for entry in logs if entry.get("event") == "turn"]
+    assert [t["turn"] for t in turns] == [0, 1]
+    assert {t["run_id"] for t in turns} == {shown["run_id"]} and all(t["status"] == "COMPLETED" for t in turns)
     assert "return sum(values) / len(values)" in (repo / "calc.py").read_text()
     with Store.open(f"sqlite:///{tmp_path / 'home' / 'escrow.db'}", readonly=True, create=False) as store:
         run = store.run(shown["run_id"])
