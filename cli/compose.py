@@ -15,6 +15,7 @@ from orchestrator.contract import Role, Sampling, ToolSpec
 from orchestrator.errors import ConfigError
 from orchestrator.runspec import RunSpec
 from orchestrator.settings import Settings
+from orchestrator.tool_protocols import protocol_named
 from policies import Policy, default_policy, load_policy
 from store import Store
 
@@ -78,6 +79,7 @@ def make_spec(
         k_max=budget.k_max,
         window_source=budget.source,
         deadline_s=settings.deadline_s,
+        stop=protocol_named(settings.tool_protocol).stop,
         stream=settings.stream,
         sampling=Sampling(temperature=settings.temperature, seed=settings.seed),
         tokenizer=probe.counter.name,

@@ -24,6 +24,7 @@ from orchestrator.ports import ToolOutcome
 
 class ToolProtocol(Protocol):
     name: str
+    stop: tuple[str, ...]
 
     def request_tools(self, specs: tuple[ToolSpec, ...]) -> tuple[ToolSpec, ...]: ...
 
@@ -38,6 +39,7 @@ class ToolProtocol(Protocol):
 
 class NativeProtocol:
     name = "native"
+    stop: tuple[str, ...] = ()
 
     def request_tools(self, specs: tuple[ToolSpec, ...]) -> tuple[ToolSpec, ...]:
         return specs
@@ -58,7 +60,9 @@ class NativeProtocol:
         return Message(role="tool", tool_call_id=call.id, name=call.name, content=outcome.observation)
 
 
-_TOOL_BLOCK = re.compile(r"<tool\s+name=\"([A-Za-z_][A-Za-z0-9_]*)\"\s*>(.*?)</tool>", re.S)
+# The closing tag is also the stop sequence, which servers strip from the
+# output: a block left open at the very end of the text is complete.
+_TOOL_BLOCK = re.compile(r"<tool\s+name=\"([A-Za-z_][A-Za-z0-9_]*)\"\s*>(.*?)(?:</tool>|\Z)", re.S)
 _EDIT_BLOCK = re.compile(
     r"^[ \t]*([^\n<>=]+?)[ \t]*\n<<<<<<< SEARCH\n(.*?)\n?=======\n(.*?)\n?>>>>>>> REPLACE", re.S | re.M
 )
@@ -76,6 +80,9 @@ def _signature(schema: dict) -> str:
 
 class TextProtocol:
     name = "text"
+    # One tool call per answer: generation stops at the first closing tag, so a
+    # small model cannot ramble past its call into the output limit.
+    stop: tuple[str, ...] = ("</tool>",)
 
     def __init__(self, edit_tool: str = "edit_file", edit_fields: tuple[str, str, str] = ("path", "old", "new")):
         self.edit_tool = edit_tool
@@ -86,9 +93,9 @@ class TextProtocol:
 
     def system_addendum(self, specs: tuple[ToolSpec, ...]) -> str:
         lines = [
-            "You act only through tools. To call one, write exactly:",
-            '<tool name="TOOL_NAME">{"arg": "value"}</tool>',
-            "with the arguments as one JSON object. To change a file, you may instead write an anchored edit:",
+            "You act only through tools. To call one, write the tool name and its arguments as one JSON object, for example:",
+            '<tool name="list_files">{"path": "."}</tool>',
+            "To change a file, you may instead write an anchored edit:",
             "path/to/file.py",
             "<<<<<<< SEARCH",
             "exact lines that exist now",

@@ -99,3 +99,11 @@ def test_protocols_render_tools_differently():
     assert NativeProtocol().request_tools((spec,)) == (spec,)
     assert TextProtocol().request_tools((spec,)) == ()
     assert "read_file" in TextProtocol().system_addendum((spec,))
+
+
+def test_text_protocol_accepts_a_block_closed_by_its_stop_sequence():
+    # Servers strip the stop sequence "</tool>": the final block arrives unclosed.
+    text = 'Reading it.\n<tool name="read_file">{"path": "calc.py"}'
+    (call,) = TextProtocol().calls(Payload(text=text), turn=0)
+    assert call.name == "read_file" and json.loads(call.arguments) == {"path": "calc.py"}
+    assert TextProtocol.stop == ("</tool>",) and NativeProtocol.stop == ()
