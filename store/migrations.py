@@ -53,17 +53,36 @@ V2_INDEXES = (
 )
 
 
-def _listing_indexes(conn: Connection) -> None:
-    """Indexes behind ``escrow runs`` filters, request look-up by sha256 and reports."""
+V3_INDEXES = (
+    ("model_responses", "ix_model_responses_usage", (
+        "run_id", "call_id", "gen_ai.usage.input_tokens", "gen_ai.usage.cache_read.input_tokens",
+        "gen_ai.usage.output_tokens", "total_s", "decode_s", "ttft_s", "n_attempts",
+    )),
+)
+
+
+def _create_indexes(conn: Connection, specs: tuple[tuple[str, str, tuple[str, ...]], ...]) -> None:
     meta = MetaData()
-    for table_name, index_name, columns in V2_INDEXES:
+    for table_name, index_name, columns in specs:
         table = Table(table_name, meta, autoload_with=conn)
         Index(index_name, *(table.c[c] for c in columns)).create(conn, checkfirst=True)
+
+
+def _listing_indexes(conn: Connection) -> None:
+    """Indexes behind ``escrow runs`` filters, request look-up by sha256 and reports."""
+    _create_indexes(conn, V2_INDEXES)
+
+
+def _report_indexes(conn: Connection) -> None:
+    """A covering index for aggregate reports: usage and timings of a run's
+    responses without reading their envelope rows."""
+    _create_indexes(conn, V3_INDEXES)
 
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "runs, turns, model calls and responses, attempts, candidates, transitions, tool executions, events", _baseline),
     Migration(2, "indexes for listing runs, request look-up and reports", _listing_indexes),
+    Migration(3, "covering index for aggregate reports", _report_indexes),
 )
 LATEST = MIGRATIONS[-1].version
 

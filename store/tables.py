@@ -110,7 +110,15 @@ class ModelResponse(Chained, table=True):
     """The envelope of one call, recorded after it returned."""
 
     __tablename__ = "model_responses"
-    __table_args__ = chained_args("model_responses")
+    __table_args__ = chained_args(
+        "model_responses",
+        # Covering: aggregate reports sum usage and timings without reading envelope rows.
+        Index(
+            "ix_model_responses_usage", "run_id", "call_id", "gen_ai.usage.input_tokens",
+            "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.output_tokens", "total_s", "decode_s",
+            "ttft_s", "n_attempts",
+        ),
+    )
 
     call_id: str = Field(foreign_key="model_calls.id", unique=True)
     recorded_at: float

@@ -15,7 +15,7 @@ from cli.main import app
 from orchestrator.errors import EscrowError
 from orchestrator.fault_server import FaultServer
 from store import Recorder, Store
-from store.migrations import V2_INDEXES
+from store.migrations import V2_INDEXES, V3_INDEXES
 from tests.replay.recording import fixing_steps, record_memory_run
 from tests.replay.test_offline import ESCROW
 
@@ -66,7 +66,7 @@ def test_a_tampered_recording_replayed_with_force_reports_where(recorded):
 
 def downgrade_to_v1(db: Path) -> None:
     with sqlite3.connect(db) as conn:
-        for _, index, _ in V2_INDEXES:
+        for _, index, _ in V2_INDEXES + V3_INDEXES:
             conn.execute(f'DROP INDEX IF EXISTS "{index}"')
         conn.execute("DELETE FROM escrow_migrations WHERE version > 1")
 

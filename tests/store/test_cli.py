@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from orchestrator.errors import ConfigError
-from store import Recorder, Store, synthetic
+from store import SCHEMA_VERSION, Recorder, Store, synthetic
 
 ESCROW = str(Path(sys.executable).with_name("escrow"))
 
@@ -71,7 +71,7 @@ def test_verify_one_all_and_usage_errors(populated):
 
 def test_migrate_reports_the_version(populated):
     result = invoke("migrate")
-    assert result.exit_code == 0 and "schema version 2" in result.output
+    assert result.exit_code == 0 and f"schema version {SCHEMA_VERSION}" in result.output
 
 
 def test_real_command_shows_and_verifies(populated):

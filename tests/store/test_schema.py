@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import create_engine, inspect
 
 from store import Recorder, SchemaTooOld, Store, synthetic
-from store.migrations import LATEST, MIGRATIONS, V2_INDEXES, create_latest, store_tables
+from store.migrations import LATEST, MIGRATIONS, V2_INDEXES, V3_INDEXES, create_latest, store_tables
 
 OTEL_COLUMNS = {
     "runs": {"gen_ai.request.model"},
@@ -50,11 +50,11 @@ def test_a_new_store_is_at_the_latest_version_in_wal_mode(store, db_path):
 
 
 def make_v1_store(path) -> None:
-    """A store as schema 1 left it: the tables, without the indexes migration 2 adds."""
+    """A store as schema 1 left it: the tables, without the indexes migrations 2 and 3 add."""
     engine = create_engine(f"sqlite:///{path}")
     create_latest(engine)
     with engine.begin() as conn:
-        for _, name, _ in V2_INDEXES:
+        for _, name, _ in V2_INDEXES + V3_INDEXES:
             conn.exec_driver_sql(f'DROP INDEX "{name}"')
         conn.exec_driver_sql("DELETE FROM escrow_migrations WHERE version > 1")
     engine.dispose()
@@ -63,13 +63,13 @@ def make_v1_store(path) -> None:
 def test_an_older_store_is_migrated_by_a_writer_and_keeps_its_chains(tmp_path):
     path = tmp_path / "old.db"
     make_v1_store(path)
-    assert not {name for _, name, _ in V2_INDEXES} & indexes(path)
+    assert not {name for _, name, _ in V2_INDEXES + V3_INDEXES} & indexes(path)
     with pytest.raises(SchemaTooOld, match="escrow migrate"):
         Store.open(f"sqlite:///{path}", readonly=True)
     with Store.open(f"sqlite:///{path}") as store:
         run_id = synthetic.record_run(Recorder(store), turns=2)
         assert store.schema_version == LATEST
-    assert {name for _, name, _ in V2_INDEXES} <= indexes(path)
+    assert {name for _, name, _ in V2_INDEXES + V3_INDEXES} <= indexes(path)
     with Store.open(f"sqlite:///{path}", readonly=True) as store:
         assert store.verify(run_id).ok
 
