@@ -9,6 +9,7 @@ from pathlib import Path
 import structlog
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.syntax import Syntax
 
@@ -80,7 +81,7 @@ def run(
             out.print("[dim](no changes)[/]")
         colour = "green" if result.verdict is Verdict.PASS else "red"
         out.print(Panel.fit(
-            f"[bold {colour}]{result.verdict.value}[/] — {result.detail}\n"
+            f"[bold {colour}]{result.verdict.value}[/] — {escape(result.detail)}\n"
             f"turns {result.turns} · tokens {result.tokens:,} · ${result.cost_usd:.4f}"
             + (" · patch applied" if outcome.applied else ""),
             title=f"run {outcome.run_id}",
