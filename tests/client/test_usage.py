@@ -7,6 +7,7 @@ import json
 import pytest
 
 from orchestrator.client import ModelClient
+from orchestrator.context import TemplateOverhead
 from orchestrator.contract import Message, Sampling
 from orchestrator.envelope import Status
 from orchestrator.fault_server import Fault, Reply
@@ -49,8 +50,10 @@ def test_streams_without_usage_are_estimated_and_marked(srv, client, req):
     env = client.call(req("five words in this prompt"))
     u = env.usage
     assert (u.prompt_source, u.completion_source, u.cached_source) == ("estimated", "estimated", "absent")
-    # the word-count estimator: 5 words + 4 per message + 3 priming
-    assert u.prompt_tokens == 5 + 4 + 3 and u.completion_tokens == 4
+    # the word-count estimator through the context's template allowance:
+    # 5 words + the per-message and per-request overheads
+    overhead = TemplateOverhead()
+    assert u.prompt_tokens == 5 + overhead.per_message + overhead.per_request and u.completion_tokens == 4
 
 
 def test_default_estimator_is_tiktoken(srv, req):
