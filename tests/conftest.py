@@ -12,6 +12,8 @@ import os
 import httpx
 import pytest
 
+from orchestrator.fault_server import FaultServer
+
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 LLAMA_URL = os.environ.get("ESCROW_TEST_LLAMA_URL", "http://127.0.0.1:8088")
@@ -59,3 +61,17 @@ def llama_url() -> str:
         ok = False
     require(ok, f"llama.cpp model server at {LLAMA_URL}")
     return LLAMA_URL
+
+
+@pytest.fixture(scope="session")
+def fault_server_session():
+    """One real fault-injection server on loopback for the whole session."""
+    with FaultServer() as server:
+        yield server
+
+
+@pytest.fixture
+def fault_server(fault_server_session: FaultServer) -> FaultServer:
+    """The session's fault server with an empty script and no recorded traffic."""
+    fault_server_session.reset()
+    return fault_server_session

@@ -15,16 +15,9 @@ def words(text: str) -> int:
     return len(text.split())
 
 
-@pytest.fixture(scope="session")
-def _server():
-    with FaultServer() as server:
-        yield server
-
-
 @pytest.fixture
-def srv(_server: FaultServer) -> FaultServer:
-    _server.reset()
-    return _server
+def srv(fault_server: FaultServer) -> FaultServer:
+    return fault_server
 
 
 @pytest.fixture

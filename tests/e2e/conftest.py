@@ -17,16 +17,9 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "calculator"
 VERIFIER = "python3 -m pytest -q"
 
 
-@pytest.fixture(scope="session")
-def _fault_server():
-    with FaultServer(model="gemma-3-270m") as server:
-        yield server
-
-
 @pytest.fixture
-def fault(_fault_server: FaultServer) -> FaultServer:
-    _fault_server.reset()
-    return _fault_server
+def fault(fault_server: FaultServer) -> FaultServer:
+    return fault_server
 
 
 @pytest.fixture

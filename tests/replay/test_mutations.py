@@ -130,10 +130,10 @@ def observation_mutations(rng: random.Random, store: Store, run_ids: list[str]) 
 
 
 @pytest.fixture(scope="module")
-def mutable(tmp_path_factory: pytest.TempPathFactory, fault_server: FaultServer) -> tuple[Path, dict[str, str]]:
+def mutable(tmp_path_factory: pytest.TempPathFactory, fault_server_session: FaultServer) -> tuple[Path, dict[str, str]]:
     db = tmp_path_factory.mktemp("mutations") / "escrow.db"
     with Store.open(f"sqlite:///{db}") as store:
-        return db, record_varied_runs(store, fault_server)
+        return db, record_varied_runs(store, fault_server_session)
 
 
 @pytest.mark.slow

@@ -21,10 +21,10 @@ ESCROW = str(Path(sys.executable).with_name("escrow"))
 
 
 @pytest.fixture(scope="module")
-def varied(tmp_path_factory: pytest.TempPathFactory, fault_server: FaultServer) -> tuple[Path, dict[str, str]]:
+def varied(tmp_path_factory: pytest.TempPathFactory, fault_server_session: FaultServer) -> tuple[Path, dict[str, str]]:
     db = tmp_path_factory.mktemp("varied") / "escrow.db"
     with Store.open(f"sqlite:///{db}") as store:
-        return db, record_varied_runs(store, fault_server)
+        return db, record_varied_runs(store, fault_server_session)
 
 
 def test_every_varied_run_replays_identically(varied):
