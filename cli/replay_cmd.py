@@ -85,12 +85,15 @@ def _fork(replayer: Replayer, loaded, at: int, overrides: ForkOverrides, setting
     from orchestrator.context import counter_for
     from orchestrator.replay.environment import sandbox_tools_for
     from orchestrator.replay.replayer import check_fork_turn
+    from policies.price_table import load_price_table
     from policies.pricing import call_cost
 
     recorded = loaded.recorded
     check_fork_turn(recorded, at)
     base_url = url or recorded.config.get("model_url") or settings.model_url
     tools_for = sandbox_tools_for(recorded, image=_image(recorded.config, settings), docker_host=settings.docker_host)
+    # The fork's live calls are priced like a live run's, from the price table.
+    price = load_price_table(settings.home).lookup(overrides.model or recorded.spec.model)
     with ExitStack() as stack:
         client = stack.enter_context(ModelClient(base_url, api_key=settings.api_key))
         live_counter = None
@@ -98,7 +101,7 @@ def _fork(replayer: Replayer, loaded, at: int, overrides: ForkOverrides, setting
             http = stack.enter_context(httpx.Client(timeout=30.0))
             live_counter = counter_for("server", base_url=base_url, model=overrides.model or recorded.spec.model, http=http)
         return replayer.fork(loaded, at, tools_for=tools_for, live_model=client, overrides=overrides,
-                             live_counter=live_counter, live_cost=lambda envelope: call_cost(envelope, None))
+                             live_counter=live_counter, live_cost=lambda envelope: call_cost(envelope, price))
 
 
 def _succeeded(report: ReplayReport) -> bool:

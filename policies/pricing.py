@@ -26,9 +26,7 @@ class Price(Frozen):
 
 
 def token_cost(usage: Usage, price: Price) -> float:
-    cached = min(usage.cached_prompt_tokens, usage.prompt_tokens)
-    fresh = usage.prompt_tokens - cached
-    return (fresh * price.input_per_mtok + cached * price.cached_rate + usage.completion_tokens * price.output_per_mtok) / 1e6
+    return cost_breakdown(usage.prompt_tokens, usage.cached_prompt_tokens, usage.completion_tokens, 0.0, price).total_usd
 
 
 def gpu_cost(seconds: float, price: Price) -> float:
@@ -37,9 +35,10 @@ def gpu_cost(seconds: float, price: Price) -> float:
 
 def call_cost(envelope: Envelope, price: Price | None) -> float:
     """Dollars for one call; an unpriced model costs 0 (local models work)."""
-    if price is None:
-        return 0.0
-    return token_cost(envelope.usage, price) + gpu_cost(envelope.timings.total_s, price)
+    usage = envelope.usage
+    return cost_breakdown(
+        usage.prompt_tokens, usage.cached_prompt_tokens, usage.completion_tokens, envelope.timings.total_s, price
+    ).total_usd
 
 
 class CostBreakdown(Frozen):
@@ -66,10 +65,9 @@ class CostBreakdown(Frozen):
 def cost_breakdown(
     prompt_tokens: int, cached_prompt_tokens: int, completion_tokens: int, gpu_seconds: float, price: Price | None
 ) -> CostBreakdown:
-    """The same arithmetic as ``token_cost`` + ``gpu_cost``, split by kind.
-
-    Token counts may be sums over many calls: the cost is linear in them. The
-    cached part is clamped to the prompt, as in ``token_cost``."""
+    """The one cost computation, split by kind; ``token_cost`` and ``call_cost``
+    are sums of it. Token counts may be sums over many calls: the cost is linear
+    in them. The cached part is clamped to the prompt."""
     if price is None:
         return CostBreakdown()
     cached = min(cached_prompt_tokens, prompt_tokens)
