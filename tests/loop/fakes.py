@@ -175,7 +175,8 @@ class MemoryTools:
         self.executed.append((name, args))
         if isinstance(args, ReadArgs):
             text = self.files.get(args.path)
-            return ToolOutcome(observation=text if text is not None else f"no such file: {args.path}", ok=text is not None)
+            found = text is not None
+            return ToolOutcome(observation=text if found else f"no such file: {args.path}", ok=found)
         if isinstance(args, WriteArgs):
             self.files[args.path] = args.content
             return ToolOutcome(observation=f"wrote {args.path}", ok=True)

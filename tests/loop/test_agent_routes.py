@@ -16,6 +16,8 @@ from tests.loop.fakes import Loop, MemoryTools, build, call, completed, envelope
 
 POLICY = default_policy()
 WRITE = call("write_file", {"path": "src/a.py", "content": "print('pwned')"})
+FIX = call("write_file", {"path": "src/a.py", "content": "fixed"})
+GAVE_UP = "connection refused (gave up after 3 attempts)"
 
 
 def _routes(loop: Loop) -> list[tuple[str, str]]:
@@ -26,7 +28,7 @@ def _routes(loop: Loop) -> list[tuple[str, str]]:
 ENDING = {
     Status.REFUSED: (Verdict.REFUSED, envelope(Status.REFUSED, WRITE, refusal="I will not do that")),
     Status.TRANSPORT_FAILURE: (
-        Verdict.TRANSPORT_FAILURE, envelope(Status.TRANSPORT_FAILURE, error="connection refused (gave up after 3 attempts)"),
+        Verdict.TRANSPORT_FAILURE, envelope(Status.TRANSPORT_FAILURE, error=GAVE_UP),
     ),
     Status.CANCELED: (Verdict.CANCELED, envelope(Status.CANCELED, WRITE, error="cancelled mid-stream")),
     Status.FAULTED: (Verdict.FAULTED, envelope(Status.FAULTED, WRITE, error="engine fault: CUDA error")),
@@ -64,14 +66,13 @@ def test_transport_failure_is_not_retried_by_the_loop():
 
 @pytest.mark.parametrize("status", list(CONTINUING), ids=[s.value for s in CONTINUING])
 def test_a_quarantined_payload_is_never_run_nor_resent_and_the_model_is_told(status):
-    bad = envelope(status, WRITE, text="half an answer", error="tool-call arguments are not JSON", completion_tokens=256)
-    fix = call("write_file", {"path": "src/a.py", "content": "fixed"}, call_id="c1")
-    loop = build([bad, completed(fix), completed(call("submit", {}))], policy=POLICY, tools=_passing())
+    bad = envelope(status, WRITE, text="half an answer", error="arguments are not JSON", completion_tokens=256)
+    loop = build([bad, completed(FIX), completed(call("submit", {}))], policy=POLICY, tools=_passing())
     result = loop.agent.run()
     assert result.verdict is Verdict.PASS and result.turns == 3
     assert _routes(loop)[0] == (status.value, ROUTES[status].value)
     # Turn 0 staged no candidate; the one write that ran is turn 1's.
-    assert [(c.turn, c.call.arguments) for c in loop.journal.candidates][0] == (1, fix.arguments)
+    assert [(c.turn, c.call.arguments) for c in loop.journal.candidates][0] == (1, FIX.arguments)
     assert [name for name, _ in loop.tools.executed] == ["write_file", "submit"]
     notice = loop.journal.turns[0][1]
     assert len(notice) == 1 and notice[0].role == "user" and CONTINUING[status] in notice[0].content
@@ -97,8 +98,7 @@ def test_a_completed_answer_without_a_tool_call_is_not_done():
 
 
 def test_a_failing_verifier_does_not_pass_and_the_run_goes_on():
-    fix = call("write_file", {"path": "src/a.py", "content": "fixed"})
-    loop = build([completed(call("submit", {})), completed(fix), completed(call("submit", {}))],
+    loop = build([completed(call("submit", {})), completed(FIX), completed(call("submit", {}))],
                  policy=POLICY, tools=_passing())
     result = loop.agent.run()
     assert result.verdict is Verdict.PASS and result.verifier_runs == 2 and result.turns == 3
@@ -118,13 +118,12 @@ def _interrupt(request):
 
 
 VERDICTS = {
-    Verdict.PASS: (lambda: build([completed(call("write_file", {"path": "src/a.py", "content": "fixed"}), call("submit", {}))],
-                                 policy=POLICY, tools=_passing()), "the verifier passed"),
+    Verdict.PASS: (lambda: build([completed(FIX, call("submit", {}))], policy=POLICY, tools=_passing()),
+                   "the verifier passed"),
     Verdict.BUDGET_EXHAUSTED: (lambda: build([completed(call("bash", {"command": "ls"}))], policy=POLICY,
                                              limits=RunLimits(max_turns=1)), "turns: turn limit reached (1)"),
     Verdict.REFUSED: (lambda: build([ENDING[Status.REFUSED][1]], policy=POLICY), "I will not do that"),
-    Verdict.TRANSPORT_FAILURE: (lambda: build([ENDING[Status.TRANSPORT_FAILURE][1]], policy=POLICY),
-                                "connection refused (gave up after 3 attempts)"),
+    Verdict.TRANSPORT_FAILURE: (lambda: build([ENDING[Status.TRANSPORT_FAILURE][1]], policy=POLICY), GAVE_UP),
     Verdict.FAULTED: (lambda: build([ENDING[Status.FAULTED][1]], policy=POLICY), "engine fault: CUDA error"),
     Verdict.CANCELED: (_cancel_before_turn, "canceled before the next turn"),
 }
