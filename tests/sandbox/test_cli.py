@@ -71,9 +71,12 @@ def test_gc_json_removes_a_dead_runs_container_and_spares_a_live_one(docker_clie
     from sandbox.orphans import owner_labels
 
     tag = uuid.uuid4().hex[:12]
+    owners = {"dead": _dead_owner_labels(f"dead-{tag}"), "live": owner_labels(f"live-{tag}")}
     made = {
-        kind: docker_client.containers.create(sandbox_image, command=["true"], labels=labels, name=f"escrow-gc-{kind}-{tag}")
-        for kind, labels in (("dead", _dead_owner_labels(f"dead-{tag}")), ("live", owner_labels(f"live-{tag}")))
+        kind: docker_client.containers.create(
+            sandbox_image, command=["true"], labels=labels, name=f"escrow-gc-{kind}-{tag}"
+        )
+        for kind, labels in owners.items()
     }
     try:
         result = CliRunner().invoke(app, ["sandbox", "gc", "--json"])
