@@ -175,8 +175,9 @@ class MemoryTools:
         self.executed.append((name, args))
         if isinstance(args, ReadArgs):
             text = self.files.get(args.path)
-            found = text is not None
-            return ToolOutcome(observation=text if found else f"no such file: {args.path}", ok=found)
+            if text is None:
+                return ToolOutcome(observation=f"no such file: {args.path}", ok=False)
+            return ToolOutcome(observation=text, ok=True)
         if isinstance(args, WriteArgs):
             self.files[args.path] = args.content
             return ToolOutcome(observation=f"wrote {args.path}", ok=True)
