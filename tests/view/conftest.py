@@ -4,9 +4,13 @@ Screenshots go to ESCROW_TEST_ARTEFACTS (or a tmp folder), printed once."""
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import os
 import shutil
 import socket
+import sqlite3
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -15,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from store import Recorder, Store, synthetic
+from store import SCHEMA_VERSION, Store, synthetic
+from tests.store.conftest import db_path, store  # noqa: F401 - re-exported fixtures
 from tests.conftest import require
 
 CHROMIUM = os.environ.get("ESCROW_TEST_CHROMIUM", "/usr/bin/chromium")
@@ -80,13 +85,29 @@ def serving(db_path: Path) -> Iterator[str]:
         store.close()
 
 
+def generated_store(runs: int, seed: int, folder: Path) -> Path:
+    """``runs`` synthetic runs of 1-2 turns recorded through the Recorder.
+    Recording 2,000 runs takes minutes on a busy machine, so the file is kept
+    in ESCROW_TEST_CACHE (default: the temp dir) under a name that changes
+    with the generator's source and the schema version, and copied per session."""
+    key = hashlib.sha256(inspect.getsource(synthetic).encode() + str(SCHEMA_VERSION).encode()).hexdigest()[:12]
+    cache = Path(os.environ.get("ESCROW_TEST_CACHE") or tempfile.gettempdir()) / f"escrow-view-{runs}-{seed}-{key}.db"
+    if not cache.exists():
+        partial = cache.with_suffix(f".{os.getpid()}.part")
+        with Store.open(f"sqlite:///{partial}", synchronous="OFF") as store:
+            synthetic.record_many(store, runs, turns=2, seed=seed)
+        with sqlite3.connect(partial) as conn:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        os.replace(partial, cache)
+    target = folder / "escrow.db"
+    shutil.copy(cache, target)
+    return target
+
+
 @pytest.fixture(scope="session")
 def big_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """2,000 synthetic runs of 1-2 turns, recorded through the Recorder."""
-    path = tmp_path_factory.mktemp("big") / "escrow.db"
-    with Store.open(f"sqlite:///{path}", synchronous="OFF") as store:
-        synthetic.record_many(store, 2000, turns=2, seed=11)
-    return path
+    """2,000 synthetic runs."""
+    return generated_store(2000, 11, tmp_path_factory.mktemp("big"))
 
 
 @pytest.fixture
@@ -98,5 +119,3 @@ def copy_store(tmp_path: Path):
 
     return copy
 
-
-__all__ = ["Recorder", "serving"]

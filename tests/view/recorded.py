@@ -60,5 +60,6 @@ def record_fork(store: Store, server: FaultServer) -> tuple[str, str]:
 def tamper(db_path: Path, run_id: str) -> None:
     """Change one recorded observation with plain SQL: the chain breaks."""
     with sqlite3.connect(db_path) as conn:
-        conn.execute("UPDATE tool_executions SET observation = observation || ' (edited)' WHERE run_id = ? "
+        column = '"gen_ai.tool.call.result"'
+        conn.execute(f"UPDATE tool_executions SET {column} = {column} || ' (edited)' WHERE run_id = ? "
                      "AND seq = (SELECT MIN(seq) FROM tool_executions WHERE run_id = ?)", (run_id, run_id))

@@ -78,9 +78,12 @@ def test_run_page_shows_assistant_text_a_diff_and_an_acl_denial(page, store: Sto
         link.click()
         assert page.locator(f"tr#{href.split('#')[1]}").count() == 1
         assert "verified" in page.inner_text("main")
-        # Search within the run keeps the turns that mention the text.
-        page.goto(f"{base}/run/{run_id}?q=.git/config")
-        assert page.locator("section.turn").count() == 1 and page.locator("#turn-1").count() == 1
+        # Search within the run keeps the turns that mention the text: the
+        # denied write's turn, and the next, whose request carries its result.
+        page.goto(f"{base}/run/{run_id}?q=.GIT/config")
+        shown = [s.get_attribute("id") for s in page.locator("section.turn").all()]
+        assert shown == ["turn-1", "turn-2"]
+        assert "2 of 4 turns match" in page.inner_text("#matches")
 
 
 def test_compare_page_highlights_the_divergent_turn_of_a_fork(page, store: Store, db_path: Path,
