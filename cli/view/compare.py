@@ -104,12 +104,20 @@ def _observations(record: TurnRecord) -> Any:
 CHECKS = (("request", _request), ("response", _answer), ("tool_call", _tool_calls), ("acl", _acl), ("tool_result", _observations))
 
 
+def _request_hashes(record: TurnRecord) -> tuple[str, ...]:
+    return tuple(c.request_sha256 for c in record.calls if c.attempt_of is None)
+
+
 def difference(a: TurnRecord | None, b: TurnRecord | None) -> Difference | None:
-    """The first check on which two recordings of a turn differ, at its first field."""
+    """The first check on which two recordings of a turn differ, at its first
+    field. Requests are compared by their recorded sha256 first, as replay
+    does, and parsed only when the hashes differ."""
     if a is None or b is None:
         missing = "a" if a is None else "b"
         return Difference(kind="exhausted", field="turns", fields=("turns",), diff=f"run {missing} has no turn here\n")
     for kind, part in CHECKS:
+        if kind == "request" and _request_hashes(a) == _request_hashes(b):
+            continue
         paths, diff = compare(part(a), part(b))
         if paths:
             return Difference(kind=kind, field=paths[0], fields=paths, diff=diff)

@@ -15,14 +15,7 @@ from typing import Any
 
 from store.views import CallView, CandidateView, EventView, ToolExecutionView, Trajectory, TurnRecord
 
-LONG_CHARS = 600
-"""Text longer than this (or with many lines) is collapsed in a <details>."""
-LONG_LINES = 12
 COMPLETED = "COMPLETED"
-
-
-def is_long(text: str | None) -> bool:
-    return bool(text) and (len(text) > LONG_CHARS or text.count("\n") > LONG_LINES)  # type: ignore[union-attr]
 
 
 @dataclass(frozen=True)
@@ -135,13 +128,6 @@ def _message(raw: dict[str, Any]) -> MessageShown:
     return MessageShown(role=str(raw.get("role")), content=content, tool_calls=calls, tool_call_id=raw.get("tool_call_id"))
 
 
-def _first_difference(before: list[Any], now: list[Any]) -> int:
-    for index, (a, b) in enumerate(zip(before, now)):
-        if a != b:
-            return index
-    return min(len(before), len(now))
-
-
 def _call(call: CallView) -> CallShown:
     resp = call.response
     if resp is None:
@@ -233,30 +219,39 @@ def _haystack(messages: tuple[MessageShown, ...], calls: tuple[CallShown, ...], 
     return "\n".join(parts).lower()
 
 
-def _turn(record: TurnRecord, previous: list[Any]) -> tuple[TurnShown, list[Any]]:
-    messages: list[Any] = previous
-    new: tuple[MessageShown, ...] = ()
-    main = next((c for c in record.calls if c.attempt_of is None), record.calls[0] if record.calls else None)
-    if main is not None:
-        messages = json.loads(main.request_json).get("messages") or []
-        new = tuple(_message(m) for m in messages[_first_difference(previous, messages):])
+def _turn(record: TurnRecord, new: tuple[MessageShown, ...]) -> TurnShown:
     executions = {e.candidate_id: e for e in record.tool_executions}
     calls = tuple(_call(c) for c in record.calls)
     candidates = tuple(_candidate(c, executions.get(c.id)) for c in record.candidates)
     events = tuple(_event(e) for e in record.events)
-    shown = TurnShown(
+    return TurnShown(
         turn=record.turn, committed_seq=record.committed.seq if record.committed else None, new_messages=new,
         calls=calls, candidates=candidates, events=events, haystack=_haystack(new, calls, candidates, events),
     )
-    return shown, messages
+
+
+def _opening(record: TurnRecord) -> tuple[MessageShown, ...]:
+    """All messages of the first request (system prompt, task, tail)."""
+    main = next((c for c in record.calls if c.attempt_of is None), None)
+    if main is None:
+        return ()
+    return tuple(_message(m) for m in json.loads(main.request_json).get("messages") or ())
 
 
 def run_shown(trajectory: Trajectory) -> RunShown:
-    previous: list[Any] = []
+    """A request's new messages are the first request's own, then what the
+    previous turn appended to the history (its committed messages). Reading
+    those rather than diffing every request keeps a long run's page linear:
+    each request carries the whole history."""
     turns = []
+    new: tuple[MessageShown, ...] | None = None
     for record in trajectory.turns:
-        shown, previous = _turn(record, previous)
-        turns.append(shown)
+        if new is None and record.calls:
+            new = _opening(record)
+        turns.append(_turn(record, new or ()))
+        appended = json.loads(record.committed.messages_json) if record.committed else []
+        if new is not None:
+            new = tuple(_message(m) for m in appended)
     patch = next((e for e in reversed(trajectory.run_events) if e.kind == "patch"), None)
     patch_data = patch.data if patch else {}
     return RunShown(

@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup, escape
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,40 @@ def size(n: int | None) -> str:
     return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KiB"
 
 
+GOOD = frozenset({"COMPLETED", "PASS", "finished", "COMMITTED", "allow", "verified"})
+LONG_CHARS = 600
+LONG_LINES = 12
+
+
+def badge(status: str | None) -> Markup:
+    kind = "ok" if status in GOOD else "bad"
+    return Markup(f'<span class="badge {kind}">{escape(status or "-")}</span>')
+
+
+def text_block(text: str | None, label: str = "output") -> Markup:
+    """Text in a <pre>, collapsed in a <details> when long."""
+    if not text:
+        return Markup('<span class="muted">(empty)</span>')
+    lines = text.count("\n") + 1
+    if len(text) > LONG_CHARS or lines > LONG_LINES:
+        return Markup(f"<details><summary>{escape(label)} ({len(text)} characters, {lines} lines)</summary>"
+                      f"<pre>{escape(text)}</pre></details>")
+    return Markup(f"<pre>{escape(text)}</pre>")
+
+
+def _diff_class(line: str) -> str:
+    if line[:3] in ("+++", "---"):
+        return "file"
+    if line[:2] == "@@":
+        return "hunk"
+    return {"+": "add", "-": "del"}.get(line[:1], "ctx")
+
+
+def diff_block(text: str) -> Markup:
+    spans = "".join(f'<span class="{_diff_class(line)}">{escape(line)}</span>' for line in text.splitlines())
+    return Markup(f'<pre class="diff">{spans}</pre>')
+
+
 def make_environment() -> Environment:
     env = Environment(
         loader=PackageLoader("cli.view", "templates"),
@@ -65,6 +100,7 @@ def make_environment() -> Environment:
         trim_blocks=True, lstrip_blocks=True,
     )
     env.filters.update(when=when, dollars=dollars, secs=secs, signed=signed, size=size, short=lambda s: (s or "")[:12])
+    env.globals.update(badge=badge, text_block=text_block, diff_block=diff_block)
     return env
 
 
@@ -73,5 +109,9 @@ class Renderer:
         self.links = links
         self.env = make_environment()
 
+    def chain(self, run_id: str, seq: int) -> Markup:
+        """A link to a row's position in its run's hash chain."""
+        return Markup(f'<a class="chainlink" href="{escape(self.links.chain(run_id, seq))}" title="hash-chain position">#{seq}</a>')
+
     def page(self, name: str, **context: Any) -> str:
-        return self.env.get_template(name).render(links=self.links, static=self.links.static, **context)
+        return self.env.get_template(name).render(links=self.links, static=self.links.static, chain=self.chain, **context)
