@@ -87,14 +87,15 @@ def has_batches(conn: Connection) -> bool:
     return inspect(conn).has_table(BATCH_TABLE)
 
 
-def _totals_subqueries() -> tuple[Any, Any]:
-    usage = select(
-        RESPONSES.c.run_id.label("run_id"),
-        func.sum(RESPONSES.c.cost_usd).label("cost"),
-        func.sum(RESPONSES.c["gen_ai.usage.input_tokens"] + RESPONSES.c["gen_ai.usage.output_tokens"]).label("tokens"),
-    ).group_by(RESPONSES.c.run_id).subquery("usage")
-    counted = select(TURNS.c.run_id.label("run_id"), func.count().label("turns")).group_by(TURNS.c.run_id).subquery("counted")
-    return usage, counted
+def _per_run_totals() -> dict[str, Any]:
+    """Correlated subqueries, one index search per run: tokens and turns are
+    read off covering indexes, cost from the responses' rows."""
+    tokens = RESPONSES.c["gen_ai.usage.input_tokens"] + RESPONSES.c["gen_ai.usage.output_tokens"]
+    return {
+        "cost": select(func.coalesce(func.sum(RESPONSES.c.cost_usd), 0.0)).where(RESPONSES.c.run_id == RUNS.c.id).scalar_subquery(),
+        "tokens": select(func.coalesce(func.sum(tokens), 0)).where(RESPONSES.c.run_id == RUNS.c.id).scalar_subquery(),
+        "turns": select(func.count()).where(TURNS.c.run_id == RUNS.c.id).scalar_subquery(),
+    }
 
 
 def _filtered(stmt: Select[Any], f: RunFilter) -> Select[Any]:
@@ -112,20 +113,16 @@ def _filtered(stmt: Select[Any], f: RunFilter) -> Select[Any]:
 
 def page_runs(conn: Connection, f: RunFilter) -> RunPage:
     """One page of runs matching ``f``, with the total count. Cost and turn
-    filters or sorts aggregate responses and turns of the matching runs in the
-    same statement; otherwise only the page's runs are aggregated."""
-    ids = select(RUNS.c.id.label("id"), RUNS.c.created_at.label("created_at"))
-    if f.needs_totals or f.batch:
-        usage, counted = _totals_subqueries()
-        cost, tokens, turns = (func.coalesce(usage.c.cost, 0.0), func.coalesce(usage.c.tokens, 0), func.coalesce(counted.c.turns, 0))
-        ids = ids.select_from(RUNS.outerjoin(usage, usage.c.run_id == RUNS.c.id).outerjoin(counted, counted.c.run_id == RUNS.c.id))
-        bounds = ((cost, f.min_cost, f.max_cost), (turns, f.min_turns, f.max_turns))
-        limits = [c >= lo for c, lo, _ in bounds if lo is not None] + [c <= hi for c, _, hi in bounds if hi is not None]
-        if limits:
-            ids = ids.where(*limits)
-        keyed = {"cost": cost, "turns": turns, "tokens": tokens}
-    else:
-        keyed = {}
+    bounds and sorts are computed per matching run in the same statement;
+    otherwise only the page's runs are aggregated."""
+    ids = _filtered(select(RUNS.c.id), f)
+    keyed = _per_run_totals() if f.needs_totals else {}
+    bounds = ((keyed.get("cost"), f.min_cost, f.max_cost), (keyed.get("turns"), f.min_turns, f.max_turns))
+    for column, low, high in bounds:
+        if low is not None:
+            ids = ids.where(column >= low)
+        if high is not None:
+            ids = ids.where(column <= high)
     if f.batch:
         ids = ids.where(literal(False))  # no batch table yet: a batch filter matches nothing
     plain = {"verdict": RUNS.c.verdict, "model": RUNS.c["gen_ai.request.model"]}
@@ -134,10 +131,9 @@ def page_runs(conn: Connection, f: RunFilter) -> RunPage:
     if sort_column is not RUNS.c.created_at:
         order.append(RUNS.c.created_at.desc())
     order.append(RUNS.c.id.desc() if f.descending else RUNS.c.id.asc())
-    ids = _filtered(ids, f)
     total = int(conn.execute(select(func.count()).select_from(ids.subquery())).scalar() or 0)
     page = max(1, f.page)
-    wanted = [row.id for row in conn.execute(ids.order_by(*order).limit(f.per_page).offset((page - 1) * f.per_page))]
+    wanted = list(conn.execute(ids.order_by(*order).limit(f.per_page).offset((page - 1) * f.per_page)).scalars())
     return RunPage(runs=tuple(summaries(conn, wanted)), total=total, page=page, per_page=f.per_page)
 
 
