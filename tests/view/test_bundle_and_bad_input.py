@@ -118,3 +118,16 @@ def test_script_in_a_task_and_a_tool_output_is_shown_as_text(page, store: Store,
         page.goto(f"{base}/run/{run_id}")
         assert page.locator("text=<img src=x").count() >= 3  # task, assistant text, tool output
         page.screenshot(path=artefacts / "xss-escaped.png")
+
+
+def test_cli_mistakes_are_one_line_errors(store: Store, db_path: Path) -> None:
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        done = escrow("view", "--db", f"sqlite:///{db_path}", "--port", str(port))
+    assert done.returncode == 2 and f"cannot serve on 127.0.0.1:{port}" in done.stderr and "Traceback" not in done.stderr
+    done = escrow("view", "somerun", "--db", f"sqlite:///{db_path}")
+    assert done.returncode == 2 and "only taken with --export" in done.stderr
+    done = escrow("view", "--export", str(db_path.parent / "out"), "nosuchrun", "--db", f"sqlite:///{db_path}")
+    assert done.returncode == 6 and "no run" in done.stderr and "Traceback" not in done.stderr
