@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import difflib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from store.views import CallView, CandidateView, EventView, ToolExecutionView, Trajectory, TurnRecord
 
 COMPLETED = "COMPLETED"
+SUMMED = ("input_tokens", "cached_tokens", "prefilled_tokens", "output_tokens", "cost_usd", "total_s", "ttft_s", "decode_s")
 
 
 @dataclass(frozen=True)
@@ -84,8 +86,12 @@ class TurnShown:
     calls: tuple[CallShown, ...]
     candidates: tuple[CandidateShown, ...]
     events: tuple[EventShown, ...]
-    haystack: str = field(repr=False)
-    """Lower-cased text of the turn, for search within the run."""
+
+    @cached_property
+    def haystack(self) -> str:
+        """Lower-cased text of the turn, for search within the run; built
+        only when a search or the static bundle asks for it."""
+        return _haystack(self.new_messages, self.calls, self.candidates, self.events)
 
     @property
     def bad(self) -> bool:
@@ -102,6 +108,11 @@ class TurnShown:
 
     def total(self, name: str) -> float:
         return sum(getattr(c, name) or 0 for c in self.calls)
+
+    @cached_property
+    def sums(self) -> dict[str, float]:
+        """The turn's tokens and timings, summed over its calls, for its header."""
+        return {name: self.total(name) for name in SUMMED}
 
 
 @dataclass(frozen=True)
@@ -226,7 +237,7 @@ def _turn(record: TurnRecord, new: tuple[MessageShown, ...]) -> TurnShown:
     events = tuple(_event(e) for e in record.events)
     return TurnShown(
         turn=record.turn, committed_seq=record.committed.seq if record.committed else None, new_messages=new,
-        calls=calls, candidates=candidates, events=events, haystack=_haystack(new, calls, candidates, events),
+        calls=calls, candidates=candidates, events=events,
     )
 
 

@@ -4,6 +4,8 @@ one place that knows whether pages are served or exported to files."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -104,14 +106,30 @@ def make_environment() -> Environment:
     return env
 
 
+SCRIPTS = ("run_search", "runs_filter")
+"""The only scripts a page may run: inline, for the static bundle, allowed
+by their sha256 in the page's Content-Security-Policy. Anything else (a
+script that got past escaping, an event handler attribute) is blocked."""
+
+
+def content_security_policy(scripts: dict[str, str]) -> str:
+    hashes = " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()}'" for text in scripts.values())
+    return f"default-src 'none'; style-src 'unsafe-inline'; script-src {hashes}; img-src data:; form-action 'self'"
+
+
 class Renderer:
     def __init__(self, links: Links) -> None:
         self.links = links
         self.env = make_environment()
+        loader = self.env.loader
+        assert loader is not None
+        self.scripts = {name: loader.get_source(self.env, f"{name}.js")[0] for name in SCRIPTS}
+        self.csp = content_security_policy(self.scripts)
 
     def chain(self, run_id: str, seq: int) -> Markup:
         """A link to a row's position in its run's hash chain."""
         return Markup(f'<a class="chainlink" href="{escape(self.links.chain(run_id, seq))}" title="hash-chain position">#{seq}</a>')
 
     def page(self, name: str, **context: Any) -> str:
-        return self.env.get_template(name).render(links=self.links, static=self.links.static, chain=self.chain, **context)
+        return self.env.get_template(name).render(links=self.links, static=self.links.static, chain=self.chain,
+                                                  scripts={k: Markup(v) for k, v in self.scripts.items()}, csp=self.csp, **context)
