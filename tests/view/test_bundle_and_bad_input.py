@@ -118,6 +118,17 @@ def test_script_in_a_task_and_a_tool_output_is_shown_as_text(page, store: Store,
         page.goto(f"{base}/run/{run_id}")
         assert page.locator("text=<img src=x").count() >= 3  # task, assistant text, tool output
         page.screenshot(path=artefacts / "xss-escaped.png")
+        response = page.goto(base + "/")
+        assert response is not None and "script-src 'none'" in response.headers["content-security-policy"]
+    # Second line of defence: were a script to get past escaping, the page's
+    # policy admits only the bundle's own scripts, by hash.
+    planted = bundle / "planted.html"
+    planted.write_text((bundle / f"run-{run_id}.html").read_text().replace(
+        "<main>", "<main><script>window.__xss = 3</script><img src=x onerror=\"window.__xss = 4\">", 1))
+    page.goto(planted.as_uri())
+    page.fill("#q", ".git/config")
+    assert page.evaluate("window.__xss") is None
+    assert page.locator("section.turn:not(.hidden)").count() == 2  # the bundle's own script still runs
 
 
 def test_cli_mistakes_are_one_line_errors(store: Store, db_path: Path) -> None:
