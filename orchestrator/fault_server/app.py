@@ -110,7 +110,7 @@ class FaultApp:
         if isinstance(scenario, HttpError):
             await self._http_error(scenario, send)
         elif isinstance(scenario, RawResponse):
-            await _respond(send, scenario.status, scenario.content_type.encode(), scenario.body)
+            await self._raw(scenario, send)
         elif isinstance(scenario, Oversized):
             await self._oversized(scenario, body, send)
         elif body.get("stream"):
@@ -129,6 +129,16 @@ class FaultApp:
             {"error": {"message": item.message, "type": item.error_type, "code": item.status}}
         )
         await _respond(send, item.status, b"application/json", data.encode("utf-8"), extra)
+
+    async def _raw(self, item: RawResponse, send) -> None:
+        if item.piece_bytes is None:
+            await _respond(send, item.status, item.content_type.encode(), item.body)
+            return
+        await _start(send, item.status, item.content_type.encode())
+        for start in range(0, len(item.body), item.piece_bytes):
+            await send({"type": "http.response.body", "body": item.body[start:start + item.piece_bytes], "more_body": True})
+            await anyio.sleep(item.pause_s)  # yields even at 0, so each piece is its own write
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _oversized(self, item: Oversized, body: dict[str, Any], send) -> None:
         streamed = bool(body.get("stream"))
