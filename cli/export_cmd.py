@@ -35,7 +35,8 @@ def write_line(out: IO[str], value: dict[str, Any]) -> None:
     out.write(json.dumps(value, ensure_ascii=False, sort_keys=False) + "\n")
 
 
-def export_run(store: Store, run_id: str, fmt: str, include_unverified: bool, out: IO[str], *, single: bool) -> str | None:
+def export_run(store: Store, run_id: str, fmt: str, include_unverified: bool, out: IO[str], *, single: bool,
+               reasoning: bool = False) -> str | None:
     """Write one run; returns why it was skipped, or None when written."""
     trajectory = store.trajectory(run_id)
     if fmt == "events-jsonl":
@@ -48,7 +49,7 @@ def export_run(store: Store, run_id: str, fmt: str, include_unverified: bool, ou
             raise ExportError(f"{reason}; add --include-unverified to export it anyway", run_id=trajectory.run.id)
         return reason
     try:
-        write_line(out, conversation(trajectory))
+        write_line(out, conversation(trajectory, reasoning=reasoning))
     except ExportError as exc:
         if single:
             raise
@@ -61,6 +62,7 @@ def export(
     all_runs: bool = typer.Option(False, "--all", help="Export every run in the store."),
     fmt: str = typer.Option("messages-jsonl", "--format", help=f"One of: {', '.join(FORMATS)}."),
     include_unverified: bool = typer.Option(False, "--include-unverified", help="messages-jsonl: also runs without a PASS verdict."),
+    reasoning: bool = typer.Option(False, "--reasoning", help="messages-jsonl: add the recorded reasoning to assistant messages as reasoning_content."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     config: Path | None = typer.Option(None, "--config", help=CONFIG_HELP),
@@ -81,7 +83,7 @@ def export(
         skipped: list[str] = []
         with sink(output) as out:
             for run_id in ids:
-                reason = export_run(store, run_id, fmt, include_unverified, out, single=not all_runs)
+                reason = export_run(store, run_id, fmt, include_unverified, out, single=not all_runs, reasoning=reasoning)
                 if reason:
                     skipped.append(reason)
     written = len(ids) - len(skipped)
