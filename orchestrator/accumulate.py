@@ -44,6 +44,8 @@ class ResponseAccumulator:
         self.model: str | None = None
         self.system_fingerprint: str | None = None
         self.logprobs: list[Any] | None = [] if keep_logprobs else None
+        self.prompt_token_ids: list[int] | None = None
+        self.token_ids: list[int] | None = None
         self.trip: Trip | None = None
         self.chunks = 0
 
@@ -58,6 +60,9 @@ class ResponseAccumulator:
             self.usage = body.usage
         if body.timings is not None:
             self.timings = body.timings
+        prompt_ids = (body.model_extra or {}).get("prompt_token_ids")
+        if isinstance(prompt_ids, list):
+            self.prompt_token_ids = prompt_ids  # vLLM return_token_ids
         got_payload = False
         for choice in body.choices:
             if choice.index != 0:
@@ -69,6 +74,9 @@ class ResponseAccumulator:
                 self.finish_reason = choice.finish_reason
             if self.keep_logprobs and choice.logprobs is not None and choice.logprobs.content:
                 self.logprobs.extend(choice.logprobs.content)  # type: ignore[union-attr]
+            ids = (choice.model_extra or {}).get("token_ids")
+            if isinstance(ids, list):
+                self.token_ids = (self.token_ids or []) + ids
         return got_payload
 
     def _message(self, message: WireMessage) -> bool:

@@ -22,6 +22,7 @@ from orchestrator.call_usage import TokenEstimator, default_estimator, resolve_u
 from orchestrator.canonical import canonical_bytes
 from orchestrator.contract import ModelRequest
 from orchestrator.envelope import Attempt, Envelope, ErrorDetail, Status, Timings, Usage
+from orchestrator.logprobs import read_logprobs, token_ids
 from orchestrator.monitor import StreamMonitor
 from orchestrator.normalize import Cause, is_retried, status_of
 from orchestrator.retry import CircuitBreaker, RetryPolicy, decide
@@ -170,12 +171,22 @@ class ModelClient:
             system_fingerprint=acc.system_fingerprint,
             engine=out.headers.get("x-inference-engine") or out.headers.get("server"),
             logprobs=acc.logprobs if request.sampling.logprobs else None,
+            top_logprobs=request.sampling.top_logprobs if request.sampling.logprobs else None,
+            prompt_token_ids=acc.prompt_token_ids,
+            completion_token_ids=_completion_ids(acc),
             error=None if status is Status.COMPLETED else ErrorDetail(kind=out.cause.value, message=out.message),
             attempts=tuple(attempts),
             request_sha256=request.sha256(),
             payload_bytes=acc.monitor.staged_bytes,
             raw_response=raw,
         )
+
+
+def _completion_ids(acc: ResponseAccumulator) -> list[int] | None:
+    """The choice's ``token_ids`` if sent, else the ids on the logprob entries."""
+    if acc.token_ids is not None:
+        return acc.token_ids
+    return token_ids(read_logprobs(acc.logprobs)) if acc.logprobs else None
 
 
 def _wants_json(request: ModelRequest) -> bool:

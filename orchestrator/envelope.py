@@ -102,7 +102,10 @@ class Envelope(Frozen):
     model: str | None = None
     system_fingerprint: str | None = None
     engine: str | None = None
-    logprobs: list[Any] | None = None
+    logprobs: list[Any] | None = Field(default=None, description="The engine's per-token entries, verbatim.")
+    top_logprobs: int | None = Field(default=None, description="K asked for with the logprobs.")
+    prompt_token_ids: tuple[int, ...] | None = None
+    completion_token_ids: tuple[int, ...] | None = None
     error: ErrorDetail | None = None
     attempts: tuple[Attempt, ...] = ()
     request_sha256: str | None = None
