@@ -28,8 +28,13 @@ def comparison_line(c: Comparison) -> str:
     return "; ".join(parts)
 
 
+def recorded_engines(calls) -> tuple[str, ...]:
+    return tuple(sorted({c.response.engine for c in calls if c.response is not None and c.response.engine}))
+
+
 def report_text(report: RunParity) -> str:
-    lines = [f"parity of run {report.run_id} against {report.model_url}"]
+    lines = [f"parity of run {report.run_id} ({', '.join(report.recorded_engines) or 'engine unknown'})"
+             f" against {report.model_url} ({report.engine})"]
     for call in report.calls:
         noise = f"  noise {call.noise}/{call.repeats - 1}" if call.repeats > 1 else ""
         lines.append(f"  turn {call.turn} call {call.call_id[:12]}  {comparison_line(call.comparison)}{noise}")
@@ -62,6 +67,7 @@ def parity(
     err = Console(stderr=True, highlight=False)
     results: list[CallParity] = []
     with ModelClient(model_url, api_key=api_key) as client:
+        engine = client.engine_info()
         for n, call in enumerate(calls, start=1):
             request, recorded = call.request(), call.response.envelope()  # type: ignore[union-attr]
             started = time.monotonic()
@@ -72,7 +78,7 @@ def parity(
                                       repeats=repeat, noise=noise, seconds=elapsed))
             if not as_json:
                 err.print(f"[{n}/{len(calls)}] turn {call.turn}: {results[-1].comparison.verdict}")
-    report = summarize(trajectory.run.id, model_url, results)
+    report = summarize(trajectory.run.id, model_url, results, engine=engine.label, recorded_engines=recorded_engines(calls))
     if as_json:
         emit_json({**report.model_dump(mode="json"), "real_differences": report.real_differences})
     else:

@@ -24,6 +24,7 @@ from orchestrator.contract import ModelRequest
 from orchestrator.envelope import Attempt, Envelope, ErrorDetail, Status, Timings, Usage
 from orchestrator.logprobs import read_logprobs, token_ids
 from orchestrator.monitor import StreamMonitor
+from orchestrator.provenance import EngineInfo, probe
 from orchestrator.normalize import Cause, is_retried, status_of
 from orchestrator.retry import CircuitBreaker, RetryPolicy, decide
 
@@ -58,6 +59,7 @@ class ModelClient:
         # before the response headers. A model call lasts seconds; a connect is µs.
         limits = httpx.Limits(max_keepalive_connections=0)
         self._http = httpx.Client(transport=transport, limits=limits, follow_redirects=False)
+        self._engine: EngineInfo | None = None
 
     def __enter__(self) -> "ModelClient":
         return self
@@ -67,6 +69,13 @@ class ModelClient:
 
     def close(self) -> None:
         self._http.close()
+
+    def engine_info(self) -> EngineInfo:
+        """The engine behind ``base_url``, probed on first use and kept; from
+        then on every envelope names it (``Envelope.engine``)."""
+        if self._engine is None:
+            self._engine = probe(self.base_url, self._http)
+        return self._engine
 
     def call(self, request: ModelRequest, *, cancel: threading.Event | None = None) -> Envelope:
         start = self._clock()
@@ -169,7 +178,8 @@ class ModelClient:
             timings=timings,
             model=acc.model,
             system_fingerprint=acc.system_fingerprint,
-            engine=out.headers.get("x-inference-engine") or out.headers.get("server"),
+            engine=self._engine.label if self._engine is not None else (
+                out.headers.get("x-inference-engine") or out.headers.get("server")),
             logprobs=acc.logprobs if request.sampling.logprobs else None,
             top_logprobs=request.sampling.top_logprobs if request.sampling.logprobs else None,
             prompt_token_ids=acc.prompt_token_ids,

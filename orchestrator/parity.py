@@ -130,6 +130,8 @@ class CallParity(Frozen):
 class RunParity(Frozen):
     run_id: str
     model_url: str
+    engine: str | None = None
+    recorded_engines: tuple[str, ...] = ()
     calls: tuple[CallParity, ...]
     verdicts: dict[str, int]
     noisy_calls: int
@@ -139,9 +141,10 @@ class RunParity(Frozen):
         return self.verdicts.get("divergent", 0) + self.verdicts.get("status_changed", 0)
 
 
-def summarize(run_id: str, model_url: str, calls: Sequence[CallParity]) -> RunParity:
+def summarize(run_id: str, model_url: str, calls: Sequence[CallParity], *, engine: str | None = None,
+              recorded_engines: tuple[str, ...] = ()) -> RunParity:
     counts = Counter(c.comparison.verdict for c in calls)
     return RunParity(
-        run_id=run_id, model_url=model_url, calls=tuple(calls),
+        run_id=run_id, model_url=model_url, calls=tuple(calls), engine=engine, recorded_engines=recorded_engines,
         verdicts={v: counts.get(v, 0) for v in VERDICTS}, noisy_calls=sum(1 for c in calls if c.noise),
     )

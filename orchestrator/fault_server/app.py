@@ -63,10 +63,14 @@ class FaultState:
 
 
 class FaultApp:
-    def __init__(self, state: FaultState, model: str) -> None:
+    """``endpoints`` maps extra GET paths to the JSON they answer, so a test
+    can pose as an engine (vLLM ``/version``, llama.cpp ``/props``...)."""
+
+    def __init__(self, state: FaultState, model: str, endpoints: dict[str, Any] | None = None) -> None:
         self.state = state
         self.model = model
-        self.routes = Starlette(routes=[Route("/v1/models", self._models), Route("/health", self._health)])
+        extra = [Route(path, _fixed(value)) for path, value in (endpoints or {}).items()]
+        self.routes = Starlette(routes=[Route("/v1/models", self._models), Route("/health", self._health), *extra])
 
     async def _models(self, request: Request) -> JSONResponse:
         return JSONResponse({"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "escrow-fault-server"}]})
@@ -194,6 +198,12 @@ class FaultApp:
         async with anyio.create_task_group() as group:
             group.start_soon(play, group.cancel_scope)
             group.start_soon(watch, group.cancel_scope)
+
+
+def _fixed(value: Any):
+    async def answer(request: Request) -> JSONResponse:
+        return JSONResponse(value)
+    return answer
 
 
 async def _start(send, status: int, content_type: bytes, extra: dict[str, str] | None = None) -> None:

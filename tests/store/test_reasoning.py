@@ -78,3 +78,14 @@ def test_show_and_export_reasoning(db_path, monkeypatch):
     assistants = [m for m in example["messages"] if m["role"] == "assistant"]
     assert assistants[0]["reasoning_content"] == REASONING
     assert "reasoning_content" not in assistants[1]
+
+
+def test_report_by_engine_groups_calls_by_the_engine_that_answered(db_path, monkeypatch):
+    record_reasoning_run(db_path)  # its envelopes name no engine
+    with Store.open(f"sqlite:///{db_path}") as store:
+        synthetic.record_run(Recorder(store), turns=2, seed=4)  # answered by "llama.cpp"
+    monkeypatch.setenv("ESCROW_DB_URL", f"sqlite:///{db_path}")
+    result = CliRunner().invoke(app, ["report", "--by", "engine", "--json"])
+    assert result.exit_code == 0, result.output
+    groups = {g["engine"]: (g["runs"], g["calls"]) for g in json.loads(result.stdout)["groups"]}
+    assert groups == {"llama.cpp": (1, 2), "(unknown)": (1, 2)}
