@@ -81,3 +81,11 @@ def error_text_message(text: str) -> str | None:
         return error_message(json.loads(text))
     except ValueError:
         return None
+
+
+def quirks_markdown() -> str:
+    """The table as Markdown, for docs/ENGINES.md."""
+    lines = ["| quirk | engines | raw signal | handling |", "|---|---|---|---|"]
+    for q in QUIRKS:
+        lines.append(f"| `{q.id}` | {', '.join(q.engines)} | {q.signal} | {q.handling} |")
+    return "\n".join(lines) + "\n"

@@ -115,3 +115,12 @@ def test_quirk_reasoning_tokens_excluded():
     assumed = usage_of({"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 35,
                                                  "completion_tokens_details": {"reasoning_tokens": 30}}})
     assert (assumed.completion_tokens, assumed.reasoning_convention) == (35, "assumed_included")
+
+
+def test_the_engines_doc_shows_the_table():
+    from pathlib import Path
+
+    from orchestrator.engines import quirks_markdown
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "ENGINES.md"
+    assert quirks_markdown() in doc.read_text(encoding="utf-8")
