@@ -11,6 +11,7 @@ from rich.console import Console
 
 from cli.store_cmd import CONFIG_HELP, DB_HELP, emit_json, open_store
 from orchestrator.costing import NothingToReport
+from orchestrator.errors import ConfigError
 from orchestrator.parity import CallParity, Comparison, RunParity, compare, summarize
 
 
@@ -68,6 +69,8 @@ def parity(
     results: list[CallParity] = []
     with ModelClient(model_url, api_key=api_key) as client:
         engine = client.engine_info()
+        if not engine.reachable:
+            raise ConfigError(f"--model-url {model_url}: no server answered", model_url=model_url)
         for n, call in enumerate(calls, start=1):
             request, recorded = call.request(), call.response.envelope()  # type: ignore[union-attr]
             started = time.monotonic()

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import httpx
+from pydantic import Field
 
 from orchestrator.contract import Frozen
 
@@ -33,6 +34,7 @@ class EngineInfo(Frozen):
     version: str | None = None
     settings: dict[str, Any] = {}
     evidence: tuple[str, ...] = ()
+    reachable: bool = Field(default=True, description="False when no probe got any HTTP answer.")
 
     @property
     def label(self) -> str:
@@ -89,11 +91,13 @@ def probe(base_url: str, http: httpx.Client, *, timeout_s: float = 2.0) -> Engin
     root = base_url.rstrip("/").removesuffix("/v1")
     answers: dict[str, Any] = {}
     headers: dict[str, str] = {}
+    answered = False
     for key, path in PROBES.items():
         try:
             response = http.get(root + path, timeout=timeout_s)
         except httpx.HTTPError:
             continue
+        answered = True
         if key == "models":
             headers = dict(response.headers)
         if response.status_code == 200:
@@ -101,4 +105,5 @@ def probe(base_url: str, http: httpx.Client, *, timeout_s: float = 2.0) -> Engin
                 answers[key] = response.json()
             except ValueError:
                 pass
-    return identify(answers, headers)
+    info = identify(answers, headers)
+    return info if answered else info.model_copy(update={"reachable": False, "evidence": ("no HTTP answer",)})

@@ -17,9 +17,13 @@ bound.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from orchestrator.errors import EscrowError
+
+
+_FIELD = re.compile(r"(data|event|id|retry|error)(:|$)")
 
 
 class SSEError(EscrowError):
@@ -93,9 +97,13 @@ class SSEParser:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise SSEError(f"SSE line is not UTF-8 at byte {exc.start}: {raw[:64]!r}", kind="non_utf8") from exc
-        if self._bare or line[:1] == "{":
+        field = _FIELD.match(line) is not None
+        if line[:1] == "{" or (self._bare and not field):
             self._bare.append(line)
             return
+        if self._bare:  # a field line ends bare JSON even without a blank line
+            events.append(SSEEvent("\n".join(self._bare), "bare", self._id))
+            self._bare = []
         name, sep, value = line.partition(":")
         if sep and value[:1] == " ":
             value = value[1:]

@@ -124,3 +124,8 @@ def test_the_engines_doc_shows_the_table():
 
     doc = Path(__file__).resolve().parents[2] / "docs" / "ENGINES.md"
     assert quirks_markdown() in doc.read_text(encoding="utf-8")
+
+
+def test_bare_json_ends_at_the_next_field_line_even_without_a_blank_line():
+    events = sse_events('{"error": {"message": "boom"}}\ndata: [DONE]\n\n')
+    assert [(e.event, e.data) for e in events] == [("bare", '{"error": {"message": "boom"}}'), (None, "[DONE]")]

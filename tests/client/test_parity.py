@@ -14,6 +14,7 @@ from cli.main import app
 from orchestrator.client import ModelClient
 from orchestrator.contract import Message, ModelRequest, Sampling
 from orchestrator.envelope import Envelope, Status
+from orchestrator.errors import ConfigError, EscrowError
 from orchestrator.fault_server import Fault
 from orchestrator.parity import compare, token_divergence
 from orchestrator.logprobs import read_logprobs
@@ -164,3 +165,17 @@ def test_llama_server_is_identical_to_itself(llama_url, tmp_path):
     code, report = parity(db, run_id, base)
     assert code == 0, report
     assert report["verdicts"]["identical"] == 1
+
+
+def test_text_report_and_bad_input(srv, recorded_run):
+    db, run_id = recorded_run
+    srv.script([Fault.raw_stream(answer(NEAR_TIE)), Fault.raw_stream(answer(REAL))])
+    result = CliRunner().invoke(app, ["parity", run_id, "--model-url", srv.base_url, "--db", f"sqlite:///{db}"])
+    assert result.exit_code == 1
+    assert "near-tie; first difference at token 1: ' cat' vs ' dog'" in result.stdout
+    assert "divergent; first difference at token 2: ' sat' vs ' exploded'" in result.stdout
+    assert "2 calls: 1 near-tie, 1 divergent" in result.stdout
+    down = CliRunner().invoke(app, ["parity", run_id, "--model-url", "http://127.0.0.1:9/v1", "--db", f"sqlite:///{db}"])
+    assert isinstance(down.exception, ConfigError) and "no server answered" in str(down.exception)
+    missing = CliRunner().invoke(app, ["parity", "nosuchrun", "--model-url", srv.base_url, "--db", f"sqlite:///{db}"])
+    assert isinstance(missing.exception, EscrowError)  # a clean CLI message through escrow's main

@@ -50,7 +50,8 @@ def test_probe_over_http_names_the_engine_on_every_envelope():
 
 def test_an_unreachable_server_is_unknown_not_an_error():
     with ModelClient("http://127.0.0.1:9/v1") as client:
-        assert client.engine_info().engine == "openai-compatible"
+        info = client.engine_info()
+    assert (info.engine, info.reachable) == ("openai-compatible", False)
 
 
 def test_the_local_llama_server_is_identified(llama_url):
