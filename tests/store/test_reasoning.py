@@ -89,3 +89,19 @@ def test_report_by_engine_groups_calls_by_the_engine_that_answered(db_path, monk
     assert result.exit_code == 0, result.output
     groups = {g["engine"]: (g["runs"], g["calls"]) for g in json.loads(result.stdout)["groups"]}
     assert groups == {"llama.cpp": (1, 2), "(unknown)": (1, 2)}
+
+
+def test_report_shows_the_engine_recorded_on_the_run(db_path, monkeypatch):
+    with Store.open(f"sqlite:///{db_path}") as store:
+        recorder = Recorder(store)
+        run_id = synthetic.start(recorder, random.Random(5))
+        recorder.record_event(run_id, None, "engine", {"engine": "llama.cpp", "version": "b6510",
+                                                       "settings": {"context_length": 4096}, "evidence": ["/props"]})
+        history: list[Message] = []
+        synthetic.record_turn(recorder, run_id, 0, history, random.Random(5))
+    monkeypatch.setenv("ESCROW_DB_URL", f"sqlite:///{db_path}")
+    result = CliRunner().invoke(app, ["report", run_id, "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["engines"] == ["llama.cpp b6510 (context_length 4096)"]
+    text = CliRunner().invoke(app, ["report", run_id])
+    assert "engine llama.cpp b6510 (context_length 4096)" in text.stdout
