@@ -72,3 +72,19 @@ def test_export_tokens_writes_token_faithful_lines(srv, tmp_path):
     assert vllm["prompt_token_ids"] == [2, 105, 2364] and vllm["token_faithful"] is True
     assert (plain["token_faithful"], plain["completion_token_ids"], plain["completion_text"]) == (False, None, "plain")
     assert llama["prompt_messages"] == [{"role": "user", "content": "step 0"}]
+
+
+def test_logprobs_setting_flows_from_flags_env_and_file_into_the_run_sampling(tmp_path, monkeypatch):
+    import pytest
+
+    from cli.compose import sampling_of
+    from orchestrator.errors import ConfigError
+    from orchestrator.settings import load_settings
+
+    monkeypatch.setenv("ESCROW_HOME", str(tmp_path))
+    assert sampling_of(load_settings()).logprobs is False
+    monkeypatch.setenv("ESCROW_LOGPROBS", "3")
+    assert (sampling_of(load_settings()).logprobs, sampling_of(load_settings()).top_logprobs) == (True, 3)
+    assert sampling_of(load_settings(logprobs=5)).top_logprobs == 5  # a flag wins over the environment
+    with pytest.raises(ConfigError, match="logprobs"):
+        load_settings(logprobs=99)
