@@ -36,8 +36,8 @@ from orchestrator.sse import SSEParser  # noqa: E402
 from orchestrator.wire import WireCompletion  # noqa: E402
 
 
-def request(logprobs: int | None, *, model: str = "bench", max_tokens: int = 10_000) -> ModelRequest:
-    return ModelRequest(model=model, messages=(Message(role="user", content="Count from one to twenty."),), max_tokens=max_tokens,
+def request(logprobs: int | None, *, model: str = "bench", max_tokens: int = 10_000, prompt: str = "Count from one to twenty.") -> ModelRequest:
+    return ModelRequest(model=model, messages=(Message(role="user", content=prompt),), max_tokens=max_tokens,
                         max_payload_bytes=10_000_000, deadline_s=120,
                         sampling=Sampling(temperature=0.0, seed=1, logprobs=logprobs is not None, top_logprobs=logprobs))
 
@@ -87,10 +87,9 @@ def parity_cost(model_url: str, calls: int) -> None:
     except httpx.HTTPError as exc:
         print(f"parity against llama.cpp: skipped, no server at {base} ({type(exc).__name__})")
         return
-    req = request(5, model="gemma", max_tokens=48)
+    req = request(5, model="gemma", max_tokens=12, prompt="Say hi in three words.")
     with ModelClient(base) as client:
-        recorded = client.call(req)
-        assert recorded.status in (Status.COMPLETED, Status.TRUNCATED), recorded.error
+        recorded = client.call(req)  # timed whatever its status: parity re-sends faulted calls too
         resend_s, parity_s, verdicts = [], [], []
         for _ in range(calls):
             resend_s += timed(lambda: client.call(req), 1)
@@ -102,7 +101,8 @@ def parity_cost(model_url: str, calls: int) -> None:
             compare(recorded, recorded)
         compare_us = (time.perf_counter() - t0) * 1e3
     r, q = statistics.median(resend_s) * 1e3, statistics.median(parity_s) * 1e3
-    print(f"parity against {base} ({calls} calls per side, medians, {len(recorded.logprobs or [])} tokens with top-5)")
+    print(f"parity against {base} ({calls} calls per side, medians, {len(recorded.logprobs or [])} tokens with top-5,"
+          f" recorded status {recorded.status.value})")
     print(f"  plain re-send ms {r:.1f}   parity call ms {q:.1f}   ratio {q / r:.3f}   compare alone {compare_us:.1f} us")
     print(f"  verdicts: {dict((v, verdicts.count(v)) for v in set(verdicts))}")
 
@@ -112,8 +112,10 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=2000)
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--model-url", default=os.environ.get("ESCROW_TEST_LLAMA_URL", "http://127.0.0.1:8088"))
+    parser.add_argument("--parity-only", action="store_true", help="skip the logprobs part")
     opts = parser.parse_args()
-    logprobs_overhead(opts.tokens, opts.calls)
+    if not opts.parity_only:
+        logprobs_overhead(opts.tokens, opts.calls)
     parity_cost(opts.model_url, max(3, opts.calls // 4))
 
 
