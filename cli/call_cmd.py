@@ -44,7 +44,9 @@ def render_envelope(envelope: Envelope, console: Console) -> None:
     table.add_row("model", f"{envelope.model} (engine {envelope.engine}, fingerprint {envelope.system_fingerprint})")
     u = envelope.usage
     table.add_row("usage", f"prompt {u.prompt_tokens} ({u.prompt_source}), cached {u.cached_prompt_tokens} "
-                           f"({u.cached_source}), completion {u.completion_tokens} ({u.completion_source})")
+                           f"({u.cached_source}), completion {u.completion_tokens} ({u.completion_source})"
+                           + (f", from {u.server_block}" if u.server_block else "")
+                           + (f", reasoning {u.reasoning_tokens} ({u.reasoning_convention})" if u.reasoning_tokens is not None else ""))
     t = envelope.timings
     ttft = "-" if t.ttft_s is None else f"{t.ttft_s * 1000:.0f} ms"
     decode = "-" if t.decode_s is None else f"{t.decode_s * 1000:.0f} ms"
@@ -53,8 +55,14 @@ def render_envelope(envelope: Envelope, console: Console) -> None:
         f"#{a.number} {a.status.value}" + (f" {a.http_status}" if a.http_status else "") + (f" then wait {a.backoff_s:.2f}s" if a.backoff_s else "")
         for a in envelope.attempts
     ))
+    if envelope.logprobs is not None:
+        ids = "with" if envelope.completion_token_ids is not None else "without"
+        table.add_row("logprobs", f"{len(envelope.logprobs)} tokens, top-{envelope.top_logprobs}, {ids} token ids")
     console.print(table)
     payload = envelope.payload
+    if payload.reasoning:
+        console.rule("reasoning")
+        console.print(payload.reasoning, highlight=False, markup=False)
     if payload.refusal:
         console.print(f"[magenta]refusal:[/] {payload.refusal}", highlight=False, markup=False)
     for call in payload.tool_calls:
@@ -75,6 +83,8 @@ def call(
     schema_style: str = typer.Option("json_schema", "--schema-style", help="How to send the schema: json_schema (OpenAI, vLLM) or json_object (llama-cpp-python)."),
     deadline: float = typer.Option(120.0, "--deadline", min=0.001, help="T_max in seconds, for the whole call."),
     temperature: float = typer.Option(None, "--temperature", help="Sampling temperature (settings: temperature)."),
+    logprobs: int = typer.Option(None, "--logprobs", min=0, max=20, help="Record per-token logprobs with the K most likely alternatives."),
+    token_ids: bool = typer.Option(False, "--token-ids", help="Ask for token ids too (vLLM return_token_ids; llama.cpp sends them with logprobs)."),
     as_json: bool = typer.Option(False, "--json", help="Print the Envelope as JSON."),
 ) -> None:
     """Make one model call and print its Envelope. Exits 0 only when the status is COMPLETED."""
@@ -91,7 +101,11 @@ def call(
         deadline_s=deadline,
         stream=stream,
         response_format=_schema_format(json_schema, schema_style) if json_schema else None,
-        sampling=Sampling(temperature=settings.temperature if temperature is None else temperature, seed=settings.seed),
+        sampling=Sampling(
+            temperature=settings.temperature if temperature is None else temperature, seed=settings.seed,
+            logprobs=logprobs is not None, top_logprobs=logprobs,
+            extra={"return_token_ids": True} if token_ids else {},
+        ),
     )
     with ModelClient(settings.model_url, api_key=settings.api_key) as client:
         envelope = client.call(request)

@@ -81,7 +81,15 @@ def make_spec(
         deadline_s=settings.deadline_s,
         stop=protocol_named(settings.tool_protocol).stop,
         stream=settings.stream,
-        sampling=Sampling(temperature=settings.temperature, seed=settings.seed),
+        sampling=sampling_of(settings),
         tokenizer=probe.counter.name,
         limits=policy.limits,
     )
+
+
+def sampling_of(settings: Settings) -> Sampling:
+    """Sampling from the settings; ``logprobs`` K asks for the top-K
+    alternatives of every token, recorded for ``escrow parity`` and
+    ``escrow export --tokens``."""
+    return Sampling(temperature=settings.temperature, seed=settings.seed,
+                    logprobs=settings.logprobs is not None, top_logprobs=settings.logprobs)

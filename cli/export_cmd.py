@@ -17,6 +17,7 @@ from orchestrator.costing import NothingToReport
 from orchestrator.errors import ConfigError
 from store import Store
 from store.reports import FORMATS, ExportError, conversation, event_lines, is_verified_pass, run_ids
+from store.reports.tokens import token_lines
 
 
 @contextmanager
@@ -35,7 +36,8 @@ def write_line(out: IO[str], value: dict[str, Any]) -> None:
     out.write(json.dumps(value, ensure_ascii=False, sort_keys=False) + "\n")
 
 
-def export_run(store: Store, run_id: str, fmt: str, include_unverified: bool, out: IO[str], *, single: bool) -> str | None:
+def export_run(store: Store, run_id: str, fmt: str, include_unverified: bool, out: IO[str], *, single: bool,
+               reasoning: bool = False, tokens: bool = False) -> str | None:
     """Write one run; returns why it was skipped, or None when written."""
     trajectory = store.trajectory(run_id)
     if fmt == "events-jsonl":
@@ -47,8 +49,12 @@ def export_run(store: Store, run_id: str, fmt: str, include_unverified: bool, ou
         if single:
             raise ExportError(f"{reason}; add --include-unverified to export it anyway", run_id=trajectory.run.id)
         return reason
+    if tokens:
+        for line in token_lines(trajectory):
+            write_line(out, line)
+        return None
     try:
-        write_line(out, conversation(trajectory))
+        write_line(out, conversation(trajectory, reasoning=reasoning))
     except ExportError as exc:
         if single:
             raise
@@ -61,6 +67,8 @@ def export(
     all_runs: bool = typer.Option(False, "--all", help="Export every run in the store."),
     fmt: str = typer.Option("messages-jsonl", "--format", help=f"One of: {', '.join(FORMATS)}."),
     include_unverified: bool = typer.Option(False, "--include-unverified", help="messages-jsonl: also runs without a PASS verdict."),
+    tokens: bool = typer.Option(False, "--tokens", help="One token-faithful line per call (token ids, tokens, logprobs as the engine sent them) instead of one conversation per run."),
+    reasoning: bool = typer.Option(False, "--reasoning", help="messages-jsonl: add the recorded reasoning to assistant messages as reasoning_content."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     config: Path | None = typer.Option(None, "--config", help=CONFIG_HELP),
@@ -73,6 +81,8 @@ def export(
         raise ConfigError(f"--format takes one of {', '.join(FORMATS)}, not {fmt!r}")
     if all_runs == (run is not None):
         raise ConfigError("give a run id or --all (not both)")
+    if tokens and fmt != "messages-jsonl":
+        raise ConfigError("--tokens replaces the messages-jsonl lines; it does not combine with --format")
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     with open_store(db, config) as store:
         ids = run_ids_for(store) if all_runs else [store.resolve(run or "")]
@@ -81,7 +91,7 @@ def export(
         skipped: list[str] = []
         with sink(output) as out:
             for run_id in ids:
-                reason = export_run(store, run_id, fmt, include_unverified, out, single=not all_runs)
+                reason = export_run(store, run_id, fmt, include_unverified, out, single=not all_runs, reasoning=reasoning, tokens=tokens)
                 if reason:
                     skipped.append(reason)
     written = len(ids) - len(skipped)

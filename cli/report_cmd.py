@@ -70,6 +70,8 @@ def print_run(report: RunCost) -> None:
     out = console()
     out.print(f"run {report.run_id}  model {report.model}  status {report.status}  verdict {report.verdict or '-'}"
               f"  price table {report.price_version}")
+    if report.engines:
+        out.print(f"engine {'; '.join(report.engines)}", markup=False)
     for warning in report.warnings:
         out.print(f"[yellow]warning:[/] {warning}")
     out.print(rich_table("cost per turn", line_rows(report), TURN_COLUMNS))

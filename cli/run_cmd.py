@@ -39,6 +39,7 @@ def run(
     context_window: int = typer.Option(None, "--context-window", min=256, help="S_max when the server does not report it."),
     temperature: float = typer.Option(None, "--temperature", min=0),
     seed: int = typer.Option(None, "--seed"),
+    logprobs: int = typer.Option(None, "--logprobs", min=0, max=20, help="Record per-token logprobs with the top K alternatives."),
     tool_protocol: str = typer.Option(None, "--tool-protocol", help="native (OpenAI tools) or text (search/replace blocks)."),
     system_role: str = typer.Option(None, "--system-role", help="system, or user for chat templates without a system turn."),
     tokenizer: str = typer.Option(None, "--tokenizer", help="auto, server, or cl100k_base."),
@@ -53,7 +54,7 @@ def run(
     Exit code: 0 when the verifier passed, 1 for any other verdict, 2 for a usage or set-up error."""
     settings = load_settings(
         config, model_url=model_url, model=model, policy=policy, max_turns=max_turns, budget_usd=budget_usd,
-        max_output_tokens=max_tokens, context_window=context_window, temperature=temperature, seed=seed,
+        max_output_tokens=max_tokens, context_window=context_window, temperature=temperature, seed=seed, logprobs=logprobs,
         tool_protocol=tool_protocol, system_role=system_role, tokenizer=tokenizer, log_json=log_json, stream=stream,
     )
     configure_logging(json_lines=settings.log_json)

@@ -113,6 +113,7 @@ def execute_run(
                 recorder.finish_run(run_id, verdict.value, f"sandbox did not start: {exc!r}")
                 raise
             with sandbox, ModelClient(settings.model_url, api_key=settings.api_key) as client:
+                recorder.record_event(run_id, None, "engine", client.engine_info().model_dump(mode="json"))
                 tools = SandboxTools(ToolBox(sandbox, policy, verifier_command=verifier), policy)
                 agent = build_agent(
                     spec, counter=probe.counter, model=client, tools=tools, journal=journal,

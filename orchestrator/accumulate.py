@@ -1,7 +1,11 @@
 """Accumulates a response, streamed or whole, into one payload. Pure.
 
 Streamed tool calls arrive as deltas keyed by ``index``: the id and name
-usually come once, the arguments in pieces. Every piece passes the stream
+usually come once, the arguments in pieces. Some servers repeat the whole
+name in later deltas; a name equal to the one already held is that repeat,
+not a continuation (quirk ``repeated_tool_name``). Reasoning deltas
+(``reasoning_content`` or ``reasoning``) are kept apart from the text and
+staged against M_max like any other byte. Every piece passes the stream
 monitor as it arrives; the first Trip is kept and the caller cancels. A
 non-streamed message goes through the same path as one big delta, so both
 modes obey the same invariants.
@@ -14,7 +18,7 @@ from typing import Any
 from orchestrator.contract import ToolCall
 from orchestrator.envelope import Payload
 from orchestrator.monitor import StreamMonitor, Trip
-from orchestrator.wire import WireCompletion, WireError, WireMessage, WireTimings, WireUsage
+from orchestrator.wire import WireCompletion, WireMessage, WireTimings, WireUsage
 
 
 class _ToolCallParts:
@@ -32,14 +36,16 @@ class ResponseAccumulator:
         self.keep_logprobs = keep_logprobs
         self.text: list[str] = []
         self.refusal: list[str] = []
+        self.reasoning: list[str] = []
         self.tool_calls: dict[int, _ToolCallParts] = {}
         self.finish_reason: str | None = None
         self.usage: WireUsage | None = None
         self.timings: WireTimings | None = None
         self.model: str | None = None
         self.system_fingerprint: str | None = None
-        self.error: WireError | None = None
         self.logprobs: list[Any] | None = [] if keep_logprobs else None
+        self.prompt_token_ids: list[int] | None = None
+        self.token_ids: list[int] | None = None
         self.trip: Trip | None = None
         self.chunks = 0
 
@@ -54,8 +60,9 @@ class ResponseAccumulator:
             self.usage = body.usage
         if body.timings is not None:
             self.timings = body.timings
-        if body.error is not None and self.error is None:
-            self.error = body.error
+        prompt_ids = (body.model_extra or {}).get("prompt_token_ids")
+        if isinstance(prompt_ids, list):
+            self.prompt_token_ids = prompt_ids  # vLLM return_token_ids
         got_payload = False
         for choice in body.choices:
             if choice.index != 0:
@@ -67,6 +74,9 @@ class ResponseAccumulator:
                 self.finish_reason = choice.finish_reason
             if self.keep_logprobs and choice.logprobs is not None and choice.logprobs.content:
                 self.logprobs.extend(choice.logprobs.content)  # type: ignore[union-attr]
+            ids = (choice.model_extra or {}).get("token_ids")
+            if isinstance(ids, list):
+                self.token_ids = (self.token_ids or []) + ids
         return got_payload
 
     def _message(self, message: WireMessage) -> bool:
@@ -75,6 +85,11 @@ class ResponseAccumulator:
             got = True
             self.text.append(message.content)
             self._check(self.monitor.content(message.content))
+        reasoning = message.reasoning_content or message.reasoning
+        if reasoning:
+            got = True
+            self.reasoning.append(reasoning)
+            self._check(self.monitor.other(reasoning))
         if message.refusal:
             got = True
             self.refusal.append(message.refusal)
@@ -85,12 +100,12 @@ class ResponseAccumulator:
             parts = self.tool_calls.get(index)
             if parts is None:
                 parts = self.tool_calls[index] = _ToolCallParts()
-            if call.id:
+            if call.id and call.id != parts.id:
                 parts.id = call.id
                 self._check(self.monitor.other(call.id))
             function = call.function
             if function is not None:
-                if function.name:
+                if function.name and function.name != parts.name:
                     parts.name += function.name
                     self._check(self.monitor.other(function.name))
                 if function.arguments:
@@ -108,4 +123,5 @@ class ResponseAccumulator:
             for index, parts in sorted(self.tool_calls.items())
         )
         refusal = "".join(self.refusal) or None
-        return Payload(text="".join(self.text), tool_calls=calls, refusal=refusal)
+        reasoning = "".join(self.reasoning) or None
+        return Payload(text="".join(self.text), tool_calls=calls, refusal=refusal, reasoning=reasoning)

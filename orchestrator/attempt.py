@@ -16,9 +16,10 @@ import httpx
 from pydantic import ValidationError
 
 from orchestrator.accumulate import ResponseAccumulator
+from orchestrator.engines import error_message, error_text_message
 from orchestrator.normalize import Cause, error_object_cause, finish_cause, http_cause
 from orchestrator.retry import parse_retry_after
-from orchestrator.sse import SSEError, SSEParser
+from orchestrator.sse import SSEError, SSEEvent, SSEParser
 from orchestrator.watchdog import Watchdog
 from orchestrator.wire import WireCompletion, WireErrorBody
 
@@ -130,9 +131,9 @@ def _read_sse(response, out: AttemptOutcome, body_cap: int, clock, dog: Watchdog
         for chunk in response.iter_bytes():
             _capture(out, chunk)
             for event in parser.feed(chunk):
-                _on_event(event.data, out, clock, dog)
+                _on_event(event, out, clock, dog)
         for event in parser.close():
-            _on_event(event.data, out, clock, dog)
+            _on_event(event, out, clock, dog)
     except SSEError as exc:
         cause = Cause.NON_UTF8 if exc.kind == "non_utf8" else Cause.PAYLOAD_TOO_LARGE
         if cause is Cause.PAYLOAD_TOO_LARGE:
@@ -141,22 +142,41 @@ def _read_sse(response, out: AttemptOutcome, body_cap: int, clock, dog: Watchdog
     _finish(acc, "stream ended")
 
 
-def _on_event(data: str, out: AttemptOutcome, clock, dog: Watchdog) -> None:
-    acc = out.acc
+def _on_event(event: SSEEvent, out: AttemptOutcome, clock, dog: Watchdog) -> None:
+    acc, data = out.acc, event.data
+    if event.event in ("error", "bare"):
+        _in_band_error(event)
     if data.strip() == "[DONE]":
         _finish(acc, "[DONE] arrived")
     try:
         chunk = WireCompletion.model_validate_json(data)
     except ValidationError as exc:
         raise _Finished(Cause.MALFORMED_PROTOCOL, f"chunk {acc.chunks + 1} is not a completion chunk: {_first_error(exc)}") from exc
+    _error_object(chunk, "stream")
     if acc.add(chunk) and out.first_payload_at is None:
         out.first_payload_at = clock()
     if acc.trip is not None:
         dog.fire(acc.trip.cause)  # cut the connection before anything else: the server must stop decoding
         raise _Finished(acc.trip.cause, acc.trip.detail)
-    if acc.error is not None:
-        message = acc.error.message or str(acc.error.model_dump())
-        raise _Finished(error_object_cause(message), f"error object in stream: {message[:500]}")
+
+
+def _in_band_error(event: SSEEvent) -> None:
+    """An ``error`` event or bare JSON inside a 200 stream: the server's own
+    report of a failure, never a dropped connection, so never retried."""
+    message = error_text_message(event.data)
+    if event.event == "bare" and message is None:
+        raise _Finished(Cause.MALFORMED_PROTOCOL, f"JSON outside SSE framing: {event.data[:200]!r}")
+    if message is None:
+        message = event.data.strip() or "(no message)"
+    what = "bare JSON error" if event.event == "bare" else "error event"
+    raise _Finished(error_object_cause(message), f"{what} in stream: {message[:500]}")
+
+
+def _error_object(body: WireCompletion, where: str) -> None:
+    if body.error is None and body.object != "error":
+        return
+    message = error_message(body.model_dump(mode="json")) or "(no message)"
+    raise _Finished(error_object_cause(message), f"error object in {where}: {message[:500]}")
 
 
 def _finish(acc: ResponseAccumulator, how: str) -> None:
@@ -186,9 +206,7 @@ def _read_body(response: httpx.Response, out: AttemptOutcome, body_cap: int, clo
     except ValidationError as exc:
         raise _Finished(Cause.MALFORMED_PROTOCOL, f"response body is not a completion: {_first_error(exc)}") from exc
     acc = out.acc
-    if whole.error is not None:
-        message = whole.error.message or str(whole.error.model_dump())
-        raise _Finished(error_object_cause(message), f"error object in response: {message[:500]}")
+    _error_object(whole, "response")
     if not whole.choices:
         raise _Finished(Cause.MALFORMED_PROTOCOL, "response has no choices")
     acc.add(whole)

@@ -6,8 +6,12 @@ SGLang report them as ``usage.prompt_tokens_details.cached_tokens``.
 llama.cpp's server reports its own ``timings`` block (``prompt_n`` computed,
 ``cache_n`` reused) and, depending on version, a ``prompt_tokens`` that may
 leave the cached part out; taking ``max(prompt_tokens, prompt_n + cache_n)``
-gives the whole prompt either way without counting the cache twice.
-llama-cpp-python sends no usage at all while streaming.
+gives the whole prompt either way without counting the cache twice. Some
+llama.cpp versions send ``timings`` and no ``usage``: the whole prompt is then
+``prompt_n + cache_n`` and the completion ``predicted_n``, all the server's
+own figures (``server_block`` says which block they came from). The cached
+count never exceeds the prompt. llama-cpp-python sends no usage at all while
+streaming: the figures are then estimated and marked so.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from orchestrator.context.counting import MessageCounter
 from orchestrator.context.tokenizer import FunctionCounter, TiktokenCounter
 from orchestrator.contract import ModelRequest
 from orchestrator.envelope import Payload, Usage
+from orchestrator.wire import WireUsage
 
 TokenEstimator = Callable[[str], int]
 
@@ -37,7 +42,7 @@ def estimate_prompt_tokens(request: ModelRequest, estimate: TokenEstimator) -> i
 
 
 def estimate_completion_tokens(payload: Payload, estimate: TokenEstimator) -> int:
-    parts = [payload.text, payload.refusal or ""]
+    parts = [payload.reasoning or "", payload.text, payload.refusal or ""]
     for call in payload.tool_calls:
         parts += [call.name, call.arguments]
     text = "".join(parts)
@@ -50,20 +55,26 @@ def resolve_usage(
     wire, timings = acc.usage, acc.timings
     fields: dict = {}
     prompt = wire.prompt_tokens if wire is not None else None
+    completion = wire.completion_tokens if wire is not None else None
     cached = None
     if wire is not None and wire.prompt_tokens_details is not None:
         cached = wire.prompt_tokens_details.cached_tokens
-    if timings is not None and timings.cache_n is not None:
-        if cached is None:
+    blocks = ["usage"] if wire is not None and (prompt is not None or completion is not None) else []
+    if timings is not None and (timings.prompt_n is not None or timings.predicted_n is not None):
+        blocks.append("timings")
+        if cached is None and timings.cache_n is not None:
             cached = timings.cache_n
-        if prompt is not None and timings.prompt_n is not None:
-            prompt = max(prompt, timings.prompt_n + timings.cache_n)
+        if timings.prompt_n is not None:
+            whole = timings.prompt_n + (timings.cache_n or 0)
+            prompt = whole if prompt is None else max(prompt, whole)
+        if completion is None and timings.predicted_n is not None:
+            completion = timings.predicted_n
+    if blocks:
+        fields["server_block"] = "+".join(blocks)
     if prompt is not None:
         fields.update(prompt_tokens=prompt, prompt_source="server")
-    if cached is not None:
-        fields.update(cached_prompt_tokens=min(cached, prompt if prompt is not None else cached), cached_source="server")
-    if wire is not None and wire.completion_tokens is not None:
-        fields.update(completion_tokens=wire.completion_tokens, completion_source="server")
+    if completion is not None:
+        fields.update(completion_source="server", **_reasoning(wire, prompt, completion))
     if estimate is not None:
         try:
             if "prompt_tokens" not in fields:
@@ -72,4 +83,27 @@ def resolve_usage(
                 fields.update(completion_tokens=estimate_completion_tokens(payload, estimate), completion_source="estimated")
         except Exception:  # a broken estimator leaves the figures "absent"; it must never fail the call
             pass
+    if cached is not None:
+        # A part of the prompt, never more: an estimated prompt below the
+        # server's cached count is raised to it rather than the other way round.
+        if fields.get("prompt_source") == "estimated" and fields["prompt_tokens"] < cached:
+            fields["prompt_tokens"] = cached
+        fields.update(cached_prompt_tokens=min(cached, fields.get("prompt_tokens", cached)), cached_source="server")
     return Usage(**fields)
+
+
+def _reasoning(wire: WireUsage | None, prompt: int | None, completion: int) -> dict:
+    """Completion tokens with reasoning included, and the convention the
+    server used (quirk ``reasoning_tokens_excluded``)."""
+    details = wire.completion_tokens_details if wire is not None else None
+    reasoning = details.reasoning_tokens if details is not None else None
+    if reasoning is None:
+        return {"completion_tokens": completion}
+    total = wire.total_tokens if wire is not None else None
+    if total is not None and prompt is not None and reasoning and total == prompt + completion + reasoning:
+        convention, completion = "excluded", completion + reasoning
+    elif total is not None and prompt is not None and total == prompt + completion:
+        convention = "included"
+    else:
+        convention = "assumed_included"
+    return {"completion_tokens": completion, "reasoning_tokens": reasoning, "reasoning_convention": convention}

@@ -22,7 +22,9 @@ from orchestrator.call_usage import TokenEstimator, default_estimator, resolve_u
 from orchestrator.canonical import canonical_bytes
 from orchestrator.contract import ModelRequest
 from orchestrator.envelope import Attempt, Envelope, ErrorDetail, Status, Timings, Usage
+from orchestrator.logprobs import read_logprobs, token_ids
 from orchestrator.monitor import StreamMonitor
+from orchestrator.provenance import EngineInfo, probe
 from orchestrator.normalize import Cause, is_retried, status_of
 from orchestrator.retry import CircuitBreaker, RetryPolicy, decide
 
@@ -59,6 +61,7 @@ class ModelClient:
         # before the response headers. A model call lasts seconds; a connect is µs.
         limits = httpx.Limits(max_keepalive_connections=0)
         self._http = httpx.Client(transport=transport, limits=limits, follow_redirects=False)
+        self._engine: EngineInfo | None = None
 
     def __enter__(self) -> "ModelClient":
         return self
@@ -68,6 +71,13 @@ class ModelClient:
 
     def close(self) -> None:
         self._http.close()
+
+    def engine_info(self) -> EngineInfo:
+        """The engine behind ``base_url``, probed on first use and kept; from
+        then on every envelope names it (``Envelope.engine``)."""
+        if self._engine is None:
+            self._engine = probe(self.base_url, self._http)
+        return self._engine
 
     def call(self, request: ModelRequest, *, cancel: threading.Event | None = None) -> Envelope:
         start = self._clock()
@@ -170,14 +180,25 @@ class ModelClient:
             timings=timings,
             model=acc.model,
             system_fingerprint=acc.system_fingerprint,
-            engine=out.headers.get("x-inference-engine") or out.headers.get("server"),
+            engine=self._engine.label if self._engine is not None else (
+                out.headers.get("x-inference-engine") or out.headers.get("server")),
             logprobs=acc.logprobs if request.sampling.logprobs else None,
+            top_logprobs=request.sampling.top_logprobs if request.sampling.logprobs else None,
+            prompt_token_ids=acc.prompt_token_ids,
+            completion_token_ids=_completion_ids(acc),
             error=None if status is Status.COMPLETED else ErrorDetail(kind=out.cause.value, message=out.message),
             attempts=tuple(attempts),
             request_sha256=request.sha256(),
             payload_bytes=acc.monitor.staged_bytes,
             raw_response=raw,
         )
+
+
+def _completion_ids(acc: ResponseAccumulator) -> list[int] | None:
+    """The choice's ``token_ids`` if sent, else the ids on the logprob entries."""
+    if acc.token_ids is not None:
+        return acc.token_ids
+    return token_ids(read_logprobs(acc.logprobs)) if acc.logprobs else None
 
 
 def _wants_json(request: ModelRequest) -> bool:

@@ -15,6 +15,13 @@ from pydantic import Field
 from orchestrator.contract import Frozen, ToolCall
 
 FigureSource = Literal["server", "estimated", "absent"]
+# Which server block the "server" figures came from: OpenAI-style ``usage``,
+# llama.cpp's ``timings`` or both.
+ServerBlock = Literal["usage", "timings", "usage+timings"]
+# How the server counted reasoning tokens: inside ``completion_tokens``
+# (OpenAI's convention), outside it (total = prompt + completion + reasoning),
+# or assumed inside because no total told them apart.
+ReasoningConvention = Literal["included", "excluded", "assumed_included"]
 
 
 class Status(str, Enum):
@@ -29,7 +36,9 @@ class Status(str, Enum):
 
 class Usage(Frozen):
     """Token counts. ``cached_prompt_tokens`` is a *part of* ``prompt_tokens``,
-    never an addition to it."""
+    never an addition to it, and never more. ``completion_tokens`` always
+    includes ``reasoning_tokens``, whatever convention the server used
+    (``reasoning_convention`` records which it was)."""
 
     prompt_tokens: int = 0
     cached_prompt_tokens: int = 0
@@ -37,6 +46,9 @@ class Usage(Frozen):
     prompt_source: FigureSource = "absent"
     cached_source: FigureSource = "absent"
     completion_source: FigureSource = "absent"
+    server_block: ServerBlock | None = None
+    reasoning_tokens: int | None = None
+    reasoning_convention: ReasoningConvention | None = None
 
     @property
     def prefilled_tokens(self) -> int:
@@ -70,9 +82,14 @@ class Attempt(Frozen):
 
 
 class Payload(Frozen):
+    """What the model produced. ``reasoning`` is the engine's separated
+    reasoning (``reasoning_content``/``reasoning`` deltas): recorded, shown
+    and exportable, never released as text nor fed back as history."""
+
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     refusal: str | None = None
+    reasoning: str | None = None
 
 
 class Envelope(Frozen):
@@ -85,7 +102,10 @@ class Envelope(Frozen):
     model: str | None = None
     system_fingerprint: str | None = None
     engine: str | None = None
-    logprobs: list[Any] | None = None
+    logprobs: list[Any] | None = Field(default=None, description="The engine's per-token entries, verbatim.")
+    top_logprobs: int | None = Field(default=None, description="K asked for with the logprobs.")
+    prompt_token_ids: tuple[int, ...] | None = None
+    completion_token_ids: tuple[int, ...] | None = None
     error: ErrorDetail | None = None
     attempts: tuple[Attempt, ...] = ()
     request_sha256: str | None = None

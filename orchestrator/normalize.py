@@ -64,7 +64,7 @@ TABLE: dict[Cause, Row] = {
     Cause.EXTERNAL_CANCEL: Row(S.CANCELED, "the caller's cancel event was set"),
     Cause.ENGINE_ERROR: Row(S.FAULTED, "HTTP 500, 501 or any other 5xx not listed above"),
     Cause.CONTEXT_OVERFLOW: Row(S.FAULTED, "the server says the prompt exceeds the context window (HTTP 4xx/5xx or an error object)"),
-    Cause.STREAM_ERROR: Row(S.FAULTED, 'an `{"error": ...}` object inside a 200 response or stream'),
+    Cause.STREAM_ERROR: Row(S.FAULTED, 'an error reported inside a 200 response or stream: an `{"error": ...}` or `{"object": "error"}` chunk, an `event: error` or `error:` SSE field, bare JSON; the message is kept'),
     Cause.HTTP_ERROR: Row(S.FAULTED, "any other non-2xx status (400, 401, 403, 404, 422, 3xx...)"),
     Cause.MALFORMED_PROTOCOL: Row(S.FAULTED, "body or SSE chunk is not the expected JSON; no choices; `[DONE]` without a finish reason"),
     Cause.NON_UTF8: Row(S.FAULTED, "body or SSE line is not valid UTF-8"),

@@ -42,6 +42,7 @@ class Settings(BaseModel):
     stream: bool = True
     temperature: float = 0.0
     seed: int | None = 0
+    logprobs: int | None = Field(default=None, ge=0, le=20, description="Top-k logprobs recorded per token; None: none.")
     log_json: bool = False
 
     @property

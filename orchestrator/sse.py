@@ -6,16 +6,24 @@ two network reads is never mis-decoded; a line that is not UTF-8 at all raises
 ``SSEError`` rather than being silently replaced. Tolerances, because real
 servers differ: CRLF, CR or LF line ends, ``data:`` with or without the space,
 comments and unknown fields ignored, and a final event without its blank line
-is still delivered at end of stream. A line longer than ``max_line_bytes``
+is still delivered at end of stream. Two engine quirks (``orchestrator.engines``)
+are read rather than dropped: an ``error:`` field (llama.cpp) becomes an event
+named ``error``, and lines outside SSE framing that open with ``{`` (a bare
+JSON error body) are gathered, up to the next blank line, into an event named
+``bare``. A line longer than ``max_line_bytes``
 raises, so a server that never sends a newline cannot grow the buffer without
 bound.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from orchestrator.errors import EscrowError
+
+
+_FIELD = re.compile(r"(data|event|id|retry|error)(:|$)")
 
 
 class SSEError(EscrowError):
@@ -42,6 +50,7 @@ class SSEParser:
         self._data: list[str] = []
         self._event: str | None = None
         self._id: str | None = None
+        self._bare: list[str] = []
         self.bytes_seen = 0
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
@@ -88,6 +97,13 @@ class SSEParser:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise SSEError(f"SSE line is not UTF-8 at byte {exc.start}: {raw[:64]!r}", kind="non_utf8") from exc
+        field = _FIELD.match(line) is not None
+        if line[:1] == "{" or (self._bare and not field):
+            self._bare.append(line)
+            return
+        if self._bare:  # a field line ends bare JSON even without a blank line
+            events.append(SSEEvent("\n".join(self._bare), "bare", self._id))
+            self._bare = []
         name, sep, value = line.partition(":")
         if sep and value[:1] == " ":
             value = value[1:]
@@ -97,9 +113,15 @@ class SSEParser:
             self._event = value
         elif name == "id":
             self._id = value
+        elif name == "error":
+            self._data.append(value)
+            self._event = "error"
 
     def _dispatch(self, events: list[SSEEvent]) -> None:
         if self._data:
             events.append(SSEEvent("\n".join(self._data), self._event, self._id))
+        if self._bare:
+            events.append(SSEEvent("\n".join(self._bare), "bare", self._id))
         self._data = []
+        self._bare = []
         self._event = None

@@ -22,11 +22,16 @@ class WirePromptDetails(Wire):
     cached_tokens: int | None = None
 
 
+class WireCompletionDetails(Wire):
+    reasoning_tokens: int | None = None
+
+
 class WireUsage(Wire):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     total_tokens: int | None = None
     prompt_tokens_details: WirePromptDetails | None = None
+    completion_tokens_details: WireCompletionDetails | None = None
 
 
 class WireTimings(Wire):
@@ -66,6 +71,10 @@ class WireMessage(Wire):
     content: str | None = None
     refusal: str | None = None
     tool_calls: list[WireToolCall] | None = None
+    # Reasoning parsers: DeepSeek, SGLang and vLLM < 0.10 say ``reasoning_content``;
+    # vLLM >= 0.10 and Ollama's OpenAI layer say ``reasoning``.
+    reasoning_content: str | None = None
+    reasoning: str | None = None
 
 
 class WireLogprobs(Wire):
@@ -91,7 +100,7 @@ class WireCompletion(Wire):
     choices: list[WireChoice] = []
     usage: WireUsage | None = None
     timings: WireTimings | None = None
-    error: WireError | None = None
+    error: WireError | str | None = None
 
 
 class WireErrorBody(Wire):

@@ -61,6 +61,15 @@ V3_INDEXES = (
 )
 
 
+# (table, column, SQL type): nullable columns added by migration 4. NULL
+# columns are left out of the hashed row form, so old chains stay valid.
+V4_COLUMNS = (
+    ("model_responses", "reasoning", "TEXT"),
+    ("model_responses", "reasoning_tokens", "INTEGER"),
+    ("model_responses", "reasoning_convention", "VARCHAR"),
+)
+
+
 def _create_indexes(conn: Connection, specs: tuple[tuple[str, str, tuple[str, ...]], ...]) -> None:
     meta = MetaData()
     for table_name, index_name, columns in specs:
@@ -79,10 +88,19 @@ def _report_indexes(conn: Connection) -> None:
     _create_indexes(conn, V3_INDEXES)
 
 
+def _reasoning_columns(conn: Connection) -> None:
+    """The model's separated reasoning (``reasoning_content``/``reasoning``)
+    and ``completion_tokens_details.reasoning_tokens`` with its convention."""
+    for table_name, column, sql_type in V4_COLUMNS:
+        if column not in {c["name"] for c in inspect(conn).get_columns(table_name)}:
+            conn.exec_driver_sql(f'ALTER TABLE {table_name} ADD COLUMN "{column}" {sql_type}')
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "runs, turns, model calls and responses, attempts, candidates, transitions, tool executions, events", _baseline),
     Migration(2, "indexes for listing runs, request look-up and reports", _listing_indexes),
     Migration(3, "covering index for aggregate reports", _report_indexes),
+    Migration(4, "reasoning text and reasoning token columns on model responses", _reasoning_columns),
 )
 LATEST = MIGRATIONS[-1].version
 

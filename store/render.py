@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from store.chain import ChainCheck
-from store.views import RunSummary, Trajectory, TurnRecord
+from store.views import ResponseView, RunSummary, Trajectory, TurnRecord
 
 _SPAN = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -103,6 +103,8 @@ def turn_lines(record: TurnRecord) -> list[str]:
         )
         if resp.error_message:
             lines.append(f"    error {resp.error_type}: {clip(resp.error_message, 90)}")
+        if resp.reasoning:
+            lines.append(f"    reasoning {reasoning_figures(resp)}: {clip(resp.reasoning, 200)}")
     executions = {e.candidate_id: e for e in record.tool_executions}
     for cand in record.candidates:
         path = " -> ".join(t.to_state for t in cand.transitions) or "no transitions"
@@ -117,6 +119,15 @@ def turn_lines(record: TurnRecord) -> list[str]:
     for event in record.events:
         lines.append(f"  event {event.kind}: {clip(event.data_json, 90)}")
     return lines
+
+
+def reasoning_figures(resp: ResponseView) -> str:
+    """Size of the reasoning: its bytes and, when the server counted them,
+    its tokens and their convention."""
+    size = f"{len(resp.reasoning.encode('utf-8')) if resp.reasoning else 0} B"
+    if resp.reasoning_tokens is None:
+        return f"({size})"
+    return f"({size}, {resp.reasoning_tokens} tokens, {resp.reasoning_convention})"
 
 
 def _secs(value: float | None) -> str:

@@ -130,6 +130,8 @@ def response_rows(call_id: str, run_id: str, turn: int | None, envelope: Envelop
         "payload_bytes": envelope.payload_bytes, "error.type": err.kind if err else None,
         "error_message": err.message if err else None, "n_attempts": len(envelope.attempts),
         "envelope_json": envelope_json, "envelope_sha256": sha256_hex(envelope_json),
+        "reasoning": envelope.payload.reasoning, "reasoning_tokens": u.reasoning_tokens,
+        "reasoning_convention": u.reasoning_convention,
     })]
     for a in envelope.attempts:
         rows.append((CallAttempt.__table__, {

@@ -144,6 +144,10 @@ class ModelResponse(Chained, table=True):
     n_attempts: int
     envelope_json: str = text()
     envelope_sha256: str
+    # Schema 4: the engine's separated reasoning and its token count.
+    reasoning: str | None = text(default=None)
+    reasoning_tokens: int | None = None
+    reasoning_convention: str | None = None
 
 
 class CallAttempt(Chained, table=True):

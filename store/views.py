@@ -107,6 +107,9 @@ class ResponseView(Frozen):
     n_attempts: int
     envelope_json: str
     envelope_sha256: str
+    reasoning: str | None = None
+    reasoning_tokens: int | None = None
+    reasoning_convention: str | None = None
 
     def envelope(self) -> Envelope:
         return Envelope.model_validate_json(self.envelope_json)

@@ -10,14 +10,17 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Literal
 
+from pydantic import Field
+
 from orchestrator.contract import Frozen
 from orchestrator.costing.figures import PriceLookup, percentile, percentile_of_counts, ratio
 from orchestrator.costing.trajectory import unpriced_warnings
 from policies.pricing import CostBreakdown, cost_breakdown
 
 GroupBy = Literal["model", "day", "status", "verdict"]
-GROUP_BY: tuple[str, ...] = ("model", "day", "status", "verdict")
+GROUP_BY: tuple[str, ...] = ("model", "day", "status", "verdict", "engine")
 NO_VERDICT = "(none)"
+NO_ENGINE = "(unknown)"
 DAY_FORMAT = "%Y-%m-%d"
 
 
@@ -38,6 +41,7 @@ class RunSlice(Frozen):
     decode_s: float
     retries: int
     tool_s: float = 0.0
+    engine: str | None = Field(default=None, description="The engine that answered; set when grouping by engine.")
 
 
 class Spread(Frozen):
@@ -94,6 +98,8 @@ def group_key(by: str, piece: RunSlice) -> str:
         return piece.status
     if by == "verdict":
         return piece.verdict or NO_VERDICT
+    if by == "engine":
+        return piece.engine or NO_ENGINE
     raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUP_BY)}")
 
 

@@ -74,6 +74,7 @@ def run_json(report: RunCost) -> dict[str, Any]:
         "total": line_row(report.total),
         "comparison": None if report.comparison is None else comparison_dict(report.comparison),
         "warnings": list(report.warnings),
+        "engines": list(report.engines),
     }
 
 

@@ -78,6 +78,7 @@ class RunCost(Frozen):
     total: CostLine
     comparison: ChapterComparison | None
     warnings: tuple[str, ...] = ()
+    engines: tuple[str, ...] = ()
 
 
 def resent_per_call(calls: Sequence[CallFigures]) -> list[int]:

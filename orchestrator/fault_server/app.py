@@ -63,10 +63,14 @@ class FaultState:
 
 
 class FaultApp:
-    def __init__(self, state: FaultState, model: str) -> None:
+    """``endpoints`` maps extra GET paths to the JSON they answer, so a test
+    can pose as an engine (vLLM ``/version``, llama.cpp ``/props``...)."""
+
+    def __init__(self, state: FaultState, model: str, endpoints: dict[str, Any] | None = None) -> None:
         self.state = state
         self.model = model
-        self.routes = Starlette(routes=[Route("/v1/models", self._models), Route("/health", self._health)])
+        extra = [Route(path, _fixed(value)) for path, value in (endpoints or {}).items()]
+        self.routes = Starlette(routes=[Route("/v1/models", self._models), Route("/health", self._health), *extra])
 
     async def _models(self, request: Request) -> JSONResponse:
         return JSONResponse({"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "escrow-fault-server"}]})
@@ -110,7 +114,7 @@ class FaultApp:
         if isinstance(scenario, HttpError):
             await self._http_error(scenario, send)
         elif isinstance(scenario, RawResponse):
-            await _respond(send, scenario.status, scenario.content_type.encode(), scenario.body)
+            await self._raw(scenario, send)
         elif isinstance(scenario, Oversized):
             await self._oversized(scenario, body, send)
         elif body.get("stream"):
@@ -129,6 +133,16 @@ class FaultApp:
             {"error": {"message": item.message, "type": item.error_type, "code": item.status}}
         )
         await _respond(send, item.status, b"application/json", data.encode("utf-8"), extra)
+
+    async def _raw(self, item: RawResponse, send) -> None:
+        if item.piece_bytes is None:
+            await _respond(send, item.status, item.content_type.encode(), item.body)
+            return
+        await _start(send, item.status, item.content_type.encode())
+        for start in range(0, len(item.body), item.piece_bytes):
+            await send({"type": "http.response.body", "body": item.body[start:start + item.piece_bytes], "more_body": True})
+            await anyio.sleep(item.pause_s)  # yields even at 0, so each piece is its own write
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _oversized(self, item: Oversized, body: dict[str, Any], send) -> None:
         streamed = bool(body.get("stream"))
@@ -184,6 +198,12 @@ class FaultApp:
         async with anyio.create_task_group() as group:
             group.start_soon(play, group.cancel_scope)
             group.start_soon(watch, group.cancel_scope)
+
+
+def _fixed(value: Any):
+    async def answer(request: Request) -> JSONResponse:
+        return JSONResponse(value)
+    return answer
 
 
 async def _start(send, status: int, content_type: bytes, extra: dict[str, str] | None = None) -> None:

@@ -58,14 +58,17 @@ def _envelope(reply: Reply, body: dict[str, Any], index: int, obj: str) -> dict[
     }
 
 
-def _logprobs(piece: str) -> dict[str, Any]:
-    return {"content": [{"token": piece, "logprob": -0.25, "bytes": list(piece.encode()), "top_logprobs": []}]}
+def _logprobs(piece: str, k: int) -> dict[str, Any]:
+    """One entry per chunk, with ``k`` alternatives (the token itself first)."""
+    top = [{"token": piece if i == 0 else f"{piece}~{i}", "logprob": -0.25 - i, "bytes": list(piece.encode())} for i in range(k)]
+    return {"content": [{"token": piece, "logprob": -0.25, "bytes": list(piece.encode()), "top_logprobs": top}]}
 
 
 def stream_plan(reply: Reply, body: dict[str, Any], index: int) -> list[Step]:
     """The SSE events of a streamed reply, with its faults spliced in."""
     head = _envelope(reply, body, index, "chat.completion.chunk")
     want_logprobs = bool(body.get("logprobs"))
+    top_k = body.get("top_logprobs") if isinstance(body.get("top_logprobs"), int) else 0
 
     def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
         choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
@@ -76,7 +79,7 @@ def stream_plan(reply: Reply, body: dict[str, Any], index: int) -> list[Step]:
     payload: list[bytes] = []
     for n, piece in enumerate(_pieces(reply.text, reply.chunk_chars)):
         delta = {"role": "assistant", "content": piece} if n == 0 else {"content": piece}
-        payload.append(chunk(delta, logprobs=_logprobs(piece) if want_logprobs else None))
+        payload.append(chunk(delta, logprobs=_logprobs(piece, top_k) if want_logprobs else None))
     if reply.refusal:
         payload.append(chunk({"role": "assistant", "refusal": reply.refusal}))
     for i, call in enumerate(reply.tool_calls):

@@ -93,12 +93,17 @@ class HttpError(Frozen):
 
 
 class RawResponse(Frozen):
-    """Bytes sent exactly as given (base64 in JSON scripts): bad JSON, non-UTF-8..."""
+    """Bytes sent exactly as given (base64 in JSON scripts): bad JSON, non-UTF-8,
+    a captured SSE stream... With ``piece_bytes`` the body goes out in writes of
+    that many bytes (down to 1), ``pause_s`` apart, without a content-length,
+    so chunk boundaries fall wherever a test wants them."""
 
     kind: Literal["raw"] = "raw"
     status: int = 200
     content_type: str = "application/json"
     body: Base64Bytes = b""
+    piece_bytes: int | None = Field(default=None, gt=0)
+    pause_s: float = Field(default=0.0, ge=0)
 
 
 class Hangup(Frozen):
@@ -184,8 +189,14 @@ class Fault:
         return Oversized(size_bytes=size_bytes)
 
     @staticmethod
-    def raw(body: bytes, *, status: int = 200, content_type: str = "application/json") -> RawResponse:
-        return RawResponse(status=status, content_type=content_type, body=body)
+    def raw(body: bytes, *, status: int = 200, content_type: str = "application/json",
+            piece_bytes: int | None = None, pause_s: float = 0.0) -> RawResponse:
+        return RawResponse(status=status, content_type=content_type, body=body, piece_bytes=piece_bytes, pause_s=pause_s)
+
+    @staticmethod
+    def raw_stream(body: bytes, *, piece_bytes: int | None = None, pause_s: float = 0.0) -> RawResponse:
+        """Scripted bytes served as a 200 ``text/event-stream``."""
+        return RawResponse(content_type="text/event-stream", body=body, piece_bytes=piece_bytes, pause_s=pause_s)
 
     @staticmethod
     def hangup() -> Hangup:

@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterable
+from typing import Any
 
 import uvicorn
 
@@ -36,11 +37,13 @@ class FaultServer:
         model: str = "fault-model",
         default: Scenario | None = None,
         startup_timeout_s: float = 10.0,
+        endpoints: dict[str, Any] | None = None,
     ) -> None:
         self.host = host
         self._port = port
         self.model = model
         self.startup_timeout_s = startup_timeout_s
+        self.endpoints = endpoints
         self._state = FaultState(default)
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -58,7 +61,7 @@ class FaultServer:
         self._sock = sock
         self._port = sock.getsockname()[1]
         config = uvicorn.Config(
-            FaultApp(self._state, self.model), http="h11", lifespan="off", log_level="warning",
+            FaultApp(self._state, self.model, self.endpoints), http="h11", lifespan="off", log_level="warning",
             access_log=False, server_header=False, date_header=False, proxy_headers=False,
             timeout_graceful_shutdown=1,
         )

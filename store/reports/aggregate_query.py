@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import Connection, Integer, Select, and_, case, cast, func, select, true
+from sqlalchemy import Connection, Integer, Select, and_, case, cast, func, literal, select, true
 
 from orchestrator.costing import AggregateReport, RunSlice, aggregate
-from orchestrator.costing.aggregate import DAY_FORMAT, NO_VERDICT
+from orchestrator.costing.aggregate import DAY_FORMAT, NO_ENGINE, NO_VERDICT
 from policies.price_table import PriceTable
 from store.store import Store
 from store.tables import ModelCall, ModelResponse, Run, ToolExecution
@@ -40,17 +40,21 @@ def window(since: float | None, until: float | None) -> Any:
     return and_(true(), *bounds)
 
 
-def slices_query(since: float | None, until: float | None) -> Select[Any]:
+def slices_query(since: float | None, until: float | None, by: str = "model") -> Select[Any]:
+    """Sums per (run, model), and per engine too when grouping by it (only
+    then, so the other groupings keep reading the covering index)."""
     clamped = case((CACHED > PROMPT, PROMPT), else_=CACHED)
+    engine = func.coalesce(RESPONSES.c.engine, NO_ENGINE) if by == "engine" else literal(None)
+    keys = (RUNS.c.id, MODEL) + ((engine,) if by == "engine" else ())
     return (
         select(
             RUNS.c.id, RUNS.c.created_at, RUNS.c.status, RUNS.c.verdict, MODEL, func.count(),
             func.sum(PROMPT), func.sum(clamped), func.sum(OUTPUT), func.sum(RESPONSES.c.total_s),
-            func.coalesce(func.sum(RESPONSES.c.decode_s), 0.0), func.sum(RESPONSES.c.n_attempts - 1),
+            func.coalesce(func.sum(RESPONSES.c.decode_s), 0.0), func.sum(RESPONSES.c.n_attempts - 1), engine,
         )
         .select_from(RUNS.join(RESPONSES, RESPONSES.c.run_id == RUNS.c.id).join(CALLS, CALLS.c.id == RESPONSES.c.call_id))
         .where(window(since, until))
-        .group_by(RUNS.c.id, MODEL)
+        .group_by(*keys)
     )
 
 
@@ -71,6 +75,8 @@ def group_key_sql(by: str, dialect: str) -> Any:
         return RUNS.c.status
     if by == "verdict":
         return func.coalesce(RUNS.c.verdict, NO_VERDICT)
+    if by == "engine":
+        return func.coalesce(RESPONSES.c.engine, NO_ENGINE)
     if by == "day" and dialect == "sqlite":
         return func.strftime(DAY_FORMAT, RUNS.c.created_at, "unixepoch")
     if by == "day":
@@ -90,16 +96,16 @@ def ttft_query(since: float | None, until: float | None, by: str = "model", dial
     )
 
 
-def run_slices(conn: Connection, since: float | None, until: float | None) -> list[RunSlice]:
+def run_slices(conn: Connection, since: float | None, until: float | None, by: str = "model") -> list[RunSlice]:
     tool_s = dict(conn.execute(tool_time_query(since, until)).all())
     return [
         RunSlice(
             run_id=run_id, created_at=created, status=status, verdict=verdict, model=model, calls=n,
             prompt_tokens=prompt or 0, cached_tokens=cached or 0, completion_tokens=output or 0, gpu_s=total or 0.0,
-            decode_s=decode or 0.0, retries=retries or 0, tool_s=tool_s.get(run_id, 0.0),
+            decode_s=decode or 0.0, retries=retries or 0, tool_s=tool_s.get(run_id, 0.0), engine=engine,
         )
-        for run_id, created, status, verdict, model, n, prompt, cached, output, total, decode, retries
-        in conn.execute(slices_query(since, until))
+        for run_id, created, status, verdict, model, n, prompt, cached, output, total, decode, retries, engine
+        in conn.execute(slices_query(since, until, by))
     ]
 
 
@@ -110,7 +116,7 @@ def ttft_histogram(conn: Connection, since: float | None, until: float | None, b
 
 def report_runs(store: Store, *, by: str, since: float | None, until: float | None, prices: PriceTable) -> AggregateReport:
     with store.read() as conn:
-        pieces = run_slices(conn, since, until)
+        pieces = run_slices(conn, since, until, by)
         ttfts = list(ttft_histogram(conn, since, until, by))
     return aggregate(pieces, ttfts, by=by, prices=prices.lookup, price_version=prices.version, since=since, until=until)
 

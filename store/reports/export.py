@@ -73,8 +73,24 @@ def tokenizer_of(trajectory: Trajectory) -> tuple[str, str]:
     return f"model:{trajectory.run.request_model}", "model"
 
 
-def conversation(trajectory: Trajectory) -> dict[str, Any]:
-    """The run as one TRL conversational example with its provenance flags."""
+def reasoning_by_message(trajectory: Trajectory) -> dict[tuple[str, tuple[str, ...]], str]:
+    """Recorded reasoning keyed by what its call released: (text, tool-call
+    ids). History can be compacted, so assistant messages are matched to
+    their call by content rather than by position."""
+    found: dict[tuple[str, tuple[str, ...]], str] = {}
+    for record in trajectory.turns:
+        for call in record.calls:
+            resp = call.response
+            if resp is not None and resp.reasoning:
+                payload = resp.envelope().payload
+                found[(payload.text, tuple(c.id for c in payload.tool_calls))] = resp.reasoning
+    return found
+
+
+def conversation(trajectory: Trajectory, *, reasoning: bool = False) -> dict[str, Any]:
+    """The run as one TRL conversational example with its provenance flags.
+    With ``reasoning``, assistant messages carry the engine's separated
+    reasoning as ``reasoning_content`` where one was recorded."""
     run = trajectory.run
     final = last_call(trajectory)
     if final is None:
@@ -87,6 +103,12 @@ def conversation(trajectory: Trajectory) -> dict[str, Any]:
     tool_names: dict[str, str] = {}
     bad_arguments: list[str] = []
     chat = [chat_message(m, tool_names, bad_arguments) for m in messages]
+    if reasoning:
+        recorded = reasoning_by_message(trajectory)
+        for message, out in zip(messages, chat):
+            key = (message.content or "", tuple(c.id for c in message.tool_calls))
+            if message.role == "assistant" and key in recorded:
+                out["reasoning_content"] = recorded[key]
     calls = [c for record in trajectory.turns for c in record.calls]
     executions = [e for record in trajectory.turns for e in record.tool_executions]
     tokenizer, tokenizer_source = tokenizer_of(trajectory)

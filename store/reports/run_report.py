@@ -39,10 +39,25 @@ def trajectory_cost(trajectory: Trajectory, prices: PriceTable) -> RunCost:
     calls.sort(key=lambda c: c.seq)
     tools = [t for record in trajectory.turns for t in record.tool_executions]
     run = trajectory.run
-    return run_cost(
+    cost = run_cost(
         run_id=run.id, model=run.request_model, status=run.status, verdict=run.verdict,
         calls=call_figures(calls), tools=tool_figures(tools), prices=prices.lookup, price_version=prices.version,
     )
+    return cost.model_copy(update={"engines": engines_of(trajectory)})
+
+
+def engines_of(trajectory: Trajectory) -> tuple[str, ...]:
+    """The engines recorded for a run: the provenance event's label and
+    settings, and every engine named on its responses."""
+    found: list[str] = []
+    for event in trajectory.run_events:
+        if event.kind == "engine" and isinstance(event.data.get("engine"), str):
+            version = event.data.get("version")
+            settings = ", ".join(f"{k} {v}" for k, v in sorted((event.data.get("settings") or {}).items()))
+            found.append(f"{event.data['engine']}{' ' + version if version else ''}{f' ({settings})' if settings else ''}")
+    named = {c.response.engine for record in trajectory.turns for c in record.calls if c.response is not None and c.response.engine}
+    found += sorted(e for e in named if not any(f.startswith(e) for f in found))
+    return tuple(found)
 
 
 def report_run(store: Store, ref: str, prices: PriceTable) -> RunCost:

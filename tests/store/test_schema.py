@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import create_engine, inspect
 
 from store import Recorder, SchemaTooOld, Store, synthetic
-from store.migrations import LATEST, MIGRATIONS, V2_INDEXES, V3_INDEXES, create_latest, store_tables
+from store.migrations import LATEST, MIGRATIONS, V2_INDEXES, V3_INDEXES, V4_COLUMNS, create_latest, store_tables
 
 OTEL_COLUMNS = {
     "runs": {"gen_ai.request.model"},
@@ -50,12 +50,15 @@ def test_a_new_store_is_at_the_latest_version_in_wal_mode(store, db_path):
 
 
 def make_v1_store(path) -> None:
-    """A store as schema 1 left it: the tables, without the indexes migrations 2 and 3 add."""
+    """A store as schema 1 left it: the tables, without the indexes migrations
+    2 and 3 add and the columns migration 4 adds."""
     engine = create_engine(f"sqlite:///{path}")
     create_latest(engine)
     with engine.begin() as conn:
         for _, name, _ in V2_INDEXES + V3_INDEXES:
             conn.exec_driver_sql(f'DROP INDEX "{name}"')
+        for table, column, _ in V4_COLUMNS:
+            conn.exec_driver_sql(f'ALTER TABLE {table} DROP COLUMN "{column}"')
         conn.exec_driver_sql("DELETE FROM escrow_migrations WHERE version > 1")
     engine.dispose()
 

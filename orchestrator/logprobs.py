@@ -1,0 +1,82 @@
+"""Typed reading of the per-token logprobs an engine returned. Pure.
+
+The envelope keeps the engine's entries verbatim (``Envelope.logprobs``), so
+nothing is lost to a schema; this module reads them. Token ids come from
+wherever the engine put them: llama.cpp's ``id`` on each entry, vLLM's
+``token_id:N`` tokens (``return_tokens_as_token_ids``), or the choice's
+``token_ids`` (vLLM ``return_token_ids``), which the client records as
+``Envelope.completion_token_ids``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from orchestrator.contract import Frozen
+
+_ID_PREFIX = "token_id:"
+
+
+class TopLogprob(Frozen):
+    token: str
+    logprob: float
+    token_id: int | None = None
+
+
+class TokenLogprob(Frozen):
+    token: str
+    logprob: float
+    token_id: int | None = None
+    top: tuple[TopLogprob, ...] = ()
+
+    @property
+    def key(self) -> int | str:
+        """What identifies the token when comparing runs: its id when known."""
+        return self.token if self.token_id is None else self.token_id
+
+    def top_keys(self) -> set[int | str]:
+        return {t.token if t.token_id is None else t.token_id for t in self.top}
+
+
+def _token_id(entry: dict[str, Any]) -> int | None:
+    value = entry.get("id", entry.get("token_id"))
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    token = entry.get("token")
+    if isinstance(token, str) and token.startswith(_ID_PREFIX) and token[len(_ID_PREFIX):].isdigit():
+        return int(token[len(_ID_PREFIX):])
+    return None
+
+
+def _logprob(entry: dict[str, Any]) -> float:
+    value = entry.get("logprob")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else float("-inf")
+
+
+def read_entry(entry: Any) -> TokenLogprob | None:
+    if not isinstance(entry, dict) or not isinstance(entry.get("token"), str):
+        return None
+    top = tuple(
+        TopLogprob(token=t["token"], logprob=_logprob(t), token_id=_token_id(t))
+        for t in entry.get("top_logprobs") or () if isinstance(t, dict) and isinstance(t.get("token"), str)
+    )
+    return TokenLogprob(token=entry["token"], logprob=_logprob(entry), token_id=_token_id(entry), top=top)
+
+
+def read_logprobs(entries: Sequence[Any] | None) -> list[TokenLogprob]:
+    """The entries that parse, in order; an unreadable entry ends the list
+    (what follows could no longer be aligned with the tokens)."""
+    out: list[TokenLogprob] = []
+    for entry in entries or ():
+        token = read_entry(entry)
+        if token is None:
+            break
+        out.append(token)
+    return out
+
+
+def token_ids(tokens: Sequence[TokenLogprob]) -> list[int] | None:
+    """Completion token ids, when every token carries one."""
+    ids = [t.token_id for t in tokens]
+    return None if not ids or any(i is None for i in ids) else ids  # type: ignore[return-value]

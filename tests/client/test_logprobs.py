@@ -1,0 +1,90 @@
+"""``--logprobs K``: per-token logprobs, top-k and token ids recorded as the
+engine sent them, over loopback HTTP, and ``escrow export --tokens``."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from cli.main import app
+from orchestrator.client import ModelClient
+from orchestrator.fault_server import Fault
+from tests.client.test_parity import record_run, request
+from tests.client.wire_frames import FRAMINGS, chunk, frame
+
+
+def llama_entry(token: str, token_id: int, alternatives: list[tuple[str, int, float]]) -> dict:
+    """llama-server's chat logprob entry: ``id`` on the token and on each alternative."""
+    return {"id": token_id, "token": token, "logprob": alternatives[0][2], "bytes": list(token.encode()),
+            "top_logprobs": [{"id": i, "token": t, "logprob": lp, "bytes": list(t.encode())} for t, i, lp in alternatives]}
+
+
+def llama_answer() -> bytes:
+    entries = [llama_entry("Hi", 17534, [("Hi", 17534, -0.1), ("Hello", 9259, -2.4)]),
+               llama_entry("!", 236888, [("!", 236888, -0.3), (".", 236761, -1.5)])]
+    events = []
+    for e in entries:
+        c = chunk({"content": e["token"]})
+        c["choices"][0]["logprobs"] = {"content": [e]}
+        events.append(("data", c))
+    return frame(events + [("data", chunk(finish="stop")), ("data", "[DONE]")], FRAMINGS[0])
+
+
+def vllm_answer() -> bytes:
+    """vLLM with ``return_token_ids``: ids on the choice and the prompt's at the top."""
+    first = chunk({"role": "assistant", "content": "Hi"}, prompt_token_ids=[2, 105, 2364])
+    first["choices"][0]["token_ids"] = [17534]
+    second = chunk({"content": "!"})
+    second["choices"][0]["token_ids"] = [236888]
+    return frame([("data", first), ("data", second), ("data", chunk(finish="stop")), ("data", "[DONE]")], FRAMINGS[1])
+
+
+def test_logprobs_top_k_and_llama_token_ids_are_recorded(srv):
+    srv.script([Fault.raw_stream(llama_answer())])
+    with ModelClient(srv.base_url) as client:
+        env = client.call(request(0))
+    sent = srv.requests[0].json
+    assert (sent["logprobs"], sent["top_logprobs"]) == (True, 2)
+    assert env.completion_token_ids == (17534, 236888) and env.top_logprobs == 2
+    assert [e["top_logprobs"][1]["token"] for e in env.logprobs] == ["Hello", "."]
+
+
+def test_vllm_token_ids_are_recorded(srv):
+    srv.script([Fault.raw_stream(vllm_answer(), piece_bytes=1)])
+    with ModelClient(srv.base_url) as client:
+        env = client.call(request(0))
+    assert env.prompt_token_ids == (2, 105, 2364) and env.completion_token_ids == (17534, 236888)
+
+
+def test_export_tokens_writes_token_faithful_lines(srv, tmp_path):
+    srv.script([Fault.raw_stream(llama_answer()), Fault.raw_stream(vllm_answer()), Fault.raw_stream(frame(
+        [("data", chunk({"content": "plain"})), ("data", chunk(finish="stop"))], FRAMINGS[0]))])
+    db = tmp_path / "escrow.db"
+    run_id = record_run(db, srv.base_url, [request(0), request(1), request(2)])
+    result = CliRunner().invoke(app, ["export", run_id, "--tokens", "--db", f"sqlite:///{db}"])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [line["turn"] for line in lines] == [0, 1, 2]
+    llama, vllm, plain = lines
+    assert llama["completion_token_ids"] == [17534, 236888] and llama["completion_tokens"] == ["Hi", "!"]
+    assert llama["completion_logprobs"] == [-0.1, -0.3] and llama["top_logprobs"][0][1] == {"token": "Hello", "id": 9259, "logprob": -2.4}
+    assert vllm["prompt_token_ids"] == [2, 105, 2364] and vllm["token_faithful"] is True
+    assert (plain["token_faithful"], plain["completion_token_ids"], plain["completion_text"]) == (False, None, "plain")
+    assert llama["prompt_messages"] == [{"role": "user", "content": "step 0"}]
+
+
+def test_logprobs_setting_flows_from_flags_env_and_file_into_the_run_sampling(tmp_path, monkeypatch):
+    import pytest
+
+    from cli.compose import sampling_of
+    from orchestrator.errors import ConfigError
+    from orchestrator.settings import load_settings
+
+    monkeypatch.setenv("ESCROW_HOME", str(tmp_path))
+    assert sampling_of(load_settings()).logprobs is False
+    monkeypatch.setenv("ESCROW_LOGPROBS", "3")
+    assert (sampling_of(load_settings()).logprobs, sampling_of(load_settings()).top_logprobs) == (True, 3)
+    assert sampling_of(load_settings(logprobs=5)).top_logprobs == 5  # a flag wins over the environment
+    with pytest.raises(ConfigError, match="logprobs"):
+        load_settings(logprobs=99)
