@@ -84,9 +84,10 @@ def run(
         else:
             out.print("[dim](no changes)[/]")
         for item in outcome.skipped:
-            out.print(f"[yellow]not exported[/] {escape(item.path)} — {escape(item.reason)}")
+            # repr: names come from the model; control characters are shown, never sent raw
+            out.print(f"[yellow]not exported[/] {escape(repr(item.path)[1:-1])} — {escape(repr(item.reason)[1:-1])}")
         for path in outcome.flagged:
-            out.print(f"[bold red]flagged[/] {escape(path)} (git metadata, CI configuration or outside the repo)")
+            out.print(f"[bold red]flagged[/] {escape(repr(path)[1:-1])} (git metadata, CI configuration or outside the repo)")
         colour = "green" if result.verdict is Verdict.PASS else "red"
         out.print(Panel.fit(
             f"[bold {colour}]{result.verdict.value}[/] — {escape(result.detail)}\n"

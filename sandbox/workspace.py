@@ -112,10 +112,11 @@ def snapshot(repo: Path, git: PrivateGit, max_bytes: int) -> tuple[bytes, str]:
     buffer = io.BytesIO()
     try:
         with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            real_repo = Path(os.path.realpath(repo))
             for name in repo_files(repo):
                 raw = name.encode("utf-8", errors="surrogateescape")
-                if is_git_metadata(raw):
-                    continue
+                if is_git_metadata(raw) or Path(os.path.realpath((repo / name).parent)) != real_repo / Path(name).parent:
+                    continue  # git metadata, or a listed path reached through a symlinked directory
                 st = os.lstat(repo / name)
                 if stat.S_ISLNK(st.st_mode):
                     mode, data = LINK, os.fsencode(os.readlink(repo / name))

@@ -266,3 +266,24 @@ def test_snapshot_reads_no_attributes_or_filters(tmp_path, base_repo):
     sha = tree_entries(git, base)[b"crlf.txt"][1]
     blob = git.run("cat-file", "blob", sha).stdout
     assert blob == b"a\r\nb\r\n" and hashlib.sha1(b"blob 6\0" + blob).hexdigest() == sha
+
+
+def test_snapshot_never_reads_through_a_symlinked_directory(tmp_path):
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "secret.txt").write_text("host secret\n")
+    repo = tmp_path / "r"
+    (repo / "a").mkdir(parents=True)
+    (repo / "a" / "secret.txt").write_text("tracked\n")
+    (repo / "ok.txt").write_text("ok\n")
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    (repo / "a" / "secret.txt").unlink()
+    (repo / "a").rmdir()
+    os.symlink(host, repo / "a")  # the index still lists a/secret.txt
+    assert "a/secret.txt" in repo_files(repo)
+    git = PrivateGit(tmp_path / "state").init()
+    archive, base = snapshot(repo, git, 2**20)
+    assert b"host secret" not in archive
+    entries = tree_entries(git, base)
+    assert set(entries) == {b"ok.txt", b"a"} and entries[b"a"][0] == "120000", "the link itself, as a link"
