@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -109,18 +110,23 @@ def test_hard_link_blow_up_is_refused_not_built(settings, repo, fault, canary):
 
 @pytest.mark.parametrize("plant", [
     "mkdir sub && cd sub && git init -q && git config core.fsmonitor 'touch /tmp/x'",
-    "printf 'gitdir: {dir}\\n' > .git2 && mkdir s && printf 'gitdir: {dir}\\n' > s/.git",
+    "mkdir s && printf 'gitdir: {hostgit}\\n' > s/.git && touch s/f",
     "mkdir .GIT && printf '[core]\\n\\tfsmonitor = touch {file}\\n' > .GIT/config",
     "printf '* binary -diff\\n*.py diff=x\\n' > .gitattributes",
     "p=deep; for i in $(seq 1200); do p=$p/d; done; mkdir -p $p 2>/dev/null || python3 -c \"import os\nfor i in range(1200): os.mkdir('d'); os.chdir('d')\"",
     "truncate -s 3G sparse.bin",
 ], ids=["git-init-subdir", "gitfile", "GIT-config", "gitattributes", "deep-dirs", "sparse-3G"])
-def test_workspace_shapes_end_in_a_verdict_and_a_plain_diff(settings, repo, fault, canary, plant):
-    fault.script([answer(EDIT, bash(plant.format(dir=canary.dir, file=canary.file))), answer(SUBMIT)])
+def test_workspace_shapes_end_in_a_verdict_and_a_plain_diff(settings, repo, fault, canary, plant, tmp_path):
+    host_repo = tmp_path / "host-repo"  # a repository on the host that a gitfile points at
+    subprocess.run(["git", "init", "-q", str(host_repo)], check=True)
+    subprocess.run(["git", "-C", str(host_repo), "-c", "user.name=h", "-c", "user.email=h@h", "commit", "-q",
+                    "--allow-empty", "-m", "host"], check=True)
+    fault.script([answer(EDIT, bash(plant.format(file=canary.file, hostgit=host_repo / ".git"))), answer(SUBMIT)])
     outcome = run(settings, repo)
 
     assert outcome.result.verdict is Verdict.PASS, outcome.result.detail
     assert f"+    return {FIXED}" in outcome.patch and "GIT binary patch" not in outcome.patch
+    assert "Subproject commit" not in outcome.patch, "host git read another repository"
     assert not any(p.lower().startswith(".git/") or "/.git/" in p.lower() for p in outcome.patch_files)
     assert canary.unchanged()
 
@@ -129,8 +135,9 @@ USER_SITE = "/tmp/.local/lib/python3.11/site-packages"
 FORCE_ZERO = "import atexit, os; atexit.register(lambda: os._exit(0))"
 FORGERIES = {
     "usercustomize": f"mkdir -p {USER_SITE} && echo '{FORCE_ZERO}' > {USER_SITE}/usercustomize.py",
+    # .pth lines run before sitecustomize is imported: /tmp goes first, ahead of Debian's own.
     "sitecustomize": f"mkdir -p {USER_SITE} && echo '{FORCE_ZERO}' > /tmp/sitecustomize.py "
-                     f"&& echo /tmp > {USER_SITE}/tmp.pth && echo '{FORCE_ZERO}' > {USER_SITE}/sitecustomize.py",
+                     f"&& echo 'import sys; sys.path.insert(0, \"/tmp\")' > {USER_SITE}/first.pth",
     "pth": f"mkdir -p {USER_SITE} && echo '{FORCE_ZERO}' > {USER_SITE}/zz.pth",
     "pythonpath": f"mkdir -p {USER_SITE} /tmp/shadow/pytest && echo /tmp/shadow > {USER_SITE}/a.pth "
                   "&& printf 'import sys\\nsys.exit(0)\\n' > /tmp/shadow/pytest/__main__.py "
