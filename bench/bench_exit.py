@@ -41,12 +41,13 @@ VERIFIER = "python3 -m pytest -q -p no:cacheprovider"
 # --- the previous export path (sandbox/workspace.py before the exit was sealed), kept
 # --- here only to measure against; it extracts sandbox content on the host and is unsafe.
 def old_patch(sandbox: Sandbox, work: Path) -> int:
+    """The old export and diff; the first call on ``work`` commits the starting copy."""
     capture = BytesCapture(sandbox.spec.workspace_bytes * 2)
     outcome = sandbox.exec(["/bin/tar", "-c", "-C", "/workspace", "--exclude=./.git", "."], LIMITS,
                            stdout_capture=capture)
     assert outcome.exit_code == 0 and not capture.overflowed
-    shutil.rmtree(work, ignore_errors=True)
     after = work / "after"
+    shutil.rmtree(after, ignore_errors=True)
     after.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(bytes(capture.data)), mode="r:") as tar:
         tar.extractall(after, filter="data")
@@ -91,8 +92,9 @@ def bench_repo(client, image: str, repo: Path, n: int) -> dict[str, float]:
     policy = default_policy()
     out: dict[str, float] = {}
     with Sandbox.start(client, image, policy, repo) as sandbox, tempfile.TemporaryDirectory() as work:
-        sandbox.bash("for f in $(ls *.py | head -3); do echo '# changed' >> $f; done", LIMITS)
-        old_patch(sandbox, Path(work))  # warm-up and base commit, not counted
+        old_patch(sandbox, Path(work))  # the old path's starting copy, not counted
+        sandbox.bash("for f in $(find . -name '*.py' | head -3); do echo '# changed' >> $f; done", LIMITS)
+        old_patch(sandbox, Path(work))  # warm-up, not counted
         sandbox.patch()
         out["export old (tar)"] = statistics.median(timed(lambda: old_patch(sandbox, Path(work)), n))
         out["export new (framed)"] = statistics.median(timed(sandbox.patch, n))
@@ -113,6 +115,8 @@ def bench_attack(client, image: str, old: bool) -> None:
         repo.mkdir()
         (repo / "a.txt").write_text("a\n")
         with Sandbox.start(client, image, default_policy(), repo) as sandbox:
+            if old:
+                old_patch(sandbox, Path(tmp) / "old")  # the old path's starting copy
             sandbox.bash("head -c 1000000 /dev/urandom | base64 > big && for i in $(seq 600); do ln big l$i; done",
                          LIMITS)
             start = time.perf_counter()
