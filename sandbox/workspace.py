@@ -153,8 +153,13 @@ def commit_export(parser: ExportParser, git: PrivateGit, base: str, ref: str) ->
     parser.finish()
     tree = parser.tree
     skipped = {s.path.encode("utf-8", errors="surrogateescape") for s in parser.skipped}
+
+    def under_skipped(path: bytes) -> bool:  # the path, or a directory above it (unreadable, too deep)
+        parts = path.split(b"/")
+        return any(b"/".join(parts[:n]) in skipped for n in range(1, len(parts) + 1))
+
     for path, (mode, sha) in tree_entries(git, base).items():
-        if path not in tree.entries and (path in skipped or is_build_artefact(path)):
+        if path not in tree.entries and (is_build_artefact(path) or under_skipped(path)):
             tree.put(path, mode, sha)
     return tree.commit(ref)
 

@@ -287,3 +287,15 @@ def test_snapshot_never_reads_through_a_symlinked_directory(tmp_path):
     assert b"host secret" not in archive
     entries = tree_entries(git, base)
     assert set(entries) == {b"ok.txt", b"a"} and entries[b"a"][0] == "120000", "the link itself, as a link"
+
+
+def test_a_skipped_directory_keeps_the_files_under_it(tmp_path):
+    repo = tmp_path / "r"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "pkg" / "mod.py").write_text("x = 1\n")
+    (repo / "top.py").write_text("y = 1\n")
+    git = PrivateGit(tmp_path / "state").init()
+    _, base = snapshot(repo, git, 2**20)
+    patch = export((git, base), MAGIC + frame(b"F", b"top.py", b"y = 2\n")
+                   + frame(b"S", b"pkg", b"unreadable directory: Permission denied") + frame(b"E", b"", b"2"))
+    assert patch.files == ("top.py",), "made unreadable is not deleted"
