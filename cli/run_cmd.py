@@ -20,6 +20,7 @@ from orchestrator.settings import load_settings
 
 from cli.logging_setup import configure_logging
 from cli.run_session import execute_run
+from sandbox.errors import ApplyRefused
 
 
 def register(app: typer.Typer) -> None:
@@ -51,7 +52,8 @@ def run(
 ) -> None:
     """Run the agent on TASK in a sandboxed copy of --repo; prints the verdict, the diff and the run id.
 
-    Exit code: 0 when the verifier passed, 1 for any other verdict, 2 for a usage or set-up error."""
+    Exit code: 0 when the verifier passed, 1 for any other verdict, 2 for a usage or set-up error,
+    77 when --apply refused the patch (flagged paths the policy's [apply] section does not allow)."""
     settings = load_settings(
         config, model_url=model_url, model=model, policy=policy, max_turns=max_turns, budget_usd=budget_usd,
         max_output_tokens=max_tokens, context_window=context_window, temperature=temperature, seed=seed, logprobs=logprobs,
@@ -72,7 +74,9 @@ def run(
     result = outcome.result
     if json_out:
         payload = {"run_id": outcome.run_id, **result.model_dump(mode="json"), "patch": outcome.patch,
-                   "patch_files": list(outcome.patch_files), "applied": outcome.applied}
+                   "patch_files": list(outcome.patch_files), "applied": outcome.applied,
+                   "skipped": [s.model_dump() for s in outcome.skipped], "flagged": list(outcome.flagged),
+                   "apply_refused": outcome.apply_refused}
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
     else:
         out = Console()
@@ -80,6 +84,11 @@ def run(
             out.print(Syntax(outcome.patch, "diff", theme="ansi_dark", background_color="default"))
         else:
             out.print("[dim](no changes)[/]")
+        for item in outcome.skipped:
+            # repr: names come from the model; control characters are shown, never sent raw
+            out.print(f"[yellow]not exported[/] {escape(repr(item.path)[1:-1])} — {escape(repr(item.reason)[1:-1])}")
+        for path in outcome.flagged:
+            out.print(f"[bold red]flagged[/] {escape(repr(path)[1:-1])} (git metadata, CI configuration or outside the repo)")
         colour = "green" if result.verdict is Verdict.PASS else "red"
         out.print(Panel.fit(
             f"[bold {colour}]{result.verdict.value}[/] — {escape(result.detail)}\n"
@@ -87,4 +96,7 @@ def run(
             + (" · patch applied" if outcome.applied else ""),
             title=f"run {outcome.run_id}",
         ))
+    if outcome.apply_refused:
+        err.print(f"[bold red]--apply refused:[/] {escape(outcome.apply_refused)}")
+        raise typer.Exit(ApplyRefused.exit_code)
     raise typer.Exit(0 if result.verdict is Verdict.PASS else 1)

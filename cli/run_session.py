@@ -24,8 +24,9 @@ from orchestrator.runspec import build_agent
 from orchestrator.settings import Settings
 from policies.price_table import load_price_table
 from policies.pricing import call_cost
-from orchestrator.canonical import sha256_hex
 from sandbox import Patch, Sandbox, ToolBox, apply_patch, connect, require_image, tool_specs
+from sandbox.errors import ApplyRefused, ExportRefused
+from sandbox.export_stream import Skipped
 from sandbox.loop_tools import SandboxTools
 from store import Recorder, RunJournal
 
@@ -40,6 +41,10 @@ class RunOutcome(Frozen):
     patch: str
     patch_files: tuple[str, ...]
     applied: bool
+    patch_sha256: str = ""
+    skipped: tuple[Skipped, ...] = ()
+    flagged: tuple[str, ...] = ()
+    apply_refused: str | None = None  # why --apply wrote nothing (ApplyRefused's message)
 
 
 @contextmanager
@@ -63,17 +68,26 @@ def sigint_cancels(cancel: threading.Event) -> Iterator[None]:
 
 
 class PatchRecorder:
-    """Takes the run's patch from the sandbox and records it before the verdict."""
+    """Records the run's patch before the verdict: on PASS the patch that
+    passed (snapshotted at submit, never re-exported); otherwise the
+    workspace as it is now, for the user to look at."""
 
-    def __init__(self, sandbox: Sandbox, recorder: Recorder, run_id: str) -> None:
-        self.sandbox, self.recorder, self.run_id = sandbox, recorder, run_id
-        self.patch = Patch(text="", sha256=sha256_hex(b""), files=())
+    def __init__(self, sandbox: Sandbox, toolbox: ToolBox, recorder: Recorder, run_id: str) -> None:
+        self.sandbox, self.toolbox, self.recorder, self.run_id = sandbox, toolbox, recorder, run_id
+        self.patch = Patch.none()
 
     def record(self, result: RunResult) -> None:
-        self.patch = self.sandbox.patch()
-        self.recorder.record_event(self.run_id, None, "patch", {
-            "sha256": self.patch.sha256, "files": list(self.patch.files), "text": self.patch.text,
-        })
+        data: dict[str, object]
+        if result.verdict is Verdict.PASS and self.toolbox.submitted is not None:
+            self.patch = self.toolbox.submitted
+            data = {**self.patch.record(), "verified": True}
+        else:
+            try:
+                self.patch = self.sandbox.patch()
+                data = {**self.patch.record(), "verified": False}
+            except ExportRefused as exc:
+                data = {**self.patch.record(), "verified": False, "error": str(exc)}
+        self.recorder.record_event(self.run_id, None, "patch", data)
 
 
 def execute_run(
@@ -114,20 +128,27 @@ def execute_run(
                 raise
             with sandbox, ModelClient(settings.model_url, api_key=settings.api_key) as client:
                 recorder.record_event(run_id, None, "engine", client.engine_info().model_dump(mode="json"))
-                tools = SandboxTools(ToolBox(sandbox, policy, verifier_command=verifier), policy)
+                toolbox = ToolBox(sandbox, policy, verifier_command=verifier)
+                tools = SandboxTools(toolbox, policy)
                 agent = build_agent(
                     spec, counter=probe.counter, model=client, tools=tools, journal=journal,
                     cost_of=lambda envelope: call_cost(envelope, price), cancel=cancel, on_turn=progress,
                 )
 
-                patches = PatchRecorder(sandbox, recorder, run_id)
+                patches = PatchRecorder(sandbox, toolbox, recorder, run_id)
                 result = agent.run(before_verdict=patches.record)
         patch = patches.patch
-        applied = False
+        applied, refused = False, None
         if apply and result.verdict is Verdict.PASS and not patch.empty:
-            apply_patch(patch, repo_path)
-            applied = True
-        return RunOutcome(run_id=run_id, result=result, patch=patch.text, patch_files=patch.files, applied=applied)
+            try:
+                apply_patch(patch, repo_path, expected_sha256=result.patch_sha256 or "",
+                            allow=policy.apply.allowed_reasons())
+                applied = True
+            except ApplyRefused as exc:
+                refused = str(exc)
+        return RunOutcome(run_id=run_id, result=result, patch=patch.text, patch_files=patch.files, applied=applied,
+                          patch_sha256=patch.sha256, skipped=patch.skipped, flagged=patch.flagged,
+                          apply_refused=refused)
     finally:
         structlog.contextvars.unbind_contextvars("run_id")
         probe.close()

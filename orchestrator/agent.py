@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from enum import Enum
 
-from orchestrator.candidate import stage
+from orchestrator.candidate import Candidate, CandidateState, stage
 from orchestrator.contract import Frozen, Message, ToolCall
 from orchestrator.envelope import Envelope, Status
 from orchestrator.errors import BudgetExhausted
@@ -45,6 +45,7 @@ class RunResult(Frozen):
     tokens: int
     cost_usd: float
     verifier_runs: int = 0
+    patch_sha256: str | None = None  # of the patch that passed (PASS only)
 
 
 class RunEnded(Exception):
@@ -64,6 +65,7 @@ _ENDINGS = {
 }
 
 SUBMIT_TOOL = "submit"
+AFTER_SUBMIT = "refused: a tool call after submit in the same answer never runs (the submitted patch is final)"
 
 
 class Agent:
@@ -92,6 +94,7 @@ class Agent:
         self.cancel = cancel or threading.Event()
         self.on_turn = on_turn
         self.verifier_runs = 0
+        self.passed_patch: str | None = None
 
     def run(self, before_verdict: Callable[[RunResult], None] | None = None) -> RunResult:
         """Step until the trajectory ends; ``before_verdict`` may record more
@@ -112,10 +115,14 @@ class Agent:
             tokens=self.tally.tokens,
             cost_usd=self.tally.cost_usd,
             verifier_runs=self.verifier_runs,
+            patch_sha256=self.passed_patch if verdict is Verdict.PASS else None,
         )
         if before_verdict is not None:
             before_verdict(result)
-        self.journal.event(None, "verdict", {"verdict": verdict.value, "detail": detail})
+        data: dict[str, object] = {"verdict": verdict.value, "detail": detail}
+        if result.patch_sha256 is not None:
+            data["patch_sha256"] = result.patch_sha256
+        self.journal.event(None, "verdict", data)
         return result
 
     def step(self) -> None:
@@ -174,20 +181,42 @@ class Agent:
         if not calls:
             self._append(no_tool_call(), appended)
             return
-        passed = False
+        submitted = passed = False
         for index, call in enumerate(calls):
-            outcome = self._run_candidate(turn, call_ref, index, call)
+            if submitted:  # the submitted patch is final: nothing after it in this answer runs
+                outcome = self._refuse(turn, call_ref, index, call, "submit", AFTER_SUBMIT)
+            else:
+                outcome = self._run_candidate(turn, call_ref, index, call)
             self._append(self.protocol.observation(call, outcome), appended, elidable=True)
             if call.name == SUBMIT_TOOL and outcome.verifier_passed is not None:
+                submitted = True
                 self.verifier_runs += 1
-                passed = passed or outcome.verifier_passed
+                if outcome.verifier_passed:
+                    passed = True
+                    sha = outcome.detail.get("patch_sha256")
+                    self.passed_patch = sha if isinstance(sha, str) else None
         if passed:
             raise RunEnded(Verdict.PASS, "the verifier passed")
 
-    def _run_candidate(self, turn: int, call_ref: object, index: int, call: ToolCall) -> ToolOutcome:
+    def _refuse(self, turn: int, call_ref: object, index: int, call: ToolCall, layer: str, reason: str) -> ToolOutcome:
+        """Record a candidate as REJECTED without validating or running it."""
+        candidate, ref = self._stage(turn, call_ref, index, call)
+        candidate, validating = candidate.to(CandidateState.VALIDATING)
+        _, rejected = candidate.to(CandidateState.REJECTED, layer=layer, reason=reason)
+        self.journal.transition(ref, validating)
+        self.journal.transition(ref, rejected)
+        outcome = perimeter_rejection(layer, reason)
+        self.journal.tool(ref, call.name, None, None, outcome)
+        return outcome
+
+    def _stage(self, turn: int, call_ref: object, index: int, call: ToolCall) -> tuple[Candidate, object]:
         candidate, staged = stage(index, call)
         ref = self.journal.candidate(turn, call_ref, index, call)
         self.journal.transition(ref, staged)
+        return candidate, ref
+
+    def _run_candidate(self, turn: int, call_ref: object, index: int, call: ToolCall) -> ToolOutcome:
+        candidate, ref = self._stage(turn, call_ref, index, call)
         result = verify(candidate, self.tools.arg_models(), self.tools.decide, self.approve)
         for transition in result.transitions:
             self.journal.transition(ref, transition)

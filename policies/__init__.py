@@ -2,11 +2,11 @@
 
 from policies.decision import Decision, HasPathAccesses, PathAccess, Verdict, decide
 from policies.loading import PolicyError, default_policy, explain, load_policy, parse_policy
-from policies.model import TOOL_NAMES, Approval, NetworkGrant, PathGrants, Policy, Resources, RunLimits, ToolGrants
+from policies.model import TOOL_NAMES, ApplyGrants, Approval, NetworkGrant, PathGrants, Policy, Resources, RunLimits, ToolGrants
 from policies.paths import WORKSPACE, PathRejected, canonical_path, glob_matches
 
 __all__ = [
-    "TOOL_NAMES", "WORKSPACE", "Approval", "Decision", "HasPathAccesses", "NetworkGrant", "PathAccess",
+    "TOOL_NAMES", "WORKSPACE", "ApplyGrants", "Approval", "Decision", "HasPathAccesses", "NetworkGrant", "PathAccess",
     "PathGrants", "PathRejected", "Policy", "PolicyError", "Resources", "RunLimits", "ToolGrants", "Verdict",
     "canonical_path", "decide", "default_policy", "explain", "glob_matches", "load_policy", "parse_policy",
 ]

@@ -76,4 +76,9 @@ def explain(policy: Policy) -> list[str]:
     lines.append(
         f"run limits: {lim.max_turns} turns, {lim.max_tokens} tokens, ${lim.max_cost_usd:g}, {lim.max_wall_s:g}s wall"
     )
+    granted = policy.apply.allowed_reasons()
+    refused = [r for r in ("git metadata", "CI configuration", "outside the repo") if r not in granted]
+    lines.append("--apply: " + (f"refuses patches touching {', '.join(refused)}" if refused else "refuses no path"))
+    if granted:
+        lines.append(f"--apply: EXPLICITLY ALLOWED to write {', '.join(sorted(granted))} into your checkout")
     return lines

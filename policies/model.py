@@ -83,6 +83,22 @@ class RunLimits(Frozen):
     max_wall_s: float = Field(default=1800.0, gt=0)
 
 
+class ApplyGrants(Frozen):
+    """What ``--apply`` may write besides ordinary files. A patch that touches
+    git metadata, CI configuration or paths outside the repo is refused unless
+    granted here."""
+
+    git_metadata: bool = False
+    ci_config: bool = False
+    outside_repo: bool = False
+
+    def allowed_reasons(self) -> frozenset[str]:
+        """The flag reasons (as sandbox.workspace.flag_reason words them) granted."""
+        grants = {"git metadata": self.git_metadata, "CI configuration": self.ci_config,
+                  "outside the repo": self.outside_repo}
+        return frozenset(reason for reason, granted in grants.items() if granted)
+
+
 class Policy(Frozen):
     name: str = "unnamed"
     description: str = ""
@@ -91,6 +107,7 @@ class Policy(Frozen):
     network: NetworkGrant = NetworkGrant()
     resources: Resources = Resources()
     limits: RunLimits = RunLimits()
+    apply: ApplyGrants = ApplyGrants()
 
     @model_validator(mode="after")
     def _write_tools_need_write_globs(self) -> "Policy":

@@ -4,7 +4,9 @@ Lifecycle: remove orphans of dead runs, create the container from the
 Hardening spec (labelled with the run id and owner), copy the repo in as a
 tar (the workspace is a size-limited tmpfs: the only writable place besides
 /tmp, and never the user's checkout), run commands, export the workspace and
-diff it into a Patch, remove the container.
+diff it into a Patch, remove the container. ``fresh`` starts another
+container from the same spec, sharing nothing with this one, filled with a
+given state (the verifier's).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import shutil
 import time
 import tempfile
 import uuid
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +23,18 @@ import docker
 import docker.errors
 
 from policies import Policy
-from sandbox.capture import BytesCapture, StreamCapture
+from sandbox.capture import StreamCapture
 from sandbox.daemon import require_image
 from sandbox.errors import ExecError, SandboxError, WorkspaceError
 from sandbox.execution import REAP, ExecLimits, ExecOutcome, run_exec, wrap_command
+from sandbox.export_stream import ExportLimits, ExportParser, TreeBuilder
 from sandbox.hardening import SANDBOX_ENV, WORKSPACE, Hardening
+from sandbox.hostgit import PrivateGit
 from sandbox.orphans import owner_labels, remove_orphans
-from sandbox.workspace import Patch, patch_from_tar, snapshot
+from sandbox.workspace import Patch, commit_export, diff_patch, snapshot, tree_archive
 
 _SETUP_LIMITS = ExecLimits(timeout_s=120, stdout_cap=4096, stderr_cap=4096)
+_EXPORT = resources.files("sandbox").joinpath("export_script.py").read_text(encoding="utf-8")
 
 
 class Sandbox:
@@ -36,14 +42,17 @@ class Sandbox:
     (or a ``with`` block)."""
 
     def __init__(self, client: docker.DockerClient, container: Any, spec: Hardening, run_id: str,
-                 state_dir: Path, own_state_dir: bool) -> None:
+                 state_dir: Path, own_state_dir: bool, git: PrivateGit | None = None, base: str = "") -> None:
         self.client = client
         self.container = container
         self.spec = spec
         self.run_id = run_id
         self.state_dir = state_dir
+        self.git = git  # the private repo holding the starting copy (None in a verifier's sandbox)
+        self.base = base
         self._own_state_dir = own_state_dir
         self._main_pid = "0"  # unknown until _find_main_pid; 0 keeps nothing extra
+        self._exports = 0
 
     @classmethod
     def start(cls, client: docker.DockerClient, image: str, policy: Policy, repo: Path, *,
@@ -56,14 +65,29 @@ class Sandbox:
         own = state_dir is None
         state = Path(tempfile.mkdtemp(prefix=f"escrow-{run_id[:12]}-")) if own else state_dir
         state.mkdir(parents=True, exist_ok=True)
-        archive = snapshot(repo, state, spec.workspace_bytes)
+        git = PrivateGit(state).init()
+        archive, base = snapshot(repo, git, spec.workspace_bytes)
+        return cls._launch(client, spec, run_id, f"escrow-{run_id[:24]}", archive, state, own, git, base)
+
+    def fresh(self, archive: bytes, role: str) -> "Sandbox":
+        """Another container from this one's spec, filled with ``archive`` and
+        nothing else: no shared /tmp, home, processes or workspace."""
+        self._exports += 1
+        state = Path(tempfile.mkdtemp(prefix=f"escrow-{self.run_id[:12]}-{role}-"))
+        return Sandbox._launch(self.client, self.spec, self.run_id, f"escrow-{self.run_id[:24]}-{role}{self._exports}",
+                               archive, state, True, None, "")
+
+    @classmethod
+    def _launch(cls, client: docker.DockerClient, spec: Hardening, run_id: str, name: str, archive: bytes,
+                state: Path, own: bool, git: PrivateGit | None, base: str) -> "Sandbox":
         try:
-            container = client.containers.create(**spec.create_kwargs(owner_labels(run_id)),
-                                                 name=f"escrow-{run_id[:24]}")
+            container = client.containers.create(**spec.create_kwargs(owner_labels(run_id)), name=name)
             container.start()
         except docker.errors.DockerException as exc:
+            if own:
+                shutil.rmtree(state, ignore_errors=True)
             raise SandboxError(f"could not start the sandbox container: {exc}", run_id=run_id) from exc
-        sandbox = cls(client, container, spec, run_id, state, own)
+        sandbox = cls(client, container, spec, run_id, state, own, git, base)
         try:
             sandbox._main_pid = sandbox._find_main_pid()
             sandbox._copy_in(archive)
@@ -112,17 +136,36 @@ class Sandbox:
     def inspect(self) -> dict[str, Any]:
         return self.client.api.inspect_container(self.container.id)
 
+    @property
+    def export_limits(self) -> ExportLimits:
+        return ExportLimits(max_total_bytes=self.spec.workspace_bytes)
+
     def patch(self) -> Patch:
-        """The run's change as a git patch against the starting copy."""
-        limit = self.spec.workspace_bytes * 2
-        capture = BytesCapture(limit)
-        outcome = self.exec(["/bin/tar", "-c", "-C", WORKSPACE, "--exclude=./.git", "."], _SETUP_LIMITS,
-                            stdout_capture=capture)
-        if outcome.exit_code != 0 or capture.overflowed:
-            raise WorkspaceError(f"could not export the workspace: {outcome.stderr.text()[:500]}", run_id=self.run_id)
-        after = self.state_dir / "after"
-        shutil.rmtree(after, ignore_errors=True)
-        return patch_from_tar(bytes(capture.data), self.state_dir)
+        """The workspace now, as a patch against the starting copy: exported as
+        framed data by a script in the container, parsed under caps on the
+        host and fed into the private git dir as blobs (never extracted)."""
+        if self.git is None:
+            raise WorkspaceError("this sandbox has no starting copy to diff against", run_id=self.run_id)
+        limits = self.export_limits
+        self._exports += 1
+        tree = TreeBuilder(self.git)
+        parser = ExportParser(limits, tree)
+        try:
+            outcome = self.exec(["/usr/bin/python3", "-I", "-S", "-c", _EXPORT], _SETUP_LIMITS,
+                                stdin=limits.script_input(), stdout_capture=parser)
+            if outcome.exit_code != 0 or outcome.timed_out:
+                raise WorkspaceError(f"could not export the workspace (exit {outcome.exit_code}): "
+                                     f"{outcome.stderr.text()[:500]}", run_id=self.run_id)
+            after = commit_export(parser, self.git, self.base, f"refs/heads/export-{self._exports}")
+        finally:
+            tree.abort()
+        return diff_patch(self.git, self.base, after, tuple(parser.skipped), limits)
+
+    def archive_of(self, patch: Patch) -> bytes:
+        """The starting copy with ``patch`` applied, as a tar for ``fresh``."""
+        if self.git is None or not patch.tree:
+            raise WorkspaceError("the patch has no recorded state to verify", run_id=self.run_id)
+        return tree_archive(self.git, patch.tree, self.spec.workspace_bytes)
 
     def close(self) -> None:
         """Remove the container and the host-side state (idempotent)."""

@@ -3,6 +3,8 @@ is every hardening option actually in effect inside a throwaway container?"""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import tempfile
 import uuid
 from pathlib import Path
@@ -16,6 +18,7 @@ from sandbox.daemon import require_image
 from sandbox.errors import SandboxError
 from sandbox.execution import ExecLimits
 from sandbox.hardening import audit
+from sandbox.workspace import repo_files
 
 # Each line: NAME=VALUE, judged on the host below.
 _PROBE = r"""
@@ -72,4 +75,43 @@ def run_doctor(client: docker.DockerClient, image: str) -> DoctorReport:
             slow = sandbox.bash("sleep 30", ExecLimits(timeout_s=1, stdout_cap=256, stderr_cap=256))
             checks.append(Check(name="inside timeout", ok=slow.timed_out and slow.duration_s < 10,
                                 detail=f"sleep 30 under a 1s timeout stopped after {slow.duration_s:.1f}s"))
+            checks += exit_checks(sandbox)
     return DoctorReport(ok=all(c.ok for c in checks), checks=tuple(checks))
+
+
+def exit_checks(sandbox: Sandbox) -> list[Check]:
+    """The exit: a hard link to a symlink at a host file leaves it untouched,
+    attributes do not turn a diff binary, the verifier's container is fresh,
+    and host git runs nothing from a repo's config."""
+    limits = ExecLimits(timeout_s=20, stdout_cap=2048, stderr_cap=2048)
+    with tempfile.TemporaryDirectory(prefix="escrow-doctor-host-") as tmp:
+        host = Path(tmp) / "canary"
+        host.write_text("canary\n")
+        os.chmod(host, 0o600)
+        os.utime(host, (1_000_000, 1_000_000))
+        before = os.stat(host)
+        sandbox.bash(f"ln -s {host} s && ln s h && touch -h -d @86400 s && printf '* binary\\n' > .gitattributes "
+                     "&& printf 'plain\\n' > probe.txt && echo m > /tmp/escrow-model-marker", limits)
+        patch = sandbox.patch()
+        after = os.stat(host)
+        untouched = (after.st_mode, after.st_mtime, host.read_text()) == (before.st_mode, before.st_mtime, "canary\n")
+        repo = Path(tmp) / "repo"
+        repo.mkdir()
+        subprocess.run(["git", "init", "-q", str(repo)], check=True, capture_output=True)
+        with open(repo / ".git" / "config", "a") as fh:
+            fh.write(f"[core]\n\tfsmonitor = \"touch {tmp}/fsmonitor-ran; false #\"\n")
+        repo_files(repo)
+        fsmonitor_ran = (Path(tmp) / "fsmonitor-ran").exists()
+    with sandbox.fresh(sandbox.archive_of(patch), "doctor") as verifier:
+        leftover = verifier.bash("ls -A /tmp", limits).stdout.text()
+    skipped = {s.path for s in patch.skipped}
+    return [
+        Check(name="exit export", ok=untouched and {"s", "h"} <= skipped,
+              detail="hard link to a symlink at a host file: host file " + ("untouched" if untouched else "CHANGED")),
+        Check(name="exit diff", ok="+plain" in patch.text and "GIT binary patch" not in patch.text,
+              detail="'* binary' in .gitattributes: the diff stays text"),
+        Check(name="exit verifier", ok="escrow-model-marker" not in leftover,
+              detail="the verifier's container " + ("shares /tmp with the model's" if "escrow-model-marker" in leftover else "starts fresh")),
+        Check(name="exit host git", ok=not fsmonitor_ran,
+              detail="core.fsmonitor in a repo's config " + ("RAN on the host" if fsmonitor_ran else "runs nothing")),
+    ]

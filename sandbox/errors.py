@@ -47,3 +47,21 @@ class ToolArgumentError(SandboxError):
     def __init__(self, message: str, *, tool: str, **context: object) -> None:
         super().__init__(message, tool=tool, **context)
         self.tool = tool
+
+
+class ExportRefused(WorkspaceError):
+    """The workspace broke an export cap (files, bytes, patch size) or the
+    export stream was malformed. The model's doing: a submit reports it as a
+    failed submit; nothing of the export reached the host as a path."""
+
+
+class GitTimeout(WorkspaceError):
+    """A host git call ran past its timeout (and was killed)."""
+
+
+class ApplyRefused(WorkspaceError):
+    """``--apply`` refused: the patch's hash does not match the verdict, or it
+    touches flagged paths (.git, CI configuration, outside the repo) that the
+    policy's ``[apply]`` section does not allow. Nothing was written."""
+
+    exit_code = 77  # EX_NOPERM

@@ -5,6 +5,10 @@ File tools run inside the container, as the sandbox user, through the
 stdlib-only fileop script: the host never writes into the workspace, so a
 symlink planted by an earlier command is resolved (and refused) where it
 lives.
+
+``submit`` snapshots the workspace as one patch and runs the verifier on the
+starting copy with that patch applied, in a fresh container that shares
+nothing with the model's: what passes is exactly that patch (``submitted``).
 """
 
 from __future__ import annotations
@@ -16,10 +20,12 @@ from orchestrator.contract import Frozen, ToolSpec
 from policies import Policy, Verdict, decide
 from sandbox.capture import CappedOutput
 from sandbox.container import Sandbox
+from sandbox.errors import ExportRefused
 from sandbox.execution import ExecLimits, ExecOutcome
 from sandbox.tools import (
     BashArgs, EditFileArgs, ListFilesArgs, ReadFileArgs, SubmitArgs, ToolArgs, WriteFileArgs, tool_specs,
 )
+from sandbox.workspace import Patch
 
 _FILEOP = resources.files("sandbox").joinpath("fileop_script.py").read_text(encoding="utf-8")
 _LIST_MAX_ENTRIES = 500
@@ -35,6 +41,7 @@ class ToolResult(Frozen):
     duration_s: float
     timed_out: bool = False
     verifier_passed: bool | None = None
+    patch: Patch | None = None
 
 
 class ToolBox:
@@ -44,6 +51,7 @@ class ToolBox:
         self.sandbox = sandbox
         self.policy = policy
         self.verifier_command = verifier_command
+        self.submitted: Patch | None = None  # the patch of the last passing submit
 
     def specs(self) -> tuple[ToolSpec, ...]:
         return tool_specs(self.policy.tools.allowed)
@@ -74,12 +82,23 @@ class ToolBox:
         if not self.verifier_command:
             return ToolResult(tool="submit", ok=False, exit_code=None, duration_s=0.0, verifier_passed=False,
                               observation="no verifier is configured for this task; submit cannot be judged")
-        outcome = self.sandbox.bash(self.verifier_command, self.limits())
+        try:
+            patch = self.sandbox.patch()
+            archive = self.sandbox.archive_of(patch)
+        except ExportRefused as exc:
+            return ToolResult(tool="submit", ok=False, exit_code=None, duration_s=0.0, verifier_passed=False,
+                              observation=f"submit refused, the verifier did not run: {exc}")
+        with self.sandbox.fresh(archive, "verify") as verifier:
+            outcome = verifier.bash(self.verifier_command, self.limits())
         passed = outcome.exit_code == 0 and not outcome.timed_out
+        if passed:
+            self.submitted = patch
         result = _from_outcome("submit", outcome)
         verdict = "verifier PASSED" if passed else "verifier FAILED"
-        return result.model_copy(update={"verifier_passed": passed, "ok": passed,
-                                         "observation": f"{verdict}\n{result.observation}"})
+        about = f"on the submitted patch (sha256 {patch.sha256[:16]}, {len(patch.files)} files) in a fresh sandbox"
+        skipped = "".join(f"\nnot exported: {s.path} ({s.reason})" for s in patch.skipped[:20])
+        return result.model_copy(update={"verifier_passed": passed, "ok": passed, "patch": patch,
+                                         "observation": f"{verdict} {about}{skipped}\n{result.observation}"})
 
     def _file_op(self, name: str, args: ToolArgs) -> ToolResult:
         request = _request(name, args, self.policy.resources.read_cap_bytes)

@@ -1,59 +1,83 @@
 """The host side of the workspace: snapshot the user's repo (never mounted,
-only copied in as a tar), record the starting copy as a git tree in a private
-git dir, and turn what comes back out of the container into a patch.
+only copied in as a tar), record the starting copy as a commit in a private
+git dir, turn what the container exports into a patch, and apply a patch.
 
 The user's checkout is only ever read, except by ``apply_patch``, which runs
-only when asked.
+only when asked. Git never runs with the user's repo as its repository except
+for ``ls-files`` (config that runs programs overridden, no system/global
+config); the starting copy and every diff live in a private bare repo fed
+with data, so nothing in the repo or the sandbox steers host git.
 """
 
 from __future__ import annotations
 
 import io
 import os
-import subprocess
+import stat
 import tarfile
+import tempfile
 from pathlib import Path
 
 from orchestrator.canonical import sha256_hex
 from orchestrator.contract import Frozen
-from sandbox.errors import WorkspaceError
+from sandbox.errors import ApplyRefused, ExportRefused, WorkspaceError
+from sandbox.export_stream import (
+    FILE, LINK, EXEC, ExportLimits, ExportParser, Skipped, TreeBuilder, is_build_artefact, is_git_metadata, text,
+)
+from sandbox.hostgit import PrivateGit, run_git
 
-_GIT_SAFE = ["-c", "safe.directory=*", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
-             "-c", "user.name=escrow", "-c", "user.email=escrow@localhost", "-c", "commit.gpgsign=false"]
-# Build artefacts the sandbox's own test runs leave behind are not part of the change.
-_EXCLUDES = "__pycache__/\n*.pyc\n.pytest_cache/\n"
+BASE_REF = "refs/heads/base"
+# CI configuration runs code with the repo's secrets once pushed: a patch that
+# touches it is flagged, and applying it needs an explicit policy grant.
+_CI_PREFIXES = (".github/workflows/", ".github/actions/", ".circleci/", ".gitlab/", ".buildkite/", ".woodpecker/")
+_CI_FILES = (".gitlab-ci.yml", ".travis.yml", "Jenkinsfile", "azure-pipelines.yml", "bitbucket-pipelines.yml",
+             ".drone.yml", "appveyor.yml", ".woodpecker.yml")
 
 
 class Patch(Frozen):
     text: str
     sha256: str
     files: tuple[str, ...]
-    skipped: tuple[str, ...] = ()
+    skipped: tuple[Skipped, ...] = ()
+    flagged: tuple[str, ...] = ()
+    tree: str = ""  # the private commit of the after-state (what the verifier runs on)
 
     @property
     def empty(self) -> bool:
         return not self.text
 
+    @classmethod
+    def none(cls) -> "Patch":
+        return cls(text="", sha256=sha256_hex(b""), files=())
 
-def _git(git_dir: Path, work_tree: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(git_dir),
-           "GIT_LITERAL_PATHSPECS": "1"}
-    cmd = ["git", *_GIT_SAFE, f"--git-dir={git_dir}", f"--work-tree={work_tree}", *args]
-    proc = subprocess.run(cmd, capture_output=True, env=env, check=False)
-    if check and proc.returncode != 0:
-        raise WorkspaceError(f"git {args[0]} failed: {proc.stderr.decode(errors='replace').strip()}")
-    return proc
+    def record(self) -> dict[str, object]:
+        """What the store keeps of it."""
+        return {"sha256": self.sha256, "files": list(self.files), "text": self.text,
+                "skipped": [s.model_dump() for s in self.skipped], "flagged": list(self.flagged)}
+
+
+def flag_reason(path: str) -> str | None:
+    """Why a patched path needs an explicit grant to be applied, or None."""
+    if path.startswith("/") or ".." in path.split("/") or "\0" in path:
+        return "outside the repo"
+    if is_git_metadata(path.encode("utf-8", errors="surrogateescape")):
+        return "git metadata"
+    if path.startswith(_CI_PREFIXES) or path in _CI_FILES:
+        return "CI configuration"
+    return None
 
 
 def repo_files(repo: Path) -> list[str]:
-    """Tracked and untracked-but-not-ignored files of a git repo; every file otherwise."""
+    """Tracked and untracked-but-not-ignored files of a git repo; every file
+    otherwise (also when git refuses a repo someone else owns)."""
     if not repo.is_dir():
         raise WorkspaceError(f"repo {repo} is not a directory", repo=str(repo))
     if (repo / ".git").exists():
-        proc = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(repo), "ls-files", "-z", "-co",
-                               "--exclude-standard"], capture_output=True, check=False)
+        with tempfile.TemporaryDirectory(prefix="escrow-home-") as home:
+            proc = run_git(["ls-files", "-z", "-co", "--exclude-standard"], home=Path(home), cwd=repo, check=False,
+                           env={"GIT_CEILING_DIRECTORIES": str(repo.parent)})
         if proc.returncode == 0:
-            names = {p for p in proc.stdout.decode().split("\0") if p}
+            names = {p for p in proc.stdout.decode("utf-8", errors="surrogateescape").split("\0") if p}
             return sorted(p for p in names if (repo / p).is_symlink() or (repo / p).is_file())
     found = []
     for root, dirs, files in os.walk(repo):
@@ -62,71 +86,160 @@ def repo_files(repo: Path) -> list[str]:
     return sorted(found)
 
 
-def snapshot(repo: Path, state_dir: Path, max_bytes: int) -> bytes:
-    """A tar of the repo's files for the container, and the starting copy
-    committed in ``state_dir/base.git``."""
-    files = repo_files(repo)
+def _read_nofollow(path: Path) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise WorkspaceError(f"{path} is not a regular file")
+        return fh.read()
+
+
+def _tar_member(name: str, mode: str, data: bytes) -> tuple[tarfile.TarInfo, io.BytesIO | None]:
+    info = tarfile.TarInfo(name)
+    info.uid, info.gid, info.mtime = 1000, 1000, 0
+    if mode == LINK:
+        info.type, info.linkname, info.mode = tarfile.SYMTYPE, text(data), 0o777
+        return info, None
+    info.size, info.mode = len(data), 0o755 if mode == EXEC else 0o644
+    return info, io.BytesIO(data)
+
+
+def snapshot(repo: Path, git: PrivateGit, max_bytes: int) -> tuple[bytes, str]:
+    """A tar of the repo's regular files and symlinks for the container, and the
+    same content committed as the starting copy in ``git`` (read here with
+    O_NOFOLLOW, never through git's attributes or filters)."""
+    tree = TreeBuilder(git)
+    buffer = io.BytesIO()
+    try:
+        with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            real_repo = Path(os.path.realpath(repo))
+            for name in repo_files(repo):
+                raw = name.encode("utf-8", errors="surrogateescape")
+                if is_git_metadata(raw) or Path(os.path.realpath((repo / name).parent)) != real_repo / Path(name).parent:
+                    continue  # git metadata, or a listed path reached through a symlinked directory
+                st = os.lstat(repo / name)
+                if stat.S_ISLNK(st.st_mode):
+                    mode, data = LINK, os.fsencode(os.readlink(repo / name))
+                elif stat.S_ISREG(st.st_mode):
+                    mode, data = (EXEC if st.st_mode & 0o111 else FILE), _read_nofollow(repo / name)
+                else:
+                    continue
+                tar.addfile(*_tar_member(name, mode, data))
+                tree.put(raw, mode, tree.blob(data))
+                if buffer.tell() > max_bytes:
+                    raise WorkspaceError(f"repo {repo} is larger than the workspace limit ({max_bytes} bytes)")
+        base = tree.commit(BASE_REF)
+    finally:
+        tree.abort()
+    return buffer.getvalue(), base
+
+
+def tree_entries(git: PrivateGit, commit: str) -> dict[bytes, tuple[str, str]]:
+    """path -> (mode, object sha) of every file in ``commit``."""
+    out = git.run("ls-tree", "-r", "-z", "--full-tree", commit).stdout
+    entries = {}
+    for line in out.split(b"\0"):
+        if line:
+            meta, _, path = line.partition(b"\t")
+            mode, _kind, sha = meta.split(b" ")
+            entries[path] = (mode.decode(), sha.decode())
+    return entries
+
+
+def commit_export(parser: ExportParser, git: PrivateGit, base: str, ref: str) -> str:
+    """The after-state as a commit: what the export carried, plus the starting
+    copy's entry for every path it skipped (a skipped path is unchanged, never
+    deleted) and for build artefacts (never exported)."""
+    parser.finish()
+    tree = parser.tree
+    skipped = {s.path.encode("utf-8", errors="surrogateescape") for s in parser.skipped}
+
+    def under_skipped(path: bytes) -> bool:  # the path, or a directory above it (unreadable, too deep)
+        parts = path.split(b"/")
+        return any(b"/".join(parts[:n]) in skipped for n in range(1, len(parts) + 1))
+
+    for path, (mode, sha) in tree_entries(git, base).items():
+        if path not in tree.entries and (is_build_artefact(path) or under_skipped(path)):
+            tree.put(path, mode, sha)
+    return tree.commit(ref)
+
+
+def diff_patch(git: PrivateGit, base: str, after: str, skipped: tuple[Skipped, ...], limits: ExportLimits) -> Patch:
+    """The patch from ``base`` to ``after``, hashed and flagged."""
+    data = git.diff(base, after, limits.max_patch_bytes, "--binary", "--full-index")
+    names = git.diff(base, after, limits.max_patch_bytes, "--name-only", "-z").decode("utf-8", errors="surrogateescape")
+    files = tuple(n for n in names.split("\0") if n)
+    return Patch(text=data.decode("utf-8", errors="surrogateescape"), sha256=sha256_hex(data), files=files,
+                 skipped=skipped, flagged=tuple(f for f in files if flag_reason(f)), tree=after)
+
+
+def tree_archive(git: PrivateGit, commit: str, max_bytes: int) -> bytes:
+    """A tar of ``commit``'s files (made here from git objects, 0644/0755/links),
+    to fill a fresh container with exactly that state."""
+    entries = tree_entries(git, commit)
+    shas = sorted({sha for _, sha in entries.values()})
+    out = git.run("cat-file", "--batch", input="".join(f"{s}\n" for s in shas).encode()).stdout
+    blobs, at = {}, 0
+    for sha in shas:
+        header_end = out.index(b"\n", at)
+        _, _, size = out[at:header_end].split(b" ")
+        start = header_end + 1
+        blobs[sha] = out[start : start + int(size)]
+        at = start + int(size) + 1
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name in files:
-            info = tar.gettarinfo(str(repo / name), arcname=name)
-            if not (info.isfile() or info.issym()):
-                continue
-            info.uid, info.gid, info.uname, info.gname = 1000, 1000, "", ""
-            if info.isfile():
-                with open(repo / name, "rb") as fh:
-                    tar.addfile(info, fh)
-            else:
-                tar.addfile(info)
+        for path, (mode, sha) in sorted(entries.items()):
+            tar.addfile(*_tar_member(text(path), mode, blobs[sha]))
             if buffer.tell() > max_bytes:
-                raise WorkspaceError(f"repo {repo} is larger than the workspace limit ({max_bytes} bytes)")
-    git_dir = state_dir / "base.git"
-    _git(git_dir, repo, "init", "-q")
-    (git_dir / "info").mkdir(exist_ok=True)
-    (git_dir / "info" / "exclude").write_text(_EXCLUDES)
-    if files:
-        # Pathspecs from a file: names with odd characters stay literal.
-        (state_dir / "files.lst").write_bytes(b"\0".join(n.encode() for n in files))
-        _git(git_dir, repo, "add", "-f", f"--pathspec-from-file={state_dir / 'files.lst'}", "--pathspec-file-nul")
-    _git(git_dir, repo, "commit", "-q", "--allow-empty", "-m", "starting copy")
+                raise ExportRefused(f"the patched workspace is larger than {max_bytes} bytes")
     return buffer.getvalue()
 
 
-def _safe_member(member: tarfile.TarInfo, dest: str, skipped: list[str]) -> tarfile.TarInfo | None:
-    try:
-        return tarfile.data_filter(member, dest)
-    except tarfile.FilterError:
-        skipped.append(member.name)
-        return None
+def patch_paths(patch_text: str) -> tuple[str, ...]:
+    """Every path a patch text would touch, as git apply itself reads it."""
+    with tempfile.TemporaryDirectory(prefix="escrow-apply-") as tmp:
+        git = PrivateGit(Path(tmp)).init()
+        out = git.run("apply", "--numstat", "-z", "-", input=patch_text.encode("utf-8", errors="surrogateescape")).stdout
+    paths: list[str] = []
+    fields = out.decode("utf-8", errors="surrogateescape").split("\0")
+    i = 0
+    while i < len(fields):
+        if not fields[i]:
+            i += 1
+            continue
+        added, removed, name = fields[i].split("\t", 2)
+        if name:  # a plain path
+            paths.append(name)
+            i += 1
+        else:  # a rename: the two paths follow
+            paths += fields[i + 1 : i + 3]
+            i += 3
+    return tuple(paths)
 
 
-def patch_from_tar(data: bytes, state_dir: Path) -> Patch:
-    """Diff the workspace as exported from the container against the starting copy.
-    Members that could write outside the extraction dir (absolute or escaping
-    links, devices) are skipped and listed, never extracted."""
-    after = state_dir / "after"
-    after.mkdir()
-    skipped: list[str] = []
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-        tar.extractall(after, filter=lambda m, d: _safe_member(m, d, skipped))
-    git_dir = state_dir / "base.git"
-    _git(git_dir, after, "add", "-A")
-    text = _git(git_dir, after, "diff", "--cached", "--binary", "--no-color", "HEAD").stdout.decode(
-        "utf-8", errors="surrogateescape")
-    names = _git(git_dir, after, "diff", "--cached", "--name-only", "-z", "HEAD").stdout.decode()
-    return Patch(text=text, sha256=sha256_hex(text.encode("utf-8", errors="surrogateescape")),
-                 files=tuple(n for n in names.split("\0") if n), skipped=tuple(skipped))
-
-
-def apply_patch(patch: Patch, repo: Path) -> None:
-    """Apply a run's patch to the user's repo (only when asked). Checks first,
-    so a patch that does not apply changes nothing."""
+def apply_patch(patch: Patch, repo: Path, *, expected_sha256: str | None = None,
+                allow: frozenset[str] = frozenset()) -> None:
+    """Apply a run's patch to the user's repo (only when asked): the text must
+    hash to ``expected_sha256`` (the verdict's), every flagged path needs its
+    reason in ``allow`` ("git metadata", "CI configuration", "outside the
+    repo"), and it is checked before anything is written. git runs with a
+    private git dir, so the repo's config, hooks and attributes are not read."""
+    data = patch.text.encode("utf-8", errors="surrogateescape")
+    if expected_sha256 is not None and sha256_hex(data) != expected_sha256:
+        raise ApplyRefused(f"the patch does not hash to the verified {expected_sha256}; nothing was written",
+                           repo=str(repo))
     if patch.empty:
         return
-    data = patch.text.encode("utf-8", errors="surrogateescape")
-    for args in (["apply", "--check"], ["apply"]):
-        proc = subprocess.run(["git", "-c", "safe.directory=*", *args, "--whitespace=nowarn", "-"], cwd=repo,
-                              input=data, capture_output=True, check=False)
-        if proc.returncode != 0:
-            raise WorkspaceError(
-                f"patch does not apply to {repo}: {proc.stderr.decode(errors='replace').strip()}", repo=str(repo))
+    flagged = sorted({(p, r) for p in patch_paths(patch.text) if (r := flag_reason(p)) and r not in allow})
+    if flagged:
+        listed = ", ".join(f"{p} ({r})" for p, r in flagged[:10])
+        raise ApplyRefused(f"the patch touches paths the policy does not allow to apply: {listed}; nothing was "
+                           "written (grant them in the policy's [apply] section)", repo=str(repo))
+    with tempfile.TemporaryDirectory(prefix="escrow-apply-") as tmp:
+        git = PrivateGit(Path(tmp)).init()
+        for args in (["apply", "--check"], ["apply"]):
+            proc = run_git([*args, "--whitespace=nowarn", "-"], home=git.home, cwd=repo, input=data, check=False,
+                           env={"GIT_DIR": str(git.git_dir)}, timeout_s=git.timeout_s)
+            if proc.returncode != 0:
+                raise WorkspaceError(
+                    f"patch does not apply to {repo}: {proc.stderr.decode(errors='replace').strip()}", repo=str(repo))

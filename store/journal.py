@@ -67,7 +67,9 @@ class RunJournal:
 
     def event(self, turn: int | None, kind: str, data: dict[str, Any]) -> None:
         if kind == VERDICT_EVENT:
-            self.recorder.finish_run(self.run_id, str(data.get("verdict")), str(data.get("detail", "")), turn=turn)
+            extra = {k: v for k, v in data.items() if k not in ("verdict", "detail")}
+            self.recorder.finish_run(self.run_id, str(data.get("verdict")), str(data.get("detail", "")), turn=turn,
+                                     extra=extra)
         elif self.open is not None and self.open.turn == turn and not self.open.closed:
             self.open.event(kind, data)
         else:

@@ -95,10 +95,13 @@ class Recorder:
         self._commit(run_id, [pending])
         return str(pending[1]["id"])
 
-    def finish_run(self, run_id: str, verdict: str, detail: str = "", *, turn: int | None = None) -> None:
-        """Record the verdict event and close the run, in one transaction."""
+    def finish_run(self, run_id: str, verdict: str, detail: str = "", *, turn: int | None = None,
+                   extra: dict[str, Any] | None = None) -> None:
+        """Record the verdict event (with ``extra``, e.g. the verified patch's
+        sha256) and close the run, in one transaction."""
         now = self.clock()
-        pending = build.event_row(run_id, turn, VERDICT_EVENT, {"verdict": verdict, "detail": detail}, now)
+        pending = build.event_row(run_id, turn, VERDICT_EVENT, {**(extra or {}), "verdict": verdict, "detail": detail},
+                                  now)
         self._commit(run_id, [pending], {"status": "finished", "verdict": verdict, "verdict_detail": detail, "finished_at": now})
 
     def tool_row(self, run_id: str, turn: int | None, candidate_id: str, **fields: Any) -> Pending:

@@ -155,3 +155,23 @@ def test_cli_runner_prints_the_verdict_panel_and_rejects_a_missing_repo(tmp_path
 
     missing = runner.invoke(app, ["run", "Fix mean()", "--repo", str(tmp_path / "nope"), *common], env=env)
     assert isinstance(missing.exception, ConfigError) and "is not a directory" in str(missing.exception)
+
+
+def test_cli_apply_refuses_a_ci_patch_with_exit_77(tmp_path, repo, fault: FaultServer, sandbox_image):
+    fault.script([Reply(tool_calls=(
+        ScriptedToolCall(name="edit_file", arguments=json.dumps(
+            {"path": "calc.py", "old": "(len(values) + 1)", "new": "len(values)"})),
+        ScriptedToolCall(name="write_file", arguments=json.dumps(
+            {"path": ".github/workflows/x.yml", "content": "on: push\n"})),
+        ScriptedToolCall(name="submit", arguments="{}"),
+    ))])
+    before = (repo / "calc.py").read_text()
+    proc = escrow_run(tmp_path / "home", repo, fault.base_url, "--apply")
+    out, err = proc.communicate(timeout=180)
+
+    assert proc.returncode == 77, err
+    assert "Traceback" not in err and "--apply refused" in err and "CI configuration" in err
+    shown = json.loads(out)
+    assert shown["verdict"] == "PASS" and shown["applied"] is False
+    assert shown["flagged"] == [".github/workflows/x.yml"] and "CI configuration" in shown["apply_refused"]
+    assert (repo / "calc.py").read_text() == before and not (repo / ".github").exists()

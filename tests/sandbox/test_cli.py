@@ -42,6 +42,7 @@ def test_doctor_json_reports_every_check_ok(sandbox_image):
     report = json.loads(result.output)
     names = {c["name"] for c in report["checks"]}
     assert report["ok"] and {"inside capeff", "inside egress", "inspect HostConfig.CapDrop", "inside timeout"} <= names
+    assert {"exit export", "exit diff", "exit verifier", "exit host git"} <= names
 
 
 @pytest.mark.docker
