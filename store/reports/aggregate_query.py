@@ -19,6 +19,7 @@ from sqlalchemy import Connection, Integer, Select, and_, case, cast, func, sele
 from orchestrator.costing import AggregateReport, RunSlice, aggregate
 from orchestrator.costing.aggregate import DAY_FORMAT, NO_VERDICT
 from policies.price_table import PriceTable
+from store.cells import check_numbers
 from store.store import Store
 from store.tables import ModelCall, ModelResponse, Run, ToolExecution
 
@@ -31,6 +32,8 @@ MODEL = CALLS.c["gen_ai.request.model"]
 PROMPT = RESPONSES.c["gen_ai.usage.input_tokens"]
 CACHED = RESPONSES.c["gen_ai.usage.cache_read.input_tokens"]
 OUTPUT = RESPONSES.c["gen_ai.usage.output_tokens"]
+SUMMED = ("gen_ai.usage.input_tokens", "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.output_tokens",
+          "total_s", "decode_s", "ttft_s", "n_attempts")
 
 
 def window(since: float | None, until: float | None) -> Any:
@@ -110,6 +113,8 @@ def ttft_histogram(conn: Connection, since: float | None, until: float | None, b
 
 def report_runs(store: Store, *, by: str, since: float | None, until: float | None, prices: PriceTable) -> AggregateReport:
     with store.read() as conn:
+        check_numbers(conn, RESPONSES, RESPONSES.c.run_id.in_(select(RUNS.c.id).where(window(since, until))),
+                      SUMMED)
         pieces = run_slices(conn, since, until)
         ttfts = list(ttft_histogram(conn, since, until, by))
     return aggregate(pieces, ttfts, by=by, prices=prices.lookup, price_version=prices.version, since=since, until=until)
