@@ -15,6 +15,12 @@ from orchestrator.replay import ForkOverrides, Replayer, ReplayReport
 from orchestrator.settings import Settings, load_settings
 from store import Store
 
+# Exit codes of `escrow replay` (the table in docs/REPLAY.md); 2-8 are the
+# shared usage and store codes.
+EXIT_IDENTICAL = 0
+EXIT_DIFFERS = 1
+EXIT_RECORDING_ENDS = 9
+EXIT_NOISE_ONLY = 10
 DB_HELP = "Store URL (SQLAlchemy form); default ESCROW_DB_URL, else the SQLite file in ESCROW_HOME."
 
 
@@ -43,7 +49,8 @@ def replay(
 
     Offline (default) needs no model server and no Docker: every request must
     hash as recorded. Exit code: 0 identical (fork: verdict PASS), 1 divergence,
-    drift or another verdict, 2 or more for usage and store errors."""
+    drift or another verdict, 9 identical up to where a killed run's recording
+    ends, 10 re-execution drift that is noise only, 2-8 usage and store errors."""
     if reexecute and fork_at is not None:
         raise ConfigError("--reexecute and --fork-at are different replays; choose one")
     if no_record and (reexecute or fork_at is not None):
@@ -70,8 +77,9 @@ def replay(
         else:
             report = replayer.offline(loaded, record=not no_record)
     typer.echo(json.dumps(report.model_dump(mode="json"), indent=2, ensure_ascii=False) if as_json else render(report))
-    if not _succeeded(report):
-        raise typer.Exit(1)
+    code = exit_code(report)
+    if code:
+        raise typer.Exit(code)
 
 
 def _image(config: dict, settings: Settings) -> str:
@@ -104,10 +112,12 @@ def _fork(replayer: Replayer, loaded, at: int, overrides: ForkOverrides, setting
                              live_counter=live_counter, live_cost=lambda envelope: call_cost(envelope, price))
 
 
-def _succeeded(report: ReplayReport) -> bool:
+def exit_code(report: ReplayReport) -> int:
     if report.mode == "fork":
-        return report.identical and report.verdict == "PASS"
-    return report.identical
+        return EXIT_IDENTICAL if report.identical and report.verdict == "PASS" else EXIT_DIFFERS
+    if not report.identical:
+        return EXIT_DIFFERS
+    return EXIT_RECORDING_ENDS if report.recording_ends_at is not None else EXIT_IDENTICAL
 
 
 def render(report: ReplayReport) -> str:
@@ -144,6 +154,8 @@ def render(report: ReplayReport) -> str:
         lines.append(f"content digest: {report.digest} ({match})")
     elif report.recorded_digest:
         lines.append(f"recorded content digest: {report.recorded_digest}")
-    if report.mode != "fork":
+    if report.mode != "fork" and report.identical and report.recording_ends_at is not None:
+        lines.append(f"IDENTICAL UP TO TURN {report.recording_ends_at}, where the recording ends (the run died)")
+    elif report.mode != "fork":
         lines.append("IDENTICAL" if report.identical else "NOT IDENTICAL")
     return "\n".join(lines)

@@ -25,7 +25,7 @@ from sandbox.daemon import require_image
 from sandbox.errors import ExecError, SandboxError, WorkspaceError
 from sandbox.execution import REAP, ExecLimits, ExecOutcome, run_exec, wrap_command
 from sandbox.hardening import SANDBOX_ENV, WORKSPACE, Hardening
-from sandbox.orphans import owner_labels, remove_orphans
+from sandbox.orphans import claim_state_dir, owner_labels, remove_dead_state_dirs, remove_orphans
 from sandbox.workspace import Patch, patch_from_tar, snapshot
 
 _SETUP_LIMITS = ExecLimits(timeout_s=120, stdout_cap=4096, stderr_cap=4096)
@@ -51,11 +51,14 @@ class Sandbox:
         """Create, start and fill a sandbox for ``repo`` (copied, never mounted)."""
         require_image(client, image)
         remove_orphans(client)
+        remove_dead_state_dirs()
         run_id = run_id or uuid.uuid4().hex
         spec = Hardening.from_policy(image, policy)
         own = state_dir is None
         state = Path(tempfile.mkdtemp(prefix=f"escrow-{run_id[:12]}-")) if own else state_dir
         state.mkdir(parents=True, exist_ok=True)
+        if own:
+            claim_state_dir(state, run_id)
         archive = snapshot(repo, state, spec.workspace_bytes)
         try:
             container = client.containers.create(**spec.create_kwargs(owner_labels(run_id)),

@@ -41,6 +41,9 @@ class RecordedTurn(Frozen):
     envelope_json: str | None
     cost_usd: float = 0.0
     tools: tuple[RecordedTool, ...] = ()
+    committed: bool = True
+    """False for the turn in flight when the run died: its request (and maybe
+    its envelope) are recorded, its candidates and tool results are not."""
 
     @property
     def executed(self) -> tuple[RecordedTool, ...]:
@@ -106,6 +109,7 @@ def _turn(record: Any) -> RecordedTurn:
         turn=record.turn, request_json=call.request_json, request_sha256=call.request_sha256,
         envelope_json=call.response.envelope_json if call.response else None,
         cost_usd=(call.response.cost_usd or 0.0) if call.response else 0.0, tools=tuple(tools),
+        committed=record.committed is not None,
     )
 
 

@@ -18,7 +18,7 @@ from orchestrator.ports import Journal, ToolOutcome
 from orchestrator.replay.errors import Divergence
 from orchestrator.replay.recorded import RecordedTurn
 from orchestrator.replay.replay_model import Cursor
-from orchestrator.replay.replay_tools import check_call, recorded_tool
+from orchestrator.replay.replay_tools import check_call, in_flight, recorded_tool
 
 
 class NullJournal:
@@ -75,6 +75,7 @@ class ReplayJournal:
             return  # a live (forked) turn: nothing recorded to compare with
         recorded = recorded_tool(self.turns, self.cursor)
         turn, index = self.cursor.turn, self.cursor.candidate
+        in_flight(self.turns, turn, recorded)
         check_call(turn, index, recorded, name, args)
         assert recorded is not None
         if recorded.decision != (decision.effect if decision else None):

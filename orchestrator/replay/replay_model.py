@@ -16,7 +16,7 @@ from orchestrator.contract import Frozen, Message, ModelRequest
 from orchestrator.envelope import Envelope
 from orchestrator.ports import Model
 from orchestrator.replay.divergence import compare
-from orchestrator.replay.errors import Divergence
+from orchestrator.replay.errors import Divergence, recording_ends
 from orchestrator.replay.recorded import RecordedTurn
 
 
@@ -136,6 +136,8 @@ class ReplayModel:
             assert self.live is not None
             return self.live.call(request, cancel=cancel)
         recorded = self.turns.get(turn)
+        if recorded is None and self.turns and not self.turns[max(self.turns)].committed:
+            raise recording_ends(max(self.turns), f"the loop asked for turn {turn}")
         if recorded is None:
             raise Divergence(turn=turn, kind="exhausted", field="turns",
                              diff=f"the loop asked for turn {turn}; the recording has {len(self.turns)} turns\n")
@@ -147,8 +149,7 @@ class ReplayModel:
                 raise mismatch
             self.mismatches.append(mismatch)
         if recorded.envelope_json is None:
-            raise Divergence(turn=turn, kind="exhausted", field="envelope",
-                             diff=f"the recording stops at turn {turn}, in flight: its request has no response\n")
+            raise recording_ends(turn, "its request is recorded, its response is not")
         return Envelope.model_validate_json(recorded.envelope_json)
 
     def recorded_cost(self, envelope: Envelope) -> float:  # noqa: ARG002 - the Agent's cost_of signature

@@ -25,7 +25,7 @@ from orchestrator.replay.errors import ChainRefused, Divergence, ReplayError
 from orchestrator.replay.recorded import ForkPoint, RecordedRun, from_trajectory
 from orchestrator.replay.replay_journal import NullJournal
 from orchestrator.replay.report import DivergenceView, Mode, ReplayReport
-from orchestrator.replay.session import Drive, ending_divergence, replay_counter, tolerated_end
+from orchestrator.replay.session import Drive, ending_divergence, recording_died, replay_counter, tolerated_end
 from store import Recorder, RunJournal, Store
 
 ToolsFor = Callable[[str], AbstractContextManager[Tools]]
@@ -139,8 +139,10 @@ class Replayer:
 
         drive.run(before_verdict)
         divergence = drive.divergence
+        ends_at = None
         if divergence is not None and (note := tolerated_end(recorded, divergence)):
             notes.append(note)
+            ends_at = divergence.turn if recording_died(recorded, divergence) else None
             divergence = None
         if drive.result is None and recorder is not None:
             recorder.record_event(run_id, None, "replay", _summary(drive, recorded))
@@ -162,7 +164,7 @@ class Replayer:
             verdict=result.verdict.value if result else (DIVERGED if divergence else None),
             verdict_detail=result.detail if result else None, recorded_verdict=recorded.verdict,
             digest=digest, recorded_digest=loaded.digest,
-            forked_at_turn=drive.live_from, notes=tuple(notes),
+            forked_at_turn=drive.live_from, notes=tuple(notes), recording_ends_at=ends_at,
         )
 
 

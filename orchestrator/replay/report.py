@@ -42,6 +42,8 @@ class ReplayReport(Frozen):
     recorded_digest: str | None = None
     forked_at_turn: int | None = None
     notes: tuple[str, ...] = ()
+    recording_ends_at: int | None = None
+    """The turn where a killed run's recording ends; the replay stopped there."""
 
     @property
     def first_drift_turn(self) -> int | None:

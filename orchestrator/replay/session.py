@@ -20,7 +20,7 @@ from orchestrator.contract import Sampling
 from orchestrator.envelope import Envelope
 from orchestrator.limits import Tally
 from orchestrator.ports import Journal, Model, Tools
-from orchestrator.replay.errors import Divergence
+from orchestrator.replay.errors import ENDED, Divergence
 from orchestrator.replay.recorded import ForkPoint, RecordedRun
 from orchestrator.replay.replay_journal import ReplayJournal
 from orchestrator.replay.replay_model import Cursor, ReplayModel
@@ -129,13 +129,19 @@ def ending_divergence(recorded: RecordedRun, result: RunResult) -> Divergence | 
     )
 
 
+def recording_died(recorded: RecordedRun, divergence: Divergence) -> bool:
+    """The loop ran past the end of a recording whose run died (no verdict)."""
+    return divergence.kind == ENDED or (divergence.kind == "exhausted" and not recorded.finished)
+
+
 def tolerated_end(recorded: RecordedRun, divergence: Divergence) -> str | None:
     """Why running past the recording is no divergence, if it is not: the
-    recording stopped in flight, or on the wall-time limit replay ignores."""
+    recorded run died there, or hit the wall-time limit replay ignores."""
+    if recording_died(recorded, divergence):
+        return (f"the recording ends at turn {divergence.turn} (the run died); "
+                "everything recorded before that point was replayed")
     if divergence.kind != "exhausted":
         return None
-    if not recorded.finished:
-        return f"the recording stops in flight at turn {divergence.turn}; replayed that far"
     if divergence.turn == len(recorded.turns) and (recorded.verdict_detail or "").startswith("wall_time"):
         return "the recorded run hit its wall-time limit here; replay ignores wall time"
     return None
