@@ -115,6 +115,8 @@ def _fork(replayer: Replayer, loaded, at: int, overrides: ForkOverrides, setting
 def exit_code(report: ReplayReport) -> int:
     if report.mode == "fork":
         return EXIT_IDENTICAL if report.identical and report.verdict == "PASS" else EXIT_DIFFERS
+    if report.noise_only:
+        return EXIT_NOISE_ONLY
     if not report.identical:
         return EXIT_DIFFERS
     return EXIT_RECORDING_ENDS if report.recording_ends_at is not None else EXIT_IDENTICAL
@@ -140,12 +142,15 @@ def render(report: ReplayReport) -> str:
     for m in report.request_mismatches:
         lines.append(f"  turn {m.turn}: request differs at {m.field} (after drifted tool output)")
     for drift in report.drifts:
-        lines.append(f"  DRIFT turn {drift.turn} candidate {drift.candidate_index} {drift.tool}: exit "
+        label = "NOISE" if drift.noise else f"DRIFT ({drift.kind})"
+        lines.append(f"  {label} turn {drift.turn} candidate {drift.candidate_index} {drift.tool}: exit "
                      f"{drift.recorded_exit_code} -> {drift.replayed_exit_code}, output "
                      f"{drift.recorded_output_sha256[:12]} -> {drift.replayed_output_sha256[:12]}")
+    if report.noise_mismatches:
+        lines.append(f"  noise: {len(report.noise_mismatches)} later request(s) differ only by volatile output")
     if report.first_drift_turn is not None:
         lines.append(f"first drifting turn: {report.first_drift_turn}")
-        lines.append(report.drifts[0].diff.rstrip("\n"))
+        lines.append(next(d for d in report.drifts if not d.noise).diff.rstrip("\n"))
     for note in report.notes:
         lines.append(f"  note: {note}")
     lines.append(f"verdict: {report.verdict} (recorded: {report.recorded_verdict})")
@@ -156,6 +161,8 @@ def render(report: ReplayReport) -> str:
         lines.append(f"recorded content digest: {report.recorded_digest}")
     if report.mode != "fork" and report.identical and report.recording_ends_at is not None:
         lines.append(f"IDENTICAL UP TO TURN {report.recording_ends_at}, where the recording ends (the run died)")
+    elif report.mode != "fork" and report.noise_only:
+        lines.append("NOISE ONLY: outputs differ only in volatile fields (policy [replay] volatile)")
     elif report.mode != "fork":
         lines.append("IDENTICAL" if report.identical else "NOT IDENTICAL")
     return "\n".join(lines)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from pydantic import computed_field
 
@@ -117,7 +117,8 @@ class ReplayModel:
     (re-execution, where drifted tool output changes later requests)."""
 
     def __init__(self, turns: Mapping[int, RecordedTurn], cursor: Cursor, *, strict: bool = True,
-                 live: Model | None = None, live_from: int | None = None) -> None:
+                 live: Model | None = None, live_from: int | None = None,
+                 noise: Callable[[str, str], bool] = lambda recorded, replayed: False) -> None:
         self.turns = turns
         self.cursor = cursor
         self.strict = strict
@@ -125,6 +126,8 @@ class ReplayModel:
         self.live_from = live_from
         self.checks: list[TurnCheck] = []
         self.mismatches: list[Divergence] = []
+        self.noise_mismatches: list[Divergence] = []
+        self.noise = noise
         self.hasher = RequestHasher()
 
     def is_live(self, turn: int) -> bool:
@@ -147,7 +150,9 @@ class ReplayModel:
             mismatch = request_divergence(turn, recorded, request)
             if self.strict:
                 raise mismatch
-            self.mismatches.append(mismatch)
+            # A request that differs only by a re-executed tool's volatile output is noise too.
+            noisy = self.noise(recorded.request_json, request.canonical())
+            (self.noise_mismatches if noisy else self.mismatches).append(mismatch)
         if recorded.envelope_json is None:
             raise recording_ends(turn, "its request is recorded, its response is not")
         return Envelope.model_validate_json(recorded.envelope_json)

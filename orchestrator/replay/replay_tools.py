@@ -17,6 +17,7 @@ from orchestrator.contract import Frozen, ToolSpec
 from orchestrator.ports import ToolOutcome, Tools
 from orchestrator.replay.divergence import compare
 from orchestrator.replay.errors import Divergence, recording_ends
+from orchestrator.replay.noise import DriftKind, classify
 from orchestrator.replay.recorded import RecordedTool, RecordedTurn
 from orchestrator.replay.replay_model import Cursor
 from policies import Policy, decide
@@ -35,6 +36,12 @@ class ToolDrift(Frozen):
     recorded_output_sha256: str
     replayed_output_sha256: str
     diff: str
+    kind: DriftKind = "output"
+    """exit_code, output or workspace: real drift; noise: only volatile fields differ."""
+
+    @property
+    def noise(self) -> bool:
+        return self.kind == "noise"
 
 
 def recorded_tool(turns: Mapping[int, RecordedTurn], cursor: Cursor) -> RecordedTool | None:
@@ -114,10 +121,13 @@ class ReplayTools:
 
     def _note_drift(self, recorded: RecordedTool, outcome: ToolOutcome) -> None:
         before, after = recorded.outcome, outcome
-        if before.exit_code == after.exit_code and before.observation == after.observation:
+        kind = classify(before.exit_code, after.exit_code, before.observation, after.observation,
+                        self.policy.replay.volatile)
+        if kind is None:
             return
         _, diff = compare(before.observation, after.observation)
         self.drifts.append(ToolDrift(
+            kind=kind,
             turn=self.cursor.turn, candidate_index=self.cursor.candidate, tool=recorded.name,
             recorded_exit_code=before.exit_code, replayed_exit_code=after.exit_code,
             recorded_output_sha256=sha256_hex(before.observation), replayed_output_sha256=sha256_hex(after.observation),

@@ -21,6 +21,7 @@ from orchestrator.envelope import Envelope
 from orchestrator.limits import Tally
 from orchestrator.ports import Journal, Model, Tools
 from orchestrator.replay.errors import ENDED, Divergence
+from orchestrator.replay.noise import request_noise
 from orchestrator.replay.recorded import ForkPoint, RecordedRun
 from orchestrator.replay.replay_journal import ReplayJournal
 from orchestrator.replay.replay_model import Cursor, ReplayModel
@@ -89,7 +90,9 @@ class Drive:
 
     def __post_init__(self) -> None:
         turns = {t.turn: t for t in self.recorded.turns if self.live_from is None or t.turn < self.live_from}
-        self.model = ReplayModel(turns, self.cursor, strict=self.strict, live=self.live_model, live_from=self.live_from)
+        volatile = self.recorded.policy.replay.volatile
+        self.model = ReplayModel(turns, self.cursor, strict=self.strict, live=self.live_model, live_from=self.live_from,
+                                 noise=lambda a, b: request_noise(a, b, volatile))
         self.tools = ReplayTools(turns, self.cursor, self.recorded.policy, live=self.live_tools)
         self.replay_journal = ReplayJournal(self.journal, turns, self.cursor)
         self.agent = build_agent(
