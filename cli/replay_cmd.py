@@ -39,6 +39,7 @@ def replay(
     top_k: int = typer.Option(None, "--top-k", min=0, help="Fork: top_k from the fork turn on."),
     seed: int = typer.Option(None, "--seed", help="Fork: sampling seed from the fork turn on."),
     max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="Fork: K_max from the fork turn on."),
+    allow_drift: bool = typer.Option(False, "--allow-drift", help="Fork: continue even if the re-executed prefix differs from the parent's."),
     force: bool = typer.Option(False, "--force", help="Replay even if the run's hash chain does not verify."),
     no_record: bool = typer.Option(False, "--no-record", help="Offline replay only: check, record no replay run."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
@@ -56,8 +57,8 @@ def replay(
     if no_record and (reexecute or fork_at is not None):
         raise ConfigError("--no-record applies to offline replay only")
     fork_flags = (model_url, model, temperature, top_p, top_k, seed, max_tokens)
-    if fork_at is None and any(v is not None for v in fork_flags):
-        raise ConfigError("--model-url, --model and the sampling flags apply to --fork-at only")
+    if fork_at is None and (any(v is not None for v in fork_flags) or allow_drift):
+        raise ConfigError("--model-url, --model, --allow-drift and the sampling flags apply to --fork-at only")
     settings = load_settings(config, db_url=db)
     # Read-only first: a store at an older schema is refused with the migrate hint, never migrated behind the user's back.
     Store.open(settings.store_url, readonly=True, create=False).close()
@@ -67,7 +68,7 @@ def replay(
         if fork_at is not None:
             overrides = ForkOverrides(model=model, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                                       max_tokens=max_tokens)
-            report = _fork(replayer, loaded, fork_at, overrides, settings, model_url)
+            report = _fork(replayer, loaded, fork_at, overrides, settings, model_url, allow_drift)
         elif reexecute:
             from orchestrator.replay.environment import sandbox_tools_for
 
@@ -86,7 +87,8 @@ def _image(config: dict, settings: Settings) -> str:
     return config.get("sandbox_image") or settings.sandbox_image
 
 
-def _fork(replayer: Replayer, loaded, at: int, overrides: ForkOverrides, settings: Settings, url: str | None) -> ReplayReport:
+def _fork(replayer: Replayer, loaded, at: int, overrides: ForkOverrides, settings: Settings, url: str | None,
+          allow_drift: bool) -> ReplayReport:
     import httpx
 
     from orchestrator.client import ModelClient
@@ -109,12 +111,14 @@ def _fork(replayer: Replayer, loaded, at: int, overrides: ForkOverrides, setting
             http = stack.enter_context(httpx.Client(timeout=30.0))
             live_counter = counter_for("server", base_url=base_url, model=overrides.model or recorded.spec.model, http=http)
         return replayer.fork(loaded, at, tools_for=tools_for, live_model=client, overrides=overrides,
-                             live_counter=live_counter, live_cost=lambda envelope: call_cost(envelope, price))
+                             live_counter=live_counter, live_cost=lambda envelope: call_cost(envelope, price),
+                             allow_drift=allow_drift)
 
 
 def exit_code(report: ReplayReport) -> int:
     if report.mode == "fork":
-        return EXIT_IDENTICAL if report.identical and report.verdict == "PASS" else EXIT_DIFFERS
+        shared = report.identical or (report.allow_drift and report.divergence is None)
+        return EXIT_IDENTICAL if shared and report.verdict == "PASS" else EXIT_DIFFERS
     if report.noise_only:
         return EXIT_NOISE_ONLY
     if not report.identical:
@@ -131,8 +135,13 @@ def render(report: ReplayReport) -> str:
     lines.append(f"{title} of run {report.run_id}: {same}/{n} turn requests byte-identical")
     if report.replay_run_id:
         lines.append(f"  recorded as run {report.replay_run_id}")
-    if report.forked_at_turn is not None:
+    if report.forked_at_turn is not None and report.identical:
         lines.append(f"  forked at turn {report.forked_at_turn}; turns before it shared with the parent")
+    elif report.forked_at_turn is not None and report.divergence is None:
+        lines.append(f"  forked at turn {report.forked_at_turn} from a prefix that differs from the parent's "
+                     "(--allow-drift): see the drift below")
+    elif report.forked_at_turn is not None:
+        lines.append(f"  fork at turn {report.forked_at_turn} refused: its prefix differs from the parent's")
     d = report.divergence
     if d is not None:
         lines.append(f"DIVERGED at turn {d.turn}: {d.kind} differs at {d.field}")

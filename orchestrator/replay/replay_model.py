@@ -118,7 +118,8 @@ class ReplayModel:
 
     def __init__(self, turns: Mapping[int, RecordedTurn], cursor: Cursor, *, strict: bool = True,
                  live: Model | None = None, live_from: int | None = None,
-                 noise: Callable[[str, str], bool] = lambda recorded, replayed: False) -> None:
+                 noise: Callable[[str, str], bool] = lambda recorded, replayed: False,
+                 on_live: Callable[[int], None] = lambda turn: None) -> None:
         self.turns = turns
         self.cursor = cursor
         self.strict = strict
@@ -128,6 +129,7 @@ class ReplayModel:
         self.mismatches: list[Divergence] = []
         self.noise_mismatches: list[Divergence] = []
         self.noise = noise
+        self.on_live = on_live
         self.hasher = RequestHasher()
 
     def is_live(self, turn: int) -> bool:
@@ -137,6 +139,7 @@ class ReplayModel:
         turn = self.cursor.turn
         if self.is_live(turn):
             assert self.live is not None
+            self.on_live(turn)
             return self.live.call(request, cancel=cancel)
         recorded = self.turns.get(turn)
         if recorded is None and self.turns and not self.turns[max(self.turns)].committed:

@@ -95,18 +95,19 @@ class Replayer:
 
     def fork(self, loaded: Loaded, at_turn: int, *, tools_for: ToolsFor, live_model: Model,
              overrides: ForkOverrides = ForkOverrides(), live_counter: TokenCounter | None = None,
-             live_cost: Callable[[Envelope], float] = lambda envelope: 0.0) -> ReplayReport:
+             live_cost: Callable[[Envelope], float] = lambda envelope: 0.0, allow_drift: bool = False) -> ReplayReport:
         """Replay turns before ``at_turn`` (tools live, so the workspace gets
-        there), then continue live as a new run linked to its parent."""
+        there), then continue live as a new run linked to its parent. A
+        prefix that drifted from the parent's stops it unless ``allow_drift``."""
         check_fork_turn(loaded.recorded, at_turn)
         point = overrides.apply(loaded.recorded, at_turn)
         return self._replay(loaded, "fork", record=True, tools_for=tools_for, live_model=live_model,
-                            fork=point, live_counter=live_counter, live_cost=live_cost)
+                            fork=point, live_counter=live_counter, live_cost=live_cost, allow_drift=allow_drift)
 
     def _replay(self, loaded: Loaded, mode: Mode, *, record: bool, tools_for: ToolsFor | None = None,
                 strict: bool = True, live_model: Model | None = None, fork: ForkPoint | None = None,
                 live_counter: TokenCounter | None = None,
-                live_cost: Callable[[Envelope], float] = lambda envelope: 0.0) -> ReplayReport:
+                live_cost: Callable[[Envelope], float] = lambda envelope: 0.0, allow_drift: bool = False) -> ReplayReport:
         recorded = loaded.recorded
         forks = recorded.forks + ((fork,) if fork else ())
         recorder = Recorder(self.store, clock=self.clock) if record else None
@@ -117,7 +118,7 @@ class Replayer:
             return self._finish(drive, loaded, mode, recorder, run_id)
         with tools_for(run_id) as live_tools:
             drive = Drive(recorded, journal, live_tools=live_tools, live_model=live_model, strict=strict,
-                          live_from=fork.at_turn if fork else None, forks=forks,
+                          live_from=fork.at_turn if fork else None, forks=forks, allow_drift=allow_drift,
                           counter=replay_counter(recorded, live_counter) if fork else None, live_cost=live_cost)
             return self._finish(drive, loaded, mode, recorder, run_id)
 
@@ -163,7 +164,8 @@ class Replayer:
         identical = divergence is None and not mismatches and not noise_mismatches and not drive.tools.drifts and (
             digest is None or digest == loaded.digest)
         if mode == "fork":
-            identical = divergence is None
+            # The prefix matched the parent's: no divergence, no drifted tool.
+            identical = divergence is None and not drive.tools.drifts
         result = drive.result
         return ReplayReport(
             run_id=recorded.run_id, mode=mode, replay_run_id=run_id if recorder else None, identical=identical,
@@ -173,6 +175,7 @@ class Replayer:
             verdict_detail=result.detail if result else None, recorded_verdict=recorded.verdict,
             digest=digest, recorded_digest=loaded.digest,
             forked_at_turn=drive.live_from, notes=tuple(notes), recording_ends_at=ends_at,
+            allow_drift=drive.allow_drift,
         )
 
 

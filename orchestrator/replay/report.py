@@ -46,6 +46,8 @@ class ReplayReport(Frozen):
     recorded_digest: str | None = None
     forked_at_turn: int | None = None
     notes: tuple[str, ...] = ()
+    allow_drift: bool = False
+    """A fork asked to continue from a prefix that drifted from its parent's."""
     recording_ends_at: int | None = None
     """The turn where a killed run's recording ends; the replay stopped there."""
 

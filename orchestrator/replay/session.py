@@ -25,7 +25,7 @@ from orchestrator.replay.noise import request_noise
 from orchestrator.replay.recorded import ForkPoint, RecordedRun
 from orchestrator.replay.replay_journal import ReplayJournal
 from orchestrator.replay.replay_model import Cursor, ReplayModel
-from orchestrator.replay.replay_tools import ReplayTools
+from orchestrator.replay.replay_tools import ReplayTools, ToolDrift
 from orchestrator.runspec import RunSpec, build_agent
 from orchestrator.turn_context import TurnContext
 
@@ -81,6 +81,7 @@ class Drive:
     live_model: Model | None = None
     live_from: int | None = None
     strict: bool = True
+    allow_drift: bool = False
     counter: TokenCounter | None = None
     forks: tuple[ForkPoint, ...] = ()
     live_cost: Callable[[Envelope], float] = lambda envelope: 0.0
@@ -92,7 +93,7 @@ class Drive:
         turns = {t.turn: t for t in self.recorded.turns if self.live_from is None or t.turn < self.live_from}
         volatile = self.recorded.policy.replay.volatile
         self.model = ReplayModel(turns, self.cursor, strict=self.strict, live=self.live_model, live_from=self.live_from,
-                                 noise=lambda a, b: request_noise(a, b, volatile))
+                                 noise=lambda a, b: request_noise(a, b, volatile), on_live=self._check_prefix)
         self.tools = ReplayTools(turns, self.cursor, self.recorded.policy, live=self.live_tools)
         self.replay_journal = ReplayJournal(self.journal, turns, self.cursor)
         self.agent = build_agent(
@@ -104,6 +105,14 @@ class Drive:
 
     def _cost(self, envelope: Envelope) -> float:
         return self.live_cost(envelope) if self.model.is_live(self.cursor.turn) else self.model.recorded_cost(envelope)
+
+    def _check_prefix(self, turn: int) -> None:
+        """A fork goes live only from a prefix identical to its parent's: a
+        re-executed tool that drifted before ``turn`` (noise included: the
+        live request would carry it) stops it, unless drift is allowed."""
+        drifted = [d for d in self.tools.drifts if d.turn < turn]
+        if drifted and not self.allow_drift and turn == self.live_from:
+            raise prefix_divergence(turn, drifted)
 
     def _switch(self, turn: int) -> None:
         for point in self.forks:
@@ -118,6 +127,16 @@ class Drive:
             self.result = self.agent.run(before_verdict=before_verdict)
         except Divergence as divergence:
             self.divergence = divergence
+
+
+def prefix_divergence(fork_at: int, drifted: list[ToolDrift]) -> Divergence:
+    first = drifted[0]
+    what = "; ".join(f"turn {d.turn} {d.tool}: {d.kind}{' (volatile fields only)' if d.noise else ''}" for d in drifted)
+    return Divergence(
+        turn=first.turn, kind="prefix", field=f"tool_calls[{first.candidate_index}].observation",
+        diff=(f"the fork's prefix (turns before {fork_at}) differs from the parent's: {what}\n"
+              f"{first.diff}(--allow-drift forks from it anyway)\n"),
+    )
 
 
 def ending_divergence(recorded: RecordedRun, result: RunResult) -> Divergence | None:
