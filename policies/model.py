@@ -109,7 +109,7 @@ DEFAULT_VOLATILE = (
     Volatile(name="clock", pattern=r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b", replacement="<time>"),
     Volatile(name="duration", pattern=r"\b\d+(?:\.\d+)?\s?(?:ns|us|µs|ms|s|sec|secs|seconds|min)\b",
              replacement="<duration>"),
-    Volatile(name="temp_path", pattern=r"/tmp/[^\s'\":,)\]]+", replacement="<tmp>"),
+    Volatile(name="temp_path", pattern="/tmp/[^\\s'\":,)\\]]+", replacement="<tmp>"),
     Volatile(name="address", pattern=r"\b0x[0-9a-fA-F]{6,16}\b", replacement="<address>"),
 )
 

@@ -70,3 +70,14 @@ def test_real_drift_in_output_and_workspace_is_reported_apart_from_noise(tmp_pat
     assert {"output", "workspace"} <= kinds, report["drifts"]
     workspace = next(d for d in report["drifts"] if d["kind"] == "workspace")
     assert "drawn.txt" in workspace["diff"]
+
+
+def test_the_documented_default_normalisation_is_the_policys():
+    import re
+    import tomllib
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "REPLAY.md").read_text()
+    block = re.search(r"```toml\n(\[\[replay\.volatile\]\].*?)```", doc, re.S)
+    assert block is not None
+    documented = tomllib.loads(block.group(1))["replay"]["volatile"]
+    assert documented == [v.model_dump() for v in default_policy().replay.volatile]
