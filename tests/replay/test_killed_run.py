@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import docker.errors
 import pytest
 from typer.testing import CliRunner
 
@@ -83,7 +84,13 @@ def killed(tmp_path, fault_server, sandbox_image, docker_client):
     kill_during_sleep(proc, docker_client)
     with Store.open(f"sqlite:///{tmp_path / 'home' / 'escrow.db'}", readonly=True, create=False) as store:
         (summary,) = store.runs()
-    return tmp_path, summary.run.id
+    yield tmp_path, summary.run.id
+    # The killed run's container, unless a gc under test took it already.
+    for found in docker_client.api.containers(all=True, filters={"label": f"{LABEL_PID}={proc.pid}"}):
+        try:
+            docker_client.api.remove_container(found["Id"], force=True)
+        except docker.errors.NotFound:
+            pass  # another process's gc was first
 
 
 def test_a_run_killed_during_a_tool_call_replays_to_where_its_recording_ends(killed):
