@@ -15,6 +15,12 @@ from orchestrator.replay import ForkOverrides, Replayer, ReplayReport
 from orchestrator.settings import Settings, load_settings
 from store import Store
 
+# Exit codes of `escrow replay` (the table in docs/REPLAY.md); 2-8 are the
+# shared usage and store codes.
+EXIT_IDENTICAL = 0
+EXIT_DIFFERS = 1
+EXIT_RECORDING_ENDS = 9
+EXIT_NOISE_ONLY = 10
 DB_HELP = "Store URL (SQLAlchemy form); default ESCROW_DB_URL, else the SQLite file in ESCROW_HOME."
 
 
@@ -33,6 +39,7 @@ def replay(
     top_k: int = typer.Option(None, "--top-k", min=0, help="Fork: top_k from the fork turn on."),
     seed: int = typer.Option(None, "--seed", help="Fork: sampling seed from the fork turn on."),
     max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="Fork: K_max from the fork turn on."),
+    allow_drift: bool = typer.Option(False, "--allow-drift", help="Fork: continue even if the re-executed prefix differs from the parent's."),
     force: bool = typer.Option(False, "--force", help="Replay even if the run's hash chain does not verify."),
     no_record: bool = typer.Option(False, "--no-record", help="Offline replay only: check, record no replay run."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
@@ -43,14 +50,15 @@ def replay(
 
     Offline (default) needs no model server and no Docker: every request must
     hash as recorded. Exit code: 0 identical (fork: verdict PASS), 1 divergence,
-    drift or another verdict, 2 or more for usage and store errors."""
+    drift or another verdict, 9 identical up to where a killed run's recording
+    ends, 10 re-execution drift that is noise only, 2-8 usage and store errors."""
     if reexecute and fork_at is not None:
         raise ConfigError("--reexecute and --fork-at are different replays; choose one")
     if no_record and (reexecute or fork_at is not None):
         raise ConfigError("--no-record applies to offline replay only")
     fork_flags = (model_url, model, temperature, top_p, top_k, seed, max_tokens)
-    if fork_at is None and any(v is not None for v in fork_flags):
-        raise ConfigError("--model-url, --model and the sampling flags apply to --fork-at only")
+    if fork_at is None and (any(v is not None for v in fork_flags) or allow_drift):
+        raise ConfigError("--model-url, --model, --allow-drift and the sampling flags apply to --fork-at only")
     settings = load_settings(config, db_url=db)
     # Read-only first: a store at an older schema is refused with the migrate hint, never migrated behind the user's back.
     Store.open(settings.store_url, readonly=True, create=False).close()
@@ -60,7 +68,7 @@ def replay(
         if fork_at is not None:
             overrides = ForkOverrides(model=model, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                                       max_tokens=max_tokens)
-            report = _fork(replayer, loaded, fork_at, overrides, settings, model_url)
+            report = _fork(replayer, loaded, fork_at, overrides, settings, model_url, allow_drift)
         elif reexecute:
             from orchestrator.replay.environment import sandbox_tools_for
 
@@ -70,15 +78,17 @@ def replay(
         else:
             report = replayer.offline(loaded, record=not no_record)
     typer.echo(json.dumps(report.model_dump(mode="json"), indent=2, ensure_ascii=False) if as_json else render(report))
-    if not _succeeded(report):
-        raise typer.Exit(1)
+    code = exit_code(report)
+    if code:
+        raise typer.Exit(code)
 
 
 def _image(config: dict, settings: Settings) -> str:
     return config.get("sandbox_image") or settings.sandbox_image
 
 
-def _fork(replayer: Replayer, loaded, at: int, overrides: ForkOverrides, settings: Settings, url: str | None) -> ReplayReport:
+def _fork(replayer: Replayer, loaded, at: int, overrides: ForkOverrides, settings: Settings, url: str | None,
+          allow_drift: bool) -> ReplayReport:
     import httpx
 
     from orchestrator.client import ModelClient
@@ -101,13 +111,19 @@ def _fork(replayer: Replayer, loaded, at: int, overrides: ForkOverrides, setting
             http = stack.enter_context(httpx.Client(timeout=30.0))
             live_counter = counter_for("server", base_url=base_url, model=overrides.model or recorded.spec.model, http=http)
         return replayer.fork(loaded, at, tools_for=tools_for, live_model=client, overrides=overrides,
-                             live_counter=live_counter, live_cost=lambda envelope: call_cost(envelope, price))
+                             live_counter=live_counter, live_cost=lambda envelope: call_cost(envelope, price),
+                             allow_drift=allow_drift)
 
 
-def _succeeded(report: ReplayReport) -> bool:
+def exit_code(report: ReplayReport) -> int:
     if report.mode == "fork":
-        return report.identical and report.verdict == "PASS"
-    return report.identical
+        shared = report.identical or (report.allow_drift and report.divergence is None)
+        return EXIT_IDENTICAL if shared and report.verdict == "PASS" else EXIT_DIFFERS
+    if report.noise_only:
+        return EXIT_NOISE_ONLY
+    if not report.identical:
+        return EXIT_DIFFERS
+    return EXIT_RECORDING_ENDS if report.recording_ends_at is not None else EXIT_IDENTICAL
 
 
 def render(report: ReplayReport) -> str:
@@ -119,8 +135,13 @@ def render(report: ReplayReport) -> str:
     lines.append(f"{title} of run {report.run_id}: {same}/{n} turn requests byte-identical")
     if report.replay_run_id:
         lines.append(f"  recorded as run {report.replay_run_id}")
-    if report.forked_at_turn is not None:
+    if report.forked_at_turn is not None and report.identical:
         lines.append(f"  forked at turn {report.forked_at_turn}; turns before it shared with the parent")
+    elif report.forked_at_turn is not None and report.divergence is None:
+        lines.append(f"  forked at turn {report.forked_at_turn} from a prefix that differs from the parent's "
+                     "(--allow-drift): see the drift below")
+    elif report.forked_at_turn is not None:
+        lines.append(f"  fork at turn {report.forked_at_turn} refused: its prefix differs from the parent's")
     d = report.divergence
     if d is not None:
         lines.append(f"DIVERGED at turn {d.turn}: {d.kind} differs at {d.field}")
@@ -130,12 +151,15 @@ def render(report: ReplayReport) -> str:
     for m in report.request_mismatches:
         lines.append(f"  turn {m.turn}: request differs at {m.field} (after drifted tool output)")
     for drift in report.drifts:
-        lines.append(f"  DRIFT turn {drift.turn} candidate {drift.candidate_index} {drift.tool}: exit "
+        label = "NOISE" if drift.noise else f"DRIFT ({drift.kind})"
+        lines.append(f"  {label} turn {drift.turn} candidate {drift.candidate_index} {drift.tool}: exit "
                      f"{drift.recorded_exit_code} -> {drift.replayed_exit_code}, output "
                      f"{drift.recorded_output_sha256[:12]} -> {drift.replayed_output_sha256[:12]}")
+    if report.noise_mismatches:
+        lines.append(f"  noise: {len(report.noise_mismatches)} later request(s) differ only by volatile output")
     if report.first_drift_turn is not None:
         lines.append(f"first drifting turn: {report.first_drift_turn}")
-        lines.append(report.drifts[0].diff.rstrip("\n"))
+        lines.append(next(d for d in report.drifts if not d.noise).diff.rstrip("\n"))
     for note in report.notes:
         lines.append(f"  note: {note}")
     lines.append(f"verdict: {report.verdict} (recorded: {report.recorded_verdict})")
@@ -144,6 +168,10 @@ def render(report: ReplayReport) -> str:
         lines.append(f"content digest: {report.digest} ({match})")
     elif report.recorded_digest:
         lines.append(f"recorded content digest: {report.recorded_digest}")
-    if report.mode != "fork":
+    if report.mode != "fork" and report.identical and report.recording_ends_at is not None:
+        lines.append(f"IDENTICAL UP TO TURN {report.recording_ends_at}, where the recording ends (the run died)")
+    elif report.mode != "fork" and report.noise_only:
+        lines.append("NOISE ONLY: outputs differ only in volatile fields (policy [replay] volatile)")
+    elif report.mode != "fork":
         lines.append("IDENTICAL" if report.identical else "NOT IDENTICAL")
     return "\n".join(lines)

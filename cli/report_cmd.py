@@ -30,6 +30,7 @@ TURN_COLUMNS = (
     ("cached_tokens", "cached"), ("prefilled_tokens", "prefilled"), ("completion_tokens", "output"),
     ("resent_tokens", "re-sent"), ("cache_hit_ratio", "hit"), ("cost_usd", "$"), ("gpu_s", "gpu s"),
     ("ttft_s", "ttft s"), ("decode_s", "decode s"), ("tool_s", "tool s"), ("retries", "retries"),
+    ("wait_s", "wait s"),
 )
 
 
@@ -38,7 +39,7 @@ GROUP_COLUMNS = (
     ("prefilled_tokens", "prefilled"), ("completion_tokens", "output"), ("cache_hit_ratio", "hit"), ("cost_usd", "$"),
     ("cost_per_run_p50", "$/run p50"), ("cost_per_run_p95", "$/run p95"), ("tokens_per_run_p50", "tok/run p50"),
     ("tokens_per_run_p95", "tok/run p95"), ("ttft_s_p50", "ttft p50 s"), ("ttft_s_p95", "ttft p95 s"),
-    ("gpu_s", "gpu s"), ("tool_s", "tool s"), ("retries", "retries"),
+    ("gpu_s", "gpu s"), ("tool_s", "tool s"), ("retries", "retries"), ("wait_s", "wait s"),
 )
 
 
@@ -86,6 +87,8 @@ def print_run(report: RunCost) -> None:
 def print_aggregate(report: AggregateReport) -> None:
     out = console()
     out.print(f"price table {report.price_version}")
+    if not report.include_replays:
+        out.print("real spend only: replays, re-executions and forks' shared prefixes are left out (--include-replays)")
     for warning in report.warnings:
         out.print(f"[yellow]warning:[/] {warning}")
     columns = ((report.by, report.by), *GROUP_COLUMNS)
@@ -120,6 +123,7 @@ def report(
     since: str | None = typer.Option(None, "--since", help="Aggregate runs started since: a span (7d, 24h) or ISO date."),
     until: str | None = typer.Option(None, "--until", help="Aggregate runs started before: a span ago or ISO date."),
     by: str = typer.Option("model", "--by", help=f"Group an aggregate by: {', '.join(GROUP_BY)}."),
+    include_replays: bool = typer.Option(False, "--include-replays", help="Aggregate: also count replays, re-executions and forks' shared prefixes (no spend of their own)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     as_csv: bool = typer.Option(False, "--csv", help="Print CSV (per turn, or per group)."),
     html: Path | None = typer.Option(None, "--html", help="Also write a self-contained HTML report with charts."),
@@ -134,8 +138,8 @@ def report(
         raise ConfigError("choose one of --json and --csv")
     if by not in GROUP_BY:
         raise ConfigError(f"--by takes one of {', '.join(GROUP_BY)}, not {by!r}")
-    if run is not None and (since or until or by != "model"):
-        raise ConfigError("--since, --until and --by aggregate over runs; they do not apply to one RUN")
+    if run is not None and (since or until or by != "model" or include_replays):
+        raise ConfigError("--since, --until, --by and --include-replays aggregate over runs; they do not apply to one RUN")
     now = time.time()
     since_ts, until_ts = parse_moment("--since", since, now), parse_moment("--until", until, now)
     store, prices = load_context(db, config)
@@ -146,7 +150,7 @@ def report(
             if html:
                 write_html(html, run_html(single))
             return
-        many = report_runs(store, by=by, since=since_ts, until=until_ts, prices=prices)
+        many = report_runs(store, by=by, since=since_ts, until=until_ts, prices=prices, include_replays=include_replays)
     if not many.groups:
         window = f" started in the window asked ({since or 'the start'} to {until or 'now'})" if since or until else ""
         raise NothingToReport(f"no runs with recorded model calls{window} in {store.url}")

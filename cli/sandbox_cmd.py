@@ -65,18 +65,22 @@ def doctor(image: str | None = _IMAGE, docker_host: str | None = _HOST, as_json:
 @sandbox_app.command("gc")
 def gc(
     docker_host: str | None = _HOST,
-    all_: bool = typer.Option(False, "--all", help="Also remove containers whose owner is still alive."),
+    all_: bool = typer.Option(False, "--all", help="Also remove containers and state directories whose owner is still alive."),
     as_json: bool = _JSON,
 ) -> None:
-    """Remove sandbox containers left behind by crashed runs (found by label)."""
-    from sandbox.orphans import remove_orphans
+    """Remove sandbox containers and /tmp/escrow-* state directories left
+    behind by crashed runs (found by their owner labels)."""
+    from sandbox.orphans import remove_dead_state_dirs, remove_orphans
 
     client, _ = _client_and_tag(None, docker_host)
     removed = remove_orphans(client, include_live=all_)
+    dirs = remove_dead_state_dirs(include_live=all_)
     if as_json:
-        typer.echo(json.dumps({"removed": removed}))
+        typer.echo(json.dumps({"removed": removed, "removed_state_dirs": dirs}))
     else:
         typer.echo(f"removed {len(removed)} container(s)" + (": " + ", ".join(removed) if removed else ""))
+        typer.echo(f"removed {len(dirs)} state director{'y' if len(dirs) == 1 else 'ies'}"
+                   + (": " + ", ".join(dirs) if dirs else ""))
 
 
 def register(app: typer.Typer) -> None:

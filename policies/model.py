@@ -3,6 +3,7 @@ policy is an error rather than a silently ignored grant."""
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 
 from pydantic import Field, field_validator, model_validator
@@ -99,6 +100,43 @@ class ApplyGrants(Frozen):
         return frozenset(reason for reason, granted in grants.items() if granted)
 
 
+class Volatile(Frozen):
+    """A volatile field of tool output: every match of ``pattern`` (a Python
+    regular expression) is replaced by ``replacement`` before a re-executed
+    output is compared with the recorded one."""
+
+    name: str
+    pattern: str
+    replacement: str
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
+
+DEFAULT_VOLATILE = (
+    Volatile(name="timestamp", pattern=r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?",
+             replacement="<timestamp>"),
+    Volatile(name="clock", pattern=r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b", replacement="<time>"),
+    Volatile(name="duration", pattern=r"\b\d+(?:\.\d+)?\s?(?:ns|us|µs|ms|s|sec|secs|seconds|min)\b",
+             replacement="<duration>"),
+    Volatile(name="temp_path", pattern="/tmp/[^\\s'\":,)\\]]+", replacement="<tmp>"),
+    Volatile(name="address", pattern=r"\b0x[0-9a-fA-F]{6,16}\b", replacement="<address>"),
+)
+
+
+class ReplayPolicy(Frozen):
+    """How ``escrow replay --reexecute`` tells noise from drift: outputs that
+    differ only in these volatile fields are noise."""
+
+    volatile: tuple[Volatile, ...] = DEFAULT_VOLATILE
+
+
 class Policy(Frozen):
     name: str = "unnamed"
     description: str = ""
@@ -108,6 +146,7 @@ class Policy(Frozen):
     resources: Resources = Resources()
     limits: RunLimits = RunLimits()
     apply: ApplyGrants = ApplyGrants()
+    replay: ReplayPolicy = ReplayPolicy()
 
     @model_validator(mode="after")
     def _write_tools_need_write_globs(self) -> "Policy":

@@ -30,7 +30,7 @@ from sandbox.execution import REAP, ExecLimits, ExecOutcome, run_exec, wrap_comm
 from sandbox.export_stream import ExportLimits, ExportParser, TreeBuilder
 from sandbox.hardening import SANDBOX_ENV, WORKSPACE, Hardening
 from sandbox.hostgit import PrivateGit
-from sandbox.orphans import owner_labels, remove_orphans
+from sandbox.orphans import claim_state_dir, owner_labels, remove_dead_state_dirs, remove_orphans
 from sandbox.workspace import Patch, commit_export, diff_patch, snapshot, tree_archive
 
 _SETUP_LIMITS = ExecLimits(timeout_s=120, stdout_cap=4096, stderr_cap=4096)
@@ -60,11 +60,14 @@ class Sandbox:
         """Create, start and fill a sandbox for ``repo`` (copied, never mounted)."""
         require_image(client, image)
         remove_orphans(client)
+        remove_dead_state_dirs()
         run_id = run_id or uuid.uuid4().hex
         spec = Hardening.from_policy(image, policy)
         own = state_dir is None
         state = Path(tempfile.mkdtemp(prefix=f"escrow-{run_id[:12]}-")) if own else state_dir
         state.mkdir(parents=True, exist_ok=True)
+        if own:
+            claim_state_dir(state, run_id)
         git = PrivateGit(state).init()
         archive, base = snapshot(repo, git, spec.workspace_bytes)
         return cls._launch(client, spec, run_id, f"escrow-{run_id[:24]}", archive, state, own, git, base)
@@ -74,6 +77,7 @@ class Sandbox:
         nothing else: no shared /tmp, home, processes or workspace."""
         self._exports += 1
         state = Path(tempfile.mkdtemp(prefix=f"escrow-{self.run_id[:12]}-{role}-"))
+        claim_state_dir(state, self.run_id)
         return Sandbox._launch(self.client, self.spec, self.run_id, f"escrow-{self.run_id[:24]}-{role}{self._exports}",
                                archive, state, True, None, "")
 

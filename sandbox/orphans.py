@@ -1,11 +1,15 @@
 """Sandbox containers are labelled with their owner process (pid, its start
-time, host), so containers left by a crashed run can be found and removed
-without touching those of live runs."""
+time, host), and the host-side state directories (``/tmp/escrow-<run>-*``)
+carry the same labels in an owner file, so what a crashed run left behind
+can be found and removed without touching what live runs use."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import socket
+import tempfile
 from pathlib import Path
 
 import docker
@@ -51,11 +55,42 @@ def remove_orphans(client: docker.DockerClient, *, include_live: bool = False) -
     """Remove sandbox containers whose owner is gone (or all with ``include_live``);
     returns their names."""
     removed: list[str] = []
-    for container in client.containers.list(all=True, filters={"label": f"{LABEL_ROLE}=1"}):
-        if include_live or not owner_alive(container.labels):
+    # The low-level listing carries the labels: no inspect per container,
+    # which races with another process removing one meanwhile.
+    for found in client.api.containers(all=True, filters={"label": f"{LABEL_ROLE}=1"}):
+        if include_live or not owner_alive(found.get("Labels") or {}):
             try:
-                container.remove(force=True)
-                removed.append(container.name)
+                client.api.remove_container(found["Id"], force=True)
             except docker.errors.NotFound:
                 continue
+            removed.append((found.get("Names") or [found["Id"][:12]])[0].lstrip("/"))
+    return removed
+
+
+STATE_PREFIX = "escrow-"
+OWNER_FILE = "owner.json"
+
+
+def claim_state_dir(path: Path, run_id: str) -> None:
+    """Record the owner of a run's host-side state directory (the same labels
+    as its container), so a later gc can tell a dead run's leftovers."""
+    (path / OWNER_FILE).write_text(json.dumps(owner_labels(run_id)))
+
+
+def remove_dead_state_dirs(root: Path | None = None, *, include_live: bool = False) -> list[str]:
+    """Remove ``escrow-*`` state directories under ``root`` (the temp dir)
+    whose recorded owner is gone (or all owned ones with ``include_live``).
+    A directory without an owner file is left alone: it may be one being
+    created this moment, or not ours."""
+    removed: list[str] = []
+    for path in sorted(Path(root or tempfile.gettempdir()).glob(f"{STATE_PREFIX}*")):
+        try:
+            labels = json.loads((path / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(labels, dict) or labels.get(LABEL_ROLE) != "1":
+            continue
+        if include_live or not owner_alive(labels):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(str(path))
     return removed

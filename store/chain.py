@@ -12,6 +12,7 @@ chained in ``seq`` order across all chained tables; the run row holds the head
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -22,6 +23,8 @@ GENESIS_COLUMNS: tuple[str, ...] = (
     "id", "created_at", "task", "repo", "mode", "gen_ai.request.model", "config_json", "policy_json",
     "parent_run_id", "forked_at_turn", "escrow_version",
 )
+GENESIS_EVENT = "genesis"
+"""The event ``start_run`` chains first (seq 1): the genesis columns as data."""
 
 
 def hashed_form(table: str, row: Mapping[str, Any]) -> str:
@@ -80,9 +83,45 @@ def check_chain(run_row: Mapping[str, Any], rows: Iterable[ChainRow]) -> ChainCh
             return broken("row belongs to another run", item)
         head = link(head, item.table, item.row)
         if item.row.get("chain_hash") != head:
-            return broken(f"hash mismatch at seq {item.seq} ({item.table} {item.row.get('id')})", item)
-    if run_row.get("chain_seq") != len(ordered):
-        return broken(f"run records {run_row.get('chain_seq')} chained rows but {len(ordered)} exist")
+            problem = f"hash mismatch at seq {item.seq} ({item.table} {item.row.get('id')})"
+            if item.seq == 1 and (why := genesis_problem(run_row, item)):
+                return broken(why).model_copy(update={"table": "runs", "row_id": run_id})
+            if item.seq == 1:
+                problem += ": this row, or an immutable column of the run row, was altered"
+            return broken(problem, item)
+    recorded = run_row.get("chain_seq")
+    if isinstance(recorded, int) and recorded > len(ordered):
+        missing = list(range(len(ordered) + 1, recorded + 1))
+        shown = ", ".join(map(str, missing[:5])) + (" ..." if len(missing) > 5 else "")
+        return broken(f"chained row seq {shown} is missing: the run records {recorded} chained rows, "
+                      f"{len(ordered)} exist")
+    if recorded != len(ordered):
+        return broken(f"run records {recorded} chained rows but {len(ordered)} exist")
     if run_row.get("chain_head") != head:
         return broken("run head does not match the last link")
     return ChainCheck(run_id=run_id, ok=True, rows=len(ordered), head=head)
+
+
+def genesis_problem(run_row: Mapping[str, Any], first: ChainRow) -> str | None:
+    """When seq 1 is an intact genesis event (its hash links from the genesis
+    it records), the run row's columns that differ from it were altered."""
+    if first.table != "events" or first.row.get("kind") != GENESIS_EVENT:
+        return None
+    try:
+        recorded = json.loads(first.row.get("data_json") or "")
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(recorded, dict) or link(genesis(recorded), first.table, first.row) != first.row.get("chain_hash"):
+        return None
+    changed = [c for c in GENESIS_COLUMNS if run_row.get(c) != recorded.get(c)]
+    if not changed:
+        return None
+    column = changed[0]
+    return (f"run row column {column} was altered: it is {_clip(run_row.get(column))}, the chained genesis "
+                f"record (seq 1) says {_clip(recorded.get(column))}"
+                + (f" (also altered: {', '.join(changed[1:])})" if len(changed) > 1 else ""))
+
+
+def _clip(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."

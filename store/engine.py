@@ -103,6 +103,8 @@ def make_engine(
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         cursor.execute("PRAGMA foreign_keys = ON")
+        # Stricter checks of every page read: damage is reported, not read as data.
+        cursor.execute("PRAGMA cell_size_check = ON")
         if not readonly:
             cursor.execute(f"PRAGMA synchronous = {synchronous.upper()}")
         cursor.close()

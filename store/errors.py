@@ -53,3 +53,9 @@ class ChainBroken(StoreError):
     """``verify`` found a broken link in a run's hash chain."""
 
     exit_code = 1
+
+
+class StoreDamaged(NotAStore):
+    """A page or a cell of the store is damaged: SQLite reports corruption, or
+    a cell holds a value its column cannot (a BLOB in a text column, text in
+    a REAL one). Same exit code as any other unreadable store."""

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 from sqlalchemy import Connection, Table, func, inspect, select
 
+from store.cells import check_row, check_numbers
 from store.errors import RunNotFound
 from store.tables import CallAttempt, CandidateRow, EventRow, ModelCall, ModelResponse, Run, ToolExecution, TransitionRow, Turn
 from store.views import (
@@ -28,6 +29,7 @@ def _attr_of_column(model: type) -> dict[str, str]:
 
 
 def view(view_cls: type[V], model: type, row: Mapping[str, Any], **extra: Any) -> V:
+    check_row(_table(model), row)
     names, fields = _attr_of_column(model), view_cls.model_fields
     values = {names[k]: v for k, v in row.items() if names.get(k) in fields}
     return view_cls(**values, **extra)
@@ -88,6 +90,7 @@ def run_totals(conn: Connection, run_ids: list[str]) -> dict[str, RunTotals]:
     if not run_ids:
         return {}
     calls, responses, turns = _table(ModelCall), _table(ModelResponse), _table(Turn)
+    check_numbers(conn, responses, responses.c.run_id.in_(run_ids))
     counts: dict[str, dict[str, Any]] = defaultdict(dict)
     for run_id, n in conn.execute(select(calls.c.run_id, func.count()).where(calls.c.run_id.in_(run_ids)).group_by(calls.c.run_id)):
         counts[run_id]["calls"] = n

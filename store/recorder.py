@@ -20,6 +20,7 @@ from orchestrator import __version__
 from orchestrator.contract import Message, ModelRequest
 from orchestrator.envelope import Envelope
 from store import rows as build
+from store.chain import GENESIS_EVENT
 from store.errors import RecordingError
 from store.rows import Output, Pending
 from store.tables import CandidateRow, ModelCall, Run, TransitionRow
@@ -51,8 +52,12 @@ class Recorder:
             run_id=run_id, now=self.clock(), task=task, repo=repo, config=config, policy=policy, model=model,
             mode=mode, parent_run_id=parent_run_id, forked_at_turn=forked_at_turn, version=__version__,
         )
+        # The genesis columns again as the first chained row: verify can then
+        # name the run row's column that was altered instead of blaming seq 1.
+        copy = build.event_row(run_id, None, GENESIS_EVENT, build.genesis_values(row), row["created_at"])
         with self.store.write() as conn:
             conn.execute(Run.__table__.insert(), [row])
+            append(conn, run_id, [copy])
         return run_id
 
     def turn(self, run_id: str, turn: int) -> "TurnWriter":
@@ -110,6 +115,8 @@ class Recorder:
     def event_row(self, run_id: str, turn: int | None, kind: str, data: Mapping[str, Any]) -> Pending:
         if kind == VERDICT_EVENT:
             raise RecordingError("a verdict is recorded with finish_run, which also closes the run", run_id=run_id)
+        if kind == GENESIS_EVENT:
+            raise RecordingError("the genesis event is recorded by start_run only", run_id=run_id)
         return build.event_row(run_id, turn, kind, data, self.clock())
 
     def _commit(self, run_id: str, pending: Sequence[Pending], run_update: Mapping[str, Any] | None = None) -> None:

@@ -9,7 +9,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from store.chain import ChainCheck
+from store.chain import GENESIS_EVENT, ChainCheck
 from store.views import ResponseView, RunSummary, Trajectory, TurnRecord
 
 _SPAN = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
@@ -77,11 +77,24 @@ def trajectory_text(trajectory: Trajectory) -> str:
         )
     if r.verdict_detail:
         lines.append(f"  detail:  {clip(r.verdict_detail, 100)}")
+    if r.status == "running":
+        lines.append("  no verdict recorded: the run is still running, or its process died")
     for event in trajectory.run_events:
+        if event.kind == GENESIS_EVENT:
+            continue  # the run row's own columns, chained for verify
         lines.append(f"  event {event.kind}: {clip(event.data_json, 90)}")
     for record in trajectory.turns:
         lines += turn_lines(record)
     return "\n".join(lines)
+
+
+IN_FLIGHT_NO_RESPONSE = (
+    "  the run stopped while this call was in flight: its request was committed before the call was made, "
+    "no response was recorded")
+IN_FLIGHT_AFTER_RESPONSE = (
+    "  the run stopped during this turn, after the model answered: the request and the envelope are each "
+    "committed the moment they happen; the turn's candidates, tool results and events are committed with "
+    "the turn, so none of them were (a tool call in progress when the run died leaves no trace but the envelope)")
 
 
 def turn_lines(record: TurnRecord) -> list[str]:
@@ -89,6 +102,13 @@ def turn_lines(record: TurnRecord) -> list[str]:
     if not record.calls and not record.committed:
         state = "events only"
     lines = ["", f"turn {record.turn}: {state}"]
+    if record.calls and not record.committed:
+        answered = [c for c in record.calls if c.response is not None]
+        lines.append(IN_FLIGHT_AFTER_RESPONSE if answered else IN_FLIGHT_NO_RESPONSE)
+        for call in answered:
+            for index, proposed in enumerate(call.response.envelope().payload.tool_calls):  # type: ignore[union-attr]
+                lines.append(f"  proposed tool call {index} (never committed): {proposed.name} "
+                             f"{clip(proposed.arguments, 70)}")
     for call in record.calls:
         resp = call.response
         lines.append(f"  call {call.id[:12]} request sha256 {call.request_sha256[:16]}  max_tokens {call.max_tokens}")

@@ -20,7 +20,7 @@ from sqlalchemy import Float, Integer, Table
 from orchestrator.canonical import canonical_json, sha256_hex
 from orchestrator.contract import Message, ModelRequest, ToolCall
 from orchestrator.envelope import Envelope
-from store.chain import genesis
+from store.chain import GENESIS_COLUMNS, genesis
 from store.tables import CallAttempt, CandidateRow, EventRow, ModelCall, ModelResponse, Run, ToolExecution, TransitionRow, Turn
 
 Pending = tuple[Table, dict[str, Any]]
@@ -97,6 +97,11 @@ def run_row(
     })
     row["chain_head"] = genesis(row)
     return row
+
+
+def genesis_values(run: Mapping[str, Any]) -> dict[str, Any]:
+    """The run row's immutable (hashed) columns, as the genesis event records them."""
+    return {k: run.get(k) for k in GENESIS_COLUMNS}
 
 
 def request_row(call_id: str, run_id: str, turn: int, request: ModelRequest, attempt_of: str | None, now: float) -> Pending:

@@ -17,7 +17,7 @@ from sqlalchemy import exc as sa_exc
 from store import browse, migrations, reader, verify
 from store.chain import ChainCheck
 from store.engine import ensure_parent, make_engine, parse_url, probe_file, sqlite_path, use_wal
-from store.errors import NotAStore, RecordingError, RunNotFound, SchemaTooNew, SchemaTooOld, StoreError
+from store.errors import NotAStore, RecordingError, RunNotFound, SchemaTooNew, SchemaTooOld, StoreDamaged, StoreError
 from store.views import CallView, CandidateView, EventView, RunSummary, RunView, ToolExecutionView, Trajectory, TurnView
 
 T = TypeVar("T")
@@ -154,12 +154,22 @@ class Store:
         with self.read() as conn:
             return verify.verify_all(conn)
 
-    def integrity_check(self) -> str:
-        """SQLite's own ``PRAGMA integrity_check`` ("ok" when sound)."""
+    def check_pages(self) -> None:
+        """StoreDamaged unless SQLite's ``quick_check`` finds every page of
+        the file sound (verify reads the tables; this covers the indexes and
+        free pages it does not read)."""
+        problem = self.integrity_check(quick=True)
+        if problem != "ok":
+            raise StoreDamaged(f"damaged store {self.url}: SQLite's quick_check reports: {problem[:500]}",
+                               location=self.url)
+
+    def integrity_check(self, *, quick: bool = False) -> str:
+        """SQLite's own ``PRAGMA integrity_check`` or ``quick_check`` ("ok" when sound)."""
         if self.dialect != "sqlite":
             return "ok"
         with self.read() as conn:
-            return "\n".join(str(r[0]) for r in conn.execute(text("PRAGMA integrity_check")))
+            pragma = "quick_check" if quick else "integrity_check"
+            return "\n".join(str(r[0]) for r in conn.execute(text(f"PRAGMA {pragma}")))
 
 
 def _prepare(engine: Engine, shown: str, *, may_create: bool, readonly: bool) -> int:
@@ -192,16 +202,23 @@ def _prepare(engine: Engine, shown: str, *, may_create: bool, readonly: bool) ->
         return migrations.LATEST
 
 
+# What SQLite says when a page it reads is damaged.
+DAMAGE_SIGNS = ("not a database", "malformed", "encrypted", "corrupt", "disk I/O error", "out of range")
+
+
 @contextmanager
 def translated(location: str) -> Iterator[None]:
     """Database errors become StoreErrors that say where and what."""
     try:
         yield
+    except UnicodeDecodeError as exc:  # a damaged page inside a text cell
+        raise StoreDamaged(f"damaged store {location}: a text cell is not valid UTF-8 ({exc.reason})",
+                           location=location) from exc
     except sa_exc.IntegrityError as exc:
         raise RecordingError(f"{location}: write refused: {exc.orig}", location=location) from exc
     except sa_exc.DBAPIError as exc:
         detail = str(exc.orig)
-        if any(s in detail for s in ("not a database", "malformed", "encrypted")):
-            raise NotAStore(f"{location} is not a readable Escrow store: {detail}", location=location) from exc
+        if any(s in detail for s in DAMAGE_SIGNS):
+            raise StoreDamaged(f"damaged store {location}: {detail}", location=location) from exc
         raise StoreError(f"store {location}: {detail}", location=location) from exc
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, select
 
+from store.cells import check_row
 from store.chain import ChainCheck, ChainRow, check_chain
 from store.recorder import VERDICT_EVENT
 from store.tables import CHAINED, EventRow, Run
@@ -65,13 +66,18 @@ def load(conn: Connection, run_id: str | None = None) -> tuple[list[dict[str, An
     runs_stmt = select(RUNS).order_by(RUNS.c.created_at, RUNS.c.id)
     if run_id is not None:
         runs_stmt = runs_stmt.where(RUNS.c.id == run_id)
-    run_rows = [dict(r) for r in conn.execute(runs_stmt).mappings()]
+    run_rows = [checked(RUNS, r) for r in conn.execute(runs_stmt).mappings()]
     rows = []
     for model in CHAINED:
         t: Table = model.__table__  # type: ignore[attr-defined]
         stmt = select(t) if run_id is None else select(t).where(t.c.run_id == run_id)
-        rows += [ChainRow(table=t.name, row=dict(r)) for r in conn.execute(stmt).mappings()]
+        rows += [ChainRow(table=t.name, row=checked(t, r)) for r in conn.execute(stmt).mappings()]
     return run_rows, rows
+
+
+def checked(table: Table, row: Mapping[str, Any]) -> dict[str, Any]:
+    check_row(table, row)
+    return dict(row)
 
 
 def verify_run(conn: Connection, run_id: str) -> ChainCheck | None:

@@ -42,6 +42,7 @@ class RunSlice(Frozen):
     retries: int
     tool_s: float = 0.0
     engine: str | None = Field(default=None, description="The engine that answered; set when grouping by engine.")
+    wait_s: float = 0.0
 
 
 class Spread(Frozen):
@@ -70,6 +71,7 @@ class GroupStats(Frozen):
     decode_s: float
     tool_s: float
     retries: int
+    wait_s: float
     cost_per_run: Spread
     tokens_per_run: Spread
     ttft_s: Spread
@@ -87,6 +89,8 @@ class AggregateReport(Frozen):
     groups: tuple[GroupStats, ...]
     total: GroupStats | None
     warnings: tuple[str, ...] = ()
+    include_replays: bool = False
+    """False: replays, re-executions and forks' shared prefixes are left out (no spend of their own)."""
 
 
 def group_key(by: str, piece: RunSlice) -> str:
@@ -119,7 +123,7 @@ def group_stats(key: str, pieces: Sequence[RunSlice], ttfts: Sequence[tuple[floa
         key=key, runs=len(per_run_cost), calls=sum(p.calls for p in pieces), prompt_tokens=prompt,
         cached_tokens=cached, prefilled_tokens=prompt - cached, completion_tokens=sum(p.completion_tokens for p in pieces),
         cost=cost, gpu_s=sum(p.gpu_s for p in pieces), decode_s=sum(p.decode_s for p in pieces),
-        tool_s=sum(tool_s.values()), retries=sum(p.retries for p in pieces),
+        tool_s=sum(tool_s.values()), retries=sum(p.retries for p in pieces), wait_s=sum(p.wait_s for p in pieces),
         cost_per_run=Spread.of(list(per_run_cost.values())), tokens_per_run=Spread.of(list(per_run_tokens.values())),
         ttft_s=Spread.of_counts(ttfts),
     )
@@ -127,7 +131,7 @@ def group_stats(key: str, pieces: Sequence[RunSlice], ttfts: Sequence[tuple[floa
 
 def aggregate(
     pieces: Iterable[RunSlice], ttfts: Iterable[tuple[str, float, int]], *, by: str, prices: PriceLookup,
-    price_version: str, since: float | None = None, until: float | None = None,
+    price_version: str, since: float | None = None, until: float | None = None, include_replays: bool = False,
 ) -> AggregateReport:
     """``ttfts`` is a histogram of the answered calls' TTFTs: (group key,
     seconds, how many calls), the key as ``group_key`` makes it."""
@@ -144,5 +148,5 @@ def aggregate(
     return AggregateReport(
         by=by, since=since, until=until, price_version=price_version, groups=groups,
         total=group_stats("TOTAL", pieces, all_ttfts, prices) if pieces else None,
-        warnings=tuple(unpriced_warnings({p.model for p in pieces}, prices)),
+        warnings=tuple(unpriced_warnings({p.model for p in pieces}, prices)), include_replays=include_replays,
     )

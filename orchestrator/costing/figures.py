@@ -26,7 +26,22 @@ class CallFigures(Frozen):
     ttft_s: float | None = None
     decode_s: float | None = None
     total_s: float = 0.0
+    server_s: float | None = None
+    """Seconds inside HTTP attempts (the server's time); None: use total_s."""
+    wait_s: float = 0.0
+    """Seconds the client slept between attempts (retry backoff)."""
     retries: int = 0
+
+    @property
+    def gpu_s(self) -> float:
+        """What GPU time is charged for: the server's time, never the backoff."""
+        return self.total_s if self.server_s is None else self.server_s
+
+    @property
+    def has_usage(self) -> bool:
+        """Answered with a prompt size: a failed call reports no usage
+        (source ``absent``), which is no 0-token prompt."""
+        return self.status is not None and self.prompt_source != "absent"
 
     @property
     def cached(self) -> int:

@@ -34,6 +34,7 @@ def line_row(line: CostLine) -> dict[str, Any]:
         "gpu_usd": usd(line.cost.gpu_usd),
         "cost_usd": usd(line.cost.total_usd),
         "gpu_s": round(line.gpu_s, 6),
+        "wait_s": round(line.wait_s, 6),
         "ttft_s": None if line.ttft_s is None else round(line.ttft_s, 6),
         "decode_s": round(line.decode_s, 6),
         "tool_s": round(line.tool_s, 6),
@@ -86,7 +87,7 @@ def group_row(g: GroupStats, by: str) -> dict[str, Any]:
         "gpu_usd": usd(g.cost.gpu_usd), "cost_per_run_p50": p_usd(g.cost_per_run.p50), "cost_per_run_p95": p_usd(g.cost_per_run.p95),
         "tokens_per_run_p50": g.tokens_per_run.p50, "tokens_per_run_p95": g.tokens_per_run.p95,
         "ttft_s_p50": g.ttft_s.p50, "ttft_s_p95": g.ttft_s.p95, "gpu_s": round(g.gpu_s, 6),
-        "decode_s": round(g.decode_s, 6), "tool_s": round(g.tool_s, 6), "retries": g.retries,
+        "wait_s": round(g.wait_s, 6), "decode_s": round(g.decode_s, 6), "tool_s": round(g.tool_s, 6), "retries": g.retries,
     }
 
 
@@ -104,7 +105,7 @@ def aggregate_json(report: AggregateReport) -> dict[str, Any]:
         "by": report.by, "since": report.since, "until": report.until, "price_version": report.price_version,
         "groups": [group_row(g, report.by) for g in report.groups],
         "total": None if report.total is None else group_row(report.total, report.by),
-        "warnings": list(report.warnings),
+        "warnings": list(report.warnings), "include_replays": report.include_replays,
     }
 
 

@@ -31,6 +31,7 @@ class CostLine(Frozen):
     resent_tokens: int = 0
     cost: CostBreakdown = CostBreakdown()
     gpu_s: float = 0.0
+    wait_s: float = 0.0
     ttft_s: float | None = None
     decode_s: float = 0.0
     tool_s: float = 0.0
@@ -87,21 +88,24 @@ def resent_per_call(calls: Sequence[CallFigures]) -> list[int]:
     one, when compaction made it shorter)."""
     out, previous = [], None
     for call in calls:
-        out.append(0 if previous is None else min(call.prompt_tokens, previous))
-        if call.status is not None:
+        out.append(0 if previous is None or not call.has_usage else min(call.prompt_tokens, previous))
+        if call.has_usage:
             previous = call.prompt_tokens
     return out
 
 
 def chapter_comparison(calls: Sequence[CallFigures]) -> ChapterComparison | None:
-    answered = [c for c in calls if c.status is not None]
+    answered = [c for c in calls if c.has_usage]
     if not answered:
         return None
+    left_out = sum(1 for c in calls if c.status is not None and not c.has_usage)
     n, s0 = len(answered), answered[0].prompt_tokens
     exact = (answered[-1].prompt_tokens - s0) / (n - 1) if n > 1 else 0.0
     delta = max(0, round(exact))
     derivation = (
-        f"N = {n} answered model calls; S0 = {s0}, the first call's prompt tokens; "
+        f"N = {n} answered model calls with usage"
+        f"{f' ({left_out} without usage left out: no prompt size was reported)' if left_out else ''}; "
+        f"S0 = {s0}, the first call's prompt tokens; "
         f"delta = {delta}, the mean growth of the prompt per call ((last {answered[-1].prompt_tokens} - first {s0}) / {max(n - 1, 1)}"
         f" = {exact:.1f}, rounded{', clamped at 0: the prompt shrank' if exact < 0 else ''})"
     )
@@ -119,14 +123,14 @@ def cost_line(turn: int | None, calls: Sequence[CallFigures], resent: Sequence[i
               prices: PriceLookup) -> CostLine:
     cost = CostBreakdown()
     for call in calls:
-        cost = cost + cost_breakdown(call.prompt_tokens, call.cached, call.completion_tokens, call.total_s, prices(call.model))
+        cost = cost + cost_breakdown(call.prompt_tokens, call.cached, call.completion_tokens, call.gpu_s, prices(call.model))
     ttfts = [c.ttft_s for c in calls if c.ttft_s is not None]
     prompt, cached = sum(c.prompt_tokens for c in calls), sum(c.cached for c in calls)
     return CostLine(
         turn=turn, calls=len(calls), statuses=tuple(c.status or "IN_FLIGHT" for c in calls),
         prompt_tokens=prompt, cached_tokens=cached, prefilled_tokens=prompt - cached,
         completion_tokens=sum(c.completion_tokens for c in calls), resent_tokens=sum(resent), cost=cost,
-        gpu_s=sum(c.total_s for c in calls),
+        gpu_s=sum(c.gpu_s for c in calls), wait_s=sum(c.wait_s for c in calls),
         # A turn's latency to first token is its first call's; a total sums them.
         ttft_s=(ttfts[0] if turn is not None else sum(ttfts)) if ttfts else None,
         decode_s=sum(c.decode_s or 0.0 for c in calls), tool_s=sum(t.seconds for t in tools),

@@ -10,12 +10,25 @@ from pathlib import Path
 
 from orchestrator.replay.errors import ReplayError
 from orchestrator.replay.recorded import RecordedRun
+from policies import Policy
 from sandbox import Sandbox, ToolBox, connect, require_image
 from sandbox.loop_tools import SandboxTools
 
 
 class WorkspaceGone(ReplayError):
     """The recorded starting workspace no longer exists."""
+
+
+class WorkspaceTools(SandboxTools):
+    """Sandbox tools that can also say how the workspace changed (the patch),
+    which a re-execution compares with the recorded one."""
+
+    def __init__(self, sandbox: Sandbox, toolbox: ToolBox, policy: Policy) -> None:
+        super().__init__(toolbox, policy)
+        self.sandbox = sandbox
+
+    def patch_text(self) -> str:
+        return self.sandbox.patch().text
 
 
 def sandbox_tools_for(recorded: RecordedRun, *, image: str, docker_host: str | None = None):
@@ -31,6 +44,7 @@ def sandbox_tools_for(recorded: RecordedRun, *, image: str, docker_host: str | N
     @contextmanager
     def tools_for(run_id: str) -> Iterator[SandboxTools]:
         with Sandbox.start(client, image, recorded.policy, repo, run_id=run_id) as sandbox:
-            yield SandboxTools(ToolBox(sandbox, recorded.policy, verifier_command=recorded.spec.verifier), recorded.policy)
+            yield WorkspaceTools(sandbox, ToolBox(sandbox, recorded.policy, verifier_command=recorded.spec.verifier),
+                                 recorded.policy)
 
     return tools_for

@@ -29,7 +29,10 @@ class Divergence(ReplayError):
     ``kind``: "request" (the built request's sha256 differs), "tool_call" (a
     different tool or arguments reached the sandbox), "acl" (the policy decides
     differently), "exhausted" (the loop wants a turn the recording lacks),
-    "ending" (the run ends at another turn or with another verdict).
+    "ending" (the run ends at another turn or with another verdict),
+    "candidates" (the turn staged other tool calls than the recorded ones).
+    Kind "ended" (``recording_ends``) is no divergence: a killed run's
+    recording stops there.
     ``field`` is the first differing field path, e.g. ``messages[3].content``.
     """
 
@@ -45,3 +48,13 @@ class Divergence(ReplayError):
         self.fields = fields or (field,)
         self.recorded = recorded
         self.replayed = replayed
+
+
+ENDED = "ended"
+
+
+def recording_ends(turn: int, what: str) -> Divergence:
+    """Not a divergence: the recorded run died at ``turn`` and the loop wants
+    more than was recorded. Replay stops there and says so."""
+    return Divergence(turn=turn, kind=ENDED, field="turns",
+                      diff=f"the recording ends at turn {turn} (the run died): {what}\n")

@@ -41,6 +41,11 @@ class RecordedTurn(Frozen):
     envelope_json: str | None
     cost_usd: float = 0.0
     tools: tuple[RecordedTool, ...] = ()
+    staged: tuple[str, ...] = ()
+    """Each staged candidate's tool call (canonical JSON), by candidate index."""
+    committed: bool = True
+    """False for the turn in flight when the run died: its request (and maybe
+    its envelope) are recorded, its candidates and tool results are not."""
 
     @property
     def executed(self) -> tuple[RecordedTool, ...]:
@@ -76,6 +81,8 @@ class RecordedRun(Frozen):
     verdict_detail: str | None
     finished: bool
     forks: tuple[ForkPoint, ...] = ()
+    patch_text: str | None = None
+    """The workspace change the run recorded (its ``patch`` event), if any."""
 
 
 def _outcome(row: ToolExecutionView) -> ToolOutcome:
@@ -106,6 +113,8 @@ def _turn(record: Any) -> RecordedTurn:
         turn=record.turn, request_json=call.request_json, request_sha256=call.request_sha256,
         envelope_json=call.response.envelope_json if call.response else None,
         cost_usd=(call.response.cost_usd or 0.0) if call.response else 0.0, tools=tuple(tools),
+        staged=tuple(c.tool_call_json for c in sorted(record.candidates, key=lambda c: c.candidate_index)),
+        committed=record.committed is not None,
     )
 
 
@@ -136,4 +145,5 @@ def from_trajectory(trajectory: Trajectory) -> RecordedRun:
         run_id=run.id, mode=run.mode, task=run.task, repo=run.repo, escrow_version=run.escrow_version, spec=spec,
         policy=policy, config=config, turns=turns, token_counts=counts, verdict=run.verdict,
         verdict_detail=run.verdict_detail, finished=run.status == "finished", forks=forks,
+        patch_text=next((e.data.get("text") for e in trajectory.run_events if e.kind == "patch"), None),
     )

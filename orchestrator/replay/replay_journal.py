@@ -5,20 +5,24 @@ rejected at the parse or schema layer that once ran (or the reverse)."""
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel
 
+from orchestrator.canonical import canonical_json
 from orchestrator.candidate import Transition
 from orchestrator.contract import Message, ModelRequest, ToolCall
 from orchestrator.envelope import Envelope
 from orchestrator.perimeter import DecisionLike
 from orchestrator.ports import Journal, ToolOutcome
+from orchestrator.replay.divergence import compare
 from orchestrator.replay.errors import Divergence
 from orchestrator.replay.recorded import RecordedTurn
 from orchestrator.replay.replay_model import Cursor
-from orchestrator.replay.replay_tools import check_call, recorded_tool
+from orchestrator.replay.replay_tools import check_call, in_flight, recorded_tool
 
 
 class NullJournal:
@@ -53,9 +57,11 @@ class ReplayJournal:
         self.turns = turns
         self.cursor = cursor
         self.verdict: dict[str, Any] | None = None
+        self.staged: list[str] = []
 
     def request(self, turn: int, request: ModelRequest) -> Any:
         self.cursor.turn, self.cursor.candidate = turn, -1
+        self.staged = []
         return self.inner.request(turn, request)
 
     def envelope(self, turn: int, call_ref: Any, envelope: Envelope, cost_usd: float) -> None:
@@ -63,6 +69,7 @@ class ReplayJournal:
 
     def candidate(self, turn: int, call_ref: Any, index: int, call: ToolCall) -> Any:
         self.cursor.candidate = index
+        self.staged.append(canonical_json(call.model_dump(mode="json")))
         return self.inner.candidate(turn, call_ref, index, call)
 
     def transition(self, candidate_ref: Any, transition: Transition) -> None:
@@ -75,6 +82,7 @@ class ReplayJournal:
             return  # a live (forked) turn: nothing recorded to compare with
         recorded = recorded_tool(self.turns, self.cursor)
         turn, index = self.cursor.turn, self.cursor.candidate
+        in_flight(self.turns, turn, recorded)
         check_call(turn, index, recorded, name, args)
         assert recorded is not None
         if recorded.decision != (decision.effect if decision else None):
@@ -92,4 +100,28 @@ class ReplayJournal:
         self.inner.event(turn, kind, data)
 
     def end_turn(self, turn: int, appended: tuple[Message, ...]) -> None:
+        recorded = self.turns.get(turn)
+        # Called in the loop's finally: a divergence already on its way out names the cause.
+        if recorded is not None and recorded.committed and not isinstance(sys.exc_info()[1], Divergence):
+            check_staged(turn, recorded.staged, tuple(self.staged))
         self.inner.end_turn(turn, appended)
+
+
+def check_staged(turn: int, recorded: tuple[str, ...], replayed: tuple[str, ...]) -> None:
+    """The candidates a turn staged must be the recorded ones, all of them:
+    a recorded tool call today's loop no longer stages (or a new one) is a
+    divergence of this turn, not of the next request."""
+    for index in range(max(len(recorded), len(replayed))):
+        before = json.loads(recorded[index]) if index < len(recorded) else None
+        after = json.loads(replayed[index]) if index < len(replayed) else None
+        if before == after:
+            continue
+        field = f"candidates[{index}]"
+        if after is None:
+            diff = f"the recording staged candidate {index} ({before.get('name')}); today's loop did not\n- {recorded[index]}\n"
+        elif before is None:
+            diff = f"today's loop staged candidate {index} ({after.get('name')}); the recording has none\n+ {replayed[index]}\n"
+        else:
+            paths, diff = compare(before, after)
+            field = f"{field}.{paths[0]}"
+        raise Divergence(turn=turn, kind="candidates", field=field, recorded=before, replayed=after, diff=diff)

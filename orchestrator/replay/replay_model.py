@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from pydantic import computed_field
 
@@ -16,7 +16,7 @@ from orchestrator.contract import Frozen, Message, ModelRequest
 from orchestrator.envelope import Envelope
 from orchestrator.ports import Model
 from orchestrator.replay.divergence import compare
-from orchestrator.replay.errors import Divergence
+from orchestrator.replay.errors import Divergence, recording_ends
 from orchestrator.replay.recorded import RecordedTurn
 
 
@@ -117,7 +117,9 @@ class ReplayModel:
     (re-execution, where drifted tool output changes later requests)."""
 
     def __init__(self, turns: Mapping[int, RecordedTurn], cursor: Cursor, *, strict: bool = True,
-                 live: Model | None = None, live_from: int | None = None) -> None:
+                 live: Model | None = None, live_from: int | None = None,
+                 noise: Callable[[str, str], bool] = lambda recorded, replayed: False,
+                 on_live: Callable[[int], None] = lambda turn: None) -> None:
         self.turns = turns
         self.cursor = cursor
         self.strict = strict
@@ -125,6 +127,9 @@ class ReplayModel:
         self.live_from = live_from
         self.checks: list[TurnCheck] = []
         self.mismatches: list[Divergence] = []
+        self.noise_mismatches: list[Divergence] = []
+        self.noise = noise
+        self.on_live = on_live
         self.hasher = RequestHasher()
 
     def is_live(self, turn: int) -> bool:
@@ -134,8 +139,11 @@ class ReplayModel:
         turn = self.cursor.turn
         if self.is_live(turn):
             assert self.live is not None
+            self.on_live(turn)
             return self.live.call(request, cancel=cancel)
         recorded = self.turns.get(turn)
+        if recorded is None and self.turns and not self.turns[max(self.turns)].committed:
+            raise recording_ends(max(self.turns), f"the loop asked for turn {turn}")
         if recorded is None:
             raise Divergence(turn=turn, kind="exhausted", field="turns",
                              diff=f"the loop asked for turn {turn}; the recording has {len(self.turns)} turns\n")
@@ -145,10 +153,11 @@ class ReplayModel:
             mismatch = request_divergence(turn, recorded, request)
             if self.strict:
                 raise mismatch
-            self.mismatches.append(mismatch)
+            # A request that differs only by a re-executed tool's volatile output is noise too.
+            noisy = self.noise(recorded.request_json, request.canonical())
+            (self.noise_mismatches if noisy else self.mismatches).append(mismatch)
         if recorded.envelope_json is None:
-            raise Divergence(turn=turn, kind="exhausted", field="envelope",
-                             diff=f"the recording stops at turn {turn}, in flight: its request has no response\n")
+            raise recording_ends(turn, "its request is recorded, its response is not")
         return Envelope.model_validate_json(recorded.envelope_json)
 
     def recorded_cost(self, envelope: Envelope) -> float:  # noqa: ARG002 - the Agent's cost_of signature

@@ -16,7 +16,8 @@ from orchestrator.canonical import sha256_hex
 from orchestrator.contract import Frozen, ToolSpec
 from orchestrator.ports import ToolOutcome, Tools
 from orchestrator.replay.divergence import compare
-from orchestrator.replay.errors import Divergence
+from orchestrator.replay.errors import Divergence, recording_ends
+from orchestrator.replay.noise import DriftKind, classify
 from orchestrator.replay.recorded import RecordedTool, RecordedTurn
 from orchestrator.replay.replay_model import Cursor
 from policies import Policy, decide
@@ -35,6 +36,12 @@ class ToolDrift(Frozen):
     recorded_output_sha256: str
     replayed_output_sha256: str
     diff: str
+    kind: DriftKind = "output"
+    """exit_code, output or workspace: real drift; noise: only volatile fields differ."""
+
+    @property
+    def noise(self) -> bool:
+        return self.kind == "noise"
 
 
 def recorded_tool(turns: Mapping[int, RecordedTurn], cursor: Cursor) -> RecordedTool | None:
@@ -42,6 +49,14 @@ def recorded_tool(turns: Mapping[int, RecordedTurn], cursor: Cursor) -> Recorded
     if turn is None:
         return None
     return next((t for t in turn.tools if t.candidate_index == cursor.candidate), None)
+
+
+def in_flight(turns: Mapping[int, RecordedTurn], turn: int, recorded: RecordedTool | None) -> None:
+    """A candidate of the turn the run died in has no recorded result: the
+    recording ends here (no divergence)."""
+    record = turns.get(turn)
+    if recorded is None and record is not None and not record.committed:
+        raise recording_ends(turn, "the run died before this turn's tool calls were committed")
 
 
 def check_call(turn: int, index: int, recorded: RecordedTool | None, name: str, args: BaseModel | None) -> None:
@@ -79,7 +94,8 @@ class ReplayTools:
     def decide(self, name: str, args: BaseModel) -> AclDecision:
         decision = AclDecision.of(decide(name, args, self.policy))  # type: ignore[arg-type]
         recorded = recorded_tool(self.turns, self.cursor)
-        if recorded is None:
+        in_flight(self.turns, self.cursor.turn, recorded)
+        if recorded is None and self.cursor.turn not in self.turns:
             return decision  # a live (forked) turn
         turn, index = self.cursor.turn, self.cursor.candidate
         check_call(turn, index, recorded, name, args)
@@ -94,6 +110,7 @@ class ReplayTools:
     def execute(self, name: str, args: BaseModel) -> ToolOutcome:
         recorded = recorded_tool(self.turns, self.cursor)
         if self.live is None:
+            in_flight(self.turns, self.cursor.turn, recorded)
             check_call(self.cursor.turn, self.cursor.candidate, recorded, name, args)
             assert recorded is not None
             return recorded.outcome
@@ -104,10 +121,13 @@ class ReplayTools:
 
     def _note_drift(self, recorded: RecordedTool, outcome: ToolOutcome) -> None:
         before, after = recorded.outcome, outcome
-        if before.exit_code == after.exit_code and before.observation == after.observation:
+        kind = classify(before.exit_code, after.exit_code, before.observation, after.observation,
+                        self.policy.replay.volatile)
+        if kind is None:
             return
         _, diff = compare(before.observation, after.observation)
         self.drifts.append(ToolDrift(
+            kind=kind,
             turn=self.cursor.turn, candidate_index=self.cursor.candidate, tool=recorded.name,
             recorded_exit_code=before.exit_code, replayed_exit_code=after.exit_code,
             recorded_output_sha256=sha256_hex(before.observation), replayed_output_sha256=sha256_hex(after.observation),

@@ -20,12 +20,15 @@ from orchestrator.context import TokenCounter
 from orchestrator.contract import Frozen
 from orchestrator.envelope import Envelope
 from orchestrator.ports import Journal, Model, Tools
+from orchestrator.canonical import sha256_hex
 from orchestrator.replay.digest import trajectory_digest
+from orchestrator.replay.divergence import compare
 from orchestrator.replay.errors import ChainRefused, Divergence, ReplayError
 from orchestrator.replay.recorded import ForkPoint, RecordedRun, from_trajectory
 from orchestrator.replay.replay_journal import NullJournal
+from orchestrator.replay.replay_tools import ToolDrift
 from orchestrator.replay.report import DivergenceView, Mode, ReplayReport
-from orchestrator.replay.session import Drive, ending_divergence, replay_counter, tolerated_end
+from orchestrator.replay.session import Drive, ending_divergence, recording_died, replay_counter, tolerated_end
 from store import Recorder, RunJournal, Store
 
 ToolsFor = Callable[[str], AbstractContextManager[Tools]]
@@ -92,18 +95,19 @@ class Replayer:
 
     def fork(self, loaded: Loaded, at_turn: int, *, tools_for: ToolsFor, live_model: Model,
              overrides: ForkOverrides = ForkOverrides(), live_counter: TokenCounter | None = None,
-             live_cost: Callable[[Envelope], float] = lambda envelope: 0.0) -> ReplayReport:
+             live_cost: Callable[[Envelope], float] = lambda envelope: 0.0, allow_drift: bool = False) -> ReplayReport:
         """Replay turns before ``at_turn`` (tools live, so the workspace gets
-        there), then continue live as a new run linked to its parent."""
+        there), then continue live as a new run linked to its parent. A
+        prefix that drifted from the parent's stops it unless ``allow_drift``."""
         check_fork_turn(loaded.recorded, at_turn)
         point = overrides.apply(loaded.recorded, at_turn)
         return self._replay(loaded, "fork", record=True, tools_for=tools_for, live_model=live_model,
-                            fork=point, live_counter=live_counter, live_cost=live_cost)
+                            fork=point, live_counter=live_counter, live_cost=live_cost, allow_drift=allow_drift)
 
     def _replay(self, loaded: Loaded, mode: Mode, *, record: bool, tools_for: ToolsFor | None = None,
                 strict: bool = True, live_model: Model | None = None, fork: ForkPoint | None = None,
                 live_counter: TokenCounter | None = None,
-                live_cost: Callable[[Envelope], float] = lambda envelope: 0.0) -> ReplayReport:
+                live_cost: Callable[[Envelope], float] = lambda envelope: 0.0, allow_drift: bool = False) -> ReplayReport:
         recorded = loaded.recorded
         forks = recorded.forks + ((fork,) if fork else ())
         recorder = Recorder(self.store, clock=self.clock) if record else None
@@ -114,7 +118,7 @@ class Replayer:
             return self._finish(drive, loaded, mode, recorder, run_id)
         with tools_for(run_id) as live_tools:
             drive = Drive(recorded, journal, live_tools=live_tools, live_model=live_model, strict=strict,
-                          live_from=fork.at_turn if fork else None, forks=forks,
+                          live_from=fork.at_turn if fork else None, forks=forks, allow_drift=allow_drift,
                           counter=replay_counter(recorded, live_counter) if fork else None, live_cost=live_cost)
             return self._finish(drive, loaded, mode, recorder, run_id)
 
@@ -138,9 +142,15 @@ class Replayer:
                 recorder.record_event(run_id, result.turns, "replay", _summary(drive, recorded))
 
         drive.run(before_verdict)
+        if mode == "reexecute":
+            workspace = workspace_drift(recorded, drive)
+            if workspace is not None:
+                drive.tools.drifts.append(workspace)
         divergence = drive.divergence
+        ends_at = None
         if divergence is not None and (note := tolerated_end(recorded, divergence)):
             notes.append(note)
+            ends_at = divergence.turn if recording_died(recorded, divergence) else None
             divergence = None
         if drive.result is None and recorder is not None:
             recorder.record_event(run_id, None, "replay", _summary(drive, recorded))
@@ -150,20 +160,37 @@ class Replayer:
         if recorder is not None and mode == "replay" and divergence is None and drive.result is not None:
             digest = trajectory_digest(self.store.trajectory(run_id))
         mismatches = tuple(DivergenceView.of(d) for d in drive.model.mismatches)
-        identical = divergence is None and not mismatches and not drive.tools.drifts and (
+        noise_mismatches = tuple(DivergenceView.of(d) for d in drive.model.noise_mismatches)
+        identical = divergence is None and not mismatches and not noise_mismatches and not drive.tools.drifts and (
             digest is None or digest == loaded.digest)
         if mode == "fork":
-            identical = divergence is None
+            # The prefix matched the parent's: no divergence, no drifted tool.
+            identical = divergence is None and not drive.tools.drifts
         result = drive.result
         return ReplayReport(
             run_id=recorded.run_id, mode=mode, replay_run_id=run_id if recorder else None, identical=identical,
             turns=tuple(drive.model.checks), divergence=DivergenceView.of(divergence) if divergence else None,
-            request_mismatches=mismatches, drifts=tuple(drive.tools.drifts),
+            request_mismatches=mismatches, noise_mismatches=noise_mismatches, drifts=tuple(drive.tools.drifts),
             verdict=result.verdict.value if result else (DIVERGED if divergence else None),
             verdict_detail=result.detail if result else None, recorded_verdict=recorded.verdict,
             digest=digest, recorded_digest=loaded.digest,
-            forked_at_turn=drive.live_from, notes=tuple(notes),
+            forked_at_turn=drive.live_from, notes=tuple(notes), recording_ends_at=ends_at,
+            allow_drift=drive.allow_drift,
         )
+
+
+def workspace_drift(recorded: RecordedRun, drive: Drive) -> ToolDrift | None:
+    """The workspace a re-execution left, against the recorded patch."""
+    patch_text = getattr(drive.live_tools, "patch_text", None)
+    if patch_text is None or recorded.patch_text is None:
+        return None
+    before, after = recorded.patch_text, patch_text()
+    if before == after:
+        return None
+    _, diff = compare(before, after)
+    return ToolDrift(turn=max(0, len(drive.model.checks) - 1), candidate_index=-1, tool="(workspace)",
+                     recorded_exit_code=None, replayed_exit_code=None, recorded_output_sha256=sha256_hex(before),
+                     replayed_output_sha256=sha256_hex(after), diff=diff, kind="workspace")
 
 
 def _summary(drive: Drive, recorded: RecordedRun) -> dict[str, Any]:
@@ -172,6 +199,7 @@ def _summary(drive: Drive, recorded: RecordedRun) -> dict[str, Any]:
         "replay_of": recorded.run_id,
         "turns_checked": len(drive.model.checks),
         "request_mismatches": [m.turn for m in drive.model.mismatches],
-        "drifts": [x.turn for x in drive.tools.drifts],
+        "drifts": [x.turn for x in drive.tools.drifts if not x.noise],
+        "noise": [x.turn for x in drive.tools.drifts if x.noise],
         "divergence": None if d is None else {"turn": d.turn, "kind": d.kind, "field": d.field},
     }

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import computed_field
+
 from orchestrator.contract import Frozen
 from orchestrator.replay.errors import Divergence
 from orchestrator.replay.replay_model import TurnCheck
@@ -34,6 +36,8 @@ class ReplayReport(Frozen):
     turns: tuple[TurnCheck, ...]
     divergence: DivergenceView | None = None
     request_mismatches: tuple[DivergenceView, ...] = ()
+    noise_mismatches: tuple[DivergenceView, ...] = ()
+    """Requests that differ only by a re-executed tool's volatile output."""
     drifts: tuple[ToolDrift, ...] = ()
     verdict: str | None = None
     verdict_detail: str | None = None
@@ -42,7 +46,19 @@ class ReplayReport(Frozen):
     recorded_digest: str | None = None
     forked_at_turn: int | None = None
     notes: tuple[str, ...] = ()
+    allow_drift: bool = False
+    """A fork asked to continue from a prefix that drifted from its parent's."""
+    recording_ends_at: int | None = None
+    """The turn where a killed run's recording ends; the replay stopped there."""
 
     @property
     def first_drift_turn(self) -> int | None:
-        return min((d.turn for d in self.drifts), default=None)
+        """The first turn with real drift (noise left out)."""
+        return min((d.turn for d in self.drifts if not d.noise), default=None)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def noise_only(self) -> bool:
+        """Everything that differs is volatile output (durations, timestamps, ...)."""
+        return (not self.identical and self.divergence is None and not self.request_mismatches
+                and all(d.noise for d in self.drifts))

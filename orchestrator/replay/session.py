@@ -20,11 +20,12 @@ from orchestrator.contract import Sampling
 from orchestrator.envelope import Envelope
 from orchestrator.limits import Tally
 from orchestrator.ports import Journal, Model, Tools
-from orchestrator.replay.errors import Divergence
+from orchestrator.replay.errors import ENDED, Divergence
+from orchestrator.replay.noise import request_noise
 from orchestrator.replay.recorded import ForkPoint, RecordedRun
 from orchestrator.replay.replay_journal import ReplayJournal
 from orchestrator.replay.replay_model import Cursor, ReplayModel
-from orchestrator.replay.replay_tools import ReplayTools
+from orchestrator.replay.replay_tools import ReplayTools, ToolDrift
 from orchestrator.runspec import RunSpec, build_agent
 from orchestrator.turn_context import TurnContext
 
@@ -80,6 +81,7 @@ class Drive:
     live_model: Model | None = None
     live_from: int | None = None
     strict: bool = True
+    allow_drift: bool = False
     counter: TokenCounter | None = None
     forks: tuple[ForkPoint, ...] = ()
     live_cost: Callable[[Envelope], float] = lambda envelope: 0.0
@@ -89,7 +91,9 @@ class Drive:
 
     def __post_init__(self) -> None:
         turns = {t.turn: t for t in self.recorded.turns if self.live_from is None or t.turn < self.live_from}
-        self.model = ReplayModel(turns, self.cursor, strict=self.strict, live=self.live_model, live_from=self.live_from)
+        volatile = self.recorded.policy.replay.volatile
+        self.model = ReplayModel(turns, self.cursor, strict=self.strict, live=self.live_model, live_from=self.live_from,
+                                 noise=lambda a, b: request_noise(a, b, volatile), on_live=self._check_prefix)
         self.tools = ReplayTools(turns, self.cursor, self.recorded.policy, live=self.live_tools)
         self.replay_journal = ReplayJournal(self.journal, turns, self.cursor)
         self.agent = build_agent(
@@ -101,6 +105,14 @@ class Drive:
 
     def _cost(self, envelope: Envelope) -> float:
         return self.live_cost(envelope) if self.model.is_live(self.cursor.turn) else self.model.recorded_cost(envelope)
+
+    def _check_prefix(self, turn: int) -> None:
+        """A fork goes live only from a prefix identical to its parent's: a
+        re-executed tool that drifted before ``turn`` (noise included: the
+        live request would carry it) stops it, unless drift is allowed."""
+        drifted = [d for d in self.tools.drifts if d.turn < turn]
+        if drifted and not self.allow_drift and turn == self.live_from:
+            raise prefix_divergence(turn, drifted)
 
     def _switch(self, turn: int) -> None:
         for point in self.forks:
@@ -117,6 +129,16 @@ class Drive:
             self.divergence = divergence
 
 
+def prefix_divergence(fork_at: int, drifted: list[ToolDrift]) -> Divergence:
+    first = drifted[0]
+    what = "; ".join(f"turn {d.turn} {d.tool}: {d.kind}{' (volatile fields only)' if d.noise else ''}" for d in drifted)
+    return Divergence(
+        turn=first.turn, kind="prefix", field=f"tool_calls[{first.candidate_index}].observation",
+        diff=(f"the fork's prefix (turns before {fork_at}) differs from the parent's: {what}\n"
+              f"{first.diff}(--allow-drift forks from it anyway)\n"),
+    )
+
+
 def ending_divergence(recorded: RecordedRun, result: RunResult) -> Divergence | None:
     """A replay must end where and how the recording ended."""
     want = (len(recorded.turns), recorded.verdict, recorded.verdict_detail)
@@ -129,13 +151,19 @@ def ending_divergence(recorded: RecordedRun, result: RunResult) -> Divergence | 
     )
 
 
+def recording_died(recorded: RecordedRun, divergence: Divergence) -> bool:
+    """The loop ran past the end of a recording whose run died (no verdict)."""
+    return divergence.kind == ENDED or (divergence.kind == "exhausted" and not recorded.finished)
+
+
 def tolerated_end(recorded: RecordedRun, divergence: Divergence) -> str | None:
     """Why running past the recording is no divergence, if it is not: the
-    recording stopped in flight, or on the wall-time limit replay ignores."""
+    recorded run died there, or hit the wall-time limit replay ignores."""
+    if recording_died(recorded, divergence):
+        return (f"the recording ends at turn {divergence.turn} (the run died); "
+                "everything recorded before that point was replayed")
     if divergence.kind != "exhausted":
         return None
-    if not recorded.finished:
-        return f"the recording stops in flight at turn {divergence.turn}; replayed that far"
     if divergence.turn == len(recorded.turns) and (recorded.verdict_detail or "").startswith("wall_time"):
         return "the recorded run hit its wall-time limit here; replay ignores wall time"
     return None

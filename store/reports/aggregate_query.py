@@ -14,33 +14,50 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import Connection, Integer, Select, and_, case, cast, func, literal, select, true
+from sqlalchemy import Connection, Integer, Select, and_, case, cast, func, literal, or_, select, true
 
 from orchestrator.costing import AggregateReport, RunSlice, aggregate
 from orchestrator.costing.aggregate import DAY_FORMAT, NO_ENGINE, NO_VERDICT
 from policies.price_table import PriceTable
+from store.cells import check_numbers
 from store.store import Store
-from store.tables import ModelCall, ModelResponse, Run, ToolExecution
+from store.tables import CallAttempt, ModelCall, ModelResponse, Run, ToolExecution
 
 RUNS = Run.__table__  # type: ignore[attr-defined]
 CALLS = ModelCall.__table__  # type: ignore[attr-defined]
 RESPONSES = ModelResponse.__table__  # type: ignore[attr-defined]
 TOOLS = ToolExecution.__table__  # type: ignore[attr-defined]
+ATTEMPTS = CallAttempt.__table__  # type: ignore[attr-defined]
 
 MODEL = CALLS.c["gen_ai.request.model"]
 PROMPT = RESPONSES.c["gen_ai.usage.input_tokens"]
 CACHED = RESPONSES.c["gen_ai.usage.cache_read.input_tokens"]
 OUTPUT = RESPONSES.c["gen_ai.usage.output_tokens"]
+SUMMED = ("gen_ai.usage.input_tokens", "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.output_tokens",
+          "total_s", "decode_s", "ttft_s", "n_attempts")
 
 
-def window(since: float | None, until: float | None) -> Any:
+# Runs whose model calls were served from a recording: no spend of their own.
+REPLAY_MODES = ("replay", "reexecute")
+
+
+def window(since: float | None, until: float | None, rows: Any = None, include_replays: bool = False) -> Any:
+    """Runs started in the window; unless ``include_replays``, only the
+    ``rows`` that were real spend: not an offline replay's or a
+    re-execution's, nor a fork's shared prefix (turns before its fork turn,
+    which are its parent's spend)."""
     created = RUNS.c.created_at
     bounds = [created >= since] if since is not None else []
     bounds += [created < until] if until is not None else []
+    if not include_replays:
+        bounds.append(RUNS.c.mode.not_in(REPLAY_MODES))
+        if rows is not None:
+            bounds.append(or_(RUNS.c.forked_at_turn.is_(None), rows.c.turn >= RUNS.c.forked_at_turn))
     return and_(true(), *bounds)
 
 
-def slices_query(since: float | None, until: float | None, by: str = "model") -> Select[Any]:
+def slices_query(since: float | None, until: float | None, by: str = "model",
+                 include_replays: bool = False) -> Select[Any]:
     """Sums per (run, model), and per engine too when grouping by it (only
     then, so the other groupings keep reading the covering index)."""
     clamped = case((CACHED > PROMPT, PROMPT), else_=CACHED)
@@ -49,20 +66,34 @@ def slices_query(since: float | None, until: float | None, by: str = "model") ->
     return (
         select(
             RUNS.c.id, RUNS.c.created_at, RUNS.c.status, RUNS.c.verdict, MODEL, func.count(),
-            func.sum(PROMPT), func.sum(clamped), func.sum(OUTPUT), func.sum(RESPONSES.c.total_s),
+            func.sum(PROMPT), func.sum(clamped), func.sum(OUTPUT),
+            # GPU time is the server's: the attempts' HTTP time (attempt_time_query);
+            # a call recorded without attempts counts its whole duration.
+            func.sum(case((RESPONSES.c.n_attempts == 0, RESPONSES.c.total_s), else_=0.0)),
             func.coalesce(func.sum(RESPONSES.c.decode_s), 0.0), func.sum(RESPONSES.c.n_attempts - 1), engine,
         )
         .select_from(RUNS.join(RESPONSES, RESPONSES.c.run_id == RUNS.c.id).join(CALLS, CALLS.c.id == RESPONSES.c.call_id))
-        .where(window(since, until))
+        .where(window(since, until, RESPONSES, include_replays))
         .group_by(*keys)
     )
 
 
-def tool_time_query(since: float | None, until: float | None) -> Select[Any]:
+def attempt_time_query(since: float | None, until: float | None, include_replays: bool = False) -> Select[Any]:
+    """Per (run, model): seconds inside HTTP attempts, and backoff slept between them."""
+    return (
+        select(RUNS.c.id, MODEL, func.coalesce(func.sum(ATTEMPTS.c.duration_s), 0.0),
+               func.coalesce(func.sum(ATTEMPTS.c.backoff_s), 0.0))
+        .select_from(RUNS.join(ATTEMPTS, ATTEMPTS.c.run_id == RUNS.c.id).join(CALLS, CALLS.c.id == ATTEMPTS.c.call_id))
+        .where(window(since, until, ATTEMPTS, include_replays))
+        .group_by(RUNS.c.id, MODEL)
+    )
+
+
+def tool_time_query(since: float | None, until: float | None, include_replays: bool = False) -> Select[Any]:
     return (
         select(RUNS.c.id, func.coalesce(func.sum(TOOLS.c.duration_s), 0.0))
         .select_from(RUNS.join(TOOLS, TOOLS.c.run_id == RUNS.c.id))
-        .where(window(since, until))
+        .where(window(since, until, TOOLS, include_replays))
         .group_by(RUNS.c.id)
     )
 
@@ -84,48 +115,63 @@ def group_key_sql(by: str, dialect: str) -> Any:
     raise ValueError(f"cannot group by {by!r}")
 
 
-def ttft_query(since: float | None, until: float | None, by: str = "model", dialect: str = "sqlite") -> Select[Any]:
+def ttft_query(since: float | None, until: float | None, by: str = "model", dialect: str = "sqlite",
+               include_replays: bool = False) -> Select[Any]:
     """TTFTs to the millisecond, counted per group: a histogram, not a million rows."""
     key = group_key_sql(by, dialect)
     millis = cast(func.round(RESPONSES.c.ttft_s * 1000), Integer)
     return (
         select(key, millis, func.count())
         .select_from(RUNS.join(RESPONSES, RESPONSES.c.run_id == RUNS.c.id).join(CALLS, CALLS.c.id == RESPONSES.c.call_id))
-        .where(window(since, until), RESPONSES.c.ttft_s.is_not(None))
+        .where(window(since, until, RESPONSES, include_replays), RESPONSES.c.ttft_s.is_not(None))
         .group_by(key, millis)
     )
 
 
-def run_slices(conn: Connection, since: float | None, until: float | None, by: str = "model") -> list[RunSlice]:
-    tool_s = dict(conn.execute(tool_time_query(since, until)).all())
+def run_slices(conn: Connection, since: float | None, until: float | None, by: str = "model",
+               include_replays: bool = False) -> list[RunSlice]:
+    tool_s = dict(conn.execute(tool_time_query(since, until, include_replays)).all())
+    attempts = {(run_id, model): (http, wait)
+                for run_id, model, http, wait in conn.execute(attempt_time_query(since, until, include_replays))}
     return [
         RunSlice(
             run_id=run_id, created_at=created, status=status, verdict=verdict, model=model, calls=n,
-            prompt_tokens=prompt or 0, cached_tokens=cached or 0, completion_tokens=output or 0, gpu_s=total or 0.0,
+            prompt_tokens=prompt or 0, cached_tokens=cached or 0, completion_tokens=output or 0,
+            gpu_s=(total or 0.0) + attempts.get((run_id, model), (0.0, 0.0))[0],
+            wait_s=attempts.get((run_id, model), (0.0, 0.0))[1],
             decode_s=decode or 0.0, retries=retries or 0, tool_s=tool_s.get(run_id, 0.0), engine=engine,
         )
         for run_id, created, status, verdict, model, n, prompt, cached, output, total, decode, retries, engine
-        in conn.execute(slices_query(since, until, by))
+        in conn.execute(slices_query(since, until, by, include_replays))
     ]
 
 
-def ttft_histogram(conn: Connection, since: float | None, until: float | None, by: str) -> Iterator[tuple[str, float, int]]:
-    for key, millis, n in conn.execute(ttft_query(since, until, by, conn.dialect.name)):
+def ttft_histogram(conn: Connection, since: float | None, until: float | None, by: str,
+                   include_replays: bool = False) -> Iterator[tuple[str, float, int]]:
+    for key, millis, n in conn.execute(ttft_query(since, until, by, conn.dialect.name, include_replays)):
         yield str(key), millis / 1000.0, n
 
 
-def report_runs(store: Store, *, by: str, since: float | None, until: float | None, prices: PriceTable) -> AggregateReport:
+def report_runs(store: Store, *, by: str, since: float | None, until: float | None, prices: PriceTable,
+                include_replays: bool = False) -> AggregateReport:
+    """Real spend only, unless ``include_replays`` (see ``window``)."""
     with store.read() as conn:
-        pieces = run_slices(conn, since, until, by)
-        ttfts = list(ttft_histogram(conn, since, until, by))
-    return aggregate(pieces, ttfts, by=by, prices=prices.lookup, price_version=prices.version, since=since, until=until)
+        check_numbers(conn, RESPONSES, RESPONSES.c.run_id.in_(select(RUNS.c.id).where(window(since, until))),
+                      SUMMED)
+        check_numbers(conn, ATTEMPTS, ATTEMPTS.c.run_id.in_(select(RUNS.c.id).where(window(since, until))),
+                      ("duration_s", "backoff_s"))
+        pieces = run_slices(conn, since, until, by, include_replays)
+        ttfts = list(ttft_histogram(conn, since, until, by, include_replays))
+    return aggregate(pieces, ttfts, by=by, prices=prices.lookup, price_version=prices.version, since=since, until=until,
+                     include_replays=include_replays)
 
 
 def query_plans(store: Store, since: float | None, until: float | None) -> dict[str, list[str]]:
     """SQLite's EXPLAIN QUERY PLAN of each report query (for the bench)."""
     plans = {}
     with store.read() as conn:
-        for name, query in (("slices", slices_query), ("tool_time", tool_time_query), ("ttft", ttft_query)):
+        for name, query in (("slices", slices_query), ("attempt_time", attempt_time_query), ("tool_time", tool_time_query),
+                            ("ttft", ttft_query)):
             compiled = query(since, until).compile(conn)
             params = tuple(compiled.params[key] for key in compiled.positiontup or ())
             rows = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {compiled}", params).all()

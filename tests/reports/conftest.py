@@ -37,7 +37,8 @@ def store(home: Path) -> Iterator[Store]:
 def envelope(prompt: int, cached: int, completion: int, *, status: Status = Status.COMPLETED, calls: tuple[ToolCall, ...] = (),
              ttft: float = 0.1, decode: float = 0.5, total: float = 0.7, retries: int = 0, model: str = "gemma-3-270m") -> Envelope:
     attempts = [Attempt(number=i + 1, status=Status.TRANSPORT_FAILURE, http_status=503, duration_s=0.01) for i in range(retries)]
-    attempts.append(Attempt(number=retries + 1, status=status, http_status=200, duration_s=total))
+    # The attempts' HTTP time adds up to the call's duration (no backoff slept here).
+    attempts.append(Attempt(number=retries + 1, status=status, http_status=200, duration_s=total - 0.01 * retries))
     return Envelope(
         status=status, payload=Payload(text="ok", tool_calls=calls), finish_reason="length" if status is Status.TRUNCATED else "tool_calls",
         http_status=200, usage=Usage(prompt_tokens=prompt, cached_prompt_tokens=cached, completion_tokens=completion,

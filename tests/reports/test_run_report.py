@@ -51,7 +51,7 @@ def test_chapter_comparison_of_a_recorded_run(scripted, home: Path) -> None:
 
 
 def test_chapter_figures_for_the_thirty_turn_trajectory() -> None:
-    figures = [CallFigures(turn=t, model="m", status="COMPLETED", prompt_tokens=8000 + 1500 * t,
+    figures = [CallFigures(turn=t, model="m", status="COMPLETED", prompt_source="server", prompt_tokens=8000 + 1500 * t,
                            cached_prompt_tokens=8000 + 1500 * (t - 1) if t else 0, completion_tokens=200) for t in range(30)]
     c = chapter_comparison(figures)
     assert c is not None
@@ -62,7 +62,7 @@ def test_chapter_figures_for_the_thirty_turn_trajectory() -> None:
 
 
 def test_shrinking_prompt_clamps_delta_and_says_so() -> None:
-    figures = [CallFigures(turn=t, model="m", status="COMPLETED", prompt_tokens=p) for t, p in enumerate([3000, 1000])]
+    figures = [CallFigures(turn=t, model="m", status="COMPLETED", prompt_tokens=p, prompt_source="server") for t, p in enumerate([3000, 1000])]
     c = chapter_comparison(figures)
     assert c is not None and c.delta == 0 and "clamped at 0" in c.derivation
 

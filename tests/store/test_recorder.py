@@ -50,8 +50,9 @@ def test_request_before_the_call_envelope_after_it_and_turn_rows_only_at_commit(
         # ...and the envelope as soon as the call returned.
         assert raw_count(db_path, "model_responses") == 1
         tx.event("route", {"status": "COMPLETED"})
-        assert raw_count(db_path, "events") == 0 and raw_count(db_path, "turns") == 0
-    assert raw_count(db_path, "events") == 1 and raw_count(db_path, "turns") == 1
+        # Only start_run's genesis event so far.
+        assert raw_count(db_path, "events") == 1 and raw_count(db_path, "turns") == 0
+    assert raw_count(db_path, "events") == 2 and raw_count(db_path, "turns") == 1
     assert store.verify(run_id).ok
 
 
@@ -123,7 +124,7 @@ def test_standalone_methods_extend_the_same_chain(store):
     recorder.record_event(run_id, None, "budget", {"left": 3})
     recorder.finish_run(run_id, "TRUNCATED", "cut off")
     check = store.verify(run_id)
-    assert check.ok and check.rows == 8
+    assert check.ok and check.rows == 9  # the genesis event, then eight
     assert store.calls(run_id)[0].response.finish_reasons == '["length"]'
     assert store.events(run_id, "budget")[0].data == {"left": 3}
 
