@@ -133,13 +133,15 @@ def test_an_ask_goes_to_the_approver_and_its_yes_commits():
     assert [n for n, _ in loop.tools.executed] == ["bash"]
 
 
-def test_only_the_first_passing_submit_matters_but_every_candidate_of_the_turn_runs():
+def test_calls_after_submit_in_the_same_answer_are_rejected_and_never_run():
     tools = MemoryTools(POLICY, verifier=lambda files: True)
     loop = build([completed(call("submit", {}), call("write_file", {"path": "src/z.py", "content": "late"}))],
                  policy=POLICY, tools=tools)
     result = loop.agent.run()
     assert result.verdict is Verdict.PASS
-    assert [n for n, _ in tools.executed] == ["submit", "write_file"]
+    assert [n for n, _ in tools.executed] == ["submit"]
+    late = loop.journal.candidates[1]
+    assert late.call.name == "write_file" and late.states == [S, V, R] and late.layer == "submit"
 
 
 def test_the_text_protocol_stages_its_parsed_calls_through_the_same_perimeter():
