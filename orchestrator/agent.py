@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from enum import Enum
 
-from orchestrator.candidate import stage
+from orchestrator.candidate import CandidateState, stage
 from orchestrator.contract import Frozen, Message, ToolCall
 from orchestrator.envelope import Envelope, Status
 from orchestrator.errors import BudgetExhausted
@@ -36,6 +36,9 @@ class Verdict(str, Enum):
     TRANSPORT_FAILURE = "TRANSPORT_FAILURE"
     FAULTED = "FAULTED"
     CANCELED = "CANCELED"
+    # Our side failed (the sandbox, the workspace export, the container died):
+    # not the model's doing, and never left as a run without a verdict.
+    INFRA_ERROR = "INFRA_ERROR"
 
 
 class RunResult(Frozen):
@@ -64,6 +67,7 @@ _ENDINGS = {
 }
 
 SUBMIT_TOOL = "submit"
+LIMIT_LAYER = "limit"  # the rejection layer of calls the run's limits refused
 
 
 class Agent:
@@ -95,7 +99,9 @@ class Agent:
 
     def run(self, before_verdict: Callable[[RunResult], None] | None = None) -> RunResult:
         """Step until the trajectory ends; ``before_verdict`` may record more
-        (e.g. the patch) before the verdict closes the run."""
+        (e.g. the patch) before the verdict closes the run. Any other exception
+        - a sandbox exec, the container, the export - ends the run INFRA_ERROR
+        with the error recorded: every run ends with a verdict."""
         try:
             while True:
                 self.step()
@@ -105,18 +111,27 @@ class Agent:
             verdict, detail = Verdict.BUDGET_EXHAUSTED, f"{exc.limit}: {exc.message}"
         except KeyboardInterrupt:
             verdict, detail = Verdict.CANCELED, "interrupted by the user"
-        result = RunResult(
-            verdict=verdict,
-            detail=detail,
-            turns=self.tally.turns,
-            tokens=self.tally.tokens,
-            cost_usd=self.tally.cost_usd,
-            verifier_runs=self.verifier_runs,
-        )
+        except Exception as exc:  # noqa: BLE001 - recorded as the run's verdict, never swallowed silently
+            verdict, detail = self._infra_error(exc, "during the run")
+        result = self._result(verdict, detail)
         if before_verdict is not None:
-            before_verdict(result)
+            try:
+                before_verdict(result)
+            except Exception as exc:  # noqa: BLE001 - e.g. the workspace export failed
+                verdict, detail = self._infra_error(exc, f"at the end of the run (verdict was {verdict.value})")
+                result = self._result(verdict, detail)
         self.journal.event(None, "verdict", {"verdict": verdict.value, "detail": detail})
         return result
+
+    def _result(self, verdict: Verdict, detail: str) -> RunResult:
+        return RunResult(verdict=verdict, detail=detail, turns=self.tally.turns, tokens=self.tally.tokens,
+                         cost_usd=self.tally.cost_usd, verifier_runs=self.verifier_runs)
+
+    def _infra_error(self, exc: Exception, where: str) -> tuple[Verdict, str]:
+        error = {"type": type(exc).__name__, "message": str(exc)[:2000], "where": where,
+                 "context": {k: str(v)[:500] for k, v in getattr(exc, "context", {}).items()}}
+        self.journal.event(None, "infra_error", error)
+        return Verdict.INFRA_ERROR, f"{where}: {error['type']}: {error['message'][:500]}"
 
     def step(self) -> None:
         if self.cancel.is_set():
@@ -176,13 +191,46 @@ class Agent:
             return
         passed = False
         for index, call in enumerate(calls):
-            outcome = self._run_candidate(turn, call_ref, index, call)
+            refusal = self._refusal(index)
+            if refusal is not None:
+                outcome = self._refuse(turn, call_ref, index, call, refusal)
+            else:
+                outcome = self._run_candidate(turn, call_ref, index, call)
             self._append(self.protocol.observation(call, outcome), appended, elidable=True)
             if call.name == SUBMIT_TOOL and outcome.verifier_passed is not None:
                 self.verifier_runs += 1
                 passed = passed or outcome.verifier_passed
+        if self.cancel.is_set():
+            self.journal.event(turn, "cancel", {"during": "tool calls"})
+            raise RunEnded(Verdict.CANCELED, "canceled during a tool call")
         if passed:
             raise RunEnded(Verdict.PASS, "the verifier passed")
+
+    def _refusal(self, index: int) -> str | None:
+        """Why call ``index`` of this answer may not run, if it may not: the
+        limits hold inside a turn, not only between turns."""
+        if self.cancel.is_set():
+            return "the run was canceled; this call was not run"
+        cap = self.tally.limits.max_tool_calls_per_answer
+        if index >= cap:
+            return f"more than {cap} tool calls in one answer (limits.max_tool_calls_per_answer); this call was not run"
+        left = self.tally.time_left_s
+        if left is not None and left <= 0:
+            return f"wall-time limit reached ({self.tally.limits.max_wall_s:g}s); this call was not run"
+        return None
+
+    def _refuse(self, turn: int, call_ref: object, index: int, call: ToolCall, reason: str) -> ToolOutcome:
+        """Record a call the limits refused: staged, then rejected at the limit layer."""
+        candidate, staged = stage(index, call)
+        ref = self.journal.candidate(turn, call_ref, index, call)
+        self.journal.transition(ref, staged)
+        candidate, validating = candidate.to(CandidateState.VALIDATING)
+        _, rejected = candidate.to(CandidateState.REJECTED, layer=LIMIT_LAYER, reason=reason)
+        for transition in (validating, rejected):
+            self.journal.transition(ref, transition)
+        outcome = perimeter_rejection(LIMIT_LAYER, reason)
+        self.journal.tool(ref, call.name, None, None, outcome)
+        return outcome
 
     def _run_candidate(self, turn: int, call_ref: object, index: int, call: ToolCall) -> ToolOutcome:
         candidate, staged = stage(index, call)
@@ -195,6 +243,6 @@ class Agent:
             outcome = perimeter_rejection(result.layer, result.error or "rejected")
         else:
             assert result.args is not None
-            outcome = self.tools.execute(call.name, result.args)
+            outcome = self.tools.execute(call.name, result.args, time_left_s=self.tally.time_left_s)
         self.journal.tool(ref, call.name, result.args, result.decision, outcome)
         return outcome
