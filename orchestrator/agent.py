@@ -118,8 +118,10 @@ class Agent:
             try:
                 before_verdict(result)
             except Exception as exc:  # noqa: BLE001 - e.g. the workspace export failed
-                verdict, detail = self._infra_error(exc, f"at the end of the run (verdict was {verdict.value})")
-                result = self._result(verdict, detail)
+                failed = self._infra_error(exc, f"at the end of the run (verdict was {verdict.value})")
+                if verdict is not Verdict.INFRA_ERROR:  # else the first error stays the run's detail
+                    verdict, detail = failed
+                    result = self._result(verdict, detail)
         self.journal.event(None, "verdict", {"verdict": verdict.value, "detail": detail})
         return result
 
