@@ -88,12 +88,22 @@ class Sandbox:
         try:
             return run_exec(self.client.api, self.container.id, wrap_command(argv, SANDBOX_ENV, limits.timeout_s),
                             user=self.spec.user, workdir=WORKSPACE, limits=limits, stdin=stdin,
-                            on_deadline=self.reap, stdout_capture=stdout_capture, cancel=cancel)
+                            on_deadline=self._start_reaper, stdout_capture=stdout_capture, cancel=cancel)
         finally:
             self.reap()
 
     def bash(self, command: str, limits: ExecLimits, *, cancel: threading.Event | None = None) -> ExecOutcome:
         return self.exec(["/bin/bash", "-c", command], limits, cancel=cancel)
+
+    def _start_reaper(self) -> None:
+        """Start the reaper and return at once: called while the command's
+        stream is still open, and dockerd may not report the reaper done until
+        that stream is drained (a flood). ``reap`` confirms it afterwards."""
+        try:
+            exec_id = self.client.api.exec_create(self.container.id, ["/bin/bash", "-c", REAP], user=self.spec.user)["Id"]
+            self.client.api.exec_start(exec_id, detach=True)
+        except docker.errors.APIError:
+            pass  # e.g. the pids limit is saturated; the confirming reap retries
 
     def reap(self) -> None:
         """Kill every process of the sandbox user (see REAP): only the
@@ -104,8 +114,10 @@ class Sandbox:
         while True:
             try:
                 exec_id = api.exec_create(self.container.id, ["/bin/bash", "-c", REAP], user=self.spec.user)["Id"]
-                api.exec_start(exec_id)  # attached: returns once the reaper has run
-                if api.exec_inspect(exec_id).get("ExitCode") == 0:
+                api.exec_start(exec_id, detach=True)  # detached: polled below, never a blocking read
+                while (info := api.exec_inspect(exec_id)).get("Running") and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                if info.get("ExitCode") == 0:
                     return
             except docker.errors.APIError as exc:
                 self._require_running(exc)
