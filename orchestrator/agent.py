@@ -18,7 +18,7 @@ from enum import Enum
 from orchestrator.candidate import CandidateState, stage
 from orchestrator.contract import Frozen, Message, ToolCall
 from orchestrator.envelope import Envelope, Status
-from orchestrator.errors import BudgetExhausted
+from orchestrator.errors import BudgetExhausted, LoopAbort
 from orchestrator.escrow import release_from_escrow
 from orchestrator.limits import Tally
 from policies.model import RunLimits
@@ -111,12 +111,16 @@ class Agent:
             verdict, detail = Verdict.BUDGET_EXHAUSTED, f"{exc.limit}: {exc.message}"
         except KeyboardInterrupt:
             verdict, detail = Verdict.CANCELED, "interrupted by the user"
+        except LoopAbort:
+            raise
         except Exception as exc:  # noqa: BLE001 - recorded as the run's verdict, never swallowed silently
             verdict, detail = self._infra_error(exc, "during the run")
         result = self._result(verdict, detail)
         if before_verdict is not None:
             try:
                 before_verdict(result)
+            except LoopAbort:
+                raise
             except Exception as exc:  # noqa: BLE001 - e.g. the workspace export failed
                 failed = self._infra_error(exc, f"at the end of the run (verdict was {verdict.value})")
                 if verdict is not Verdict.INFRA_ERROR:  # else the first error stays the run's detail
@@ -217,7 +221,10 @@ class Agent:
         if index >= cap:
             return f"more than {cap} tool calls in one answer (limits.max_tool_calls_per_answer); this call was not run"
         left = self.tally.time_left_s
-        if left is not None and left <= 0:
+        # The answer's first call runs with what is left (its command clamped
+        # to it), so an offline replay, which takes no wall time, still meets
+        # the recorded call where it was executed.
+        if index > 0 and left is not None and left <= 0:
             return f"wall-time limit reached ({self.tally.limits.max_wall_s:g}s); this call was not run"
         return None
 
