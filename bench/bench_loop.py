@@ -87,8 +87,8 @@ class TimedTools:
         self._execute = clock.timed("tools", tools.execute)
         self.specs, self.arg_models, self.decide = tools.specs, tools.arg_models, tools.decide
 
-    def execute(self, name, args):
-        outcome = self._execute(name, args)
+    def execute(self, name, args, *, time_left_s=None):
+        outcome = self._execute(name, args, time_left_s=time_left_s)
         self.outcomes.append(outcome)
         return outcome
 

@@ -2,7 +2,11 @@
 
   local subprocess            subprocess.run(["true"]) on the host
   docker-py exec_run (warm)   bare docker exec in a running container
-  Sandbox.exec (warm)         escrow's path: env -i, timeout, reaper, deadline-driven socket
+  exec, no host reap          the same exec without the host's reaper exec afterwards
+  Sandbox.exec (warm)         escrow's path: env -i, timeout, reaper, deadline-driven socket,
+                              then the host's reaper exec (nothing outlives its command)
+  read_file, one exec         the file op alone (no resolution step), reaped
+  read_file (ToolBox)         escrow's path: resolve, ACL on the resolved path, then the op
   docker run per command      a fresh hardened container for every command
 
 Usage: .venv/bin/python bench/bench_sandbox.py [--n 30] [--image TAG]
@@ -19,7 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from policies import default_policy
-from sandbox import ExecLimits, Hardening, Sandbox, connect
+from sandbox import ExecLimits, Hardening, ReadFileArgs, Sandbox, ToolBox, connect
+from sandbox.execution import run_exec, wrap_command
+from sandbox.hardening import SANDBOX_ENV, WORKSPACE
 
 
 def timed(fn: Callable[[], object], n: int) -> list[float]:
@@ -49,7 +55,14 @@ def main() -> None:
         with Sandbox.start(client, opts.image, policy, Path(repo)) as sandbox:
             results["docker-py exec_run (warm)"] = timed(
                 lambda: sandbox.container.exec_run(["true"], user=spec.user), opts.n)
+            results["exec, no host reap"] = timed(lambda: run_exec(
+                client.api, sandbox.container.id, wrap_command(["true"], SANDBOX_ENV, limits.timeout_s),
+                user=spec.user, workdir=WORKSPACE, limits=limits), opts.n)
             results["Sandbox.exec (warm)"] = timed(lambda: sandbox.exec(["true"], limits), opts.n)
+            box = ToolBox(sandbox, policy)
+            results["read_file, one exec"] = timed(lambda: box._fileop(
+                {"op": "read", "path": "f.txt", "start_line": 1, "max_lines": None, "max_bytes": 4096}), opts.n)
+            results["read_file (ToolBox)"] = timed(lambda: box.execute("read_file", ReadFileArgs(path="f.txt")), opts.n)
     results["docker run per command"] = timed(
         lambda: client.containers.run(command=["true"], remove=True, **run_kwargs), max(opts.n // 3, 5))
     base = statistics.median(results["local subprocess"])

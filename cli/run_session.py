@@ -67,6 +67,19 @@ def sigint_cancels(cancel: threading.Event) -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+@contextmanager
+def verdict_on_failure(recorder: Recorder, run_id: str) -> Iterator[None]:
+    """Backstop for what escapes the agent's own INFRA_ERROR handling (e.g.
+    building it): the run still ends with a recorded verdict."""
+    try:
+        yield
+    except BaseException as exc:
+        if recorder.store.run(run_id).status == "running":
+            verdict = Verdict.CANCELED if isinstance(exc, KeyboardInterrupt) else Verdict.INFRA_ERROR
+            recorder.finish_run(run_id, verdict.value, f"{type(exc).__name__}: {exc}"[:2000])
+        raise
+
+
 class PatchRecorder:
     """Records the run's patch before the verdict: on PASS the patch that
     passed (snapshotted at submit, never re-exported); otherwise the
@@ -123,20 +136,20 @@ def execute_run(
             try:
                 sandbox = Sandbox.start(docker_client, settings.sandbox_image, policy, repo_path, run_id=run_id)
             except BaseException as exc:
-                verdict = Verdict.CANCELED if isinstance(exc, KeyboardInterrupt) else Verdict.FAULTED
+                verdict = Verdict.CANCELED if isinstance(exc, KeyboardInterrupt) else Verdict.INFRA_ERROR
                 recorder.finish_run(run_id, verdict.value, f"sandbox did not start: {exc!r}")
                 raise
             with sandbox, ModelClient(settings.model_url, api_key=settings.api_key) as client:
                 recorder.record_event(run_id, None, "engine", client.engine_info().model_dump(mode="json"))
-                toolbox = ToolBox(sandbox, policy, verifier_command=verifier)
-                tools = SandboxTools(toolbox, policy)
-                agent = build_agent(
-                    spec, counter=probe.counter, model=client, tools=tools, journal=journal,
-                    cost_of=lambda envelope: call_cost(envelope, price), cancel=cancel, on_turn=progress,
-                )
-
-                patches = PatchRecorder(sandbox, toolbox, recorder, run_id)
-                result = agent.run(before_verdict=patches.record)
+                with verdict_on_failure(recorder, run_id):
+                    toolbox = ToolBox(sandbox, policy, verifier_command=verifier, cancel=cancel)
+                    tools = SandboxTools(toolbox, policy)
+                    agent = build_agent(
+                        spec, counter=probe.counter, model=client, tools=tools, journal=journal,
+                        cost_of=lambda envelope: call_cost(envelope, price), cancel=cancel, on_turn=progress,
+                    )
+                    patches = PatchRecorder(sandbox, toolbox, recorder, run_id)
+                    result = agent.run(before_verdict=patches.record)
         patch = patches.patch
         applied, refused = False, None
         if apply and result.verdict is Verdict.PASS and not patch.empty:

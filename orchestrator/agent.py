@@ -18,7 +18,7 @@ from enum import Enum
 from orchestrator.candidate import Candidate, CandidateState, stage
 from orchestrator.contract import Frozen, Message, ToolCall
 from orchestrator.envelope import Envelope, Status
-from orchestrator.errors import BudgetExhausted
+from orchestrator.errors import BudgetExhausted, LoopAbort
 from orchestrator.escrow import release_from_escrow
 from orchestrator.limits import Tally
 from policies.model import RunLimits
@@ -36,6 +36,9 @@ class Verdict(str, Enum):
     TRANSPORT_FAILURE = "TRANSPORT_FAILURE"
     FAULTED = "FAULTED"
     CANCELED = "CANCELED"
+    # Our side failed (the sandbox, the workspace export, the container died):
+    # not the model's doing, and never left as a run without a verdict.
+    INFRA_ERROR = "INFRA_ERROR"
 
 
 class RunResult(Frozen):
@@ -66,6 +69,7 @@ _ENDINGS = {
 
 SUBMIT_TOOL = "submit"
 AFTER_SUBMIT = "refused: a tool call after submit in the same answer never runs (the submitted patch is final)"
+LIMIT_LAYER = "limit"  # the rejection layer of calls the run's limits refused
 
 
 class Agent:
@@ -98,7 +102,9 @@ class Agent:
 
     def run(self, before_verdict: Callable[[RunResult], None] | None = None) -> RunResult:
         """Step until the trajectory ends; ``before_verdict`` may record more
-        (e.g. the patch) before the verdict closes the run."""
+        (e.g. the patch) before the verdict closes the run. Any other exception
+        - a sandbox exec, the container, the export - ends the run INFRA_ERROR
+        with the error recorded: every run ends with a verdict."""
         try:
             while True:
                 self.step()
@@ -108,22 +114,37 @@ class Agent:
             verdict, detail = Verdict.BUDGET_EXHAUSTED, f"{exc.limit}: {exc.message}"
         except KeyboardInterrupt:
             verdict, detail = Verdict.CANCELED, "interrupted by the user"
-        result = RunResult(
-            verdict=verdict,
-            detail=detail,
-            turns=self.tally.turns,
-            tokens=self.tally.tokens,
-            cost_usd=self.tally.cost_usd,
-            verifier_runs=self.verifier_runs,
-            patch_sha256=self.passed_patch if verdict is Verdict.PASS else None,
-        )
+        except LoopAbort:
+            raise
+        except Exception as exc:  # noqa: BLE001 - recorded as the run's verdict, never swallowed silently
+            verdict, detail = self._infra_error(exc, "during the run")
+        result = self._result(verdict, detail)
         if before_verdict is not None:
-            before_verdict(result)
+            try:
+                before_verdict(result)
+            except LoopAbort:
+                raise
+            except Exception as exc:  # noqa: BLE001 - e.g. the workspace export failed
+                failed = self._infra_error(exc, f"at the end of the run (verdict was {verdict.value})")
+                if verdict is not Verdict.INFRA_ERROR:  # else the first error stays the run's detail
+                    verdict, detail = failed
+                    result = self._result(verdict, detail)
         data: dict[str, object] = {"verdict": verdict.value, "detail": detail}
         if result.patch_sha256 is not None:
             data["patch_sha256"] = result.patch_sha256
         self.journal.event(None, "verdict", data)
         return result
+
+    def _result(self, verdict: Verdict, detail: str) -> RunResult:
+        return RunResult(verdict=verdict, detail=detail, turns=self.tally.turns, tokens=self.tally.tokens,
+                         cost_usd=self.tally.cost_usd, verifier_runs=self.verifier_runs,
+                         patch_sha256=self.passed_patch if verdict is Verdict.PASS else None)
+
+    def _infra_error(self, exc: Exception, where: str) -> tuple[Verdict, str]:
+        error = {"type": type(exc).__name__, "message": str(exc)[:2000], "where": where,
+                 "context": {k: str(v)[:500] for k, v in getattr(exc, "context", {}).items()}}
+        self.journal.event(None, "infra_error", error)
+        return Verdict.INFRA_ERROR, f"{where}: {error['type']}: {error['message'][:500]}"
 
     def step(self) -> None:
         if self.cancel.is_set():
@@ -185,6 +206,8 @@ class Agent:
         for index, call in enumerate(calls):
             if submitted:  # the submitted patch is final: nothing after it in this answer runs
                 outcome = self._refuse(turn, call_ref, index, call, "submit", AFTER_SUBMIT)
+            elif (refusal := self._refusal(index)) is not None:
+                outcome = self._refuse(turn, call_ref, index, call, LIMIT_LAYER, refusal)
             else:
                 outcome = self._run_candidate(turn, call_ref, index, call)
             self._append(self.protocol.observation(call, outcome), appended, elidable=True)
@@ -195,11 +218,30 @@ class Agent:
                     passed = True
                     sha = outcome.detail.get("patch_sha256")
                     self.passed_patch = sha if isinstance(sha, str) else None
-        if passed:
+        if passed:  # a verified patch stands even if Ctrl-C came after its verifier
             raise RunEnded(Verdict.PASS, "the verifier passed")
+        if self.cancel.is_set():
+            self.journal.event(turn, "cancel", {"during": "tool calls"})
+            raise RunEnded(Verdict.CANCELED, "canceled during a tool call")
+
+    def _refusal(self, index: int) -> str | None:
+        """Why call ``index`` of this answer may not run, if it may not: the
+        limits hold inside a turn, not only between turns."""
+        if self.cancel.is_set():
+            return "the run was canceled; this call was not run"
+        cap = self.tally.limits.max_tool_calls_per_answer
+        if index >= cap:
+            return f"more than {cap} tool calls in one answer (limits.max_tool_calls_per_answer); this call was not run"
+        left = self.tally.time_left_s
+        # The answer's first call runs with what is left (its command clamped
+        # to it), so an offline replay, which takes no wall time, still meets
+        # the recorded call where it was executed.
+        if index > 0 and left is not None and left <= 0:
+            return f"wall-time limit reached ({self.tally.limits.max_wall_s:g}s); this call was not run"
+        return None
 
     def _refuse(self, turn: int, call_ref: object, index: int, call: ToolCall, layer: str, reason: str) -> ToolOutcome:
-        """Record a candidate as REJECTED without validating or running it."""
+        """Record a candidate as REJECTED at ``layer`` without validating or running it."""
         candidate, ref = self._stage(turn, call_ref, index, call)
         candidate, validating = candidate.to(CandidateState.VALIDATING)
         _, rejected = candidate.to(CandidateState.REJECTED, layer=layer, reason=reason)
@@ -224,6 +266,6 @@ class Agent:
             outcome = perimeter_rejection(result.layer, result.error or "rejected")
         else:
             assert result.args is not None
-            outcome = self.tools.execute(call.name, result.args)
+            outcome = self.tools.execute(call.name, result.args, time_left_s=self.tally.time_left_s)
         self.journal.tool(ref, call.name, result.args, result.decision, outcome)
         return outcome

@@ -38,6 +38,12 @@ class EscrowError(Exception):
         return self.message
 
 
+class LoopAbort(EscrowError):
+    """Ends ``Agent.run`` itself instead of ending the run with a verdict: the
+    caller handles it (a replay's divergence). Every other exception inside
+    the loop is an INFRA_ERROR verdict."""
+
+
 class ConfigError(EscrowError):
     """A configuration, policy or price file is invalid."""
 

@@ -43,5 +43,12 @@ class Tally:
             raise BudgetExhausted(f"wall-time limit reached ({self.elapsed_s:.0f}s)", limit="wall_time")
 
     @property
+    def time_left_s(self) -> float | None:
+        """Wall time the run has left; the sandbox clamps each command to it."""
+        if self.limits.max_wall_s is None:
+            return None
+        return self.limits.max_wall_s - self.elapsed_s
+
+    @property
     def turns_left(self) -> int:
         return self.limits.max_turns - self.turns

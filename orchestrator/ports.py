@@ -40,7 +40,10 @@ class Tools(Protocol):
 
     def decide(self, name: str, args: BaseModel) -> DecisionLike: ...
 
-    def execute(self, name: str, args: BaseModel) -> ToolOutcome: ...
+    def execute(self, name: str, args: BaseModel, *, time_left_s: float | None = None) -> ToolOutcome:
+        """Run one committed call; a command may not run past ``time_left_s``,
+        the run's remaining wall time."""
+        ...
 
 
 class Journal(Protocol):

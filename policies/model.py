@@ -82,6 +82,8 @@ class RunLimits(Frozen):
     max_tokens: int = Field(default=200_000, ge=1)
     max_cost_usd: float = Field(default=1.0, ge=0)
     max_wall_s: float = Field(default=1800.0, gt=0)
+    # Calls past this many in one answer are refused (recorded, not run).
+    max_tool_calls_per_answer: int = Field(default=16, ge=1, le=1000)
 
 
 class ApplyGrants(Frozen):

@@ -12,8 +12,9 @@ given state (the verifier's).
 from __future__ import annotations
 
 import shutil
-import time
 import tempfile
+import threading
+import time
 import uuid
 from importlib import resources
 from pathlib import Path
@@ -35,6 +36,7 @@ from sandbox.workspace import Patch, commit_export, diff_patch, snapshot, tree_a
 
 _SETUP_LIMITS = ExecLimits(timeout_s=120, stdout_cap=4096, stderr_cap=4096)
 _EXPORT = resources.files("sandbox").joinpath("export_script.py").read_text(encoding="utf-8")
+REAP_TIMEOUT_S = 30.0  # a fork bomb at the pids limit may refuse the reaper a process for a while
 
 
 class Sandbox:
@@ -51,7 +53,6 @@ class Sandbox:
         self.git = git  # the private repo holding the starting copy (None in a verifier's sandbox)
         self.base = base
         self._own_state_dir = own_state_dir
-        self._main_pid = "0"  # unknown until _find_main_pid; 0 keeps nothing extra
         self._exports = 0
 
     @classmethod
@@ -93,7 +94,6 @@ class Sandbox:
             raise SandboxError(f"could not start the sandbox container: {exc}", run_id=run_id) from exc
         sandbox = cls(client, container, spec, run_id, state, own, git, base)
         try:
-            sandbox._main_pid = sandbox._find_main_pid()
             sandbox._copy_in(archive)
         except BaseException:
             sandbox.close()
@@ -107,35 +107,60 @@ class Sandbox:
         self.close()
 
     def exec(self, argv: list[str], limits: ExecLimits, *, stdin: bytes | None = None,
-             stdout_capture: StreamCapture | None = None) -> ExecOutcome:
+             stdout_capture: StreamCapture | None = None, cancel: threading.Event | None = None) -> ExecOutcome:
         """Run ``argv`` (no shell) as the sandbox user with an empty environment,
-        under the per-command timeout; the host reaps the process tree if the
-        command outlives its deadline."""
+        under the per-command timeout. When it ends, times out or is canceled,
+        the host reaps every process it started, whatever became of its wrapper."""
         if any("\x00" in a for a in argv):
             raise ExecError("argument contains a NUL byte", run_id=self.run_id)
-        return run_exec(self.client.api, self.container.id, wrap_command(argv, SANDBOX_ENV, limits.timeout_s, self._main_pid),
-                        user=self.spec.user, workdir=WORKSPACE, limits=limits, stdin=stdin,
-                        on_deadline=self.reap, stdout_capture=stdout_capture)
+        try:
+            return run_exec(self.client.api, self.container.id, wrap_command(argv, SANDBOX_ENV, limits.timeout_s),
+                            user=self.spec.user, workdir=WORKSPACE, limits=limits, stdin=stdin,
+                            on_deadline=self._start_reaper, stdout_capture=stdout_capture, cancel=cancel)
+        finally:
+            self.reap()
 
-    def bash(self, command: str, limits: ExecLimits) -> ExecOutcome:
-        return self.exec(["/bin/bash", "-c", command], limits)
+    def bash(self, command: str, limits: ExecLimits, *, cancel: threading.Event | None = None) -> ExecOutcome:
+        return self.exec(["/bin/bash", "-c", command], limits, cancel=cancel)
+
+    def _start_reaper(self) -> None:
+        """Start the reaper and return at once: called while the command's
+        stream is still open, and dockerd may not report the reaper done until
+        that stream is drained (a flood). ``reap`` confirms it afterwards."""
+        try:
+            exec_id = self.client.api.exec_create(self.container.id, ["/bin/bash", "-c", REAP], user=self.spec.user)["Id"]
+            self.client.api.exec_start(exec_id, detach=True)
+        except docker.errors.APIError:
+            pass  # e.g. the pids limit is saturated; the confirming reap retries
 
     def reap(self) -> None:
-        """Kill every process of the run except the container's own."""
+        """Kill every process of the sandbox user (see REAP): only the
+        container's init and main process, which run as another user, remain.
+        Retried while the pids limit refuses the reaper a process."""
         api = self.client.api
-        for _ in range(5):
+        deadline = time.monotonic() + REAP_TIMEOUT_S
+        while True:
             try:
-                exec_id = api.exec_create(self.container.id, ["/bin/bash", "-c", REAP, "reaper", self._main_pid],
-                                          user=self.spec.user)["Id"]
-                api.exec_start(exec_id, detach=True)
-            except docker.errors.APIError:
-                time.sleep(0.1)  # e.g. the pids limit is saturated for a moment
-                continue
-            for _ in range(100):
-                if not api.exec_inspect(exec_id).get("Running"):
+                exec_id = api.exec_create(self.container.id, ["/bin/bash", "-c", REAP], user=self.spec.user)["Id"]
+                api.exec_start(exec_id, detach=True)  # detached: polled below, never a blocking read
+                while (info := api.exec_inspect(exec_id)).get("Running") and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                if info.get("ExitCode") == 0:
                     return
-                time.sleep(0.02)
-            return
+            except docker.errors.APIError as exc:
+                self._require_running(exc)
+            if time.monotonic() > deadline:
+                raise ExecError("could not reap the sandbox's processes", run_id=self.run_id)
+            time.sleep(0.05)
+
+    def _require_running(self, cause: Exception) -> None:
+        try:
+            state = self.inspect().get("State", {})
+        except docker.errors.DockerException as exc:
+            raise ExecError(f"sandbox container is gone: {exc}", run_id=self.run_id) from cause
+        if not state.get("Running"):
+            raise ExecError(f"sandbox container is not running (exit code {state.get('ExitCode')})",
+                            run_id=self.run_id) from cause
 
     def inspect(self) -> dict[str, Any]:
         return self.client.api.inspect_container(self.container.id)
@@ -182,14 +207,6 @@ class Sandbox:
         finally:
             if self._own_state_dir:
                 shutil.rmtree(self.state_dir, ignore_errors=True)
-
-    def _find_main_pid(self) -> str:
-        # Direct exec, not self.exec: the reaper needs this pid to spare it.
-        exit_code, output = self.container.exec_run(["/bin/cat", "/proc/1/task/1/children"], user=self.spec.user)
-        pids = output.decode(errors="replace").split()
-        if exit_code != 0 or not pids or not pids[0].isdigit():
-            raise SandboxError(f"sandbox container did not start its main process: {output[:300]!r}", run_id=self.run_id)
-        return pids[0]
 
     def _copy_in(self, archive: bytes) -> None:
         script = ('tar -x -C /workspace -f - && cd /workspace && git init -q && git add -A && '

@@ -19,6 +19,8 @@ from sandbox.errors import SandboxError
 from sandbox.execution import ExecLimits
 from sandbox.hardening import audit
 from sandbox.workspace import repo_files
+from sandbox.toolbox import ToolBox
+from sandbox.tools import ReadFileArgs
 
 # Each line: NAME=VALUE, judged on the host below.
 _PROBE = r"""
@@ -76,6 +78,8 @@ def run_doctor(client: docker.DockerClient, image: str) -> DoctorReport:
             checks.append(Check(name="inside timeout", ok=slow.timed_out and slow.duration_s < 10,
                                 detail=f"sleep 30 under a 1s timeout stopped after {slow.duration_s:.1f}s"))
             checks += exit_checks(sandbox)
+            checks.extend(_process_checks(sandbox))
+            checks.append(_acl_resolution_check(sandbox))
     return DoctorReport(ok=all(c.ok for c in checks), checks=tuple(checks))
 
 
@@ -115,3 +119,34 @@ def exit_checks(sandbox: Sandbox) -> list[Check]:
         Check(name="exit host git", ok=not fsmonitor_ran,
               detail="core.fsmonitor in a repo's config " + ("RAN on the host" if fsmonitor_ran else "runs nothing")),
     ]
+
+
+_ESCAPE = ("(setsid bash -c '(sleep 300 &)' </dev/null >/dev/null 2>&1 &); "
+           "nohup setsid sleep 301 </dev/null >/dev/null 2>&1 & kill -9 $(ps -o ppid= -p $PPID) $PPID")
+
+
+def _process_checks(sandbox: Sandbox) -> list[Check]:
+    """Nothing outlives its command: a setsid double fork and a killed
+    wrapper leave no process; the model cannot stop the container."""
+    limits = ExecLimits(timeout_s=5, stdout_cap=256, stderr_cap=256)
+    sandbox.bash(_ESCAPE, limits)
+    code, out = sandbox.container.exec_run(["ps", "-eo", "pid=,args="], user=sandbox.spec.user)
+    left = [line.strip() for line in out.decode(errors="replace").splitlines() if "sleep 30" in line]
+    sandbox.bash("kill -9 -1; kill -9 1", limits)
+    running = bool(sandbox.inspect().get("State", {}).get("Running"))
+    return [
+        Check(name="inside no survivors", ok=code == 0 and not left,
+              detail="setsid double fork and killed wrapper: " + (", ".join(left) or "nothing left")),
+        Check(name="inside main process", ok=running, detail="kill -9 -1 from a command: container "
+              + ("still running" if running else "stopped")),
+    ]
+
+
+def _acl_resolution_check(sandbox: Sandbox) -> Check:
+    """The ACL judges the path a symlink resolves to: ``g -> .git``."""
+    policy = default_policy()
+    sandbox.bash("ln -sfn .git g", ExecLimits(timeout_s=5, stdout_cap=256, stderr_cap=256))
+    result = ToolBox(sandbox, policy).execute("read_file", ReadFileArgs(path="g/config"))
+    ok = not result.ok and (result.resolved_rule or "").startswith("paths.deny")
+    return Check(name="acl resolved paths", ok=ok,
+                 detail=f"read_file g/config with g -> .git: {result.resolved_rule or result.observation[:80]}")

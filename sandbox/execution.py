@@ -5,7 +5,8 @@ stdout open, so this module drives the hijacked exec socket itself: it
 optionally writes stdin, demultiplexes Docker's 8-byte framed stream into two
 capped captures, and stops at a host-side deadline (calling ``on_deadline``,
 which kills every sandbox process) even when a command escaped its own
-in-container ``timeout`` by starting a new session.
+in-container ``timeout`` by starting a new session. A set ``cancel`` event
+(Ctrl-C) stops the command the same way within a fraction of a second.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import select
 import socket
 import struct
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -34,6 +36,7 @@ class ExecOutcome(Frozen):
     duration_s: float
     timed_out: bool
     flooded: bool
+    canceled: bool = False
 
 
 class ExecLimits(Frozen):
@@ -43,22 +46,21 @@ class ExecLimits(Frozen):
 
 
 # Runs the command under ``timeout`` (TERM, then KILL a second later, to its
-# process group), then kills every process left behind - including ones that
-# escaped the group with setsid - except init, the container's main process
-# and itself. Repeats while a fork bomb is still spawning. Builtins only, so
-# it works even when the pids limit is saturated.
-REAP = (
-    'keep=" 1 $1 $$ "; for ((round = 0; round < 50; round++)); do found=0; '
-    'for d in /proc/[0-9]*; do p=${d#/proc/}; case "$keep" in *" $p "*) continue;; esac; '
-    'kill -9 "$p" 2>/dev/null && found=1; done; [ "$found" = 0 ] && break; done'
-)
-_WRAPPER = 'main=$1; t=$2; shift 2; /usr/bin/timeout --kill-after=1 "$t" "$@"; rc=$?; set -- "$main"; ' + REAP + "; exit $rc"
+# process group), then kills every process the sandbox user owns. kill(-1)
+# spares only init, the container's main process (it runs as another user, so
+# the sandbox user cannot signal it) and the caller; it is atomic against fork
+# (a process with a pending SIGKILL cannot fork), so one pass also stops a fork
+# bomb or a process that left the group with setsid. A builtin, so it needs no
+# new process even when the pids limit is saturated. The host runs REAP again
+# after every exec (Sandbox.exec), since a command can kill this wrapper first.
+REAP = "kill -9 -1 2>/dev/null; exit 0"
+_WRAPPER = 't=$1; shift; /usr/bin/timeout --kill-after=1 "$t" "$@"; rc=$?; kill -9 -1 2>/dev/null; exit $rc'
 
 
-def wrap_command(argv: Sequence[str], env: dict[str, str], timeout_s: float, main_pid: str) -> list[str]:
+def wrap_command(argv: Sequence[str], env: dict[str, str], timeout_s: float) -> list[str]:
     """``argv`` with an empty environment plus ``env``, under the timeout and reaper."""
     pairs = [f"{k}={v}" for k, v in sorted(env.items())]
-    return ["/usr/bin/env", "-i", *pairs, "/bin/bash", "-c", _WRAPPER, "escrow-exec", main_pid, f"{timeout_s:g}s", *argv]
+    return ["/usr/bin/env", "-i", *pairs, "/bin/bash", "-c", _WRAPPER, "escrow-exec", f"{timeout_s:g}s", *argv]
 
 
 def run_exec(
@@ -72,6 +74,7 @@ def run_exec(
     stdin: bytes | None = None,
     on_deadline: Callable[[], None] = lambda: None,
     stdout_capture: StreamCapture | None = None,
+    cancel: threading.Event | None = None,
 ) -> ExecOutcome:
     started = time.monotonic()
     try:
@@ -84,13 +87,13 @@ def run_exec(
     out, err = stdout_capture or StreamCapture(limits.stdout_cap), StreamCapture(limits.stderr_cap)
     deadline = started + limits.timeout_s + GRACE_S
     flood_limit = FLOOD_FACTOR * (limits.stdout_cap + limits.stderr_cap) + getattr(out, "limit", 0)
-    timed_out = flooded = False
+    timed_out = flooded = canceled = False
     try:
         if stdin is not None:
             sock.sendall(stdin)
             sock.shutdown(socket.SHUT_WR)
         reaped_at: float | None = None
-        for frame_type, payload in _frames(sock, lambda: reaped_at or deadline):
+        for frame_type, payload in _frames(sock, lambda: reaped_at or deadline, cancel):
             (out if frame_type != 2 else err).feed(payload)
             if out.total + err.total > flood_limit and not flooded:
                 flooded = True
@@ -98,8 +101,9 @@ def run_exec(
                 reaped_at = time.monotonic() + GRACE_S
         if time.monotonic() >= deadline:
             timed_out = True
-    except _DeadlinePassed:
-        timed_out = not flooded
+    except (_DeadlinePassed, _Canceled) as stop:
+        canceled = isinstance(stop, _Canceled)
+        timed_out = not flooded and not canceled
         on_deadline()
         try:
             for frame_type, payload in _frames(sock, lambda: time.monotonic() + GRACE_S):
@@ -112,24 +116,34 @@ def run_exec(
         _close(raw, sock)
     exit_code = _exit_code(api, exec_id)
     duration = time.monotonic() - started
-    if exit_code in (124, 137) and duration >= limits.timeout_s:
+    if exit_code in (124, 137) and duration >= limits.timeout_s and not canceled:
         timed_out = True
     return ExecOutcome(exit_code=exit_code, stdout=out.result(), stderr=err.result(),
-                       duration_s=round(duration, 4), timed_out=timed_out, flooded=flooded)
+                       duration_s=round(duration, 4), timed_out=timed_out, flooded=flooded,
+                       canceled=canceled)
 
 
 class _DeadlinePassed(Exception):
     pass
 
 
-def _frames(sock: socket.socket, deadline: Callable[[], float]):
+class _Canceled(Exception):
+    pass
+
+
+CANCEL_POLL_S = 0.1
+
+
+def _frames(sock: socket.socket, deadline: Callable[[], float], cancel: threading.Event | None = None):
     """Yield (stream, payload) frames of Docker's multiplexed stream until EOF."""
     buffer = bytearray()
     while True:
+        if cancel is not None and cancel.is_set():
+            raise _Canceled
         remaining = deadline() - time.monotonic()
         if remaining <= 0:
             raise _DeadlinePassed
-        ready, _, _ = select.select([sock], [], [], min(remaining, 1.0))
+        ready, _, _ = select.select([sock], [], [], min(remaining, CANCEL_POLL_S if cancel else 1.0))
         if not ready:
             continue
         chunk = sock.recv(65536)

@@ -6,6 +6,13 @@ Every path is resolved with realpath inside the container, where a symlink
 planted by an earlier command actually lives, and refused if it lands outside
 the workspace; the resolved path is then opened component by component with
 O_NOFOLLOW, so a link swapped in between the check and the open fails.
+
+The ACL is decided on resolved paths: the host first asks for ``resolve``
+(the path after every symlink, as a workspace-relative path), decides on it,
+and then sends the op with that resolved path and ``resolved: true``; the op
+refuses if the path no longer resolves to itself. No process of the model is
+alive while a file op runs (every command's processes are reaped when it
+ends), so nothing can race the two steps; the check is defence in depth.
 """
 
 import json
@@ -21,13 +28,24 @@ class Refused(Exception):
     pass
 
 
-def resolve(rel):
+def resolve(rel, must_be_resolved=False):
     if "\x00" in rel:
         raise Refused("path contains a NUL byte")
     real = os.path.realpath(os.path.join(ROOT, rel))
     if real != ROOT and not real.startswith(ROOT + "/"):
         raise Refused(f"{rel} resolves outside the workspace (to {real})")
-    return [p for p in real[len(ROOT):].split("/") if p]
+    parts = [p for p in real[len(ROOT):].split("/") if p]
+    if must_be_resolved and parts != [p for p in rel.split("/") if p not in ("", ".")]:
+        raise Refused(f"{rel} changed: it now resolves to {'/'.join(parts) or '.'}")
+    return parts
+
+
+def resolve_req(req):
+    return resolve(req["path"], must_be_resolved=bool(req.get("resolved")))
+
+
+def op_resolve(req):
+    return {"resolved": "/".join(resolve(req["path"])) or "."}
 
 
 def open_dir(parts, create=False):
@@ -68,7 +86,7 @@ def read_all(fd):
 
 
 def op_read(req):
-    data = read_all(open_file(resolve(req["path"]), os.O_RDONLY))
+    data = read_all(open_file(resolve_req(req), os.O_RDONLY))
     text = data.decode("utf-8", errors="replace")
     lines = text.splitlines(keepends=True)
     start = max(req.get("start_line", 1), 1) - 1
@@ -91,11 +109,11 @@ def write_text(parts, content):
 
 
 def op_write(req):
-    return {"bytes": write_text(resolve(req["path"]), req["content"])}
+    return {"bytes": write_text(resolve_req(req), req["content"])}
 
 
 def op_edit(req):
-    parts = resolve(req["path"])
+    parts = resolve_req(req)
     text = read_all(open_file(parts, os.O_RDONLY)).decode("utf-8", errors="surrogateescape")
     old, new = req["old"], req["new"]
     count = text.count(old)
@@ -112,7 +130,7 @@ def op_edit(req):
 
 
 def op_list(req):
-    base = resolve(req["path"])
+    base = resolve_req(req)
     limit, depth = req["max_entries"], req["depth"]
     out, total = [], 0
     stack = [(base, 0)]
@@ -135,7 +153,7 @@ def op_list(req):
     return {"entries": sorted(out), "total": total, "truncated": total > len(out)}
 
 
-OPS = {"read": op_read, "write": op_write, "edit": op_edit, "list": op_list}
+OPS = {"resolve": op_resolve, "read": op_read, "write": op_write, "edit": op_edit, "list": op_list}
 
 
 def main():

@@ -16,6 +16,10 @@ LABEL_PID_START = "escrow.owner_start"
 LABEL_HOST = "escrow.owner_host"
 WORKSPACE = "/workspace"
 SANDBOX_USER = "1000:1000"
+# The container's init and main process run as this other unprivileged user:
+# the sandbox user can then neither kill them nor be spared by the reaper's
+# kill(-1), which ends every process of the sandbox user at once.
+MAIN_USER = "65534:65534"
 SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8",
                "PYTHONDONTWRITEBYTECODE": "1"}
 
@@ -23,6 +27,7 @@ SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "
 class Hardening(Frozen):
     image: str
     user: str = SANDBOX_USER
+    main_user: str = MAIN_USER
     network: bool = False
     memory_bytes: int = 1024 * 2**20
     nano_cpus: int = 1_000_000_000
@@ -53,7 +58,7 @@ class Hardening(Frozen):
         return {
             "image": self.image,
             "command": ["sleep", "infinity"],
-            "user": self.user,
+            "user": self.main_user,
             "working_dir": WORKSPACE,
             "environment": {},
             "hostname": "sandbox",
@@ -92,7 +97,7 @@ def audit(inspect: dict[str, Any], spec: Hardening, run_id: str | None = None) -
         ("HostConfig.CapAdd", None, host.get("CapAdd") or None),
         ("HostConfig.Privileged", False, host.get("Privileged")),
         ("HostConfig.SecurityOpt", ["no-new-privileges"], host.get("SecurityOpt")),
-        ("Config.User", spec.user, config.get("User")),
+        ("Config.User", spec.main_user, config.get("User")),
         ("HostConfig.ReadonlyRootfs", True, host.get("ReadonlyRootfs")),
         ("HostConfig.Tmpfs", spec.tmpfs, host.get("Tmpfs")),
         ("HostConfig.PidsLimit", spec.pids, host.get("PidsLimit")),

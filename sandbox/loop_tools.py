@@ -34,6 +34,11 @@ class AclDecision:
 
 def outcome_of(result: ToolResult) -> ToolOutcome:
     detail: dict[str, object] = {"timed_out": result.timed_out}
+    if result.canceled:
+        detail["canceled"] = True
+    if result.resolved_path is not None:
+        detail["resolved_path"] = result.resolved_path
+        detail["resolved_rule"] = result.resolved_rule
     if result.stdout is not None:
         detail["stdout"] = result.stdout.model_dump()
     if result.stderr is not None:
@@ -65,6 +70,6 @@ class SandboxTools:
     def decide(self, name: str, args: BaseModel) -> AclDecision:
         return AclDecision.of(decide(name, args, self.policy))  # type: ignore[arg-type]
 
-    def execute(self, name: str, args: BaseModel) -> ToolOutcome:
+    def execute(self, name: str, args: BaseModel, *, time_left_s: float | None = None) -> ToolOutcome:
         assert isinstance(args, ToolArgs)
-        return outcome_of(self.toolbox.execute(name, args))
+        return outcome_of(self.toolbox.execute(name, args, time_left_s=time_left_s))

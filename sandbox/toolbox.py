@@ -14,6 +14,7 @@ nothing with the model's: what passes is exactly that patch (``submitted``).
 from __future__ import annotations
 
 import json
+import threading
 from importlib import resources
 
 from orchestrator.contract import Frozen, ToolSpec
@@ -29,6 +30,7 @@ from sandbox.workspace import Patch
 
 _FILEOP = resources.files("sandbox").joinpath("fileop_script.py").read_text(encoding="utf-8")
 _LIST_MAX_ENTRIES = 500
+_MIN_TIMEOUT_S = 0.05
 
 
 class ToolResult(Frozen):
@@ -40,42 +42,57 @@ class ToolResult(Frozen):
     stderr: CappedOutput | None = None
     duration_s: float
     timed_out: bool = False
+    canceled: bool = False
     verifier_passed: bool | None = None
     patch: Patch | None = None
+    resolved_path: str | None = None  # a file tool's path after symlinks, as the ACL judged it
+    resolved_rule: str | None = None
 
 
 class ToolBox:
     """The tools of one run, bound to its sandbox, policy and verifier command."""
 
-    def __init__(self, sandbox: Sandbox, policy: Policy, verifier_command: str | None = None) -> None:
+    def __init__(self, sandbox: Sandbox, policy: Policy, verifier_command: str | None = None,
+                 cancel: threading.Event | None = None) -> None:
         self.sandbox = sandbox
         self.policy = policy
         self.verifier_command = verifier_command
         self.submitted: Patch | None = None  # the patch of the last passing submit
+        self.cancel = cancel  # set (Ctrl-C): the running command is killed at once
 
     def specs(self) -> tuple[ToolSpec, ...]:
         return tool_specs(self.policy.tools.allowed)
 
     def limits(self, timeout_s: float | None = None) -> ExecLimits:
+        """The policy's caps; the timeout is the smallest of the policy's, the
+        call's and the run's remaining wall time (``self._time_left_s``)."""
         r = self.policy.resources
-        timeout = min(timeout_s, r.command_timeout_s) if timeout_s else r.command_timeout_s
+        candidates = [r.command_timeout_s, timeout_s, self._time_left_s]
+        timeout = max(min(t for t in candidates if t is not None), _MIN_TIMEOUT_S)
         return ExecLimits(timeout_s=timeout, stdout_cap=r.stdout_cap_bytes, stderr_cap=r.stderr_cap_bytes)
 
-    def execute(self, name: str, args: ToolArgs) -> ToolResult:
-        """Run one validated, ACL-approved call. Re-checks the ACL (pure, cheap):
-        a DENY here means the caller skipped the policy layer."""
+    _time_left_s: float | None = None
+
+    def execute(self, name: str, args: ToolArgs, *, time_left_s: float | None = None) -> ToolResult:
+        """Run one validated, ACL-approved call, for at most ``time_left_s``.
+        Re-checks the ACL (pure, cheap): a DENY here means the caller skipped
+        the policy layer."""
         decision = decide(name, args, self.policy)
         if decision.verdict is Verdict.DENY:
             return ToolResult(tool=name, ok=False, exit_code=None, duration_s=0.0,
                               observation=f"denied by policy ({decision.rule}): {decision.reason}")
-        if isinstance(args, BashArgs):
-            return self._bash(args)
-        if isinstance(args, SubmitArgs):
-            return self._submit()
-        return self._file_op(name, args)
+        self._time_left_s = time_left_s
+        try:
+            if isinstance(args, BashArgs):
+                return self._bash(args)
+            if isinstance(args, SubmitArgs):
+                return self._submit()
+            return self._file_op(name, args)
+        finally:
+            self._time_left_s = None
 
     def _bash(self, args: BashArgs) -> ToolResult:
-        outcome = self.sandbox.bash(args.command, self.limits(args.timeout_s))
+        outcome = self.sandbox.bash(args.command, self.limits(args.timeout_s), cancel=self.cancel)
         return _from_outcome("bash", outcome)
 
     def _submit(self) -> ToolResult:
@@ -89,7 +106,7 @@ class ToolBox:
             return ToolResult(tool="submit", ok=False, exit_code=None, duration_s=0.0, verifier_passed=False,
                               observation=f"submit refused, the verifier did not run: {exc}")
         with self.sandbox.fresh(archive, "verify") as verifier:
-            outcome = verifier.bash(self.verifier_command, self.limits())
+            outcome = verifier.bash(self.verifier_command, self.limits(), cancel=self.cancel)
         passed = outcome.exit_code == 0 and not outcome.timed_out
         if passed:
             self.submitted = patch
@@ -101,17 +118,43 @@ class ToolBox:
                                          "observation": f"{verdict} {about}{skipped}\n{result.observation}"})
 
     def _file_op(self, name: str, args: ToolArgs) -> ToolResult:
-        request = _request(name, args, self.policy.resources.read_cap_bytes)
+        """Resolve the path in the container, decide the ACL again on the
+        resolved path (a link ``docs/s -> ../secrets`` or ``g -> .git`` is
+        judged as its target), then run the op on exactly that path."""
+        written: str = args.path  # type: ignore[attr-defined]
+        outcome, reply = self._fileop({"op": "resolve", "path": written})
+        if reply is None or not reply.get("ok"):
+            return self._fileop_result(name, args, outcome, reply)
+        resolved = str(reply["resolved"])
+        decision = decide(name, args.model_copy(update={"path": resolved}), self.policy)
+        if decision.verdict is Verdict.DENY:
+            return ToolResult(tool=name, ok=False, exit_code=None, duration_s=outcome.duration_s,
+                              resolved_path=resolved, resolved_rule=decision.rule,
+                              observation=f"denied by policy ({decision.rule}) on the resolved path: "
+                                          f"{written} resolves to {resolved}; {decision.reason}")
+        request = _request(name, args, self.policy.resources.read_cap_bytes) | {"path": resolved, "resolved": True}
+        outcome, reply = self._fileop(request)
+        return self._fileop_result(name, args, outcome, reply).model_copy(
+            update={"resolved_path": resolved, "resolved_rule": decision.rule})
+
+    def _fileop(self, request: dict[str, object]) -> tuple[ExecOutcome, dict | None]:
         outcome = self.sandbox.exec(["/usr/bin/python3", "-I", "-S", "-c", _FILEOP], self.limits(),
-                                    stdin=json.dumps(request).encode())
+                                    stdin=json.dumps(request).encode(), cancel=self.cancel)
         try:
             reply = json.loads(outcome.stdout.text())
         except ValueError:
+            return outcome, None
+        return outcome, reply if isinstance(reply, dict) else None
+
+    @staticmethod
+    def _fileop_result(name: str, args: ToolArgs, outcome: ExecOutcome, reply: dict | None) -> ToolResult:
+        if reply is None:
             return _from_outcome(name, outcome).model_copy(update={"ok": False})
         ok = bool(reply.pop("ok", False))
         observation = reply["error"] if not ok else _describe(name, args, reply)
         return ToolResult(tool=name, ok=ok, exit_code=outcome.exit_code, observation=observation,
-                          stderr=outcome.stderr, duration_s=outcome.duration_s, timed_out=outcome.timed_out)
+                          stderr=outcome.stderr, duration_s=outcome.duration_s, timed_out=outcome.timed_out,
+                          canceled=outcome.canceled)
 
 
 def _request(name: str, args: ToolArgs, read_cap: int) -> dict[str, object]:
@@ -145,6 +188,8 @@ def _from_outcome(tool: str, outcome: ExecOutcome) -> ToolResult:
         parts.append("(killed: timeout)")
     if outcome.flooded:
         parts.append("(killed: output flood)")
+    if outcome.canceled:
+        parts.append("(killed: run canceled)")
     text = " ".join(parts)
     if outcome.stdout.total_bytes:
         text += f"\n[stdout {outcome.stdout.total_bytes} bytes]\n{outcome.stdout.text()}"
@@ -152,4 +197,4 @@ def _from_outcome(tool: str, outcome: ExecOutcome) -> ToolResult:
         text += f"\n[stderr {outcome.stderr.total_bytes} bytes]\n{outcome.stderr.text()}"
     return ToolResult(tool=tool, ok=outcome.exit_code == 0 and not outcome.timed_out, exit_code=outcome.exit_code,
                       observation=text, stdout=outcome.stdout, stderr=outcome.stderr,
-                      duration_s=outcome.duration_s, timed_out=outcome.timed_out)
+                      duration_s=outcome.duration_s, timed_out=outcome.timed_out, canceled=outcome.canceled)

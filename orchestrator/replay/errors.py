@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.errors import EscrowError
+from orchestrator.errors import EscrowError, LoopAbort
 
 
 class ReplayError(EscrowError):
@@ -23,7 +23,7 @@ class ChainRefused(ReplayError):
     loop against rows that may have been altered (override with --force)."""
 
 
-class Divergence(ReplayError):
+class Divergence(ReplayError, LoopAbort):
     """Today's loop did something the recording did not.
 
     ``kind``: "request" (the built request's sha256 differs), "tool_call" (a

@@ -107,14 +107,14 @@ class ReplayTools:
             )
         return decision
 
-    def execute(self, name: str, args: BaseModel) -> ToolOutcome:
+    def execute(self, name: str, args: BaseModel, *, time_left_s: float | None = None) -> ToolOutcome:
         recorded = recorded_tool(self.turns, self.cursor)
         if self.live is None:
             in_flight(self.turns, self.cursor.turn, recorded)
             check_call(self.cursor.turn, self.cursor.candidate, recorded, name, args)
             assert recorded is not None
             return recorded.outcome
-        outcome = self.live.execute(name, args)
+        outcome = self.live.execute(name, args, time_left_s=time_left_s)
         if recorded is not None:
             self._note_drift(recorded, outcome)
         return outcome

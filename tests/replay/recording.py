@@ -55,7 +55,7 @@ class MemoryTools:
     def decide(self, name: str, args: BaseModel) -> AclDecision:
         return AclDecision.of(decide(name, args, self.policy))  # type: ignore[arg-type]
 
-    def execute(self, name: str, args: BaseModel) -> ToolOutcome:
+    def execute(self, name: str, args: BaseModel, *, time_left_s: float | None = None) -> ToolOutcome:
         a = args.model_dump()
         if name == "read_file":
             text = self.files.get(a["path"])

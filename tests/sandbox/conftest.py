@@ -28,7 +28,7 @@ def assert_hardened(docker_client, sandbox: Sandbox, policy: Policy) -> None:
     assert not host.get("CapAdd")
     assert host["Privileged"] is False
     assert host["SecurityOpt"] == ["no-new-privileges"]
-    assert config["User"] == "1000:1000"
+    assert config["User"] == "65534:65534"  # init and main process; commands run as 1000:1000
     assert host["ReadonlyRootfs"] is True
     assert host["Tmpfs"]["/tmp"].startswith("rw,nosuid,nodev,noexec,")
     assert f"size={r.tmp_mb * 2**20}" in host["Tmpfs"]["/tmp"]

@@ -12,6 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -328,5 +331,16 @@ def test_closing_a_sandbox_leaves_no_container(docker_client, sandbox_image, att
 
 
 def test_attack_count():
-    total = len(DENIED) + len(SCHEMA) + 1 + len(SYMLINK_PLANTS) + 1 + len(CONTAINED) + len(METACHAR_PATHS) + 2 + 3 + 2 + 4 + 1 + len(BOMBS)
-    assert total >= 40
+    """The suite really runs at least 40 attacks: counted from what pytest
+    collects (not from the tables), and every table entry became a test."""
+    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", __file__],
+                               capture_output=True, text=True, timeout=120)
+    ids = [line for line in collected.stdout.splitlines() if "::test_" in line]
+    per_test = Counter(i.split("::", 1)[1].split("[", 1)[0] for i in ids)
+    tables = {"test_acl_denies_before_docker": DENIED, "test_schema_rejects": SCHEMA,
+              "test_planted_symlink_refused_inside": SYMLINK_PLANTS, "test_contained_commands": CONTAINED,
+              "test_metacharacters_in_file_tools_stay_literal": METACHAR_PATHS, "test_bombs_are_contained": BOMBS}
+    for name, table in tables.items():
+        assert per_test[name] == len(table), f"{name}: {per_test[name]} collected for {len(table)} table entries"
+    attacks = sum(n for name, n in per_test.items() if name not in ("test_attack_count", "test_zz_no_leak_and_no_orphans"))
+    assert attacks >= 40, per_test

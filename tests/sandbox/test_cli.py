@@ -41,7 +41,9 @@ def test_doctor_json_reports_every_check_ok(sandbox_image):
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     names = {c["name"] for c in report["checks"]}
-    assert report["ok"] and {"inside capeff", "inside egress", "inspect HostConfig.CapDrop", "inside timeout"} <= names
+    assert report["ok"] and {"inside capeff", "inside egress", "inspect HostConfig.CapDrop", "inside timeout",
+                             "inside no survivors", "inside main process", "acl resolved paths",
+                             "inspect HostConfig.PidsLimit", "inspect Config.User"} <= names
     assert {"exit export", "exit diff", "exit verifier", "exit host git"} <= names
 
 

@@ -66,7 +66,7 @@ def test_audit_flags_each_weakened_field():
                        "SecurityOpt": ["no-new-privileges"], "ReadonlyRootfs": True, "Tmpfs": spec.tmpfs,
                        "PidsLimit": spec.pids, "Memory": spec.memory_bytes, "MemorySwap": spec.memory_bytes,
                        "NanoCpus": spec.nano_cpus, "Init": True, "Binds": None},
-        "Config": {"User": spec.user, "Labels": kwargs["labels"]},
+        "Config": {"User": spec.main_user, "Labels": kwargs["labels"]},
         "Mounts": [],
     }
     assert all(f.ok for f in audit(inspect, spec, "r"))
