@@ -24,6 +24,7 @@ from orchestrator.contract import ModelRequest
 from orchestrator.envelope import Attempt, Envelope, ErrorDetail, Status, Timings, Usage
 from orchestrator.monitor import StreamMonitor
 from orchestrator.normalize import Cause, is_retried, status_of
+from orchestrator.observer import StreamObserver
 from orchestrator.retry import CircuitBreaker, RetryPolicy, decide
 
 class ModelClient:
@@ -44,7 +45,9 @@ class ModelClient:
         sleep: Callable[[float], None] | None = None,
         rand: Callable[[], float] = random.random,
         clock: Callable[[], float] = time.monotonic,
+        observer: StreamObserver | None = None,
     ) -> None:
+        self.observer = observer
         self.base_url = base_url.rstrip("/")
         self.url = self.base_url + "/chat/completions"
         self.retry = retry
@@ -88,6 +91,8 @@ class ModelClient:
         attempts: list[Attempt] = []
         while True:
             number = len(attempts) + 1
+            if self.observer is not None:
+                self.observer.on_attempt(number)
             out = self._attempt(request, body, headers, deadline_at, cancel)
             status = status_of(out.cause)
             if out.cause is not Cause.CIRCUIT_OPEN:
@@ -115,7 +120,7 @@ class ModelClient:
 
     def _attempt(self, request, body, headers, deadline_at, cancel) -> AttemptOutcome:
         monitor = StreamMonitor(request.max_payload_bytes, json_content=_wants_json(request))
-        acc = ResponseAccumulator(monitor, keep_logprobs=request.sampling.logprobs)
+        acc = ResponseAccumulator(monitor, keep_logprobs=request.sampling.logprobs, observer=self.observer)
         now = self._clock()
         if cancel is not None and cancel.is_set():
             return AttemptOutcome(Cause.EXTERNAL_CANCEL, "cancelled before the request was sent", acc, started=now, ended=now)
