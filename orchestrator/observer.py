@@ -54,6 +54,10 @@ class JournalObserver(Protocol):
     def end_turn(self, turn: int) -> None: ...
 
 
+class RunObserver(StreamObserver, JournalObserver, Protocol):
+    """Both hooks: what a live display implements."""
+
+
 class ObservedJournal:
     """A Journal that records through ``journal``, then tells ``observer``."""
 
