@@ -46,7 +46,7 @@ def printable(text: str, *, newlines: bool = True) -> str:
 
 def one_line(text: str, width: int) -> str:
     """Whitespace collapsed, controls escaped, cut to ``width`` characters."""
-    flat = printable(" ".join(text.split()), newlines=False)
+    flat = " ".join(printable(text).split())  # escape first: \r and \x1c-\x1f are whitespace to split()
     return flat if len(flat) <= width else flat[: max(0, width - 1)] + "…"
 
 

@@ -82,14 +82,14 @@ def escrow_path(step: ToolStep) -> str:
     if step.state == "COMMITTED":
         return "committed"
     if step.state == "REJECTED":
-        return f"rejected at {step.layer or '?'}"
-    return step.state.lower()
+        return f"rejected at {one_line(step.layer or '?', 40)}"
+    return one_line(step.state.lower(), 40)
 
 
 def acl(step: ToolStep) -> str:
     if step.decision is None:
         return ""
-    return f"{step.decision} by {step.rule or '?'}"
+    return one_line(f"{step.decision} by {step.rule or '?'}", 160)
 
 
 def result_figures(step: ToolStep) -> str:
