@@ -18,14 +18,14 @@ from rich.live import Live
 from rich.text import Text
 
 from cli.display.render import Budget, budget_line, budget_text, model_block, model_line, tool_block, tool_line
-from cli.display.steps import ModelStep, ToolStep, model_step, output_size
+from cli.display.steps import ModelStep, ToolStep, args_summary, model_step, output_size
 from orchestrator.candidate import Transition
 from orchestrator.contract import ModelRequest, ToolCall
 from orchestrator.envelope import Envelope
 from orchestrator.limits import Tally
 from orchestrator.perimeter import DecisionLike
 from orchestrator.ports import ToolOutcome
-from orchestrator.terminal_text import printable
+from orchestrator.terminal_text import one_line, printable
 from policies.model import RunLimits
 
 STREAM_LINES = 6  # the live area shows the last lines of the words being written
@@ -39,6 +39,10 @@ class Screen(Protocol):
     def budget(self, budget: Budget, *, turn_over: bool) -> None: ...
 
     def streaming(self, text: str, reasoning: str) -> None: ...
+
+    def running(self, summary: str | None) -> None:
+        """A committed tool call is executing (None: nothing is)."""
+        ...
 
 
 class RunDisplay:
@@ -111,8 +115,12 @@ class RunDisplay:
 
     def transition(self, ref: Any, transition: Transition) -> None:
         self.last[ref] = transition
+        if transition.to_state.value == "COMMITTED" and ref in self.candidates:
+            _, call = self.candidates[ref]
+            self.screen.running(args_summary(call.name, call.arguments))
 
     def tool(self, ref: Any, name: str, args: BaseModel | None, decision: DecisionLike | None, outcome: ToolOutcome) -> None:
+        self.screen.running(None)
         index, call = self.candidates.pop(ref, (0, ToolCall(id="", name=name, arguments="")))
         last = self.last.pop(ref, None)
         self.screen.tool(ToolStep(
@@ -162,6 +170,9 @@ class PlainScreen:
     def streaming(self, text: str, reasoning: str) -> None:
         pass
 
+    def running(self, summary: str | None) -> None:
+        pass
+
 
 class LiveScreen:
     """A live area (the words as they stream, then the footer) under the
@@ -170,7 +181,9 @@ class LiveScreen:
     def __init__(self, console: Console) -> None:
         self.console = console
         self._text, self._reasoning = "", ""
+        self._running: tuple[str, float] | None = None
         self._budget: Budget | None = None
+        self._budget_at = 0.0
         self.live = Live(console=console, auto_refresh=True, refresh_per_second=8, transient=True,
                          get_renderable=self._renderable)
 
@@ -189,8 +202,12 @@ class LiveScreen:
             parts += [Text("  ~ " + line, style="dim italic") for line in _tail(self._reasoning, 2)]
         if self._text:
             parts += [Text("  " + line) for line in _tail(self._text, STREAM_LINES)]
+        if self._running is not None:
+            summary, since = self._running
+            parts.append(Text(f"  ▸ {one_line(summary, 100)}  running {time.monotonic() - since:.0f}s", style="cyan"))
         if self._budget is not None:
-            parts.append(budget_text(self._budget))
+            budget, at = self._budget, self._budget_at
+            parts.append(budget_text(budget.model_copy(update={"elapsed_s": budget.elapsed_s + time.monotonic() - at})))
         return Group(*parts)
 
     def model(self, step: ModelStep) -> None:
@@ -200,10 +217,13 @@ class LiveScreen:
         self.console.print(tool_block(step))
 
     def budget(self, budget: Budget, *, turn_over: bool) -> None:
-        self._budget = budget
+        self._budget, self._budget_at = budget, time.monotonic()  # the wall clock keeps running between events
 
     def streaming(self, text: str, reasoning: str) -> None:
         self._text, self._reasoning = text, reasoning
+
+    def running(self, summary: str | None) -> None:
+        self._running = None if summary is None else (summary, time.monotonic())
 
 
 def _tail(text: str, lines: int) -> list[str]:
