@@ -43,9 +43,10 @@ def _collapsed(text: str, limit: int | None) -> tuple[list[str], int]:
     return lines[:limit], len(lines) - limit
 
 
-def _indented(text: str, limit: int | None, style: str, prefix: str = "  ") -> list[Text]:
+def _indented(text: str, limit: int | None, style: str, prefix: str = "  ", *, crop: bool = False) -> list[Text]:
+    """``crop``: each line cut at the screen's edge (an excerpt), not wrapped."""
     lines, hidden = _collapsed(text, limit)
-    out = [Text(prefix + line, style=style) for line in lines]
+    out = [Text(prefix + line, style=style, no_wrap=crop, overflow="ellipsis" if crop else "fold") for line in lines]
     if hidden:
         out.append(Text(f"{prefix}… {hidden} more line{'s' if hidden > 1 else ''}", style="dim"))
     return out
@@ -117,7 +118,7 @@ def tool_block(step: ToolStep, *, full: bool = False) -> RenderableType:
     if not committed:
         parts += _indented(step.reason, None if full else 2, "red", "    ")
     elif step.observation:
-        parts += _indented(step.observation, None if full else OUTPUT_LINES, "", "    │ ")
+        parts += _indented(step.observation, None if full else OUTPUT_LINES, "", "    │ ", crop=not full)
     return Group(*parts)
 
 
