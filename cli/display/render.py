@@ -7,7 +7,7 @@ Content from the model, the tools or the repo only ever reaches the screen as
 
 from __future__ import annotations
 
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.text import Text
 
 from cli.display.steps import ModelStep, ToolStep
@@ -101,18 +101,33 @@ def result_figures(step: ToolStep) -> str:
     return f"exit {exit_code}, {duration}, {_size(step.output_bytes)}"
 
 
+class _CallLine:
+    """The call, its result figures, then its escrow path and ACL rule: on one
+    line when the screen is wide enough, else the path and rule on the next."""
+
+    def __init__(self, step: ToolStep) -> None:
+        committed = step.state == "COMMITTED"
+        self.call = Text("  ")
+        self.call.append("▸ " if committed else "✗ ", style="cyan" if committed else "red")
+        self.call.append(one_line(step.summary, 100), style="bold")
+        figures = result_figures(step)
+        if figures:
+            self.call.append(f"  {figures}", style="dim")
+        self.path = Text(escrow_path(step), style="green" if committed else "red")
+        if acl(step):
+            self.path.append(f", {acl(step)}", style="dim" if committed else "red")
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        if self.call.cell_len + 2 + self.path.cell_len <= options.max_width:
+            yield Text.assemble(self.call, "  ", self.path)
+        else:
+            yield self.call
+            yield Text.assemble("    ", self.path)
+
+
 def tool_block(step: ToolStep, *, full: bool = False) -> RenderableType:
     committed = step.state == "COMMITTED"
-    line = Text("  ")
-    line.append("▸ " if committed else "✗ ", style="cyan" if committed else "red")
-    line.append(one_line(step.summary, 100), style="bold")
-    line.append(f"  {escrow_path(step)}", style="green" if committed else "red")
-    if acl(step):
-        line.append(f", {acl(step)}", style="dim" if committed else "red")
-    figures = result_figures(step)
-    if figures:
-        line.append(f"  {figures}", style="dim")
-    parts: list[RenderableType] = [line]
+    parts: list[RenderableType] = [_CallLine(step)]
     if full and step.arguments:
         parts += _indented(step.arguments, None, "dim", "    args ")
     if not committed:
@@ -127,9 +142,6 @@ def budget_text(budget: Budget) -> Text:
 
 
 def budget_line(b: Budget) -> str:
-    def of(limit: object) -> str:
-        return "" if limit is None else f"/{limit}"
-
     parts = [
         f"turns {b.turns}/{b.max_turns}",
         f"tokens {b.tokens:,}" + ("" if b.max_tokens is None else f"/{b.max_tokens:,}"),
