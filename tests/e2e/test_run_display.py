@@ -23,6 +23,7 @@ from tests.e2e.terminal import ESCROW, Tmux, run_args, run_in_pty
 pytestmark = [pytest.mark.docker]
 
 WORDS = "I'll look at calc.py first to see how mean() is computed."
+THOUGHT = "The mean looks off by one."
 
 
 def tool(name: str, **args: object) -> ScriptedToolCall:
@@ -32,7 +33,7 @@ def tool(name: str, **args: object) -> ScriptedToolCall:
 def story() -> list[Reply]:
     """Read, a denied read, an answer cut off at the output limit, the fix, submit."""
     return [
-        Reply(text=WORDS, tool_calls=(tool("read_file", path="calc.py"),), tokens_per_s=40),
+        Reply(reasoning=THOUGHT, text=WORDS, tool_calls=(tool("read_file", path="calc.py"),), tokens_per_s=40),
         Reply(text="Let me check the repository settings as well.", tool_calls=(tool("read_file", path=".git/config"),)),
         Fault.truncated("Now I will rewrite the whole module from scratch, starting with"),
         Reply(text="mean() divides by len+1; fixing the denominator.",
@@ -65,7 +66,7 @@ def test_live_display_in_tmux_shows_the_work_turn_by_turn(width, tmp_path, repo,
     screen = pane.wait_for("EXIT=")
 
     assert "EXIT=0" in screen and "Traceback" not in screen
-    assert WORDS in screen  # the assistant's words
+    assert WORDS in screen and f"~ {THOUGHT}" in screen  # the assistant's words and its reasoning
     assert "read_file calc.py" in screen and "def add(a: float, b: float)" in screen  # the call and its result
     lines = screen.splitlines()
     at = next(i for i, line in enumerate(lines) if "read_file calc.py" in line)
@@ -150,7 +151,7 @@ def test_plain_lines_off_a_terminal_and_quiet(tmp_path, repo, fault: FaultServer
     done = subprocess.run(run_args(repo, fault.base_url), env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr
     lines = done.stderr.splitlines()
-    assert any(line.startswith("turn 0 COMPLETED") and WORDS in line for line in lines)
+    assert any(line.startswith("turn 0 COMPLETED") and f"thinking: {THOUGHT} | {WORDS}" in line for line in lines)
     assert any("read_file calc.py: committed" in line and "exit 0" in line for line in lines)
     assert any("read_file .git/config: rejected at policy" in line for line in lines)
     assert any(line.startswith("turn 2 TRUNCATED (finish_length") for line in lines)
