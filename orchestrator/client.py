@@ -31,7 +31,8 @@ class ModelClient:
     """Client for an OpenAI-compatible server; ``base_url`` ends in ``/v1``.
 
     ``sleep`` and ``rand`` replace the backoff wait and the jitter source (for
-    tests); ``clock`` is the monotonic clock used for T_max and timings.
+    tests); ``clock`` is the monotonic clock used for T_max and timings;
+    ``breaker`` is a circuit breaker shared with other clients of the server.
     """
 
     def __init__(
@@ -45,13 +46,14 @@ class ModelClient:
         sleep: Callable[[float], None] | None = None,
         rand: Callable[[], float] = random.random,
         clock: Callable[[], float] = time.monotonic,
+        breaker: CircuitBreaker | None = None,
         observer: StreamObserver | None = None,
     ) -> None:
         self.observer = observer
         self.base_url = base_url.rstrip("/")
         self.url = self.base_url + "/chat/completions"
         self.retry = retry
-        self.breaker = CircuitBreaker(retry.breaker_threshold, retry.breaker_reset_s, clock)
+        self.breaker = breaker or CircuitBreaker(retry.breaker_threshold, retry.breaker_reset_s, clock)
         self._api_key = api_key
         self._estimate = token_estimator or default_estimator()
         self._sleep, self._rand, self._clock = sleep, rand, clock
@@ -95,8 +97,6 @@ class ModelClient:
                 self.observer.on_attempt(number)
             out = self._attempt(request, body, headers, deadline_at, cancel)
             status = status_of(out.cause)
-            if out.cause is not Cause.CIRCUIT_OPEN:
-                self.breaker.record(status is Status.TRANSPORT_FAILURE)
             decision = decide(
                 self.retry,
                 attempts_made=number,
@@ -111,6 +111,8 @@ class ModelClient:
                 duration_s=out.ended - out.started, backoff_s=decision.delay_s if decision.retry else 0.0,
             ))
             if not decision.retry:
+                if out.cause is not Cause.CIRCUIT_OPEN and status is not Status.CANCELED:
+                    self.breaker.record(status is Status.TRANSPORT_FAILURE)
                 if is_retried(out.cause):
                     out.message += f" (gave up after {number} attempt(s): {decision.reason})"
                 return self._envelope(request, out, attempts, start)

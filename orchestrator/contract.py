@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.canonical import canonical_json, sha256_hex
+from orchestrator.errors import ContractError
 
 
 class Frozen(BaseModel):
@@ -68,9 +69,39 @@ class ToolSpec(Frozen):
         }
 
 
+class ReservedWireKey(ContractError):
+    """``Sampling.extra`` names a key the request sets itself (K_max, model,
+    stream...): sending it would make the recorded request lie about its call."""
+
+    def __init__(self, keys: list[str]) -> None:
+        super().__init__(
+            f"Sampling.extra may not set {', '.join(repr(k) for k in keys)}: the request sets "
+            "these itself; use the request's or the sampling's own field",
+            keys=keys,
+        )
+        self.keys = keys
+
+
+# Keys the request or Sampling's typed fields own. K_max has aliases on some
+# engines (``max_completion_tokens``, llama.cpp's ``n_predict``), and ``n`` > 1
+# would ask for several answers where one envelope holds one.
+RESERVED_WIRE_KEYS = frozenset({
+    "model", "messages", "prompt", "max_tokens", "max_completion_tokens", "n_predict", "n",
+    "stream", "stream_options", "tools", "tool_choice", "functions", "function_call", "stop",
+    "response_format", "temperature", "top_p", "top_k", "seed", "logprobs", "top_logprobs",
+})
+
+
+def _check_extra(extra: dict[str, Any]) -> None:
+    clash = sorted(RESERVED_WIRE_KEYS.intersection(extra))
+    if clash:
+        raise ReservedWireKey(clash)
+
+
 class Sampling(Frozen):
     """Sampling settings. ``extra`` carries engine-specific fields verbatim
-    (e.g. vLLM's ``min_p`` or ``repetition_penalty``) so they are recorded too."""
+    (e.g. vLLM's ``min_p`` or ``repetition_penalty``) so they are recorded too;
+    it may not set a key in ``RESERVED_WIRE_KEYS`` (``ReservedWireKey``)."""
 
     temperature: float | None = 0.0
     top_p: float | None = None
@@ -80,7 +111,16 @@ class Sampling(Frozen):
     top_logprobs: int | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("extra")
+    @classmethod
+    def _no_reserved_keys(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # ReservedWireKey is no ValueError, so pydantic lets it through as is.
+        _check_extra(value)
+        return value
+
     def to_wire(self) -> dict[str, Any]:
+        # Checked again here: model_copy and model_construct skip validation.
+        _check_extra(self.extra)
         out: dict[str, Any] = {}
         for key in ("temperature", "top_p", "top_k", "seed", "top_logprobs"):
             value = getattr(self, key)

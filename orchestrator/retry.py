@@ -5,6 +5,12 @@ Backoff is "full jitter": the wait before retry n is uniform in
 [0, min(cap, base * 2**(n-1))], which spreads a crowd of clients that failed
 together. A server's Retry-After is a floor on that wait. No wait may run past
 the call's deadline: T_max bounds the whole call, retries included.
+
+The circuit breaker counts *calls*, not attempts: a call that ends
+TRANSPORT_FAILURE after its retries is one failure. Retries bound one call;
+the breaker spares a dead server the calls that follow, for a client (or a
+breaker handed to several clients) that makes more than one call. The loop
+ends a run at its first TRANSPORT_FAILURE, so it matters across runs.
 """
 
 from __future__ import annotations
@@ -24,7 +30,9 @@ class RetryPolicy(Frozen):
     base_s: float = Field(default=0.5, ge=0)
     cap_s: float = Field(default=8.0, ge=0)
     max_retry_after_s: float = Field(default=30.0, ge=0, description="A longer Retry-After ends the retries.")
-    breaker_threshold: int = Field(default=5, ge=1, description="Consecutive transport failures that open the circuit.")
+    breaker_threshold: int = Field(
+        default=3, ge=1, description="Consecutive calls ending TRANSPORT_FAILURE (retries spent) that open the circuit."
+    )
     breaker_reset_s: float = Field(default=30.0, ge=0, description="How long the circuit stays open.")
 
 
@@ -83,9 +91,11 @@ def decide(
 
 @dataclass
 class CircuitBreaker:
-    """Opens after ``threshold`` consecutive transport failures; while open,
-    calls fail fast without touching the server; after ``reset_s`` one trial
-    call is let through (half-open) and its outcome closes or re-opens it."""
+    """Opens after ``threshold`` consecutive calls that ended TRANSPORT_FAILURE;
+    while open, calls fail fast without touching the server; after ``reset_s``
+    a trial call is let through (half-open) and its outcome closes or re-opens
+    it. ``record`` is called once per call, never per attempt: counting
+    attempts would let the breaker cut one call's own retries short."""
 
     threshold: int
     reset_s: float

@@ -28,8 +28,8 @@ def _attr_of_column(model: type) -> dict[str, str]:
 
 
 def view(view_cls: type[V], model: type, row: Mapping[str, Any], **extra: Any) -> V:
-    names = _attr_of_column(model)
-    values = {names[k]: v for k, v in row.items() if names.get(k) in view_cls.model_fields}
+    names, fields = _attr_of_column(model), view_cls.model_fields
+    values = {names[k]: v for k, v in row.items() if names.get(k) in fields}
     return view_cls(**values, **extra)
 
 

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy import exc as sa_exc
 
-from store import migrations, reader, verify
+from store import browse, migrations, reader, verify
 from store.chain import ChainCheck
 from store.engine import ensure_parent, make_engine, parse_url, probe_file, sqlite_path, use_wal
 from store.errors import NotAStore, RecordingError, RunNotFound, SchemaTooNew, SchemaTooOld, StoreError
@@ -99,6 +99,19 @@ class Store:
              since: float | None = None, until: float | None = None, limit: int = 50) -> list[RunSummary]:
         with self.read() as conn:
             return reader.list_runs(conn, status=status, verdict=verdict, model=model, since=since, until=until, limit=limit)
+
+    def browse(self, wanted: browse.RunFilter) -> browse.RunPage:
+        """One filtered, sorted page of runs with their totals (``escrow view``)."""
+        return self._query(browse.page_runs, wanted)
+
+    def facets(self) -> browse.Facets:
+        return self._query(browse.facets)
+
+    def summaries(self, run_ids: list[str]) -> list[RunSummary]:
+        return self._query(browse.summaries, run_ids)
+
+    def chain_positions(self, run_id: str) -> list[browse.ChainPosition]:
+        return self._query(browse.chain_positions, run_id)
 
     def _query(self, fn: Callable[..., T], *args: Any) -> T:
         with self.read() as conn:

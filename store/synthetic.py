@@ -5,10 +5,14 @@ bench/bench_store.py; seeded, so a run can be reproduced."""
 from __future__ import annotations
 
 import random
+from typing import TYPE_CHECKING
 
 from orchestrator.contract import Message, ModelRequest, Sampling, ToolCall, ToolSpec
 from orchestrator.envelope import Attempt, Envelope, ErrorDetail, Payload, Status, Timings, Usage
 from store.recorder import Recorder
+
+if TYPE_CHECKING:
+    from store.store import Store
 
 TOOLS = (
     ToolSpec(name="bash", description="Run a command.", parameters={"type": "object", "properties": {"cmd": {"type": "string"}}}),
@@ -84,3 +88,29 @@ def record_run(recorder: Recorder, *, turns: int = 3, seed: int = 1, finish: boo
     if finish:
         recorder.finish_run(run_id, "PASS", "the verifier passed", turn=turns)
     return run_id
+
+
+MODELS = ("gemma-3-270m", "qwen3-0.6b", "llama-3.2-1b")
+VERDICTS = ("PASS", "BUDGET_EXHAUSTED", "FAULTED", "REFUSED")
+
+
+def record_many(store: "Store", runs: int, *, turns: int = 1, seed: int = 1, first_at: float = 1_700_000_000.0,
+                spacing_s: float = 3600.0) -> list[str]:
+    """``runs`` varied runs (model, verdict, task, start time and length vary
+    with the seed), one every ``spacing_s`` seconds from ``first_at``; for
+    browsing tests and benches. Returns the run ids, oldest first."""
+    rng = random.Random(seed)
+    moment = [first_at]
+    recorder = Recorder(store, clock=lambda: moment[0])
+    ids = []
+    for index in range(runs):
+        moment[0] = first_at + index * spacing_s
+        model = MODELS[index % len(MODELS)]
+        run_id = start(recorder, rng, model=model)
+        history: list[Message] = []
+        for turn in range(1 + rng.randrange(turns)):
+            record_turn(recorder, run_id, turn, history, rng)
+        recorder.finish_run(run_id, VERDICTS[rng.randrange(len(VERDICTS))], "generated", turn=turn + 1)
+        ids.append(run_id)
+    return ids
+

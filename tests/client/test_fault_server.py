@@ -62,7 +62,14 @@ def test_decode_rate_paces_the_stream(srv, client, req):
 
 
 def test_completed_stream_is_not_a_disconnect(srv, client, req):
-    srv.script([Reply(text="complete")])
+    srv.script([Reply(text="complete"), Reply(text="z" * 400, chunk_chars=1, tokens_per_s=200)])
     client.call(req())
     assert srv.streams[0].all_sent
-    assert srv.wait_disconnects(1, timeout_s=0.3) == []
+    # A positive control: hang up on a second stream and wait until the server
+    # has seen that disconnect; by then the first connection is long closed, so
+    # a completed stream taken for a disconnect would be in the list too.
+    with httpx.stream("POST", f"{srv.base_url}/chat/completions", json=req().wire_body()) as response:
+        next(response.iter_bytes())
+    disconnects = srv.wait_disconnects(1, timeout_s=30)
+    assert [d.request_index for d in disconnects] == [1]
+    assert not srv.streams[1].all_sent and disconnects[0].chunks_sent < disconnects[0].planned_chunks

@@ -82,7 +82,7 @@ def test_ctrl_c_mid_stream_records_canceled_and_exits_cleanly(tmp_path, repo, fa
     shown = json.loads(out)
     assert shown["verdict"] == "CANCELED"
     (gone,) = fault.wait_disconnects(1)
-    assert gone.chunks_sent < gone.planned_chunks
+    assert gone.chunks_sent < gone.planned_chunks and len(fault.requests) == 1  # mid-stream, not before
     with Store.open(f"sqlite:///{tmp_path / 'home' / 'escrow.db'}", readonly=True, create=False) as store:
         run = store.run(shown["run_id"])
         assert run.status == "finished" and run.verdict == "CANCELED"
@@ -100,28 +100,47 @@ def _first_run_id(db: Path) -> str | None:
     return runs[0].run.id if runs else None
 
 
+def _run_containers(run_id: str) -> list[str]:
+    import docker
+
+    client = docker.from_env(timeout=30)
+    return [c.id for c in client.containers.list(all=True, filters={"label": f"escrow.run_id={run_id}"})]
+
+
 def test_ctrl_c_while_the_sandbox_starts_is_a_recorded_cancel(tmp_path, repo, fault: FaultServer, sandbox_image):
+    """Interrupted inside Sandbox.start (its container exists, so the start is
+    under way and Ctrl-C only sets the cancel): the run ends CANCELED before
+    its first turn. What tells this case from a cancel mid-stream is causal:
+    the model server never saw a request, and no call is recorded."""
     fault.script([Reply(text="slow " * 100, chunk_chars=1, tokens_per_s=20.0)])
     home = tmp_path / "home"
     proc = escrow_run(home, repo, fault.base_url)
     try:
         deadline = time.monotonic() + 60
-        while _first_run_id(home / "escrow.db") is None:
+        run_id = None
+        while run_id is None or not _run_containers(run_id):
             assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the run was never recorded"
+            assert time.monotonic() < deadline, "the sandbox of the run was never created"
+            assert fault.requests == [], "the sandbox started and the model was asked before the interrupt"
+            run_id = run_id or _first_run_id(home / "escrow.db")
             time.sleep(0.01)
-        proc.send_signal(signal.SIGINT)  # the sandbox takes about a second to start
-        out, err = proc.communicate(timeout=30)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
 
     assert proc.returncode == 1, err
     assert "Traceback" not in err
-    assert json.loads(out)["verdict"] == "CANCELED"
+    shown = json.loads(out)
+    assert (shown["run_id"], shown["verdict"], shown["turns"]) == (run_id, "CANCELED", 0)
+    assert shown["detail"] == "canceled before the next turn"
+    assert fault.requests == []  # the model was never asked
+    assert _run_containers(run_id) == []  # and the sandbox that did start was removed
     with Store.open(f"sqlite:///{home / 'escrow.db'}", readonly=True, create=False) as store:
-        run = store.run(_first_run_id(home / "escrow.db"))
+        run = store.run(run_id)
         assert run.status == "finished" and run.verdict == "CANCELED"
+        assert store.calls(run_id) == [] and store.verify(run_id).ok
 
 
 def test_cli_runner_prints_the_verdict_panel_and_rejects_a_missing_repo(tmp_path, repo, fault: FaultServer, sandbox_image):

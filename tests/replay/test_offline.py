@@ -100,15 +100,41 @@ def test_replays_agree_across_processes_and_hash_seeds(varied):
         assert one["replay_run_id"] != two["replay_run_id"]
 
 
-def test_the_incremental_request_hash_equals_the_contract_hash(varied):
-    from orchestrator.contract import ModelRequest
+def test_the_incremental_request_hash_equals_the_contract_hash(varied, monkeypatch):
+    """The hasher extends a running hash only while each request repeats the
+    previous one's messages as the same objects, as the context hands them
+    back; so the recorded requests are rebuilt that way (one object per
+    distinct message), and fresh running hashes are counted to prove that the
+    incremental path, not only the restart, produced the matching hashes."""
+    import hashlib
+
+    from orchestrator.contract import Message, ModelRequest
+    from orchestrator.replay import replay_model
     from orchestrator.replay.replay_model import RequestHasher
 
+    fresh: list[int] = []
+
+    class CountingHashlib:
+        @staticmethod
+        def sha256(data: bytes = b""):
+            fresh.append(1)
+            return hashlib.sha256(data)
+
+    monkeypatch.setattr(replay_model, "hashlib", CountingHashlib)
     db, runs = varied
-    hasher = RequestHasher()
+    extended: dict[str, int] = {}
     with Store.open(f"sqlite:///{db}", readonly=True) as store:
-        for run_id in runs.values():
-            for recorded in store.calls(run_id):
-                request = ModelRequest.model_validate_json(recorded.request_json)
+        for name, run_id in runs.items():
+            hasher, pool = RequestHasher(), {}
+            calls = store.calls(run_id)
+            extended[name] = 0 if len(calls) > 1 else 1
+            for recorded in calls:
+                parsed = ModelRequest.model_validate_json(recorded.request_json)
+                shared: tuple[Message, ...] = tuple(pool.setdefault(m.model_dump_json(), m) for m in parsed.messages)
+                request = parsed.model_copy(update={"messages": shared})
+                before = len(fresh)
                 assert hasher.canonical(request) == request.canonical()
-                assert hasher.sha256(request) == request.sha256() == recorded.request_sha256
+                assert hasher.sha256(request) == request.sha256() == recorded.request_sha256, name
+                extended[name] += len(fresh) == before
+    # Every run of more than one call extended its running hash at least once.
+    assert all(extended.values()), f"running hash restarted on every request: {extended}"

@@ -1,9 +1,11 @@
-"""Adversarial suite against the real container. Every attack goes through
-the same three public steps the loop uses (parse_tool_call -> decide ->
-ToolBox.execute) and must end blocked or contained: a schema error, an ACL
-denial, a refused file op, or a command whose effect stays inside the
-sandbox. Across the suite the host canary (env var + file) never appears in
-any output and stays unchanged, and no container is left behind."""
+"""Adversarial suite against the real container. Every attack goes the way
+the loop sends it: through the loop's own verification perimeter
+(``orchestrator.perimeter.verify`` over the live ``SandboxTools`` adapter's
+argument models and ACL) and then ``ToolBox.execute``, and must end blocked
+or contained: a parse or schema error, an ACL denial, a refused file op, or a
+command whose effect stays inside the sandbox. No output of any attack
+contains the host canary (env var + file), which stays unchanged, and no
+container outlives its sandbox."""
 
 from __future__ import annotations
 
@@ -14,32 +16,44 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.candidate import CandidateState, stage
 from orchestrator.contract import ToolCall
-from policies import Verdict, decide, default_policy
-from sandbox import Sandbox, ToolArgumentError, ToolBox, parse_tool_call
+from orchestrator.perimeter import verify
+from policies import default_policy
+from sandbox import Sandbox, ToolBox
+from sandbox.hardening import LABEL_RUN
+from sandbox.loop_tools import SandboxTools
 from tests.sandbox.conftest import CANARY_ENV, CANARY_SECRET, assert_hardened
 
 pytestmark = pytest.mark.docker
 
 POLICY = default_policy().model_copy(update={"resources": default_policy().resources.model_copy(
     update={"command_timeout_s": 8.0, "memory_mb": 256, "pids": 128, "workspace_mb": 64, "tmp_mb": 16})})
-OUTPUTS: list[str] = []  # every observation, for the final canary check
+
+
+def _no_canary(text: str | None) -> None:
+    assert CANARY_SECRET not in (text or ""), "the host canary leaked into an observation"
 
 
 def call(toolbox: ToolBox, tool: str, args: dict | str) -> tuple[str, object]:
+    """One model tool call as the loop handles it: the perimeter's layer that
+    rejected it ("parse", "schema", or "acl" for the policy layer) with the
+    PerimeterResult, or "ran" with the ToolResult."""
     text = args if isinstance(args, str) else json.dumps(args)
-    try:
-        parsed = parse_tool_call(ToolCall(id="a", name=tool, arguments=text))
-    except ToolArgumentError as exc:
-        OUTPUTS.append(exc.message)
-        return "schema", exc.message
-    decision = decide(tool, parsed, toolbox.policy)
-    if decision.verdict is not Verdict.ALLOW:
-        OUTPUTS.append(decision.reason)
-        return "acl", decision
-    result = toolbox.execute(tool, parsed)
-    OUTPUTS.append(result.observation)
+    candidate, _ = stage(0, ToolCall(id="a", name=tool, arguments=text))
+    tools = SandboxTools(toolbox, toolbox.policy)
+    checked = verify(candidate, tools.arg_models(), tools.decide)
+    if not checked.committed:
+        assert checked.candidate.state is CandidateState.REJECTED
+        _no_canary(checked.error)
+        return ("acl" if checked.layer == "policy" else checked.layer), checked
+    result = toolbox.execute(tool, checked.args)
+    _no_canary(result.observation)
     return "ran", result
+
+
+def containers_of(docker_client, run_id: str) -> list[str]:
+    return [c.id for c in docker_client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"})]
 
 
 @pytest.fixture(scope="module")
@@ -97,30 +111,33 @@ DENIED = [
     ("write_file", {"path": ".git/config", "content": "[core]\n\tfsmonitor = evil\n"}),
     ("edit_file", {"path": ".git/HEAD", "old": "ref", "new": "x"}),
 ]
-SCHEMA = [
-    ("bash", {"command": "echo hi\x00rm -rf /"}),
-    ("read_file", {"path": "calc.py", "follow": True}),
-    ("write_file", {"path": "x"}),
-    ("bash", '{"command": "ls"'),
-    ("rm_rf", {"path": "."}),
+SCHEMA = [  # (tool, arguments, the perimeter layer that rejects them)
+    ("bash", {"command": "echo hi\x00rm -rf /"}, "schema"),
+    ("read_file", {"path": "calc.py", "follow": True}, "schema"),
+    ("write_file", {"path": "x"}, "schema"),
+    ("rm_rf", {"path": "."}, "schema"),
+    ("bash", '{"command": "ls"', "parse"),
+    ("bash", '["ls"]', "parse"),
+    ("bash", "[" * 100_000, "parse"),
 ]
 
 
 @pytest.mark.parametrize("tool,args", DENIED, ids=[f"acl-{i}" for i in range(len(DENIED))])
 def test_acl_denies_before_docker(toolbox, tool, args):
-    kind, decision = call(toolbox, tool, args)
-    assert kind == "acl" and decision.verdict is Verdict.DENY
+    kind, checked = call(toolbox, tool, args)
+    assert kind == "acl" and checked.decision.effect == "deny"
+    assert checked.error.startswith(f"denied by policy rule {checked.decision.rule}")
 
 
-@pytest.mark.parametrize("tool,args", SCHEMA, ids=[f"schema-{i}" for i in range(len(SCHEMA))])
-def test_schema_rejects(toolbox, tool, args):
-    kind, _ = call(toolbox, tool, args)
-    assert kind == "schema"
+@pytest.mark.parametrize("tool,args,layer", SCHEMA, ids=[f"schema-{i}" for i in range(len(SCHEMA))])
+def test_schema_rejects(toolbox, tool, args, layer):
+    kind, checked = call(toolbox, tool, args)
+    assert kind == layer and checked.decision is None  # rejected before the ACL is asked
 
 
 def test_absolute_host_canary_path_denied(toolbox, canary):
-    kind, decision = call(toolbox, "read_file", {"path": str(canary)})
-    assert kind == "acl"
+    kind, checked = call(toolbox, "read_file", {"path": str(canary)})
+    assert kind == "acl" and checked.decision.effect == "deny"
 
 
 # --- layer 4: dynamic, inside the container ---------------------------------------------------
@@ -171,7 +188,6 @@ CONTAINED = {  # command -> marker that would prove an escape
     "sysctl": ("echo 1 > /proc/sys/kernel/sysrq && echo ESCAPED", "ESCAPED"),
     "root-process": ("ps -eo user= | grep -qx root && echo ESCAPED", "ESCAPED"),
     "caps": ("grep -E 'Cap(Eff|Prm|Bnd):' /proc/self/status | grep -v 0000000000000000 && echo ESCAPED", "ESCAPED"),
-    "kill-init": ("kill -9 1; sleep 0.2; echo done", "ESCAPED"),
 }
 
 
@@ -256,14 +272,59 @@ def test_bombs_are_contained(docker_client, sandbox_image, attack_repo, name):
         assert alive.ok and "alive" in alive.observation
     finally:
         sandbox.close()
+    assert containers_of(docker_client, sandbox.run_id) == []
 
 
-def test_zz_no_leak_and_no_orphans(docker_client, toolbox):
-    """Runs last in this module: nothing printed the canary; only the shared
-    sandbox (closed by its fixture) is still ours."""
-    assert OUTPUTS and not [o for o in OUTPUTS if CANARY_SECRET in o]
-    ours = docker_client.containers.list(all=True, filters={"label": f"escrow.owner_pid={os.getpid()}"})
-    assert [c.id for c in ours] == [toolbox.sandbox.container.id]
+def _init_identity(docker_client, box: ToolBox) -> tuple[str, str, int]:
+    """The container's start and restart count, and PID 1's start time: all
+    unchanged only if init (and so the container) survived."""
+    state = docker_client.api.inspect_container(box.sandbox.container.id)
+    started = bash(box, "cut -d' ' -f22 /proc/1/stat").observation.strip()
+    return state["State"]["StartedAt"], started, state["RestartCount"]
+
+
+# Signals at init, and at every process the agent's user may signal. A shell
+# that kills init is killed with it, so the proof is init's identity after.
+# Known defect: docker-init forwards TERM/INT/HUP to the main process
+# (``sleep infinity``, run as the agent's own user), and ``kill -1`` reaches it
+# directly; when it exits, init exits and the container stops, so a model can
+# end its own sandbox mid-run. Strict xfail: fixing it turns these red.
+_STOPS_THE_SANDBOX = pytest.mark.xfail(
+    strict=True, reason="the agent's user can signal the container's main process, which stops the sandbox")
+INIT_KILLS = [
+    "kill -9 1",
+    "kill -STOP 1",
+    pytest.param("kill -TERM 1", marks=_STOPS_THE_SANDBOX),
+    pytest.param("kill -INT 1", marks=_STOPS_THE_SANDBOX),
+    pytest.param("kill -HUP 1", marks=_STOPS_THE_SANDBOX),
+    pytest.param("kill -9 -1", marks=_STOPS_THE_SANDBOX),
+    pytest.param("kill -TERM -1", marks=_STOPS_THE_SANDBOX),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", INIT_KILLS)
+def test_init_survives_the_agent_killing_it(docker_client, sandbox_image, attack_repo, command):
+    sandbox = _start(docker_client, sandbox_image, attack_repo)  # its own: a success would spoil a shared one
+    try:
+        box = ToolBox(sandbox, POLICY)
+        before = _init_identity(docker_client, box)
+        call(box, "bash", {"command": f"{command}; sleep 0.2; echo done"})
+        assert docker_client.api.inspect_container(sandbox.container.id)["State"]["Running"] is True
+        assert _init_identity(docker_client, box) == before
+        assert bash(box, "echo alive").observation.endswith("alive\n")
+    finally:
+        sandbox.close()
+
+
+def test_closing_a_sandbox_leaves_no_container(docker_client, sandbox_image, attack_repo):
+    sandbox = _start(docker_client, sandbox_image, attack_repo)
+    try:
+        bash(ToolBox(sandbox, POLICY), "setsid sleep 1000 >/dev/null 2>&1 & echo started")
+        assert containers_of(docker_client, sandbox.run_id) == [sandbox.container.id]
+    finally:
+        sandbox.close()
+    assert containers_of(docker_client, sandbox.run_id) == []
 
 
 def test_attack_count():

@@ -51,7 +51,43 @@ def test_build_reuses_existing_image(sandbox_image):
     assert json.loads(result.output.strip().splitlines()[-1])["reused_image"] is True
 
 
+def _dead_owner_labels(run_id: str) -> dict[str, str]:
+    """Owner labels of a process that has exited, as a crashed run leaves them."""
+    from sandbox.hardening import LABEL_PID, LABEL_PID_START
+    from sandbox.orphans import owner_labels, process_start
+
+    proc = subprocess.Popen(["sleep", "60"])
+    start = process_start(proc.pid)
+    proc.kill()
+    proc.wait()
+    assert start is not None and process_start(proc.pid) != start
+    return {**owner_labels(run_id), LABEL_PID: str(proc.pid), LABEL_PID_START: start}
+
+
 @pytest.mark.docker
-def test_gc_json(docker_client):
-    result = CliRunner().invoke(app, ["sandbox", "gc", "--json"])
-    assert result.exit_code == 0 and "removed" in json.loads(result.output)
+def test_gc_json_removes_a_dead_runs_container_and_spares_a_live_one(docker_client, sandbox_image):
+    import uuid
+
+    from sandbox.orphans import owner_labels
+
+    tag = uuid.uuid4().hex[:12]
+    owners = {"dead": _dead_owner_labels(f"dead-{tag}"), "live": owner_labels(f"live-{tag}")}
+    made = {
+        kind: docker_client.containers.create(
+            sandbox_image, command=["true"], labels=labels, name=f"escrow-gc-{kind}-{tag}"
+        )
+        for kind, labels in owners.items()
+    }
+    try:
+        result = CliRunner().invoke(app, ["sandbox", "gc", "--json"])
+        assert result.exit_code == 0, result.output
+        removed = json.loads(result.output)["removed"]
+        assert made["dead"].name in removed and made["live"].name not in removed
+        names = {c.name for c in docker_client.containers.list(all=True, filters={"name": tag})}
+        assert names == {made["live"].name}
+    finally:
+        for container in made.values():
+            try:
+                container.remove(force=True)
+            except Exception:  # already removed by gc
+                pass

@@ -1,0 +1,134 @@
+"""Two runs aligned by turn, and where they first part. Pure.
+
+Each aligned turn is checked in the order a replay meets it: the request the
+loop built, then what the model answered, then the tool calls that reached
+escrow and the ACL's decision on them, then what the tools returned. Each
+check uses ``orchestrator.replay.divergence.compare``, the function
+``escrow replay`` reports divergences with, so the field named here is the
+one replay would name.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.replay.divergence import compare
+from store.views import TurnRecord, Trajectory
+
+
+@dataclass(frozen=True)
+class Side:
+    """One run's figures for one turn; None where the run has no such turn."""
+
+    input_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    cost_usd: float
+    total_s: float
+    status: str
+
+
+@dataclass(frozen=True)
+class Difference:
+    kind: str
+    field: str
+    fields: tuple[str, ...]
+    diff: str
+
+
+@dataclass(frozen=True)
+class AlignedTurn:
+    turn: int
+    a: Side | None
+    b: Side | None
+    difference: Difference | None
+
+    def delta(self, name: str) -> float | None:
+        if self.a is None or self.b is None:
+            return None
+        return float(getattr(self.b, name)) - float(getattr(self.a, name))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    a: Trajectory
+    b: Trajectory
+    turns: tuple[AlignedTurn, ...]
+
+    @property
+    def first_divergence(self) -> AlignedTurn | None:
+        return next((t for t in self.turns if t.difference is not None), None)
+
+
+def _side(record: TurnRecord) -> Side:
+    responses = [c.response for c in record.calls if c.response is not None]
+    status = ",".join(sorted({r.status for r in responses})) or "NO RESPONSE"
+    return Side(
+        input_tokens=sum(r.input_tokens for r in responses), cached_tokens=sum(r.cached_input_tokens for r in responses),
+        output_tokens=sum(r.output_tokens for r in responses), cost_usd=sum(r.cost_usd or 0.0 for r in responses),
+        total_s=sum(r.total_s for r in responses), status=status,
+    )
+
+
+def _request(record: TurnRecord) -> Any:
+    main = next((c for c in record.calls if c.attempt_of is None), None)
+    return json.loads(main.request_json) if main is not None else None
+
+
+def _answer(record: TurnRecord) -> Any:
+    out = []
+    for call in record.calls:
+        if call.response is None:
+            out.append(None)
+            continue
+        envelope = json.loads(call.response.envelope_json)
+        out.append({"status": envelope.get("status"), "finish_reason": envelope.get("finish_reason"),
+                    "payload": envelope.get("payload")})
+    return out
+
+
+def _tool_calls(record: TurnRecord) -> Any:
+    return [{"tool": c.tool_name, "arguments": json.loads(c.tool_call_json)} for c in record.candidates]
+
+
+def _acl(record: TurnRecord) -> Any:
+    return [{"tool": e.tool_name, "decision": e.decision, "rule": e.rule} for e in record.tool_executions]
+
+
+def _observations(record: TurnRecord) -> Any:
+    return [{"tool": e.tool_name, "observation": e.observation, "exit_code": e.exit_code} for e in record.tool_executions]
+
+
+CHECKS = (("request", _request), ("response", _answer), ("tool_call", _tool_calls), ("acl", _acl), ("tool_result", _observations))
+
+
+def _request_hashes(record: TurnRecord) -> tuple[str, ...]:
+    return tuple(c.request_sha256 for c in record.calls if c.attempt_of is None)
+
+
+def difference(a: TurnRecord | None, b: TurnRecord | None) -> Difference | None:
+    """The first check on which two recordings of a turn differ, at its first
+    field. Requests are compared by their recorded sha256 first, as replay
+    does, and parsed only when the hashes differ."""
+    if a is None or b is None:
+        missing = "a" if a is None else "b"
+        return Difference(kind="exhausted", field="turns", fields=("turns",), diff=f"run {missing} has no turn here\n")
+    for kind, part in CHECKS:
+        if kind == "request" and _request_hashes(a) == _request_hashes(b):
+            continue
+        paths, diff = compare(part(a), part(b))
+        if paths:
+            return Difference(kind=kind, field=paths[0], fields=paths, diff=diff)
+    return None
+
+
+def align(a: Trajectory, b: Trajectory) -> Comparison:
+    left = {t.turn: t for t in a.turns}
+    right = {t.turn: t for t in b.turns}
+    turns = []
+    for number in sorted(set(left) | set(right)):
+        x, y = left.get(number), right.get(number)
+        turns.append(AlignedTurn(turn=number, a=_side(x) if x else None, b=_side(y) if y else None, difference=difference(x, y)))
+    return Comparison(a=a, b=b, turns=tuple(turns))

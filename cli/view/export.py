@@ -1,0 +1,54 @@
+"""The static bundle: the same pages written as flat HTML files that open
+from disk with no server. Filtering on the index and search within a run
+are done by small inline scripts; without them every row is shown."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from cli.view.render import Links
+from cli.view.site import Site
+from orchestrator.errors import ConfigError
+from store import Store
+from store.browse import RunFilter
+
+EXPORT_LIMIT = 10_000
+
+
+def bundle_runs(store: Store, refs: list[str]) -> list[str]:
+    """The full ids of the runs asked for, or of every run (newest first)."""
+    if refs:
+        return [store.resolve(ref) for ref in refs]
+    found = store.browse(RunFilter(per_page=EXPORT_LIMIT))
+    return [s.run.id for s in found.runs]
+
+
+def export_bundle(store: Store, dest: Path, refs: list[str], progress: Callable[[str], None] = lambda _: None) -> list[Path]:
+    """Write index.html, a page and a chain page per run, and a compare page
+    for each run whose parent is in the bundle. Returns the files written."""
+    run_ids = bundle_runs(store, refs)
+    site = Site(store, Links(static=True))
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create {dest}: {exc.strerror or exc}", path=str(dest)) from None
+    links = site.render.links
+    pages: list[tuple[str, Callable[[], str]]] = [(links.runs(), lambda: site.static_runs_page(run_ids))]
+    wanted = set(run_ids)
+    for run_id in run_ids:
+        pages.append((links.run(run_id), lambda r=run_id: site.run_page(r)))
+        pages.append((links.chain(run_id), lambda r=run_id: site.chain_page(r)))
+        parent = store.run(run_id).parent_run_id
+        if parent in wanted:
+            pages.append((links.compare(parent, run_id), lambda p=parent, r=run_id: site.compare_page(p, r)))
+    written = []
+    for name, render in pages:
+        path = dest / name
+        try:
+            path.write_text(render(), encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot write {path}: {exc.strerror or exc}", path=str(path)) from None
+        progress(name)
+        written.append(path)
+    return written

@@ -1,0 +1,279 @@
+"""What the run page shows, built from a Trajectory. Pure: store views in,
+plain frozen records out; the templates only lay them out.
+
+JSON columns are read with ``json.loads`` rather than through the pydantic
+models: a 200-turn run carries every request's full history, and the page
+needs only a few fields of each.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from store.views import CallView, CandidateView, EventView, ToolExecutionView, Trajectory, TurnRecord
+
+COMPLETED = "COMPLETED"
+SUMMED = ("input_tokens", "cached_tokens", "prefilled_tokens", "output_tokens", "cost_usd", "total_s", "ttft_s", "decode_s")
+
+
+@dataclass(frozen=True)
+class MessageShown:
+    role: str
+    content: str
+    tool_calls: tuple[str, ...] = ()
+    tool_call_id: str | None = None
+
+
+@dataclass(frozen=True)
+class CallShown:
+    id: str
+    seq: int
+    response_seq: int | None
+    status: str
+    finish_reason: str | None
+    text: str
+    reasoning: str | None
+    refusal: str | None
+    tool_calls: tuple[tuple[str, str, str], ...]
+    error: str | None
+    input_tokens: int
+    cached_tokens: int
+    prefilled_tokens: int
+    output_tokens: int
+    cost_usd: float | None
+    ttft_s: float | None
+    decode_s: float | None
+    total_s: float | None
+    attempts: int
+    retry_of: str | None
+
+    @property
+    def bad(self) -> bool:
+        return self.status != COMPLETED
+
+
+@dataclass(frozen=True)
+class CandidateShown:
+    index: int
+    seq: int
+    tool_name: str
+    arguments: str
+    state: str | None
+    transitions: tuple[tuple[int, str, str, str, str], ...]
+    """(seq, from, to, layer, reason) per escrow transition."""
+    execution: ToolExecutionView | None
+    edit_diff: str | None
+    """The change an edit/write tool call asked for, as a unified diff."""
+
+
+@dataclass(frozen=True)
+class EventShown:
+    seq: int
+    kind: str
+    data: str
+    summary: str
+
+
+@dataclass(frozen=True)
+class TurnShown:
+    turn: int
+    committed_seq: int | None
+    new_messages: tuple[MessageShown, ...]
+    calls: tuple[CallShown, ...]
+    candidates: tuple[CandidateShown, ...]
+    events: tuple[EventShown, ...]
+
+    @cached_property
+    def haystack(self) -> str:
+        """Lower-cased text of the turn, for search within the run; built
+        only when a search or the static bundle asks for it."""
+        return _haystack(self.new_messages, self.calls, self.candidates, self.events)
+
+    @property
+    def bad(self) -> bool:
+        return any(c.bad for c in self.calls) or self.in_flight
+
+    @property
+    def in_flight(self) -> bool:
+        """A call was made but the turn never committed (the run stopped)."""
+        return bool(self.calls) and self.committed_seq is None
+
+    @property
+    def cost_usd(self) -> float:
+        return sum(c.cost_usd or 0.0 for c in self.calls)
+
+    def total(self, name: str) -> float:
+        return sum(getattr(c, name) or 0 for c in self.calls)
+
+    @cached_property
+    def sums(self) -> dict[str, float]:
+        """The turn's tokens and timings, summed over its calls, for its header."""
+        return {name: self.total(name) for name in SUMMED}
+
+
+@dataclass(frozen=True)
+class RunShown:
+    trajectory: Trajectory
+    turns: tuple[TurnShown, ...]
+    run_events: tuple[EventShown, ...]
+    patch: str | None
+    patch_files: tuple[str, ...]
+
+    @property
+    def cost_usd(self) -> float:
+        return sum(t.cost_usd for t in self.turns)
+
+    def total(self, name: str) -> float:
+        return sum(t.total(name) for t in self.turns)
+
+
+def _message(raw: dict[str, Any]) -> MessageShown:
+    content = raw.get("content")
+    if not isinstance(content, str):
+        content = json.dumps(content, ensure_ascii=False) if content is not None else ""
+    calls = tuple(f"{c.get('name')}({c.get('arguments', '')})" for c in raw.get("tool_calls") or ())
+    return MessageShown(role=str(raw.get("role")), content=content, tool_calls=calls, tool_call_id=raw.get("tool_call_id"))
+
+
+def _call(call: CallView) -> CallShown:
+    resp = call.response
+    if resp is None:
+        return CallShown(id=call.id, seq=call.seq, response_seq=None, status="NO RESPONSE", finish_reason=None, text="",
+                         reasoning=None, refusal=None, tool_calls=(), error="no response was recorded (in flight when the run stopped)",
+                         input_tokens=0, cached_tokens=0, prefilled_tokens=0, output_tokens=0, cost_usd=None, ttft_s=None,
+                         decode_s=None, total_s=None, attempts=0, retry_of=call.attempt_of)
+    envelope = json.loads(resp.envelope_json)
+    payload = envelope.get("payload") or {}
+    error = envelope.get("error") or {}
+    cause = f"{error.get('kind', resp.error_type or '')}: {error.get('message', resp.error_message or '')}" if error or resp.error_message else None
+    return CallShown(
+        id=call.id, seq=call.seq, response_seq=resp.seq, status=resp.status, finish_reason=envelope.get("finish_reason"),
+        text=payload.get("text") or "", reasoning=payload.get("reasoning") or payload.get("reasoning_content"),
+        refusal=payload.get("refusal"),
+        tool_calls=tuple((str(c.get("id")), str(c.get("name")), str(c.get("arguments"))) for c in payload.get("tool_calls") or ()),
+        error=cause, input_tokens=resp.input_tokens, cached_tokens=resp.cached_input_tokens,
+        prefilled_tokens=max(0, resp.input_tokens - resp.cached_input_tokens), output_tokens=resp.output_tokens,
+        cost_usd=resp.cost_usd, ttft_s=resp.ttft_s, decode_s=resp.decode_s, total_s=resp.total_s, attempts=resp.n_attempts,
+        retry_of=call.attempt_of,
+    )
+
+
+def edit_diff(tool: str | None, arguments: str) -> str | None:
+    """The change an edit_file or write_file call asked for, as a unified diff."""
+    if tool not in ("edit_file", "write_file"):
+        return None
+    try:
+        args = json.loads(arguments)
+    except ValueError:
+        return None
+    if not isinstance(args, dict) or not isinstance(args.get("path"), str):
+        return None
+    path = args["path"]
+    if tool == "edit_file" and isinstance(args.get("old"), str) and isinstance(args.get("new"), str):
+        old, new, before = args["old"], args["new"], f"a/{path}"
+    elif tool == "write_file" and isinstance(args.get("content"), str):
+        old, new, before = "", args["content"], f"a/{path} (previous content not recorded)"
+    else:
+        return None
+    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True), before, f"b/{path}", n=2)
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+
+
+def _arguments(candidate: CandidateView) -> str:
+    try:
+        raw = json.loads(candidate.tool_call_json)
+    except ValueError:
+        return candidate.tool_call_json
+    if isinstance(raw, dict):
+        args = raw.get("arguments", raw)
+        return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+    return candidate.tool_call_json
+
+
+def _candidate(candidate: CandidateView, execution: ToolExecutionView | None) -> CandidateShown:
+    arguments = _arguments(candidate)
+    return CandidateShown(
+        index=candidate.candidate_index, seq=candidate.seq, tool_name=candidate.tool_name or "?", arguments=arguments,
+        state=candidate.state,
+        transitions=tuple((t.seq, t.from_state or "-", t.to_state, t.layer or "", t.reason) for t in candidate.transitions),
+        execution=execution, edit_diff=edit_diff(candidate.tool_name, arguments),
+    )
+
+
+def _event(event: EventView) -> EventShown:
+    data = event.data
+    if event.kind == "compaction":
+        summary = (f"{data.get('strategy')}: {data.get('messages_changed')} messages from #{data.get('first_changed_message')}, "
+                   f"~{data.get('tokens_before')} -> ~{data.get('tokens_after')} tokens")
+    elif event.kind == "route":
+        summary = f"{data.get('status')} -> {data.get('action')}"
+    else:
+        summary = ", ".join(f"{k}={v}" for k, v in data.items() if isinstance(v, (str, int, float)) and k != "text")[:200]
+    return EventShown(seq=event.seq, kind=event.kind, data=json.dumps(data, indent=1, ensure_ascii=False), summary=summary)
+
+
+def _haystack(messages: tuple[MessageShown, ...], calls: tuple[CallShown, ...], candidates: tuple[CandidateShown, ...],
+              events: tuple[EventShown, ...]) -> str:
+    parts: list[str] = [m.content for m in messages]
+    for c in calls:
+        parts += [c.text, c.reasoning or "", c.refusal or "", c.error or "", c.status, *(f"{n} {a}" for _, n, a in c.tool_calls)]
+    for cand in candidates:
+        parts += [cand.tool_name, cand.arguments, *(t[4] for t in cand.transitions)]
+        if cand.execution is not None:
+            e = cand.execution
+            parts += [e.decision or "", e.rule or "", e.reason or "", e.stdout, e.stderr, e.observation]
+    parts += [e.kind + " " + e.data for e in events]
+    return "\n".join(parts).lower()
+
+
+def _turn(record: TurnRecord, new: tuple[MessageShown, ...]) -> TurnShown:
+    executions = {e.candidate_id: e for e in record.tool_executions}
+    calls = tuple(_call(c) for c in record.calls)
+    candidates = tuple(_candidate(c, executions.get(c.id)) for c in record.candidates)
+    events = tuple(_event(e) for e in record.events)
+    return TurnShown(
+        turn=record.turn, committed_seq=record.committed.seq if record.committed else None, new_messages=new,
+        calls=calls, candidates=candidates, events=events,
+    )
+
+
+def _opening(record: TurnRecord) -> tuple[MessageShown, ...]:
+    """All messages of the first request (system prompt, task, tail)."""
+    main = next((c for c in record.calls if c.attempt_of is None), None)
+    if main is None:
+        return ()
+    return tuple(_message(m) for m in json.loads(main.request_json).get("messages") or ())
+
+
+def run_shown(trajectory: Trajectory) -> RunShown:
+    """A request's new messages are the first request's own, then what the
+    previous turn appended to the history (its committed messages). Reading
+    those rather than diffing every request keeps a long run's page linear:
+    each request carries the whole history."""
+    turns = []
+    new: tuple[MessageShown, ...] | None = None
+    for record in trajectory.turns:
+        if new is None and record.calls:
+            new = _opening(record)
+        turns.append(_turn(record, new or ()))
+        appended = json.loads(record.committed.messages_json) if record.committed else []
+        if new is not None:
+            new = tuple(_message(m) for m in appended)
+    patch = next((e for e in reversed(trajectory.run_events) if e.kind == "patch"), None)
+    patch_data = patch.data if patch else {}
+    return RunShown(
+        trajectory=trajectory, turns=tuple(turns), run_events=tuple(_event(e) for e in trajectory.run_events if e.kind != "patch"),
+        patch=patch_data.get("text") if patch else None, patch_files=tuple(patch_data.get("files") or ()),
+    )
+
+
+def matching(turns: tuple[TurnShown, ...], query: str | None) -> tuple[TurnShown, ...]:
+    """The turns whose text contains ``query`` (case-insensitive); all when empty."""
+    if not query:
+        return turns
+    needle = query.lower()
+    return tuple(t for t in turns if needle in t.haystack)

@@ -1,0 +1,135 @@
+"""Jinja2 templates for the viewer, with autoescaping on for every template
+(model output, tool output and tasks are hostile text). ``Links`` is the
+one place that knows whether pages are served or exported to files."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup, escape
+
+
+@dataclass(frozen=True)
+class Links:
+    """URLs between pages: server routes, or flat file names in a bundle."""
+
+    static: bool = False
+
+    def runs(self) -> str:
+        return "index.html" if self.static else "/"
+
+    def run(self, run_id: str) -> str:
+        return f"run-{run_id}.html" if self.static else f"/run/{run_id}"
+
+    def chain(self, run_id: str, seq: int | None = None) -> str:
+        base = f"chain-{run_id}.html" if self.static else f"/run/{run_id}/chain"
+        return base if seq is None else f"{base}#seq-{seq}"
+
+    def compare(self, a: str, b: str) -> str:
+        return f"compare-{a}-{b}.html" if self.static else "/compare?" + urlencode({"a": a, "b": b})
+
+
+def when(ts: float | None) -> str:
+    return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) + "Z"
+
+
+def dollars(value: float | None) -> str:
+    return "-" if value is None else f"${value:.6f}"
+
+
+def secs(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}s"
+
+
+def signed(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    if not value:
+        return "0"
+    return f"{value:+.{digits}f}"
+
+
+def size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KiB"
+
+
+GOOD = frozenset({"COMPLETED", "PASS", "finished", "COMMITTED", "allow", "verified"})
+LONG_CHARS = 600
+LONG_LINES = 12
+
+
+def badge(status: str | None) -> Markup:
+    kind = "ok" if status in GOOD else "bad"
+    return Markup(f'<span class="badge {kind}">{escape(status or "-")}</span>')
+
+
+def text_block(text: str | None, label: str = "output") -> Markup:
+    """Text in a <pre>, collapsed in a <details> when long."""
+    if not text:
+        return Markup('<span class="muted">(empty)</span>')
+    lines = text.count("\n") + 1
+    if len(text) > LONG_CHARS or lines > LONG_LINES:
+        return Markup(f"<details><summary>{escape(label)} ({len(text)} characters, {lines} lines)</summary>"
+                      f"<pre>{escape(text)}</pre></details>")
+    return Markup(f"<pre>{escape(text)}</pre>")
+
+
+def _diff_class(line: str) -> str:
+    if line[:3] in ("+++", "---"):
+        return "file"
+    if line[:2] == "@@":
+        return "hunk"
+    return {"+": "add", "-": "del"}.get(line[:1], "ctx")
+
+
+def diff_block(text: str) -> Markup:
+    spans = "".join(f'<span class="{_diff_class(line)}">{escape(line)}</span>' for line in text.splitlines())
+    return Markup(f'<pre class="diff">{spans}</pre>')
+
+
+def make_environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("cli.view", "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True, lstrip_blocks=True,
+    )
+    env.filters.update(when=when, dollars=dollars, secs=secs, signed=signed, size=size, short=lambda s: (s or "")[:12])
+    env.globals.update(badge=badge, text_block=text_block, diff_block=diff_block)
+    return env
+
+
+SCRIPTS = ("run_search", "runs_filter")
+"""The only scripts a page may run: inline, for the static bundle, allowed
+by their sha256 in the page's Content-Security-Policy. Anything else (a
+script that got past escaping, an event handler attribute) is blocked."""
+
+
+def content_security_policy(scripts: dict[str, str]) -> str:
+    hashes = " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()}'" for text in scripts.values())
+    return f"default-src 'none'; style-src 'unsafe-inline'; script-src {hashes}; img-src data:; form-action 'self'"
+
+
+class Renderer:
+    def __init__(self, links: Links) -> None:
+        self.links = links
+        self.env = make_environment()
+        loader = self.env.loader
+        assert loader is not None
+        self.scripts = {name: loader.get_source(self.env, f"{name}.js")[0] for name in SCRIPTS}
+        self.csp = content_security_policy(self.scripts)
+
+    def chain(self, run_id: str, seq: int) -> Markup:
+        """A link to a row's position in its run's hash chain."""
+        return Markup(f'<a class="chainlink" href="{escape(self.links.chain(run_id, seq))}" title="hash-chain position">#{seq}</a>')
+
+    def page(self, name: str, **context: Any) -> str:
+        return self.env.get_template(name).render(links=self.links, static=self.links.static, chain=self.chain,
+                                                  scripts={k: Markup(v) for k, v in self.scripts.items()}, csp=self.csp, **context)

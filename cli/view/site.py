@@ -1,0 +1,116 @@
+"""The viewer's pages, rendered from a read-only Store. Shared by the local
+server (app.py) and the static bundle (export.py), so both show the same."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from urllib.parse import urlencode
+
+from cli.view.compare import align
+from cli.view.pages import matching, run_shown
+from cli.view.render import Links, Renderer
+from store import ChainCheck, Store
+from store.browse import SORT_KEYS, RunFilter
+
+FILTER_KEYS = ("verdict", "model", "batch", "q", "since", "until", "min_cost", "max_cost", "min_turns", "max_turns", "sort", "order")
+PER_PAGE = 50
+
+
+def _day(value: str) -> float:
+    moment = datetime.fromisoformat(value)
+    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def parse_filter(params: Mapping[str, str]) -> tuple[RunFilter, list[str]]:
+    """A RunFilter from query parameters, and a note for each value ignored."""
+    problems: list[str] = []
+    values: dict[str, object] = {}
+
+    def take(key: str, convert: type | object, target: str) -> None:
+        raw = (params.get(key) or "").strip()
+        if not raw:
+            return
+        try:
+            values[target] = convert(raw)  # type: ignore[operator]
+        except ValueError:
+            problems.append(f"ignored {key}={raw!r}: not a valid value")
+
+    for key in ("verdict", "model", "batch"):
+        take(key, str, key)
+    take("q", str, "text")
+    take("since", _day, "since")
+    take("until", _day, "until")
+    take("min_cost", float, "min_cost")
+    take("max_cost", float, "max_cost")
+    take("min_turns", int, "min_turns")
+    take("max_turns", int, "max_turns")
+    take("page", int, "page")
+    sort = params.get("sort") or "started"
+    if sort not in SORT_KEYS:
+        problems.append(f"ignored sort={sort!r}: sort by one of {', '.join(SORT_KEYS)}")
+        sort = "started"
+    values["sort"] = sort
+    values["descending"] = params.get("order", "desc") != "asc"
+    return RunFilter(**values, per_page=PER_PAGE), problems  # type: ignore[arg-type]
+
+
+class Site:
+    def __init__(self, store: Store, links: Links) -> None:
+        self.store = store
+        self.render = Renderer(links)
+        self._checks: dict[tuple[str, int, str], ChainCheck] = {}
+
+    def check(self, run_id: str, chain_seq: int, chain_head: str) -> ChainCheck:
+        """The run's chain check, kept while its head is unchanged."""
+        key = (run_id, chain_seq, chain_head)
+        if key not in self._checks:
+            self._checks[key] = self.store.verify(run_id)
+        return self._checks[key]
+
+    def runs_page(self, params: Mapping[str, str]) -> str:
+        wanted, problems = parse_filter(params)
+        found = self.store.browse(wanted)
+        kept = {k: params[k] for k in FILTER_KEYS if params.get(k)}
+
+        def page_link(number: int) -> str:
+            return "?" + urlencode({**kept, "page": number})
+
+        def sort_link(key: str) -> str:
+            order = "asc" if wanted.sort == key and wanted.descending else "desc"
+            return "?" + urlencode({**kept, "sort": key, "order": order})
+
+        return self.render.page(
+            "runs.html", page=found, facets=self.store.facets(), params=kept, problems=problems, filter=wanted,
+            page_link=page_link, sort_link=sort_link, sort_keys=SORT_KEYS,
+        )
+
+    def static_runs_page(self, run_ids: list[str]) -> str:
+        """The bundle's index: the exported runs, filtered in the page itself."""
+        found = self.store.summaries(run_ids)
+        return self.render.page("runs_static.html", runs=found, facets=self.store.facets())
+
+    def run_page(self, ref: str, query: str | None = None) -> str:
+        trajectory = self.store.trajectory(ref)
+        run = trajectory.run
+        shown = run_shown(trajectory)
+        turns = matching(shown.turns, query)
+        return self.render.page("run.html", run=run, shown=shown, turns=turns, query=query or "",
+                                check=self.check(run.id, run.chain_seq, run.chain_head))
+
+    def chain_page(self, ref: str) -> str:
+        run = self.store.run(ref)
+        return self.render.page("chain.html", run=run, rows=self.store.chain_positions(run.id),
+                                check=self.check(run.id, run.chain_seq, run.chain_head))
+
+    def compare_page(self, a: str, b: str) -> str:
+        comparison = align(self.store.trajectory(a), self.store.trajectory(b))
+        checks = [self.check(t.run.id, t.run.chain_seq, t.run.chain_head) for t in (comparison.a, comparison.b)]
+        return self.render.page("compare.html", cmp=comparison, checks=checks)
+
+    def compare_form(self) -> str:
+        return self.render.page("compare_form.html")
+
+    def error_page(self, title: str, message: str) -> str:
+        return self.render.page("error.html", title=title, message=message)
+

@@ -1,0 +1,84 @@
+"""The viewer's reads and pure parts without a browser: paginated run
+pages against plain SQL counts, the batch filter before batches exist, and
+the order in which a comparison names a divergence."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from cli.view.compare import difference
+from cli.view.site import parse_filter
+from store import Store, synthetic
+from store.browse import RunFilter
+
+
+@pytest.fixture
+def small(db_path: Path) -> Path:
+    with Store.open(f"sqlite:///{db_path}", synchronous="OFF") as store:
+        synthetic.record_many(store, 30, turns=3, seed=4)
+    return db_path
+
+
+def sql_ids(db: Path, where: str, order: str) -> list[str]:
+    with sqlite3.connect(db) as conn:
+        return [r[0] for r in conn.execute(f"SELECT id FROM runs r WHERE {where} ORDER BY {order}")]
+
+
+TURNS = "(SELECT COUNT(*) FROM turns t WHERE t.run_id = r.id)"
+COST = "(SELECT COALESCE(SUM(cost_usd), 0) FROM model_responses m WHERE m.run_id = r.id)"
+
+
+@pytest.mark.parametrize(("wanted", "where", "order"), [
+    (RunFilter(), "1", "created_at DESC, id DESC"),
+    (RunFilter(descending=False), "1", "created_at ASC, id ASC"),
+    (RunFilter(verdict="PASS"), "verdict = 'PASS'", "created_at DESC, id DESC"),
+    (RunFilter(model="qwen3-0.6b", text="#1"), "\"gen_ai.request.model\" = 'qwen3-0.6b' AND task LIKE '%#1%'", "created_at DESC, id DESC"),
+    (RunFilter(text="100%_"), "0", "id"),  # LIKE wildcards in the search are literal
+    (RunFilter(min_turns=2, max_turns=2), f"{TURNS} = 2", "created_at DESC, id DESC"),
+    (RunFilter(sort="turns"), "1", f"{TURNS} DESC, created_at DESC, id DESC"),
+    (RunFilter(sort="cost", descending=False, max_cost=0.0004), f"{COST} <= 0.0004", f"{COST} ASC, created_at DESC, id ASC"),
+    (RunFilter(since=1_700_000_000 + 5 * 3600, until=1_700_000_000 + 9 * 3600), "created_at >= 1700018000 AND created_at < 1700032400", "created_at DESC, id DESC"),
+])
+def test_pages_match_plain_sql(small: Path, wanted: RunFilter, where: str, order: str) -> None:
+    expected = sql_ids(small, where, order)
+    with Store.open(f"sqlite:///{small}", create=False, readonly=True) as store:
+        got: list[str] = []
+        for number in range(1, 5):
+            page = store.browse(wanted.model_copy(update={"page": number, "per_page": 8}))
+            assert page.total == len(expected)
+            got += [s.run.id for s in page.runs]
+    assert got == expected[:32]
+
+
+def test_batch_filter_waits_for_a_batch_table(small: Path) -> None:
+    with Store.open(f"sqlite:///{small}", create=False, readonly=True) as store:
+        assert store.facets().batches is None
+        assert store.browse(RunFilter(batch="b1")).total == 0
+    with sqlite3.connect(small) as conn:
+        conn.execute("CREATE TABLE batches (id TEXT PRIMARY KEY)")
+        conn.execute("INSERT INTO batches VALUES ('b1')")
+    with Store.open(f"sqlite:///{small}", create=False, readonly=True) as store:
+        assert store.facets().batches == ("b1",)
+
+
+def test_bad_filter_values_are_ignored_with_a_note() -> None:
+    wanted, problems = parse_filter({"min_cost": "cheap", "since": "yesterday", "sort": "DROP TABLE", "max_turns": "3"})
+    assert wanted.min_cost is None and wanted.since is None and wanted.sort == "started" and wanted.max_turns == 3
+    assert len(problems) == 3 and any("min_cost" in p for p in problems)
+
+
+def test_a_comparison_names_the_request_before_what_follows(small: Path) -> None:
+    with Store.open(f"sqlite:///{small}", create=False, readonly=True) as store:
+        runs = [store.trajectory(s.run.id) for s in store.runs(limit=30)]
+    a = next(t for t in runs if len(t.turns) >= 2)
+    # Turns 0 and 1 differ in their requests' seed and history, and in their
+    # answers: the request is named first, at its settings before its messages.
+    found = difference(a.turns[0], a.turns[1])
+    assert found is not None and (found.kind, found.field) == ("request", "sampling.seed")
+    assert any(f.startswith("messages") for f in found.fields)
+    assert difference(a.turns[0], a.turns[0]) is None
+    gone = difference(a.turns[0], None)
+    assert gone is not None and gone.kind == "exhausted"

@@ -1,0 +1,144 @@
+"""The static bundle from file://, and bad input: unknown runs, a broken
+chain, an older schema, and hostile text in tasks and tool output."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+from orchestrator.fault_server import FaultServer
+from store import Store
+from tests.replay.recording import FIXED_MEAN
+from tests.view.conftest import serving
+from tests.view.recorded import ASSISTANT_TEXT, XSS, record_denial_run, record_fork, tamper
+
+
+def escrow(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", "from cli.main import main; main()", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_static_bundle_opens_from_file_urls(page, store: Store, db_path: Path, fault_server: FaultServer,
+                                            tmp_path: Path, artefacts: Path) -> None:
+    run_id = record_denial_run(store, fault_server)
+    parent, fork = record_fork(store, fault_server)
+    bundle = tmp_path / "bundle"
+    done = escrow("view", "--export", str(bundle), "--db", f"sqlite:///{db_path}")
+    assert done.returncode == 0, done.stderr
+    assert (bundle / "index.html").exists() and (bundle / f"compare-{parent}-{fork}.html").exists()
+    # Nothing in the bundle points at a network address.
+    for page_file in bundle.glob("*.html"):
+        text = page_file.read_text()
+        assert "http://" not in text and "https://" not in text, page_file.name
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto((bundle / "index.html").as_uri())
+    assert page.locator("#runs tbody tr").count() == 3
+    page.fill("#f-q", "no task has this text")
+    assert page.locator("#runs tbody tr:not(.hidden)").count() == 0
+    page.fill("#f-q", "")
+    page.screenshot(path=artefacts / "bundle-index.png")
+    page.click(f"tr[data-run='{run_id}'] a")
+    assert page.url.startswith("file://") and page.url.endswith(f"run-{run_id}.html")
+    assert ASSISTANT_TEXT in page.inner_text("#turn-0 .assistant")
+    assert FIXED_MEAN in page.locator("#turn-2 .diff .add").first.inner_text()
+    page.fill("#q", ".git/config")
+    assert [s.get_attribute("id") for s in page.locator("section.turn:not(.hidden)").all()] == ["turn-1", "turn-2"]
+    page.screenshot(path=artefacts / "bundle-run.png")
+    page.goto((bundle / f"run-{fork}.html").as_uri())
+    page.click("#compare-parent")
+    assert page.locator("#aligned tr.first-divergence").get_attribute("id") == "turn-2"
+    assert all(url.startswith("file://") for url in requests), requests
+
+
+def test_unknown_run_is_a_404_page(page, store: Store, db_path: Path, fault_server: FaultServer, artefacts: Path) -> None:
+    record_denial_run(store, fault_server)
+    with serving(db_path) as base:
+        for path in ("/run/0123456789abcdef", "/run/0123456789abcdef/chain", "/compare?a=nope&b=nada", "/no/such/page"):
+            response = page.goto(base + path)
+            assert response is not None and response.status == 404, path
+            assert "Not found" in page.inner_text("h1")
+            assert ("no run" if "run" in path or "compare" in path else "nothing at") in page.inner_text(".banner")
+        page.screenshot(path=artefacts / "not-found.png")
+        # A host name other than loopback is refused (DNS rebinding).
+        import httpx
+
+        assert httpx.get(base + "/", headers={"Host": "attacker.example"}).status_code == 400
+
+
+def test_broken_chain_shows_a_banner_and_still_renders(page, store: Store, db_path: Path, fault_server: FaultServer,
+                                                       artefacts: Path) -> None:
+    run_id = record_denial_run(store, fault_server)
+    with serving(db_path) as base:
+        page.goto(f"{base}/run/{run_id}")
+        assert page.locator(".banner.bad").count() == 0
+    tamper(db_path, run_id)
+    with serving(db_path) as base:
+        page.goto(f"{base}/run/{run_id}")
+        banner = page.inner_text(".banner.bad")
+        assert "Hash chain broken" in banner and "hash mismatch" in banner
+        assert "(edited)" in page.inner_text("main") and ASSISTANT_TEXT in page.inner_text("#turn-0")
+        page.screenshot(path=artefacts / "broken-chain.png")
+        page.goto(f"{base}/run/{run_id}/chain")
+        assert page.locator("tr.divergent", has_text="first broken link").count() == 1
+
+
+def test_older_schema_gives_the_migrate_hint(store: Store, db_path: Path) -> None:
+    store.close()
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("DELETE FROM escrow_migrations WHERE version = (SELECT MAX(version) FROM escrow_migrations)")
+    done = escrow("view", "--db", f"sqlite:///{db_path}", "--port", "1")
+    assert done.returncode == 5
+    assert "escrow migrate" in done.stderr and "Traceback" not in done.stderr
+    done = escrow("view", "--export", str(db_path.parent / "out"), "--db", f"sqlite:///{db_path}")
+    assert done.returncode == 5 and "escrow migrate" in done.stderr
+
+
+def test_script_in_a_task_and_a_tool_output_is_shown_as_text(page, store: Store, db_path: Path, fault_server: FaultServer,
+                                                               tmp_path: Path, artefacts: Path) -> None:
+    run_id = record_denial_run(store, fault_server, task=f"fix mean() {XSS}", text=f"I will print {XSS}")
+    # A tool output carrying the payload, recorded as a tool's stdout would be.
+    from store import Recorder
+
+    recorder = Recorder(store)
+    last = store.calls(run_id)[-1]
+    candidate = recorder.record_candidate(run_id, last.turn, last.id, 5, {"name": "bash", "arguments": XSS})
+    recorder.record_tool_execution(candidate, "bash", XSS, "allow", "tools.bash", XSS, 0, XSS, XSS, 0.1, XSS, ok=True)
+    bundle = tmp_path / "bundle"
+    assert escrow("view", "--export", str(bundle), "--db", f"sqlite:///{db_path}").returncode == 0
+    with serving(db_path) as base:
+        for url in (base + "/", f"{base}/run/{run_id}", f"{base}/run/{run_id}?q=script", (bundle / "index.html").as_uri(),
+                    (bundle / f"run-{run_id}.html").as_uri()):
+            page.goto(url)
+            assert page.evaluate("window.__xss") is None, url
+            assert page.locator("main script, main img").count() == 0, url
+            assert "<script>window.__xss = 1</script>" in page.inner_text("main"), url
+        page.goto(f"{base}/run/{run_id}")
+        assert page.locator("text=<img src=x").count() >= 3  # task, assistant text, tool output
+        page.screenshot(path=artefacts / "xss-escaped.png")
+        response = page.goto(base + "/")
+        assert response is not None and "script-src 'none'" in response.headers["content-security-policy"]
+    # Second line of defence: were a script to get past escaping, the page's
+    # policy admits only the bundle's own scripts, by hash.
+    planted = bundle / "planted.html"
+    planted.write_text((bundle / f"run-{run_id}.html").read_text().replace(
+        "<main>", "<main><script>window.__xss = 3</script><img src=x onerror=\"window.__xss = 4\">", 1))
+    page.goto(planted.as_uri())
+    page.fill("#q", ".git/config")
+    assert page.evaluate("window.__xss") is None
+    assert page.locator("section.turn:not(.hidden)").count() == 2  # the bundle's own script still runs
+
+
+def test_cli_mistakes_are_one_line_errors(store: Store, db_path: Path) -> None:
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        done = escrow("view", "--db", f"sqlite:///{db_path}", "--port", str(port))
+    assert done.returncode == 2 and f"cannot serve on 127.0.0.1:{port}" in done.stderr and "Traceback" not in done.stderr
+    done = escrow("view", "somerun", "--db", f"sqlite:///{db_path}")
+    assert done.returncode == 2 and "only taken with --export" in done.stderr
+    done = escrow("view", "--export", str(db_path.parent / "out"), "nosuchrun", "--db", f"sqlite:///{db_path}")
+    assert done.returncode == 6 and "no run" in done.stderr and "Traceback" not in done.stderr
