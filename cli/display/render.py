@@ -46,7 +46,7 @@ def _collapsed(text: str, limit: int | None) -> tuple[list[str], int]:
 def _indented(text: str, limit: int | None, style: str, prefix: str = "  ", *, crop: bool = False) -> list[Text]:
     """``crop``: each line cut at the screen's edge (an excerpt), not wrapped."""
     lines, hidden = _collapsed(text, limit)
-    out = [Text(prefix + line, style=style, no_wrap=crop, overflow="ellipsis" if crop else "fold") for line in lines]
+    out = [Text(prefix + line, style=style, no_wrap=crop, overflow="ellipsis" if crop else None) for line in lines]
     if hidden:
         out.append(Text(f"{prefix}… {hidden} more line{'s' if hidden > 1 else ''}", style="dim"))
     return out

@@ -146,3 +146,12 @@ def test_plain_screen_escapes():
 def test_store_lines_escape():
     for payload in PAYLOADS.values():
         assert is_printable(clip(f"task {payload}", 200)) and printable(payload) in clip(payload, 200)
+
+
+def test_show_to_a_pipe_keeps_each_escaped_attack_whole():
+    """Off a terminal ``escrow show`` soft-wraps: an escaped attack is never cut in two."""
+    out = io.StringIO()
+    console = Console(file=out, soft_wrap=True, width=80)
+    console.print(model_block(ModelStep(turn=0, status="COMPLETED", text=ALL), full=True))
+    for payload in PAYLOADS.values():
+        assert printable(payload) in out.getvalue()
