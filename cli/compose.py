@@ -38,7 +38,10 @@ def resolve_policy(settings: Settings) -> Policy:
 
 
 def resolve_repo(repo: Path) -> Path:
-    path = repo.expanduser().resolve()
+    try:
+        path = repo.expanduser().resolve()
+    except OSError as exc:  # e.g. "." when the working directory was deleted
+        raise ConfigError(f"--repo {repo}: {exc.strerror or exc}") from None
     if not path.is_dir():
         raise ConfigError(f"--repo {repo} is not a directory")
     return path

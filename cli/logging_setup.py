@@ -1,5 +1,6 @@
-"""structlog configuration for the CLI: human lines on stderr, or JSON lines
-with ``--log-json``. Loggers are bound with run_id and turn by their callers."""
+"""structlog configuration for the CLI: human lines on stderr (no timestamps:
+a person reads them as they come), or JSON lines with ``--log-json``. Loggers
+are bound with run_id and turn by their callers."""
 
 from __future__ import annotations
 
@@ -8,14 +9,19 @@ import sys
 
 import structlog
 
+from orchestrator.terminal_text import printable
+
 
 def configure_logging(*, json_lines: bool, level: int = logging.INFO) -> None:
-    renderer = structlog.processors.JSONRenderer() if json_lines else structlog.dev.ConsoleRenderer(colors=False)
+    stamp = [structlog.processors.TimeStamper(fmt="iso", utc=True)] if json_lines else []
+    # The human renderer escapes nothing: every value goes through printable()
+    # so content quoted in a log line cannot drive the terminal.
+    renderer = structlog.processors.JSONRenderer() if json_lines else _printable_console()
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,  # run_id, bound once the run is recorded
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            *stamp,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
@@ -24,3 +30,12 @@ def configure_logging(*, json_lines: bool, level: int = logging.INFO) -> None:
         logger_factory=lambda *args: structlog.PrintLogger(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
+
+
+def _printable_console():
+    console = structlog.dev.ConsoleRenderer(colors=False)
+
+    def render(logger, name, event_dict):
+        return printable(console(logger, name, event_dict))
+
+    return render

@@ -7,14 +7,19 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from orchestrator import __version__
 from orchestrator.errors import EscrowError
+from orchestrator.terminal_text import printable
 
 app = typer.Typer(
     name="escrow",
     help="Run coding agents against self-hosted models, record every step, replay and price them.",
     no_args_is_help=True,
+    # click's help layout: the option column is capped at 30 characters, so
+    # descriptions keep at least 44 of 80 columns instead of a squeezed table.
+    rich_markup_mode=None,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
@@ -52,7 +57,9 @@ def main() -> None:
     try:
         app()
     except EscrowError as exc:
-        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {exc.message}", highlight=False)
+        # The message may quote a file, a task or a model's words: text, never markup, controls escaped.
+        line = Text("error:", style="bold red").append(f" {printable(exc.message)}", style="")
+        Console(stderr=True, soft_wrap=True).print(line, highlight=False)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         Console(stderr=True).print("[yellow]interrupted[/]")

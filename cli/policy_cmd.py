@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-policy_app = typer.Typer(help="Validate and explain capability policies.", no_args_is_help=True)
+policy_app = typer.Typer(help="Validate and explain capability policies.", no_args_is_help=True, rich_markup_mode=None)
 
 
 @policy_app.command("check")

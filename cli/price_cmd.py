@@ -15,7 +15,7 @@ from cli.store_cmd import emit_json
 from orchestrator.settings import load_settings
 from policies.price_table import PRICE_FIELDS, PriceTable, load_price_table, local_price_path, set_price, unset_price
 
-price_app = typer.Typer(help="Show the price table and edit local price overrides.", no_args_is_help=True)
+price_app = typer.Typer(help="Show the price table and edit local price overrides.", no_args_is_help=True, rich_markup_mode=None)
 
 CONFIG_HELP = "Config file (default: ESCROW_HOME/config.toml)."
 

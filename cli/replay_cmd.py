@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 
 from orchestrator.errors import ConfigError
+from orchestrator.terminal_text import printable
 from orchestrator.replay import ForkOverrides, Replayer, ReplayReport
 from orchestrator.settings import Settings, load_settings
 from store import Store
@@ -77,7 +78,8 @@ def replay(
             report = replayer.reexecute(loaded, tools_for)
         else:
             report = replayer.offline(loaded, record=not no_record)
-    typer.echo(json.dumps(report.model_dump(mode="json"), indent=2, ensure_ascii=False) if as_json else render(report))
+    # Diffs of recorded and replayed content quote the model: escaped for the terminal.
+    typer.echo(json.dumps(report.model_dump(mode="json"), indent=2) if as_json else printable(render(report)))
     code = exit_code(report)
     if code:
         raise typer.Exit(code)

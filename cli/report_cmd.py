@@ -11,7 +11,9 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from cli.store_cmd import CONFIG_HELP, DB_HELP, emit_json
 from orchestrator.costing import (
@@ -20,6 +22,7 @@ from orchestrator.costing import (
 )
 from orchestrator.errors import ConfigError
 from orchestrator.settings import load_settings
+from orchestrator.terminal_text import printable
 from policies.price_table import PriceTable, load_price_table
 from store import Store
 from store.render import parse_since
@@ -63,25 +66,26 @@ def rich_table(title: str, rows: list[dict[str, Any]], columns: tuple[tuple[str,
     for key, header in columns:
         table.add_column(header, justify="left" if key in ("statuses", "model", "day", "status", "verdict") else "right")
     for row in rows:
-        table.add_row(*(cell(row[k]) for k, _ in columns), style="bold" if "total" in (row.get("turn"), str(row.get(columns[0][0])).lower()) else None)
+        # Cells are text, never markup, with terminal controls escaped (a task, a model name).
+        table.add_row(*(Text(printable(cell(row[k]), newlines=False)) for k, _ in columns), style="bold" if "total" in (row.get("turn"), str(row.get(columns[0][0])).lower()) else None)
     return table
 
 
 def print_run(report: RunCost) -> None:
     out = console()
-    out.print(f"run {report.run_id}  model {report.model}  status {report.status}  verdict {report.verdict or '-'}"
-              f"  price table {report.price_version}")
+    out.print(Text(printable(f"run {report.run_id}  model {report.model}  status {report.status}  verdict "
+                             f"{report.verdict or '-'}  price table {report.price_version}")))
     if report.engines:
-        out.print(f"engine {'; '.join(report.engines)}", markup=False)
+        out.print(Text(printable(f"engine {'; '.join(report.engines)}")))
     for warning in report.warnings:
-        out.print(f"[yellow]warning:[/] {warning}")
+        out.print(f"[yellow]warning:[/] {escape(printable(warning))}")
     out.print(rich_table("cost per turn", line_rows(report), TURN_COLUMNS))
     t = report.total.cost
     out.print(f"total ${t.total_usd:.6f} = input ${t.input_usd:.6f} + cached input ${t.cached_input_usd:.6f}"
               f" + output ${t.output_usd:.6f} + GPU ${t.gpu_usd:.6f}")
     if report.comparison is not None:
         for line in comparison_lines(report.comparison):
-            out.print(line)
+            out.print(Text(printable(line)))
 
 
 def print_aggregate(report: AggregateReport) -> None:
@@ -90,7 +94,7 @@ def print_aggregate(report: AggregateReport) -> None:
     if not report.include_replays:
         out.print("real spend only: replays, re-executions and forks' shared prefixes are left out (--include-replays)")
     for warning in report.warnings:
-        out.print(f"[yellow]warning:[/] {warning}")
+        out.print(f"[yellow]warning:[/] {escape(printable(warning))}")
     columns = ((report.by, report.by), *GROUP_COLUMNS)
     out.print(rich_table(f"cost by {report.by}", aggregate_rows(report), columns))
 

@@ -6,20 +6,26 @@ import json
 import sys
 from pathlib import Path
 
+import logging
+from contextlib import nullcontext
+
 import structlog
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.panel import Panel
 from rich.syntax import Syntax
+from rich.text import Text
 
 from orchestrator.agent import Verdict
 from orchestrator.envelope import Envelope
 from orchestrator.limits import Tally
 from orchestrator.settings import load_settings
+from orchestrator.terminal_text import one_line, printable
 
+from cli.compose import resolve_policy
+from cli.display.live import LiveScreen, PlainScreen, RunDisplay
 from cli.logging_setup import configure_logging
-from cli.run_session import execute_run
+from cli.run_session import RunOutcome, execute_run
 from sandbox.errors import ApplyRefused
 
 
@@ -38,8 +44,8 @@ def run(
     budget_usd: float = typer.Option(None, "--budget-usd", min=0, help="Cost limit in dollars (overrides the policy)."),
     max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="K_max: output ceiling per call."),
     context_window: int = typer.Option(None, "--context-window", min=256, help="S_max when the server does not report it."),
-    temperature: float = typer.Option(None, "--temperature", min=0),
-    seed: int = typer.Option(None, "--seed"),
+    temperature: float = typer.Option(None, "--temperature", min=0, help="Sampling temperature."),
+    seed: int = typer.Option(None, "--seed", help="Sampling seed, where the server honours one."),
     logprobs: int = typer.Option(None, "--logprobs", min=0, max=20, help="Record per-token logprobs with the top K alternatives."),
     tool_protocol: str = typer.Option(None, "--tool-protocol", help="native (OpenAI tools) or text (search/replace blocks)."),
     system_role: str = typer.Option(None, "--system-role", help="system, or user for chat templates without a system turn."),
@@ -47,6 +53,8 @@ def run(
     stream: bool = typer.Option(None, "--stream/--no-stream", help="Stream responses (SSE) or not."),
     apply: bool = typer.Option(False, "--apply", help="Apply the patch to --repo when the verdict is PASS."),
     json_out: bool = typer.Option(False, "--json", help="Print the outcome as JSON on stdout."),
+    plain: bool = typer.Option(False, "--plain", help="One line per event, even on a terminal."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the outcome."),
     log_json: bool = typer.Option(None, "--log-json", help="Structured logs as JSON lines on stderr."),
     config: Path = typer.Option(None, "--config", help="Config file (default: $ESCROW_HOME/config.toml)."),
 ) -> None:
@@ -59,18 +67,26 @@ def run(
         max_output_tokens=max_tokens, context_window=context_window, temperature=temperature, seed=seed, logprobs=logprobs,
         tool_protocol=tool_protocol, system_role=system_role, tokenizer=tokenizer, log_json=log_json, stream=stream,
     )
-    configure_logging(json_lines=settings.log_json)
+    configure_logging(json_lines=settings.log_json, level=logging.WARNING if quiet else logging.INFO)
     err = Console(stderr=True)
     log = structlog.get_logger("escrow.run")
+    display = screen = None
+    if not quiet and not settings.log_json:
+        screen = PlainScreen(err) if plain or not err.is_terminal else LiveScreen(err)
+        display = RunDisplay(screen, resolve_policy(settings).limits)
 
     def progress(turn: int, envelope: Envelope, tally: Tally) -> None:
+        if display is not None:
+            display.on_turn(turn, envelope, tally)
+            return
         usage = envelope.usage
         log.info("turn", turn=turn, status=envelope.status.value, prompt_tokens=usage.prompt_tokens,
                  completion_tokens=usage.completion_tokens, tokens_total=tally.tokens,
                  cost_usd=round(tally.cost_usd, 6), elapsed_s=round(tally.elapsed_s, 1))
 
-    with err.status("running the agent…", spinner="dots"):
-        outcome = execute_run(settings, task=task, repo=repo, verifier=verify, apply=apply, progress=progress)
+    with screen if isinstance(screen, LiveScreen) else nullcontext():
+        outcome = execute_run(settings, task=task, repo=repo, verifier=verify, apply=apply, progress=progress,
+                              observer=display)
     result = outcome.result
     if json_out:
         payload = {"run_id": outcome.run_id, **result.model_dump(mode="json"), "patch": outcome.patch,
@@ -78,25 +94,32 @@ def run(
                    "skipped": [s.model_dump() for s in outcome.skipped], "flagged": list(outcome.flagged),
                    "apply_refused": outcome.apply_refused}
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+    elif quiet:
+        Console(soft_wrap=True).print(Text(
+            f"{result.verdict.value}: {one_line(result.detail, 200)} (run {outcome.run_id})"), highlight=False)
     else:
-        out = Console()
-        if outcome.patch:
-            out.print(Syntax(outcome.patch, "diff", theme="ansi_dark", background_color="default"))
-        else:
-            out.print("[dim](no changes)[/]")
-        for item in outcome.skipped:
-            # repr: names come from the model; control characters are shown, never sent raw
-            out.print(f"[yellow]not exported[/] {escape(repr(item.path)[1:-1])} — {escape(repr(item.reason)[1:-1])}")
-        for path in outcome.flagged:
-            out.print(f"[bold red]flagged[/] {escape(repr(path)[1:-1])} (git metadata, CI configuration or outside the repo)")
-        colour = "green" if result.verdict is Verdict.PASS else "red"
-        out.print(Panel.fit(
-            f"[bold {colour}]{result.verdict.value}[/] — {escape(result.detail)}\n"
-            f"turns {result.turns} · tokens {result.tokens:,} · ${result.cost_usd:.4f}"
-            + (" · patch applied" if outcome.applied else ""),
-            title=f"run {outcome.run_id}",
-        ))
+        print_outcome(Console(), outcome)
     if outcome.apply_refused:
-        err.print(f"[bold red]--apply refused:[/] {escape(outcome.apply_refused)}")
+        err.print(Text("--apply refused: ", style="bold red") + Text(printable(outcome.apply_refused)))
         raise typer.Exit(ApplyRefused.exit_code)
     raise typer.Exit(0 if result.verdict is Verdict.PASS else 1)
+
+
+def print_outcome(out: Console, outcome: RunOutcome) -> None:
+    """The diff, highlighted and with its controls escaped, then the verdict panel."""
+    result = outcome.result
+    if outcome.patch:
+        out.print(Syntax(printable(outcome.patch), "diff", theme="ansi_dark", background_color="default"))
+    else:
+        out.print("[dim](no changes)[/]")
+    for item in outcome.skipped:
+        out.print(Text("not exported ", style="yellow") + Text(f"{printable(item.path)} — {printable(item.reason)}"))
+    for path in outcome.flagged:
+        out.print(Text("flagged ", style="bold red")
+                  + Text(f"{printable(path)} (git metadata, CI configuration or outside the repo)"))
+    colour = "green" if result.verdict is Verdict.PASS else "red"
+    body = Text(result.verdict.value, style=f"bold {colour}")
+    body.append(f" — {printable(result.detail)}\n")
+    body.append(f"turns {result.turns} · tokens {result.tokens:,} · ${result.cost_usd:.4f}"
+                + (" · patch applied" if outcome.applied else ""))
+    out.print(Panel.fit(body, title=f"run {outcome.run_id}"))

@@ -20,6 +20,7 @@ from orchestrator.client import ModelClient
 from orchestrator.contract import Frozen
 from orchestrator.envelope import Envelope
 from orchestrator.limits import Tally
+from orchestrator.observer import ObservedJournal, RunObserver
 from orchestrator.runspec import build_agent
 from orchestrator.settings import Settings
 from policies.price_table import load_price_table
@@ -105,7 +106,7 @@ class PatchRecorder:
 
 def execute_run(
     settings: Settings, *, task: str, repo: Path, verifier: str, apply: bool = False,
-    progress: Progress | None = None, cancel: threading.Event | None = None,
+    progress: Progress | None = None, cancel: threading.Event | None = None, observer: RunObserver | None = None,
 ) -> RunOutcome:
     repo_path = resolve_repo(repo)
     policy = resolve_policy(settings)
@@ -129,6 +130,7 @@ def execute_run(
                     "sandbox_image": settings.sandbox_image},
         )
         journal = RunJournal(recorder, run_id)
+        observed = journal if observer is None else ObservedJournal(journal, observer)
         structlog.contextvars.bind_contextvars(run_id=run_id)
         # From here on every ending is a recorded verdict: Ctrl-C only sets
         # ``cancel``, also while the sandbox starts, and the run ends CANCELED.
@@ -139,13 +141,13 @@ def execute_run(
                 verdict = Verdict.CANCELED if isinstance(exc, KeyboardInterrupt) else Verdict.INFRA_ERROR
                 recorder.finish_run(run_id, verdict.value, f"sandbox did not start: {exc!r}")
                 raise
-            with sandbox, ModelClient(settings.model_url, api_key=settings.api_key) as client:
+            with sandbox, ModelClient(settings.model_url, api_key=settings.api_key, observer=observer) as client:
                 recorder.record_event(run_id, None, "engine", client.engine_info().model_dump(mode="json"))
                 with verdict_on_failure(recorder, run_id):
                     toolbox = ToolBox(sandbox, policy, verifier_command=verifier, cancel=cancel)
                     tools = SandboxTools(toolbox, policy)
                     agent = build_agent(
-                        spec, counter=probe.counter, model=client, tools=tools, journal=journal,
+                        spec, counter=probe.counter, model=client, tools=tools, journal=observed,
                         cost_of=lambda envelope: call_cost(envelope, price), cancel=cancel, on_turn=progress,
                     )
                     patches = PatchRecorder(sandbox, toolbox, recorder, run_id)

@@ -9,7 +9,7 @@ import typer
 
 from orchestrator.settings import load_settings
 
-sandbox_app = typer.Typer(help="Build, check and clean up the hardened Docker sandbox.", no_args_is_help=True)
+sandbox_app = typer.Typer(help="Build, check and clean up the hardened Docker sandbox.", no_args_is_help=True, rich_markup_mode=None)
 
 _IMAGE = typer.Option(None, "--image", help="Image tag (default: settings sandbox_image).")
 _HOST = typer.Option(None, "--docker-host", help="Docker daemon URL (default: DOCKER_HOST or the local socket).")

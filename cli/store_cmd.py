@@ -10,11 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.console import Console
 
 from orchestrator.errors import ConfigError
 from orchestrator.settings import load_settings
 from store import ChainBroken, Store
-from store.render import check_line, parse_since, runs_json, runs_table, trajectory_text
+from store.render import check_line, parse_since, runs_json, runs_table
+
+from cli.display.show import print_trajectory
 
 DB_HELP = "Store URL (SQLAlchemy form); default ESCROW_DB_URL, else the SQLite file in ESCROW_HOME."
 CONFIG_HELP = "Config file (default: ESCROW_HOME/config.toml)."
@@ -26,7 +29,9 @@ def open_store(db: str | None, config: Path | None, *, readonly: bool = True) ->
 
 
 def emit_json(value: Any) -> None:
-    typer.echo(json.dumps(value, indent=2, ensure_ascii=False))
+    # ASCII only: JSON escapes C0 controls but not C1 ones (U+009B) or bidi
+    # overrides, which a terminal would act on.
+    typer.echo(json.dumps(value, indent=2, ensure_ascii=True))
 
 
 def runs(
@@ -54,17 +59,20 @@ def runs(
 
 def show(
     run: str = typer.Argument(..., help="Run id, or a unique prefix of one."),
+    full: bool = typer.Option(False, "--full", help="Words, arguments and outputs whole, and each call's details."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole trajectory as JSON."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     config: Path | None = typer.Option(None, "--config", help=CONFIG_HELP),
 ) -> None:
-    """Show one run turn by turn: calls, envelopes, candidates, tools, events."""
+    """Show one run turn by turn: the model's words, its tool calls and what they returned."""
     with open_store(db, config) as store:
         trajectory = store.trajectory(run)
     if as_json:
         emit_json(trajectory.model_dump(mode="json"))
     else:
-        typer.echo(trajectory_text(trajectory))
+        console = Console()
+        console.soft_wrap = not console.is_terminal  # a file or a pipe gets whole lines
+        print_trajectory(console, trajectory, full=full)
 
 
 def verify(

@@ -18,6 +18,7 @@ from typing import Any
 from orchestrator.contract import ToolCall
 from orchestrator.envelope import Payload
 from orchestrator.monitor import StreamMonitor, Trip
+from orchestrator.observer import StreamObserver
 from orchestrator.wire import WireCompletion, WireMessage, WireTimings, WireUsage
 
 
@@ -31,10 +32,14 @@ class _ToolCallParts:
 
 
 class ResponseAccumulator:
-    def __init__(self, monitor: StreamMonitor, *, keep_logprobs: bool = False) -> None:
+    def __init__(
+        self, monitor: StreamMonitor, *, keep_logprobs: bool = False, observer: StreamObserver | None = None
+    ) -> None:
         self.monitor = monitor
         self.keep_logprobs = keep_logprobs
+        self.observer = observer
         self.text: list[str] = []
+        self.reasoning: list[str] = []
         self.refusal: list[str] = []
         self.reasoning: list[str] = []
         self.tool_calls: dict[int, _ToolCallParts] = {}
@@ -81,15 +86,17 @@ class ResponseAccumulator:
 
     def _message(self, message: WireMessage) -> bool:
         got = False
-        if message.content:
-            got = True
-            self.text.append(message.content)
-            self._check(self.monitor.content(message.content))
         reasoning = message.reasoning_content or message.reasoning
         if reasoning:
             got = True
             self.reasoning.append(reasoning)
             self._check(self.monitor.other(reasoning))
+            self._tell("reasoning", reasoning)
+        if message.content:
+            got = True
+            self.text.append(message.content)
+            self._check(self.monitor.content(message.content))
+            self._tell("text", message.content)
         if message.refusal:
             got = True
             self.refusal.append(message.refusal)
@@ -111,7 +118,12 @@ class ResponseAccumulator:
                 if function.arguments:
                     parts.arguments.append(function.arguments)
                     self._check(self.monitor.arguments(index, function.arguments))
+                    self._tell("tool", function.arguments)
         return got
+
+    def _tell(self, kind, text: str) -> None:
+        if self.observer is not None:
+            self.observer.on_delta(kind, text)
 
     def _check(self, trip: Trip | None) -> None:
         if trip is not None and self.trip is None:

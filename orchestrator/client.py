@@ -26,6 +26,7 @@ from orchestrator.logprobs import read_logprobs, token_ids
 from orchestrator.monitor import StreamMonitor
 from orchestrator.provenance import EngineInfo, probe
 from orchestrator.normalize import Cause, is_retried, status_of
+from orchestrator.observer import StreamObserver
 from orchestrator.retry import CircuitBreaker, RetryPolicy, decide
 
 class ModelClient:
@@ -48,7 +49,9 @@ class ModelClient:
         rand: Callable[[], float] = random.random,
         clock: Callable[[], float] = time.monotonic,
         breaker: CircuitBreaker | None = None,
+        observer: StreamObserver | None = None,
     ) -> None:
+        self.observer = observer
         self.base_url = base_url.rstrip("/")
         self.url = self.base_url + "/chat/completions"
         self.retry = retry
@@ -100,6 +103,8 @@ class ModelClient:
         attempts: list[Attempt] = []
         while True:
             number = len(attempts) + 1
+            if self.observer is not None:
+                self.observer.on_attempt(number)
             out = self._attempt(request, body, headers, deadline_at, cancel)
             status = status_of(out.cause)
             decision = decide(
@@ -127,7 +132,7 @@ class ModelClient:
 
     def _attempt(self, request, body, headers, deadline_at, cancel) -> AttemptOutcome:
         monitor = StreamMonitor(request.max_payload_bytes, json_content=_wants_json(request))
-        acc = ResponseAccumulator(monitor, keep_logprobs=request.sampling.logprobs)
+        acc = ResponseAccumulator(monitor, keep_logprobs=request.sampling.logprobs, observer=self.observer)
         now = self._clock()
         if cancel is not None and cancel.is_set():
             return AttemptOutcome(Cause.EXTERNAL_CANCEL, "cancelled before the request was sent", acc, started=now, ended=now)

@@ -89,7 +89,10 @@ class Payload(Frozen):
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     refusal: str | None = None
-    reasoning: str | None = None
+    # A server's separate reasoning stream (``reasoning_content``), shown to
+    # the user, never sent back. Left out of the JSON when absent, so envelopes
+    # without it keep their recorded bytes.
+    reasoning: str | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class Envelope(Frozen):

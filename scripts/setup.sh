@@ -99,7 +99,8 @@ escrow_setup_llama() {
 escrow_setup_test_deps() {
     # PostgreSQL: the store's same-models-on-PostgreSQL test starts a throwaway cluster.
     # Chromium: the HTML cost report is rendered in a real headless browser.
-    apt_install postgresql chromium
+    # tmux: the live run display is driven and read in a real terminal.
+    apt_install postgresql chromium tmux
 }
 
 escrow_setup_all() {

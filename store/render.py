@@ -1,5 +1,6 @@
 """Plain-text and JSON renderings of store views for the CLI. Pure: views in,
-strings or JSON-ready dicts out."""
+strings or JSON-ready dicts out. Recorded text (tasks, details, observations,
+events) is shown through ``one_line``, which escapes terminal controls."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
+from orchestrator.terminal_text import one_line
 from store.chain import GENESIS_EVENT, ChainCheck
 from store.views import ResponseView, RunSummary, Trajectory, TurnRecord
 
@@ -38,8 +40,7 @@ def when(ts: float | None) -> str:
 
 
 def clip(text: str, width: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
+    return one_line(text, width)
 
 
 def runs_table(summaries: list[RunSummary]) -> str:
@@ -62,12 +63,19 @@ def runs_json(summaries: list[RunSummary]) -> list[dict[str, Any]]:
 
 
 def trajectory_text(trajectory: Trajectory) -> str:
+    lines = trajectory_header(trajectory)
+    for record in trajectory.turns:
+        lines += turn_lines(record)
+    return "\n".join(lines)
+
+
+def trajectory_header(trajectory: Trajectory) -> list[str]:
     r = trajectory.run
     lines = [
         f"run {r.id}  ({r.mode}, {r.status}{', ' + r.verdict if r.verdict else ''})",
         f"  task:    {clip(r.task, 100)}",
-        f"  repo:    {r.repo}",
-        f"  model:   {r.request_model}",
+        f"  repo:    {clip(r.repo, 200)}",
+        f"  model:   {clip(r.request_model, 100)}",
         f"  started: {when(r.created_at)}   finished: {when(r.finished_at)}",
     ]
     if r.parent_run_id:
@@ -82,10 +90,8 @@ def trajectory_text(trajectory: Trajectory) -> str:
     for event in trajectory.run_events:
         if event.kind == GENESIS_EVENT:
             continue  # the run row's own columns, chained for verify
-        lines.append(f"  event {event.kind}: {clip(event.data_json, 90)}")
-    for record in trajectory.turns:
-        lines += turn_lines(record)
-    return "\n".join(lines)
+        lines.append(f"  event {clip(event.kind, 40)}: {clip(event.data_json, 90)}")
+    return lines
 
 
 IN_FLIGHT_NO_RESPONSE = (
@@ -128,16 +134,16 @@ def turn_lines(record: TurnRecord) -> list[str]:
     executions = {e.candidate_id: e for e in record.tool_executions}
     for cand in record.candidates:
         path = " -> ".join(t.to_state for t in cand.transitions) or "no transitions"
-        lines.append(f"  candidate {cand.candidate_index} {cand.tool_name or '?'}: {path}")
+        lines.append(f"  candidate {cand.candidate_index} {clip(cand.tool_name or '?', 60)}: {path}")
         run = executions.get(cand.id)
         if run is not None:
             lines.append(
-                f"    {run.decision or '-'} by {run.rule or '-'}  exit {run.exit_code if run.exit_code is not None else '-'}"
+                f"    {run.decision or '-'} by {clip(run.rule or '-', 80)}  exit {run.exit_code if run.exit_code is not None else '-'}"
                 f"  {_secs(run.duration_s)}  stdout {run.stdout_bytes} B{' (capped)' if run.stdout_truncated else ''}"
             )
             lines.append(f"    observation: {clip(run.observation, 90)}")
     for event in record.events:
-        lines.append(f"  event {event.kind}: {clip(event.data_json, 90)}")
+        lines.append(f"  event {clip(event.kind, 40)}: {clip(event.data_json, 90)}")
     return lines
 
 

@@ -76,7 +76,7 @@ def stream_plan(reply: Reply, body: dict[str, Any], index: int) -> list[Step]:
             choice["logprobs"] = logprobs
         return sse(_dumps({**head, "choices": [choice]}))
 
-    payload: list[bytes] = []
+    payload: list[bytes] = [chunk({"reasoning_content": piece}) for piece in _pieces(reply.reasoning, reply.chunk_chars)]
     for n, piece in enumerate(_pieces(reply.text, reply.chunk_chars)):
         delta = {"role": "assistant", "content": piece} if n == 0 else {"content": piece}
         payload.append(chunk(delta, logprobs=_logprobs(piece, top_k) if want_logprobs else None))
@@ -123,6 +123,8 @@ def _fault_step(fault, head: dict[str, Any]) -> Step:
 def whole_body(reply: Reply, body: dict[str, Any], index: int) -> tuple[bytes, int]:
     """A non-streamed response body and the number of "tokens" it stands for."""
     message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+    if reply.reasoning:
+        message["reasoning_content"] = reply.reasoning
     if reply.refusal:
         message["refusal"] = reply.refusal
     if reply.tool_calls:

@@ -58,6 +58,7 @@ class Reply(Frozen):
 
     kind: Literal["reply"] = "reply"
     text: str = ""
+    reasoning: str = Field(default="", description="Sent as reasoning_content before the text, as vLLM and llama.cpp do.")
     tool_calls: tuple[ScriptedToolCall, ...] = ()
     refusal: str | None = None
     finish_reason: str | None = None

@@ -52,8 +52,10 @@ def test_runs_lists_newest_first_and_filters(populated):
 
 def test_show_prints_turn_by_turn_and_json(populated):
     text = invoke("show", populated["passed"][:8]).output
-    assert f"run {populated['passed']}" in text and "turn 0: committed" in text and "turn 1: committed" in text
-    assert "STAGED -> VALIDATING ->" in text and "COMPLETED finish=tool_calls" in text
+    assert f"run {populated['passed']}" in text and "turn 0 COMPLETED" in text and "turn 1 COMPLETED" in text
+    assert "rejected at policy, deny by paths.write" in text and "STAGED -> VALIDATING ->" not in text
+    full = invoke("show", populated["passed"][:8], "--full").output
+    assert "STAGED -> VALIDATING ->" in full and "COMPLETED finish=tool_calls" in full  # the store's details
     data = json.loads(invoke("show", populated["passed"], "--json").output)
     assert data["run"]["id"] == populated["passed"]
     assert data["turns"][0]["calls"][0]["response"]["status"] == "COMPLETED"
@@ -77,6 +79,6 @@ def test_migrate_reports_the_version(populated):
 def test_real_command_shows_and_verifies(populated):
     env = {**os.environ}
     shown = subprocess.run([ESCROW, "show", populated["passed"][:10]], env=env, capture_output=True, text=True, timeout=60)
-    assert shown.returncode == 0 and "turn 1: committed" in shown.stdout and not shown.stderr
+    assert shown.returncode == 0 and "turn 1 COMPLETED" in shown.stdout and not shown.stderr
     verified = subprocess.run([ESCROW, "verify", "--all"], env=env, capture_output=True, text=True, timeout=60)
     assert verified.returncode == 0 and verified.stdout.count("ok ") == 2
