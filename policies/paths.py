@@ -47,7 +47,12 @@ def _compile(glob: str) -> re.Pattern[str]:
     out: list[str] = []
     i = 0
     while i < len(glob):
-        if glob.startswith("**/", i):
+        if glob.startswith("/**", i) and i + 3 == len(glob):
+            # "dir/**" also covers "dir" itself: a deny of secrets/** must hold for
+            # list_files secrets, as a grant of src/** covers the directory src.
+            out.append("(?:/.*)?")
+            i += 3
+        elif glob.startswith("**/", i):
             out.append("(?:[^/]*/)*")
             i += 3
         elif glob.startswith("**", i):
