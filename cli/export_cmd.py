@@ -18,6 +18,7 @@ from orchestrator.errors import ConfigError
 from store import Store
 from store.reports import FORMATS, ExportError, conversation, event_lines, is_verified_pass, run_ids
 from store.reports.tokens import token_lines
+from store.reports.atif_export import to_atif
 
 
 @contextmanager
@@ -40,6 +41,10 @@ def export_run(store: Store, run_id: str, fmt: str, include_unverified: bool, ou
                reasoning: bool = False, tokens: bool = False) -> str | None:
     """Write one run; returns why it was skipped, or None when written."""
     trajectory = store.trajectory(run_id)
+    if fmt == "atif":
+        document = to_atif(trajectory)
+        out.write(json.dumps(document, ensure_ascii=False, indent=2 if single else None) + "\n")
+        return None
     if fmt == "events-jsonl":
         for line in event_lines(trajectory):
             write_line(out, line)
@@ -70,24 +75,33 @@ def export(
     tokens: bool = typer.Option(False, "--tokens", help="One token-faithful line per call (token ids, tokens, logprobs as the engine sent them) instead of one conversation per run."),
     reasoning: bool = typer.Option(False, "--reasoning", help="messages-jsonl: add the recorded reasoning to assistant messages as reasoning_content."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
+    otlp_endpoint: str | None = typer.Option(None, "--otlp-endpoint", help="otel: send to this OTLP/HTTP traces URL instead of writing JSON."),
+    otel_project: str = typer.Option("escrow", "--otel-project", help="otel: the project (openinference.project.name) resource attribute."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     config: Path | None = typer.Option(None, "--config", help=CONFIG_HELP),
 ) -> None:
     """Export runs as JSON lines. messages-jsonl: one TRL conversational
     example per run (messages, tools, tool-call arguments as objects,
     truncation flags, tokenizer id), verified-PASS runs only unless
-    --include-unverified. events-jsonl: every recorded row, in chain order."""
+    --include-unverified. events-jsonl: every recorded row, in chain order.
+    atif: an ATIF-v1.6 trajectory (one JSON document; JSON lines with --all).
+    otel: OpenTelemetry GenAI spans as OTLP JSON, or sent to --otlp-endpoint."""
     if fmt not in FORMATS:
         raise ConfigError(f"--format takes one of {', '.join(FORMATS)}, not {fmt!r}")
     if all_runs == (run is not None):
         raise ConfigError("give a run id or --all (not both)")
     if tokens and fmt != "messages-jsonl":
         raise ConfigError("--tokens replaces the messages-jsonl lines; it does not combine with --format")
+    if otlp_endpoint is not None and fmt != "otel":
+        raise ConfigError("--otlp-endpoint applies to --format otel only")
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     with open_store(db, config) as store:
         ids = run_ids_for(store) if all_runs else [store.resolve(run or "")]
         if not ids:
             raise NothingToReport(f"no runs recorded in {store.url}")
+        if fmt == "otel":
+            export_otel(store, ids, output, otlp_endpoint, otel_project, err)
+            return
         skipped: list[str] = []
         with sink(output) as out:
             for run_id in ids:
@@ -98,6 +112,19 @@ def export(
     err.print(f"exported {written} run(s) as {fmt}" + (f"; skipped {len(skipped)}: {skipped[0]}{' ...' if len(skipped) > 1 else ''}" if skipped else ""))
     if written == 0:
         raise NothingToReport("nothing exported: no verified-PASS runs (--include-unverified exports the others)")
+
+
+def export_otel(store: Store, ids: list[str], output: Path | None, endpoint: str | None, project: str, err: Console) -> None:
+    from store.reports import otel_export
+
+    spans = otel_export.collect((store.trajectory(run_id) for run_id in ids), project)
+    if endpoint:
+        otel_export.send(spans, endpoint)
+        err.print(f"sent {len(spans)} span(s) of {len(ids)} run(s) to {endpoint}")
+        return
+    with sink(output) as out:
+        out.write(json.dumps(otel_export.otlp_json(spans), ensure_ascii=False) + "\n")
+    err.print(f"exported {len(spans)} span(s) of {len(ids)} run(s) as OTLP JSON")
 
 
 def run_ids_for(store: Store) -> list[str]:

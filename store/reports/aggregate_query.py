@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import Connection, Integer, Select, and_, case, cast, func, literal, or_, select, true
+from sqlalchemy import JSON, Connection, Integer, Select, and_, case, cast, func, literal, or_, select, true
 
 from orchestrator.costing import AggregateReport, RunSlice, aggregate
-from orchestrator.costing.aggregate import DAY_FORMAT, NO_ENGINE, NO_VERDICT
+from orchestrator.costing.aggregate import DAY_FORMAT, ESCROW_SOURCE, NO_ENGINE, NO_VERDICT
+from orchestrator.interop.records import IMPORT_MODE
 from policies.price_table import PriceTable
 from store.cells import check_numbers
 from store.store import Store
@@ -56,8 +57,18 @@ def window(since: float | None, until: float | None, rows: Any = None, include_r
     return and_(true(), *bounds)
 
 
+def source_sql(dialect: str) -> Any:
+    """"escrow" for Escrow's own runs, the source format for imported ones
+    (recorded in the run's genesis config)."""
+    if dialect == "sqlite":
+        fmt = func.json_extract(RUNS.c.config_json, "$.import.format")
+    else:
+        fmt = cast(RUNS.c.config_json, JSON)["import"]["format"].as_string()
+    return case((RUNS.c.mode == IMPORT_MODE, func.coalesce(fmt, IMPORT_MODE)), else_=ESCROW_SOURCE)
+
+
 def slices_query(since: float | None, until: float | None, by: str = "model",
-                 include_replays: bool = False) -> Select[Any]:
+                 include_replays: bool = False, dialect: str = "sqlite") -> Select[Any]:
     """Sums per (run, model), and per engine too when grouping by it (only
     then, so the other groupings keep reading the covering index)."""
     clamped = case((CACHED > PROMPT, PROMPT), else_=CACHED)
@@ -65,7 +76,7 @@ def slices_query(since: float | None, until: float | None, by: str = "model",
     keys = (RUNS.c.id, MODEL) + ((engine,) if by == "engine" else ())
     return (
         select(
-            RUNS.c.id, RUNS.c.created_at, RUNS.c.status, RUNS.c.verdict, MODEL, func.count(),
+            RUNS.c.id, RUNS.c.created_at, RUNS.c.status, RUNS.c.verdict, MODEL, source_sql(dialect), func.count(),
             func.sum(PROMPT), func.sum(clamped), func.sum(OUTPUT),
             # GPU time is the server's: the attempts' HTTP time (attempt_time_query);
             # a call recorded without attempts counts its whole duration.
@@ -110,6 +121,8 @@ def group_key_sql(by: str, dialect: str) -> Any:
         return func.coalesce(RESPONSES.c.engine, NO_ENGINE)
     if by == "day" and dialect == "sqlite":
         return func.strftime(DAY_FORMAT, RUNS.c.created_at, "unixepoch")
+    if by == "source":
+        return source_sql(dialect)
     if by == "day":
         return func.to_char(func.timezone("UTC", func.to_timestamp(RUNS.c.created_at)), "YYYY-MM-DD")
     raise ValueError(f"cannot group by {by!r}")
@@ -135,14 +148,14 @@ def run_slices(conn: Connection, since: float | None, until: float | None, by: s
                 for run_id, model, http, wait in conn.execute(attempt_time_query(since, until, include_replays))}
     return [
         RunSlice(
-            run_id=run_id, created_at=created, status=status, verdict=verdict, model=model, calls=n,
+            run_id=run_id, created_at=created, status=status, verdict=verdict, model=model, source=source, calls=n,
             prompt_tokens=prompt or 0, cached_tokens=cached or 0, completion_tokens=output or 0,
             gpu_s=(total or 0.0) + attempts.get((run_id, model), (0.0, 0.0))[0],
             wait_s=attempts.get((run_id, model), (0.0, 0.0))[1],
             decode_s=decode or 0.0, retries=retries or 0, tool_s=tool_s.get(run_id, 0.0), engine=engine,
         )
-        for run_id, created, status, verdict, model, n, prompt, cached, output, total, decode, retries, engine
-        in conn.execute(slices_query(since, until, by, include_replays))
+        for run_id, created, status, verdict, model, source, n, prompt, cached, output, total, decode, retries, engine
+        in conn.execute(slices_query(since, until, by, include_replays, conn.dialect.name))
     ]
 
 

@@ -4,7 +4,8 @@
 (``messages`` plus a ``tools`` column, tool-call arguments as objects),
 rebuilt from what the store recorded: the messages of the run's last request,
 then the messages its turns appended after that request. ``events-jsonl``:
-every recorded row of a run, one per line, in chain order.
+every recorded row of a run, one per line, in chain order. ``atif`` and
+``otel`` live in ``atif_export`` and ``otel_export``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from orchestrator.costing.errors import ReportError
 from store.tables import Run
 from store.views import CallView, Trajectory
 
-FORMATS = ("messages-jsonl", "events-jsonl")
+FORMATS = ("messages-jsonl", "events-jsonl", "atif", "otel")
 TRUNCATED_STATUSES = ("TRUNCATED",)
 
 

@@ -1,0 +1,78 @@
+"""``escrow import``: other agents' trajectories (SWE-agent, mini-swe-agent,
+OpenHands, Inspect, ATIF) recorded as runs with mode ``import``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from cli.store_cmd import CONFIG_HELP, DB_HELP, emit_json, open_store
+from orchestrator.errors import ConfigError
+from orchestrator.interop import FORMATS, ReadLimits, SourceError
+from store.importer import ImportOutcome, import_file
+
+MiB = 1024 * 1024
+
+
+def import_(
+    files: list[Path] = typer.Argument(..., help="Trajectory files (.traj, .json, .eval).", show_default=False),
+    fmt: str = typer.Option("auto", "--format", help=f"auto or one of: {', '.join(FORMATS)}."),
+    again: bool = typer.Option(False, "--again", help="Import a file again even if its sha256 was imported before."),
+    max_mib: int = typer.Option(
+        512, "--max-mib", help="Refuse a source file (or an .eval's content) over this many MiB."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object per file."),
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
+    config: Path | None = typer.Option(None, "--config", help=CONFIG_HELP),
+) -> None:
+    """Import trajectories recorded by other agents as runs (mode import),
+    one transaction per file, for `escrow report`, `show` and `export`.
+
+    Figures a source lacks are stored as absent, never guessed. A file whose
+    sha256 was imported before is skipped unless --again. Exit codes: 0 all
+    imported; 10 unreadable (truncated, corrupt); 11 wrong or unknown format;
+    12 unsupported schema version; 13 over a size cap (or a zip bomb)."""
+    if fmt != "auto" and fmt not in FORMATS:
+        raise ConfigError(f"--format takes auto or one of {', '.join(FORMATS)}, not {fmt!r}")
+    if max_mib <= 0:
+        raise ConfigError("--max-mib must be positive")
+    limits = ReadLimits(max_file_bytes=max_mib * MiB, max_member_bytes=max_mib * MiB, max_total_bytes=2 * max_mib * MiB)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    failures: list[SourceError] = []
+    with open_store(db, config, readonly=False) as store:
+        for n, path in enumerate(files, start=1):
+            try:
+                outcome = import_file(store, path, fmt=fmt, again=again, limits=limits)
+            except SourceError as exc:
+                failures.append(exc)
+                if as_json:
+                    emit_json({"path": str(path), "error": exc.message, "exit_code": exc.exit_code})
+                else:
+                    err.print(f"[{n}/{len(files)}] [bold red]error:[/] {exc.message}")
+                continue
+            report(outcome, n, len(files), as_json, err)
+    if failures:
+        sys.exit(failures[0].exit_code)
+
+
+def report(outcome: ImportOutcome, n: int, total: int, as_json: bool, err: Console) -> None:
+    if as_json:
+        emit_json(outcome.model_dump(mode="json"))
+    elif outcome.skipped:
+        err.print(
+            f"[{n}/{total}] {outcome.path}: already imported as {', '.join(r[:12] for r in outcome.run_ids)}"
+            " (--again imports it again)"
+        )
+    else:
+        err.print(
+            f"[{n}/{total}] {outcome.path}: {outcome.format} {outcome.version},"
+            f" {len(outcome.run_ids)} run(s), {outcome.calls} call(s)"
+        )
+        typer.echo("\n".join(outcome.run_ids))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("import")(import_)

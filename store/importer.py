@@ -1,0 +1,351 @@
+"""The store side of ``escrow import``: a source file's trajectories become
+runs with ``mode = "import"``, written through the store's row builders and
+hash chain, one transaction per file.
+
+Each run's genesis (its ``config_json``) records the source file's sha256,
+path, format and version, so its chain starts at the import. A call of the
+source becomes a request row, a response row (envelope) and one attempt; its
+tool results become candidates and tool executions with no ACL decision
+(none was made). Figures the source lacks are stored as 0 with source
+``absent``; ``sampling.extra.absent`` lists the request fields the source
+does not give (max_tokens is then a placeholder 1, as the contract requires
+one). Re-importing a file (same sha256) is a no-op unless ``again``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from orchestrator import __version__
+from orchestrator.contract import Frozen, Message, ModelRequest, Sampling, ToolCall
+from orchestrator.envelope import Attempt, Envelope, FigureSource, Payload, Status, Timings, Usage
+from orchestrator.interop import (
+    FormatMismatch,
+    ReadLimits,
+    SourceTooLarge,
+    SourceTrajectory,
+    UnreadableSource,
+    read_trajectories,
+)
+from orchestrator.interop.records import IMPORT_MODE, SourceMessage
+from store import rows as build
+from store.recorder import VERDICT_EVENT
+from store.rows import Pending
+from store.store import Store
+from store.tables import Run
+from store.writer import append
+
+RUNS = Run.__table__  # type: ignore[attr-defined]
+
+IMPORT_EVENT = "import"
+IMPORTED_VERDICT = "IMPORTED"
+REASONING_EVENT = "source_reasoning"
+ABSENT_REQUEST_FIELDS = ("max_tokens", "temperature", "top_p", "stop", "tools")
+TRUNCATED = {"length", "max_tokens", "model_length"}
+REFUSED = {"content_filter", "refusal"}
+
+
+class ImportOutcome(Frozen):
+    path: str
+    sha256: str
+    format: str | None = None
+    version: str | None = None
+    run_ids: tuple[str, ...] = ()
+    skipped: bool = False
+    calls: int = 0
+
+
+def read_source(path: Path, limits: ReadLimits) -> tuple[bytes, str]:
+    """The file's bytes and sha256, read in chunks under the size cap."""
+    if path.is_dir():
+        raise FormatMismatch(
+            f"{path} is a directory; give trajectory files (OpenHands V1 per-event folders are not read)",
+            path=str(path),
+        )
+    try:
+        size = path.stat().st_size
+        if size > limits.max_file_bytes:
+            raise SourceTooLarge(
+                f"{path}: {size} bytes, over the cap of {limits.max_file_bytes} (see --max-mib)", path=str(path)
+            )
+        digest, chunks, total = hashlib.sha256(), [], 0
+        with path.open("rb") as fh:
+            while chunk := fh.read(1 << 20):
+                total += len(chunk)
+                if total > limits.max_file_bytes:  # the file grew while being read
+                    raise SourceTooLarge(f"{path}: over the cap of {limits.max_file_bytes} bytes", path=str(path))
+                digest.update(chunk)
+                chunks.append(chunk)
+    except OSError as exc:
+        raise UnreadableSource(f"cannot read {path}: {exc.strerror or exc}", path=str(path)) from None
+    return b"".join(chunks), digest.hexdigest()
+
+
+def already_imported(conn: Connection, sha256: str) -> list[str]:
+    needle = f'%"sha256":"{sha256}"%'
+    stmt = (
+        select(RUNS.c.id).where(RUNS.c.mode == IMPORT_MODE, RUNS.c.config_json.like(needle)).order_by(RUNS.c.created_at)
+    )
+    return [str(r) for r in conn.execute(stmt).scalars()]
+
+
+def status_of(finish_reason: str | None) -> Status:
+    reason = (finish_reason or "").lower()
+    if reason in TRUNCATED:
+        return Status.TRUNCATED
+    if reason in REFUSED:
+        return Status.REFUSED
+    return Status.COMPLETED
+
+
+def figure(value: int | None) -> tuple[int, FigureSource]:
+    return (0, "absent") if value is None else (value, "server")
+
+
+def envelope_of(item: SourceMessage) -> Envelope:
+    call, message = item.call, item.message
+    assert call is not None
+    prompt, prompt_source = figure(call.usage.prompt_tokens)
+    cached, cached_source = figure(call.usage.cached_tokens)
+    completion, completion_source = figure(call.usage.completion_tokens)
+    status = status_of(call.finish_reason)
+    total_s = call.duration_s or 0.0
+    return Envelope(
+        status=status,
+        payload=Payload(text=message.content or "", tool_calls=message.tool_calls),
+        finish_reason=call.finish_reason,
+        usage=Usage(
+            prompt_tokens=prompt,
+            cached_prompt_tokens=cached,
+            completion_tokens=completion,
+            prompt_source=prompt_source,
+            cached_source=cached_source,
+            completion_source=completion_source,
+        ),
+        timings=Timings(total_s=total_s),
+        model=call.model,
+        logprobs=call.logprobs,
+        attempts=(Attempt(number=1, status=status, duration_s=total_s),),
+    )
+
+
+def request_of(model: str, history: Sequence[Message]) -> ModelRequest:
+    messages = tuple(history) or (Message(role="user", content=""),)
+    return ModelRequest(
+        model=model,
+        messages=messages,
+        max_tokens=1,
+        sampling=Sampling(temperature=None, extra={"imported": True, "absent": list(ABSENT_REQUEST_FIELDS)}),
+    )
+
+
+class RunBuilder:
+    """The rows of one imported trajectory, in chain order."""
+
+    def __init__(self, run_id: str, trajectory: SourceTrajectory, now: float) -> None:
+        self.run_id, self.trajectory, self.now = run_id, trajectory, now
+        self.rows: list[Pending] = []
+        self.turn = 0
+        self.turn_start = 0
+        self.turn_messages: list[Message] = []
+        self.call_id: str | None = None
+        self.open_calls: dict[str, ToolCall] = {}
+        self.tool_ids: list[str] = []
+        self.next_index = 0
+
+    def close_turn(self) -> None:
+        if self.call_id is None:
+            return
+        n = len(self.rows) - self.turn_start
+        self.rows.append(build.turn_row(self.run_id, self.turn, n, self.turn_messages, self.now))
+        self.turn_messages, self.call_id = [], None
+
+    def add_call(self, item: SourceMessage, history: Sequence[Message]) -> None:
+        self.close_turn()
+        self.turn += 1
+        self.turn_start = len(self.rows)
+        call = item.call
+        assert call is not None
+        model = call.model or self.trajectory.model or "unknown"
+        self.call_id = build.new_row_id()
+        request_row = build.request_row(
+            self.call_id, self.run_id, self.turn, request_of(model, history), None, call.at or self.now
+        )
+        self.rows.append(request_row)
+        self.rows += build.response_rows(
+            self.call_id, self.run_id, self.turn, envelope_of(item), call.usage.cost_usd, self.now
+        )
+        if call.reasoning:
+            self.rows.append(
+                build.event_row(self.run_id, self.turn, REASONING_EVENT, {"text": call.reasoning}, self.now)
+            )
+        self.open_calls = {c.id: c for c in item.message.tool_calls}
+        self.tool_ids = [c.id for c in item.message.tool_calls]
+        self.next_index = len(self.tool_ids)
+        self.turn_messages.append(item.message)
+
+    def add_observation(self, item: SourceMessage) -> None:
+        obs = item.observation
+        assert obs is not None and self.call_id is not None
+        proposed = self.open_calls.pop(obs.tool_call_id, None) if obs.tool_call_id else None
+        if proposed is not None:
+            index = self.tool_ids.index(proposed.id)
+            tool_call: Any = proposed
+            arguments: Any = proposed.arguments
+        else:
+            # A text action (or a result naming no call of this message): a candidate after the tool calls.
+            index, self.next_index = self.next_index, self.next_index + 1
+            tool_call = {"name": obs.tool_name, "text_action": obs.action}
+            arguments = None if obs.action is None else {"action": obs.action}
+        candidate_id = build.new_row_id()
+        self.rows.append(
+            build.candidate_row(
+                candidate_id, self.run_id, self.turn, self.call_id, index, tool_call, obs.at or self.now
+            )
+        )
+        detail = {"imported": True, **({"error": obs.error} if obs.error else {})}
+        self.rows.append(
+            build.tool_execution_row(
+                self.run_id,
+                self.turn,
+                candidate_id,
+                tool=obs.tool_name,
+                arguments_json=arguments,
+                decision=None,
+                rule=None,
+                reason=None,
+                exit_code=obs.exit_code,
+                stdout=None,
+                stderr=None,
+                duration_s=obs.duration_s,
+                observation=item.message.content or "",
+                cap=0,
+                now=obs.at or self.now,
+                ok=None if obs.exit_code is None else obs.exit_code == 0,
+                detail=detail,
+            )
+        )
+        self.turn_messages.append(item.message)
+
+
+def trajectory_rows(run_id: str, trajectory: SourceTrajectory, meta: dict[str, Any], now: float) -> list[Pending]:
+    """Pure: every chained row of one imported trajectory."""
+    builder = RunBuilder(run_id, trajectory, now)
+    builder.rows.append(build.event_row(run_id, None, IMPORT_EVENT, {**meta, "info": trajectory.info}, now))
+    histories: dict[int, list[Message]] = {}
+    for item in trajectory.messages:
+        history = histories.setdefault(item.conversation, [])
+        if item.call is not None:
+            builder.add_call(item, history)
+        elif item.observation is not None and builder.call_id is not None:
+            builder.add_observation(item)
+        elif builder.call_id is not None:
+            builder.turn_messages.append(item.message)
+        history.append(item.message)
+    builder.close_turn()
+    builder.rows.append(
+        build.event_row(
+            run_id, None, VERDICT_EVENT, {"verdict": IMPORTED_VERDICT, "detail": outcome_of(trajectory)}, now
+        )
+    )
+    return builder.rows
+
+
+def outcome_of(trajectory: SourceTrajectory) -> str:
+    """The source's own outcome, as the verdict detail (Escrow verified nothing)."""
+    info = trajectory.info
+    parts = [f"{trajectory.format} {trajectory.version}"]
+    if info.get("exit_status"):
+        parts.append(f"exit status {info['exit_status']}")
+    if isinstance(info.get("scores"), dict):
+        parts.append(
+            "scores "
+            + ", ".join(f"{k}={v.get('value') if isinstance(v, dict) else v}" for k, v in info["scores"].items())
+        )
+    return "; ".join(parts)
+
+
+def import_file(
+    store: Store,
+    path: Path,
+    *,
+    fmt: str = "auto",
+    again: bool = False,
+    limits: ReadLimits | None = None,
+    clock: Callable[[], float] = time.time,
+) -> ImportOutcome:
+    """Import every trajectory of one file, all or nothing."""
+    limits = limits or ReadLimits()
+    data, sha256 = read_source(path, limits)
+    with store.read() as conn:
+        existing = already_imported(conn, sha256)
+    if existing and not again:
+        return ImportOutcome(path=str(path), sha256=sha256, run_ids=tuple(existing), skipped=True)
+    trajectories = read_trajectories(data, str(path), fmt, limits)
+    if not trajectories:
+        raise UnreadableSource(f"{path}: holds no trajectory", path=str(path))
+    now = clock()
+    run_ids = []
+    with store.write() as conn:
+        if not again and already_imported(conn, sha256):  # imported meanwhile by another process
+            return ImportOutcome(
+                path=str(path), sha256=sha256, run_ids=tuple(already_imported(conn, sha256)), skipped=True
+            )
+        for index, trajectory in enumerate(trajectories):
+            run_id = build.new_run_id()
+            meta = {
+                "format": trajectory.format,
+                "version": trajectory.version,
+                "sha256": sha256,
+                "file": path.name,
+                "source_id": trajectory.source_id,
+                "index": index,
+            }
+            model = (
+                trajectory.model
+                or next((m.call.model for m in trajectory.messages if m.call and m.call.model), None)
+                or "unknown"
+            )
+            row = build.run_row(
+                run_id=run_id,
+                now=now,
+                task=trajectory.task,
+                repo=str(path),
+                config={"import": meta},
+                policy={},
+                model=model,
+                mode=IMPORT_MODE,
+                parent_run_id=None,
+                forked_at_turn=None,
+                version=__version__,
+            )
+            conn.execute(RUNS.insert(), [row])
+            written = append(conn, run_id, trajectory_rows(run_id, trajectory, meta, now))
+            verdict = written[-1]
+            conn.execute(
+                RUNS.update()
+                .where(RUNS.c.id == run_id)
+                .values(
+                    status="finished",
+                    verdict=IMPORTED_VERDICT,
+                    verdict_detail=json.loads(verdict["data_json"])["detail"],
+                    finished_at=verdict["at"],
+                )
+            )
+            run_ids.append(run_id)
+    first = trajectories[0]
+    return ImportOutcome(
+        path=str(path),
+        sha256=sha256,
+        format=first.format,
+        version=first.version,
+        run_ids=tuple(run_ids),
+        calls=sum(t.calls for t in trajectories),
+    )
