@@ -3,7 +3,7 @@
 Two kinds of input: Escrow's own small fixtures in tests/data/interop (always
 there; an Inspect log is zipped from its ``NAME.eval.d`` folder), and real
 sample files recorded by other agents, kept outside this repository in the
-steering repository's shared/interop (``$ESCROW_SHARED_DIR/interop``, else
+shared data folder (``$ESCROW_SHARED_DIR/interop``, else
 ``../shared/interop`` beside the checkout). Tests of real samples skip when
 those files are absent: a data prerequisite, listed in docs/INTEROP.md."""
 

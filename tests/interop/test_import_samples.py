@@ -1,5 +1,5 @@
-"""Every real sample (recorded by other agent frameworks, kept in the steering
-repository's shared/interop, see docs/INTEROP.md) imports, its chain
+"""Every real sample (recorded by other agent frameworks, kept in the shared
+data folder ../shared/interop, see docs/INTEROP.md) imports, its chain
 verifies, and the stored figures are the source's own: summed here from the
 raw JSON, not from the parser. Skipped, with the reason, where the files are
 absent; tests/interop/test_import_own.py covers every parser without them."""
