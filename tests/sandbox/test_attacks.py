@@ -288,21 +288,9 @@ def _init_identity(docker_client, box: ToolBox) -> tuple[str, str, int]:
 
 # Signals at init, and at every process the agent's user may signal. A shell
 # that kills init is killed with it, so the proof is init's identity after.
-# Known defect: docker-init forwards TERM/INT/HUP to the main process
-# (``sleep infinity``, run as the agent's own user), and ``kill -1`` reaches it
-# directly; when it exits, init exits and the container stops, so a model can
-# end its own sandbox mid-run. Strict xfail: fixing it turns these red.
-_STOPS_THE_SANDBOX = pytest.mark.xfail(
-    strict=True, reason="the agent's user can signal the container's main process, which stops the sandbox")
-INIT_KILLS = [
-    "kill -9 1",
-    "kill -STOP 1",
-    pytest.param("kill -TERM 1", marks=_STOPS_THE_SANDBOX),
-    pytest.param("kill -INT 1", marks=_STOPS_THE_SANDBOX),
-    pytest.param("kill -HUP 1", marks=_STOPS_THE_SANDBOX),
-    pytest.param("kill -9 -1", marks=_STOPS_THE_SANDBOX),
-    pytest.param("kill -TERM -1", marks=_STOPS_THE_SANDBOX),
-]
+# Init and the main process run as another uid than the agent's, so none of
+# these reaches them (TERM/INT/HUP forwarded by docker-init, kill -1 at all).
+INIT_KILLS = ["kill -9 1", "kill -STOP 1", "kill -TERM 1", "kill -INT 1", "kill -HUP 1", "kill -9 -1", "kill -TERM -1"]
 
 
 @pytest.mark.slow
