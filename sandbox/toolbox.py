@@ -19,6 +19,7 @@ from importlib import resources
 
 from orchestrator.contract import Frozen, ToolSpec
 from policies import Policy, Verdict, decide
+from policies.paths import first_match
 from sandbox.capture import CappedOutput
 from sandbox.container import Sandbox
 from sandbox.errors import ExportRefused
@@ -134,6 +135,8 @@ class ToolBox:
                                           f"{written} resolves to {resolved}; {decision.reason}")
         request = _request(name, args, self.policy.resources.read_cap_bytes) | {"path": resolved, "resolved": True}
         outcome, reply = self._fileop(request)
+        if name == "list_files" and reply is not None and reply.get("ok"):
+            reply = _without_denied(reply, resolved, self.policy)
         return self._fileop_result(name, args, outcome, reply).model_copy(
             update={"resolved_path": resolved, "resolved_rule": decision.rule})
 
@@ -155,6 +158,18 @@ class ToolBox:
         return ToolResult(tool=name, ok=ok, exit_code=outcome.exit_code, observation=observation,
                           stderr=outcome.stderr, duration_s=outcome.duration_s, timed_out=outcome.timed_out,
                           canceled=outcome.canceled)
+
+
+def _without_denied(reply: dict, base: str, policy: Policy) -> dict:
+    """A listing keeps no entry under a deny glob: the names below ``.git`` or
+    ``secrets/**`` are as private as their contents. Hidden entries leave the
+    total too, so not even their number shows."""
+    def denied(entry: str) -> bool:
+        rel = entry.rstrip("/@")
+        path = rel if base in ("", ".") else f"{base}/{rel}"
+        return first_match(policy.paths.deny, path) is not None
+    kept = [e for e in reply["entries"] if not denied(e)]
+    return reply | {"entries": kept, "total": reply["total"] - (len(reply["entries"]) - len(kept))}
 
 
 def _request(name: str, args: ToolArgs, read_cap: int) -> dict[str, object]:

@@ -134,3 +134,23 @@ def test_repo_links_are_judged_resolved_in_a_policy_without_bash(docker_client, 
     with Sandbox.start(docker_client, sandbox_image, NO_BASH, repo) as sandbox:
         result = call(ToolBox(sandbox, NO_BASH), "read_file", {"path": path})
     assert not result.ok and SECRET not in result.observation and "resolves to" in result.observation
+
+
+@pytest.mark.parametrize("path,depth", [(".", 3), ("docs", 3), (".", 1)])
+def test_a_listing_shows_no_name_under_a_deny_glob(sandbox, path, depth):
+    """Names below .git, secrets/** or **/*.key are as private as their
+    contents: a listing of an allowed directory leaves them out, also when a
+    link inside it points at a denied place."""
+    toolbox = ToolBox(sandbox, POLICY)
+    assert sandbox.bash("ln -s ../secrets docs/s; mkdir -p docs/deep; touch docs/deep/leak.key", toolbox.limits()).exit_code == 0
+    result = call(toolbox, "list_files", {"path": path, "depth": depth})
+    assert result.ok, result.observation
+    entries = result.observation.splitlines()
+    assert entries, "the listing is empty"
+    for entry in entries:
+        name = entry.rstrip("/@")
+        full = name if path == "." else f"{path}/{name}"
+        assert not full.startswith((".git", "secrets")), entry
+        assert not full.endswith(".key"), entry
+    if path == "docs":
+        assert "readme.txt" in entries and "s@" in entries  # the link itself is a name in docs, shown as a link
