@@ -14,6 +14,7 @@ import typer
 from orchestrator.errors import ConfigError
 from orchestrator.settings import load_settings
 from store import ChainBroken, Store
+from store.batches import crashed_runs, mark_crashed
 from store.render import check_line, parse_since, runs_json, runs_table, trajectory_text
 
 DB_HELP = "Store URL (SQLAlchemy form); default ESCROW_DB_URL, else the SQLite file in ESCROW_HOME."
@@ -46,6 +47,7 @@ def runs(
         raise ConfigError(str(exc)) from None
     with open_store(db, config) as store:
         found = store.runs(status=status, verdict=verdict, model=model, since=since_ts, limit=limit)
+        found = mark_crashed(found, crashed_runs(store))
     if as_json:
         emit_json(runs_json(found))
     else:

@@ -18,6 +18,7 @@ from orchestrator.contract import Frozen
 from store.batch_tables import BatchAttemptRow, BatchRow, BatchTaskRow, RunLease
 from store.store import Store
 from store.tables import Run
+from store.views import RunSummary
 
 MODEL = "model"
 INFRASTRUCTURE = "infrastructure"
@@ -148,3 +149,9 @@ def crashed_runs(store: Store, *, now: float | None = None) -> set[str]:
         rows = conn.execute(select(R.c.id).join(RL, RL.c.run_id == R.c.id).where(
             (R.c.status == "running") & (RL.c.expires_at < at))).scalars().all()
     return set(rows)
+
+
+def mark_crashed(summaries: list[RunSummary], crashed: set[str]) -> list[RunSummary]:
+    """Listed runs with status ``crashed`` where their process died."""
+    return [s.model_copy(update={"run": s.run.model_copy(update={"status": "crashed"})}) if s.run.id in crashed else s
+            for s in summaries]
