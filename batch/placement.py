@@ -34,6 +34,10 @@ class ReplicaPool:
         with self.lock:
             self.load[url] -= 1
 
+    def live(self) -> int:
+        with self.lock:
+            return len(self.urls) - len(self.drained)
+
     def drain(self, url: str) -> None:
         with self.lock:
             self.drained.add(url)

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from batch.placement import ReplicaPool
-from batch.runner import AttemptResult, Deadlines, run_attempt
+from batch.placement import NoReplica, ReplicaPool
+from batch.runner import INFRASTRUCTURE_FAILURE, AttemptResult, Deadlines, run_attempt
 from batch.tasks import BatchTask
 from orchestrator.contract import Frozen
 from orchestrator.settings import Settings
@@ -26,6 +26,20 @@ class PoolOptions(Frozen):
     deadlines: Deadlines = Deadlines()
 
 
+# A run whose model server stopped answering: with another replica live, the
+# replica is drained and the task moves (a cold prefix cache, so it is recorded).
+REPLICA_LOST = "TRANSPORT_FAILURE"
+
+
+def moved_off(store: Store, replicas: ReplicaPool, url: str, result: AttemptResult) -> AttemptResult:
+    replicas.drain(url)
+    error = f"replica {url} went away (run ended {result.verdict}); drained, task moved to another replica"
+    bstore.finish_attempt(store, result.attempt_id, outcome=bstore.INFRASTRUCTURE, run_id=result.run_id,
+                          verdict=INFRASTRUCTURE_FAILURE, error=error)
+    return result.model_copy(update={"outcome": bstore.INFRASTRUCTURE, "verdict": INFRASTRUCTURE_FAILURE,
+                                     "error": error})
+
+
 def run_task_with_retries(
     store: Store, settings: Settings, batch_id: str, task: BatchTask, *, tasks_dir: Path, replicas: ReplicaPool,
     options: PoolOptions, starts: threading.Semaphore, on_attempt: Callable[[AttemptResult], None],
@@ -33,12 +47,18 @@ def run_task_with_retries(
     result: AttemptResult | None = None
     for _ in range(1 + options.infra_retries):
         starts.acquire()
-        url = replicas.acquire()
+        try:
+            url = replicas.acquire()
+        except NoReplica:
+            starts.release()
+            raise
         try:
             result = run_attempt(store, settings, batch_id, task, tasks_dir=tasks_dir, model_url=url,
                                  deadlines=options.deadlines, admitted=starts.release, replica=url)
         finally:
             replicas.release(url)
+        if result.verdict == REPLICA_LOST and replicas.live() > 1:
+            result = moved_off(store, replicas, url, result)
         on_attempt(result)
         if result.outcome != bstore.INFRASTRUCTURE:
             break

@@ -43,6 +43,7 @@ class Deadlines(Frozen):
 
 class AttemptResult(Frozen):
     task_id: str
+    attempt_id: str = ""
     outcome: str
     verdict: str | None
     run_id: str | None
@@ -141,8 +142,8 @@ def run_attempt(
         admit()
     result = outcome.result
     bstore.finish_attempt(store, attempt_id, outcome=bstore.MODEL, run_id=outcome.run_id, verdict=result.verdict.value)
-    return AttemptResult(task_id=task.id, outcome=bstore.MODEL, verdict=result.verdict.value, run_id=outcome.run_id,
-                         cost_usd=result.cost_usd, tokens=result.tokens)
+    return AttemptResult(task_id=task.id, attempt_id=attempt_id, outcome=bstore.MODEL, verdict=result.verdict.value,
+                         run_id=outcome.run_id, cost_usd=result.cost_usd, tokens=result.tokens)
 
 
 
@@ -153,4 +154,5 @@ def _finish(store: Store, attempt_id: str, task: BatchTask, outcome: str, run_id
             exc: BaseException) -> AttemptResult:
     error = f"{type(exc).__name__}: {exc}"
     bstore.finish_attempt(store, attempt_id, outcome=outcome, run_id=run_id, verdict=verdict, error=error)
-    return AttemptResult(task_id=task.id, outcome=outcome, verdict=verdict, run_id=run_id, error=error)
+    return AttemptResult(task_id=task.id, attempt_id=attempt_id, outcome=outcome, verdict=verdict, run_id=run_id,
+                         error=error)
