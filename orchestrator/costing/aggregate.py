@@ -16,7 +16,8 @@ from orchestrator.costing.trajectory import unpriced_warnings
 from policies.pricing import CostBreakdown, cost_breakdown
 
 GroupBy = Literal["model", "day", "status", "verdict"]
-GROUP_BY: tuple[str, ...] = ("model", "day", "status", "verdict")
+GROUP_BY: tuple[str, ...] = ("model", "day", "status", "verdict", "batch")
+NO_BATCH = "(no batch)"
 NO_VERDICT = "(none)"
 DAY_FORMAT = "%Y-%m-%d"
 
@@ -38,6 +39,7 @@ class RunSlice(Frozen):
     decode_s: float
     retries: int
     tool_s: float = 0.0
+    batch: str | None = None
 
 
 class Spread(Frozen):
@@ -94,6 +96,8 @@ def group_key(by: str, piece: RunSlice) -> str:
         return piece.status
     if by == "verdict":
         return piece.verdict or NO_VERDICT
+    if by == "batch":
+        return piece.batch or NO_BATCH
     raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUP_BY)}")
 
 

@@ -17,8 +17,9 @@ from typing import Any
 from sqlalchemy import Connection, Integer, Select, and_, case, cast, func, select, true
 
 from orchestrator.costing import AggregateReport, RunSlice, aggregate
-from orchestrator.costing.aggregate import DAY_FORMAT, NO_VERDICT
+from orchestrator.costing.aggregate import DAY_FORMAT, NO_BATCH, NO_VERDICT
 from policies.price_table import PriceTable
+from store.batch_tables import BatchAttemptRow
 from store.store import Store
 from store.tables import ModelCall, ModelResponse, Run, ToolExecution
 
@@ -26,6 +27,7 @@ RUNS = Run.__table__  # type: ignore[attr-defined]
 CALLS = ModelCall.__table__  # type: ignore[attr-defined]
 RESPONSES = ModelResponse.__table__  # type: ignore[attr-defined]
 TOOLS = ToolExecution.__table__  # type: ignore[attr-defined]
+ATTEMPTS = BatchAttemptRow.__table__  # type: ignore[attr-defined]
 
 MODEL = CALLS.c["gen_ai.request.model"]
 PROMPT = RESPONSES.c["gen_ai.usage.input_tokens"]
@@ -71,6 +73,8 @@ def group_key_sql(by: str, dialect: str) -> Any:
         return RUNS.c.status
     if by == "verdict":
         return func.coalesce(RUNS.c.verdict, NO_VERDICT)
+    if by == "batch":
+        return func.coalesce(ATTEMPTS.c.batch_id, NO_BATCH)
     if by == "day" and dialect == "sqlite":
         return func.strftime(DAY_FORMAT, RUNS.c.created_at, "unixepoch")
     if by == "day":
@@ -82,9 +86,12 @@ def ttft_query(since: float | None, until: float | None, by: str = "model", dial
     """TTFTs to the millisecond, counted per group: a histogram, not a million rows."""
     key = group_key_sql(by, dialect)
     millis = cast(func.round(RESPONSES.c.ttft_s * 1000), Integer)
+    joined = RUNS.join(RESPONSES, RESPONSES.c.run_id == RUNS.c.id).join(CALLS, CALLS.c.id == RESPONSES.c.call_id)
+    if by == "batch":
+        joined = joined.outerjoin(ATTEMPTS, ATTEMPTS.c.run_id == RUNS.c.id)
     return (
         select(key, millis, func.count())
-        .select_from(RUNS.join(RESPONSES, RESPONSES.c.run_id == RUNS.c.id).join(CALLS, CALLS.c.id == RESPONSES.c.call_id))
+        .select_from(joined)
         .where(window(since, until), RESPONSES.c.ttft_s.is_not(None))
         .group_by(key, millis)
     )
@@ -92,11 +99,12 @@ def ttft_query(since: float | None, until: float | None, by: str = "model", dial
 
 def run_slices(conn: Connection, since: float | None, until: float | None) -> list[RunSlice]:
     tool_s = dict(conn.execute(tool_time_query(since, until)).all())
+    batch_of = dict(conn.execute(select(ATTEMPTS.c.run_id, ATTEMPTS.c.batch_id).where(ATTEMPTS.c.run_id.is_not(None))).all())
     return [
         RunSlice(
             run_id=run_id, created_at=created, status=status, verdict=verdict, model=model, calls=n,
             prompt_tokens=prompt or 0, cached_tokens=cached or 0, completion_tokens=output or 0, gpu_s=total or 0.0,
-            decode_s=decode or 0.0, retries=retries or 0, tool_s=tool_s.get(run_id, 0.0),
+            decode_s=decode or 0.0, retries=retries or 0, tool_s=tool_s.get(run_id, 0.0), batch=batch_of.get(run_id),
         )
         for run_id, created, status, verdict, model, n, prompt, cached, output, total, decode, retries
         in conn.execute(slices_query(since, until))
