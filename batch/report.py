@@ -55,7 +55,7 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[int(rank) - 1]
 
 
-def batch_report(view: BatchView, summaries: dict[str, RunSummary], crashed: set[str] = frozenset()) -> BatchReport:
+def batch_report(view: BatchView, summaries: dict[str, RunSummary], crashed: frozenset[str] | set[str] = frozenset()) -> BatchReport:
     latest = view.latest()
     lines = []
     for task_id in view.tasks:

@@ -54,7 +54,7 @@ class AttemptResult(Frozen):
 
 def task_settings(settings: Settings, task: BatchTask, model_url: str) -> Settings:
     o = task.overrides
-    updates = {"model_url": model_url.replace("{task_id}", task.id)}
+    updates: dict[str, object] = {"model_url": model_url.replace("{task_id}", task.id)}
     for name in ("max_turns", "budget_usd", "max_output_tokens"):
         if getattr(o, name) is not None:
             updates[name] = getattr(o, name)
@@ -102,11 +102,12 @@ class Heartbeat:
 
 def run_attempt(
     store: Store, settings: Settings, batch_id: str, task: BatchTask, *, tasks_dir: Path, model_url: str,
-    deadlines: Deadlines = Deadlines(), admitted: Callable[[], None] = lambda: None,
+    deadlines: Deadlines | None = None, admitted: Callable[[], None] = lambda: None,
     replica: str | None = None,
 ) -> AttemptResult:
     """Run ``task`` once and record the attempt. ``admitted`` is called once the
     sandbox is up (the first turn ended) or the attempt is over, whichever is first."""
+    deadlines = deadlines or Deadlines()
     attempt_id = bstore.start_attempt(store, batch_id, task.id, replica=replica)
     heartbeat = Heartbeat(store, deadlines.lease_s)
     cancel = threading.Event()

@@ -112,7 +112,7 @@ def _raw_rows(path: Path) -> list[tuple[int, Any, str | None]]:
     """(line, value, error) per row; Parquet rows are numbered from 1 like lines."""
     if path.suffix == ".parquet":
         try:
-            import pyarrow.parquet as pq
+            import pyarrow.parquet as pq  # type: ignore[import-untyped]
         except ImportError:
             raise TaskFileError("reading Parquet needs pyarrow (pip install 'escrow[batch]')") from None
         try:
@@ -130,7 +130,7 @@ def _raw_rows(path: Path) -> list[tuple[int, Any, str | None]]:
             continue
         try:
             rows.append((number, json.loads(line), None))
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             rows.append((number, None, f"line {number}: not JSON ({exc.msg} at column {exc.colno})"))
     return rows
 

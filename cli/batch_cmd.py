@@ -17,12 +17,11 @@ from batch.progress import BatchProgress
 from batch.report import BatchReport, batch_report
 from batch.runner import Deadlines
 from batch.tasks import load_task_file
+from cli.store_cmd import CONFIG_HELP, DB_HELP, emit_json
 from orchestrator.errors import ConfigError
 from orchestrator.settings import Settings, load_settings
 from store import Store
 from store import batches as bstore
-
-from cli.store_cmd import CONFIG_HELP, DB_HELP, emit_json
 
 VIEWS = ("status", "report")
 
@@ -32,7 +31,8 @@ def register(app: typer.Typer) -> None:
 
 
 def batch(
-    target: str = typer.Argument(None, help="A task file (JSONL or Parquet), or 'status'/'report' followed by a batch id."),
+    target: str = typer.Argument(
+        None, help="A task file (JSONL or Parquet), or 'status'/'report' followed by a batch id."),
     batch_ref: str = typer.Argument(None, help="The batch id (or a unique prefix) for status and report."),
     resume: str = typer.Option(None, "--resume", help="Rerun the tasks of BATCH that have no model verdict yet."),
     workers: int = typer.Option(4, "--workers", min=1, max=256, help="Runs at once, each in its own sandbox."),

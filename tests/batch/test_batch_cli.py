@@ -18,7 +18,6 @@ import pytest
 from batch.tasks import load_task_file
 from store import Store
 from store import batches as bstore
-
 from tests.batch.conftest import EXAMPLES
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -61,7 +60,8 @@ def _batch_ids(store: Store) -> list[str]:
 def test_kill_9_of_the_driver_then_resume_counts_every_task_once(tmp_path, fault_server, fix_scripts, sandbox_image):
     tasks = [t.id for t in load_task_file(EXAMPLES / "tasks.jsonl").tasks]
     for task_id in tasks:  # paced, so the kill lands while runs are in flight
-        fault_server.script_for(task_id, [step.model_copy(update={"tokens_per_s": 40.0}) for step in fix_scripts[task_id]])
+        paced = [step.model_copy(update={"tokens_per_s": 40.0}) for step in fix_scripts[task_id]]
+        fault_server.script_for(task_id, paced)
     home, db = tmp_path / "home", tmp_path / "home" / "escrow.db"
     common = ["--workers", "2", "--lease", "2", "--context-window", "8192", "--tokenizer", "cl100k_base",
               "--max-turns", "6", "--json"]

@@ -12,7 +12,6 @@ from typer.testing import CliRunner
 from cli.main import app
 from store import Recorder, Store, synthetic
 from store import batches as bstore
-
 from tests.store.test_postgres import postgres_url  # noqa: F401  (fixture)
 
 

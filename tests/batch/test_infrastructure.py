@@ -13,7 +13,6 @@ from batch.runner import INFRASTRUCTURE_FAILURE
 from batch.tasks import load_task_file
 from store import Store
 from store import batches as bstore
-
 from tests.batch.conftest import EXAMPLES
 from tests.batch.docker_proxy import FlakyDockerProxy
 
@@ -37,7 +36,8 @@ def test_dockerd_away_for_one_start_is_retried_and_never_a_model_verdict(tmp_pat
         batch_id = start_batch(store, subset(chosen), plan)
         results = run_batch(store, flaky, batch_id)
         view = bstore.load_batch(store, batch_id)
-        report = batch_report(view, {s.run.id: s for s in store.summaries([a.run_id for a in view.attempts if a.run_id])})
+        summaries = store.summaries([a.run_id for a in view.attempts if a.run_id])
+        report = batch_report(view, {s.run.id: s for s in summaries})
     assert proxy.refused == 1
     assert [r.verdict for r in results] == ["PASS", "PASS"]
     infra = [a for a in view.attempts if a.outcome == bstore.INFRASTRUCTURE]

@@ -33,7 +33,8 @@ def test_progress_counts_outcomes_apart_and_estimates_the_rest():
     assert progress.eta_s() is None
     now[0] = 10.0
     progress.attempt(AttemptResult(task_id="a", outcome="model", verdict="PASS", run_id="r", cost_usd=0.5))
-    progress.attempt(AttemptResult(task_id="b", outcome="infrastructure", verdict="INFRASTRUCTURE_FAILURE", run_id=None))
+    progress.attempt(AttemptResult(task_id="b", outcome="infrastructure", verdict="INFRASTRUCTURE_FAILURE",
+                                   run_id=None))
     progress.attempt(AttemptResult(task_id="c", outcome="model", verdict="FAULTED", run_id="s"))
     assert (progress.passed, progress.failed, progress.infra, progress.finished) == (1, 1, 1, 2)
     assert progress.eta_s() == 10.0  # 5 s per finished task, two left

@@ -9,7 +9,6 @@ from batch.pool import PoolOptions
 from batch.tasks import load_task_file
 from store import Store
 from store import batches as bstore
-
 from tests.batch.conftest import EXAMPLES
 
 pytestmark = [pytest.mark.docker]

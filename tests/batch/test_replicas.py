@@ -12,7 +12,6 @@ from batch.tasks import load_task_file
 from orchestrator.fault_server import FaultServer
 from store import Store
 from store import batches as bstore
-
 from tests.batch.conftest import EXAMPLES
 
 pytestmark = [pytest.mark.docker]

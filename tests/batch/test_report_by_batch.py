@@ -22,7 +22,7 @@ def test_report_groups_runs_by_batch(tmp_path):
         recorder = Recorder(store)
         runs = [record_run(recorder, turns=2, seed=seed) for seed in (1, 2, 3)]
         batch_id = bstore.create_batch(store, task_file="t.jsonl", tasks={"a": (1, {}), "b": (2, {})}, settings={})
-        for task_id, run_id in zip(("a", "b"), runs[:2]):
+        for task_id, run_id in zip(("a", "b"), runs[:2], strict=True):
             attempt = bstore.start_attempt(store, batch_id, task_id)
             bstore.finish_attempt(store, attempt, outcome=bstore.MODEL, run_id=run_id, verdict="PASS")
     done = subprocess.run([str(ESCROW), "report", "--since", "3650d", "--by", "batch", "--json"], capture_output=True,

@@ -14,7 +14,6 @@ from batch.errors import RepoError, TaskFileError
 from batch.microrepo import example_rows, git, materialise
 from batch.repos import prepare_repo
 from batch.tasks import load_task_file, parse_row
-
 from tests.batch.conftest import EXAMPLES
 
 SWE = {"instance_id": "a", "repo": "o/n", "base_commit": "abc1234", "problem_statement": "fix it",
