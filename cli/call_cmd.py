@@ -118,7 +118,9 @@ def call(
 
 
 def fault_server(
-    script: Path = typer.Option(..., "--script", help='JSON script: {"steps": [{"kind": "reply", "text": "hi"}, ...], "cycle": false}.'),
+    script: Path = typer.Option(None, "--script", help='JSON script: {"steps": [{"kind": "reply", "text": "hi"}, ...], "cycle": false}.'),
+    fixes: Path = typer.Option(None, "--fixes", help="A task directory (examples/tasks): play each task's fix.patch "
+                               "under /k/TASK_ID/v1, for `escrow batch --model-url .../k/{task_id}/v1`."),
     port: int = typer.Option(8099, "--port", min=0, max=65535, help="Port to listen on (0 picks a free one)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; loopback unless you mean otherwise."),
     model: str = typer.Option("fault-model", "--model", help="Model id listed at /v1/models."),
@@ -127,6 +129,10 @@ def fault_server(
     """Serve a scripted OpenAI-compatible model with injected faults until Ctrl-C."""
     from orchestrator.fault_server import FaultServer, Script
 
+    if (script is None) == (fixes is None):
+        raise ConfigError("give --script FILE or --fixes DIR (one of them)")
+    if fixes is not None:
+        return _serve_fixes(fixes, host, port, model, as_json)
     try:
         loaded = Script.model_validate_json(script.read_bytes())
     except OSError as exc:
@@ -143,6 +149,30 @@ def fault_server(
             typer.echo(json.dumps({"base_url": server.base_url, "port": server.port, "steps": len(loaded.steps)}))
         else:
             typer.echo(f"fault server: {len(loaded.steps)} steps at {server.base_url} (Ctrl-C to stop)")
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+def _serve_fixes(root: Path, host: str, port: int, model: str, as_json: bool) -> None:
+    from cli.batch.scripted import example_scripts
+    from orchestrator.fault_server import FaultServer
+
+    if not root.is_dir():
+        raise ConfigError(f"--fixes {root} is not a directory", path=str(root))
+    scripts = example_scripts(root)
+    server = FaultServer(host=host, port=port, model=model)
+    for task_id, steps in scripts.items():
+        server.script_for(task_id, steps)
+    server.start()
+    url = f"http://{host}:{server.port}/k/{{task_id}}/v1"
+    try:
+        if as_json:
+            typer.echo(json.dumps({"model_url": url, "port": server.port, "tasks": len(scripts)}))
+        else:
+            typer.echo(f"fault server: the known fixes of {len(scripts)} tasks at {url} (Ctrl-C to stop)")
         server.serve_forever()
     except KeyboardInterrupt:
         pass

@@ -40,12 +40,12 @@ def root(
 
 def _register() -> None:
     from cli import (
-        call_cmd, export_cmd, import_cmd, parity_cmd, policy_cmd, price_cmd, replay_cmd, report_cmd, run_cmd,
-        sandbox_cmd, store_cmd, view_cmd,
+        batch_cmd, call_cmd, export_cmd, import_cmd, parity_cmd, policy_cmd, price_cmd, replay_cmd, report_cmd,
+        run_cmd, sandbox_cmd, store_cmd, view_cmd,
     )
 
     for module in (run_cmd, call_cmd, store_cmd, sandbox_cmd, policy_cmd, report_cmd, export_cmd, import_cmd, price_cmd,
-                   replay_cmd, parity_cmd, view_cmd):
+                   replay_cmd, parity_cmd, view_cmd, batch_cmd):
         module.register(app)
 
 

@@ -107,6 +107,7 @@ class PatchRecorder:
 def execute_run(
     settings: Settings, *, task: str, repo: Path, verifier: str, apply: bool = False,
     progress: Progress | None = None, cancel: threading.Event | None = None, observer: RunObserver | None = None,
+    on_start: Callable[[str], None] | None = None,
 ) -> RunOutcome:
     repo_path = resolve_repo(repo)
     policy = resolve_policy(settings)
@@ -131,6 +132,8 @@ def execute_run(
         )
         journal = RunJournal(recorder, run_id)
         observed = journal if observer is None else ObservedJournal(journal, observer)
+        if on_start is not None:  # e.g. a batch takes the run's lease
+            on_start(run_id)
         structlog.contextvars.bind_contextvars(run_id=run_id)
         # From here on every ending is a recorded verdict: Ctrl-C only sets
         # ``cancel``, also while the sandbox starts, and the run ends CANCELED.

@@ -15,6 +15,7 @@ from rich.console import Console
 from orchestrator.errors import ConfigError
 from orchestrator.settings import load_settings
 from store import ChainBroken, Store
+from store.batches import crashed_runs, mark_crashed
 from store.render import check_line, parse_since, runs_json, runs_table
 
 from cli.display.show import print_trajectory
@@ -51,6 +52,7 @@ def runs(
         raise ConfigError(str(exc)) from None
     with open_store(db, config) as store:
         found = store.runs(status=status, verdict=verdict, model=model, since=since_ts, limit=limit)
+        found = mark_crashed(found, crashed_runs(store))
     if as_json:
         emit_json(runs_json(found))
     else:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from sqlalchemy import Column, Connection, Engine, Float, Index, Integer, MetaData, String, Table, inspect, select
 from sqlmodel import SQLModel
 
-from store import tables
+from store import batch_tables, tables
 
 migration_log_metadata = MetaData()
 MIGRATION_LOG = Table(
@@ -70,6 +70,12 @@ V4_COLUMNS = (
 )
 
 
+def _batch_tables(conn: Connection) -> None:
+    """Batches, their tasks and attempts, and run leases. Self-contained (it only
+    creates new tables), so it can be renumbered when migrations are merged."""
+    SQLModel.metadata.create_all(conn, tables=[m.__table__ for m in batch_tables.BATCH_TABLES])  # type: ignore[attr-defined]
+
+
 def _create_indexes(conn: Connection, specs: tuple[tuple[str, str, tuple[str, ...]], ...]) -> None:
     meta = MetaData()
     for table_name, index_name, columns in specs:
@@ -101,12 +107,16 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "indexes for listing runs, request look-up and reports", _listing_indexes),
     Migration(3, "covering index for aggregate reports", _report_indexes),
     Migration(4, "reasoning text and reasoning token columns on model responses", _reasoning_columns),
+    Migration(5, "batches, batch tasks and attempts, run leases", _batch_tables),
 )
 LATEST = MIGRATIONS[-1].version
 
 
 def store_tables() -> list[Table]:
-    return [tables.Run.__table__, *(model.__table__ for model in tables.CHAINED)]  # type: ignore[attr-defined]
+    return [
+        tables.Run.__table__, *(model.__table__ for model in tables.CHAINED),  # type: ignore[attr-defined]
+        *(model.__table__ for model in batch_tables.BATCH_TABLES),  # type: ignore[attr-defined]
+    ]
 
 
 def current_version(conn: Connection) -> int | None:

@@ -17,9 +17,10 @@ from orchestrator.costing.figures import PriceLookup, percentile, percentile_of_
 from orchestrator.costing.trajectory import unpriced_warnings
 from policies.pricing import CostBreakdown, cost_breakdown
 
-GroupBy = Literal["model", "day", "status", "verdict", "engine", "source"]
-GROUP_BY: tuple[str, ...] = ("model", "day", "status", "verdict", "engine", "source")
+GroupBy = Literal["model", "day", "status", "verdict", "engine", "source", "batch"]
+GROUP_BY: tuple[str, ...] = ("model", "day", "status", "verdict", "engine", "source", "batch")
 ESCROW_SOURCE = "escrow"
+NO_BATCH = "(no batch)"
 NO_VERDICT = "(none)"
 NO_ENGINE = "(unknown)"
 DAY_FORMAT = "%Y-%m-%d"
@@ -46,6 +47,7 @@ class RunSlice(Frozen):
     wait_s: float = 0.0
     source: str = ESCROW_SOURCE
     """Who recorded the run: "escrow", or an imported run's source format."""
+    batch: str | None = None
 
 
 class Spread(Frozen):
@@ -109,6 +111,8 @@ def group_key(by: str, piece: RunSlice) -> str:
         return piece.engine or NO_ENGINE
     if by == "source":
         return piece.source
+    if by == "batch":
+        return piece.batch or NO_BATCH
     raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUP_BY)}")
 
 

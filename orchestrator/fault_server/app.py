@@ -31,12 +31,25 @@ class ScriptExhausted(Exception):
     pass
 
 
+KEY_PREFIX = "/k/"
+
+
+def split_key(path: str) -> tuple[str | None, str]:
+    """``/k/KEY/v1/...`` -> (KEY, ``/v1/...``): concurrent runs, each with its own script."""
+    if not path.startswith(KEY_PREFIX):
+        return None, path
+    key, _, rest = path[len(KEY_PREFIX):].partition("/")
+    return key, "/" + rest
+
+
 class FaultState:
-    """Script queue and observations, shared between the server thread and callers."""
+    """Script queues and observations, shared between the server thread and callers.
+    ``queue`` serves plain paths; ``keyed[KEY]`` serves paths under ``/k/KEY/``."""
 
     def __init__(self, default: Scenario | None) -> None:
         self.lock = threading.Lock()
         self.queue: deque[Scenario] = deque()
+        self.keyed: dict[str, deque[Scenario]] = {}
         self.cycle = False
         self.default = default
         self.requests: list[RecordedRequest] = []
@@ -44,16 +57,18 @@ class FaultState:
         self.disconnects: list[Disconnect] = []
         self.changed = threading.Condition(self.lock)
 
-    def next_scenario(self) -> Scenario:
+    def next_scenario(self, key: str | None = None) -> Scenario:
         with self.lock:
-            if self.queue:
-                item = self.queue.popleft()
+            queue = self.queue if key is None else self.keyed.get(key, deque())
+            if queue:
+                item = queue.popleft()
                 if self.cycle:
-                    self.queue.append(item)
+                    queue.append(item)
                 return item
             if self.default is not None:
                 return self.default
-        raise ScriptExhausted(f"script exhausted after {len(self.requests)} requests")
+        where = "" if key is None else f" for key {key!r}"
+        raise ScriptExhausted(f"script exhausted{where} after {len(self.requests)} requests")
 
     def record(self, item: Any) -> None:
         with self.changed:
@@ -79,6 +94,10 @@ class FaultApp:
         return JSONResponse({"status": "ok"})
 
     async def __call__(self, scope, receive, send) -> None:
+        key, original = None, scope.get("path", "")
+        if scope["type"] == "http":
+            key, path = split_key(scope["path"])
+            scope = {**scope, "path": path, "raw_path": path.encode()}
         if scope["type"] != "http" or scope["path"] != "/v1/chat/completions":
             await self.routes(scope, receive, send)
             return
@@ -93,9 +112,9 @@ class FaultApp:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         with self.state.lock:
             index = len(self.state.requests)
-        self.state.record(RecordedRequest(index, scope["method"], scope["path"], headers, bytes(raw), time.monotonic()))
+        self.state.record(RecordedRequest(index, scope["method"], original, headers, bytes(raw), time.monotonic()))
         try:
-            scenario = self.state.next_scenario()
+            scenario = self.state.next_scenario(key)
         except ScriptExhausted as exc:
             await _respond(send, 500, b"application/json", json.dumps({"error": {"message": str(exc), "type": "fault_server"}}).encode())
             return

@@ -13,6 +13,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
@@ -115,6 +116,14 @@ class FaultServer:
             self._state.queue.extend(steps)
             self._state.cycle = cycle
 
+    def script_for(self, key: str, steps: Iterable[Scenario]) -> None:
+        """Give requests under ``/k/KEY/v1`` their own queue (``keyed_url(KEY)``)."""
+        with self._state.lock:
+            self._state.keyed[key] = deque(steps)
+
+    def keyed_url(self, key: str) -> str:
+        return f"http://{self.host}:{self._port}/k/{key}/v1"
+
     def load(self, script: Script) -> None:
         self.script(script.steps, cycle=script.cycle)
 
@@ -122,6 +131,7 @@ class FaultServer:
         """Empty the script and forget every observation (one server, many tests)."""
         with self._state.lock:
             self._state.queue.clear()
+            self._state.keyed.clear()
             self._state.cycle = False
             self._state.requests.clear()
             self._state.streams.clear()

@@ -17,9 +17,10 @@ from typing import Any
 from sqlalchemy import JSON, Connection, Integer, Select, and_, case, cast, func, literal, or_, select, true
 
 from orchestrator.costing import AggregateReport, RunSlice, aggregate
-from orchestrator.costing.aggregate import DAY_FORMAT, ESCROW_SOURCE, NO_ENGINE, NO_VERDICT
+from orchestrator.costing.aggregate import DAY_FORMAT, ESCROW_SOURCE, NO_BATCH, NO_ENGINE, NO_VERDICT
 from orchestrator.interop.records import IMPORT_MODE
 from policies.price_table import PriceTable
+from store.batch_tables import BatchAttemptRow
 from store.cells import check_numbers
 from store.store import Store
 from store.tables import CallAttempt, ModelCall, ModelResponse, Run, ToolExecution
@@ -29,6 +30,7 @@ CALLS = ModelCall.__table__  # type: ignore[attr-defined]
 RESPONSES = ModelResponse.__table__  # type: ignore[attr-defined]
 TOOLS = ToolExecution.__table__  # type: ignore[attr-defined]
 ATTEMPTS = CallAttempt.__table__  # type: ignore[attr-defined]
+BATCH_ATTEMPTS = BatchAttemptRow.__table__  # type: ignore[attr-defined]
 
 MODEL = CALLS.c["gen_ai.request.model"]
 PROMPT = RESPONSES.c["gen_ai.usage.input_tokens"]
@@ -119,6 +121,8 @@ def group_key_sql(by: str, dialect: str) -> Any:
         return func.coalesce(RUNS.c.verdict, NO_VERDICT)
     if by == "engine":
         return func.coalesce(RESPONSES.c.engine, NO_ENGINE)
+    if by == "batch":
+        return func.coalesce(BATCH_ATTEMPTS.c.batch_id, NO_BATCH)
     if by == "day" and dialect == "sqlite":
         return func.strftime(DAY_FORMAT, RUNS.c.created_at, "unixepoch")
     if by == "source":
@@ -133,9 +137,12 @@ def ttft_query(since: float | None, until: float | None, by: str = "model", dial
     """TTFTs to the millisecond, counted per group: a histogram, not a million rows."""
     key = group_key_sql(by, dialect)
     millis = cast(func.round(RESPONSES.c.ttft_s * 1000), Integer)
+    joined = RUNS.join(RESPONSES, RESPONSES.c.run_id == RUNS.c.id).join(CALLS, CALLS.c.id == RESPONSES.c.call_id)
+    if by == "batch":
+        joined = joined.outerjoin(BATCH_ATTEMPTS, BATCH_ATTEMPTS.c.run_id == RUNS.c.id)
     return (
         select(key, millis, func.count())
-        .select_from(RUNS.join(RESPONSES, RESPONSES.c.run_id == RUNS.c.id).join(CALLS, CALLS.c.id == RESPONSES.c.call_id))
+        .select_from(joined)
         .where(window(since, until, RESPONSES, include_replays), RESPONSES.c.ttft_s.is_not(None))
         .group_by(key, millis)
     )
@@ -146,6 +153,8 @@ def run_slices(conn: Connection, since: float | None, until: float | None, by: s
     tool_s = dict(conn.execute(tool_time_query(since, until, include_replays)).all())
     attempts = {(run_id, model): (http, wait)
                 for run_id, model, http, wait in conn.execute(attempt_time_query(since, until, include_replays))}
+    batch_of = dict(conn.execute(select(BATCH_ATTEMPTS.c.run_id, BATCH_ATTEMPTS.c.batch_id)
+                                 .where(BATCH_ATTEMPTS.c.run_id.is_not(None))).all())
     return [
         RunSlice(
             run_id=run_id, created_at=created, status=status, verdict=verdict, model=model, source=source, calls=n,
@@ -153,6 +162,7 @@ def run_slices(conn: Connection, since: float | None, until: float | None, by: s
             gpu_s=(total or 0.0) + attempts.get((run_id, model), (0.0, 0.0))[0],
             wait_s=attempts.get((run_id, model), (0.0, 0.0))[1],
             decode_s=decode or 0.0, retries=retries or 0, tool_s=tool_s.get(run_id, 0.0), engine=engine,
+            batch=batch_of.get(run_id),
         )
         for run_id, created, status, verdict, model, source, n, prompt, cached, output, total, decode, retries, engine
         in conn.execute(slices_query(since, until, by, include_replays, conn.dialect.name))

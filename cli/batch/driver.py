@@ -1,0 +1,46 @@
+"""A batch from start (or resume) to its last attempt: the task file parsed,
+the batch and its tasks recorded, pending tasks handed to an executor."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from cli.batch.errors import BatchNotFound
+from cli.batch.pool import PoolOptions, run_pool
+from cli.batch.runner import AttemptResult
+from cli.batch.tasks import BatchTask, TaskFile
+from orchestrator.contract import Frozen
+from orchestrator.settings import Settings
+from store import Store
+from store import batches as bstore
+
+
+class BatchPlan(Frozen):
+    """What a batch was started with, kept in its row so ``--resume`` repeats it."""
+
+    tasks_dir: str
+    model_urls: tuple[str, ...]
+    options: PoolOptions
+
+
+def start_batch(store: Store, task_file: TaskFile, plan: BatchPlan) -> str:
+    rows = {t.id: (t.line, t.model_dump(mode="json")) for t in task_file.tasks}
+    return bstore.create_batch(store, task_file=task_file.path, tasks=rows, settings=plan.model_dump(mode="json"))
+
+
+def pending_tasks(store: Store, batch_id: str) -> tuple[BatchPlan, list[BatchTask]]:
+    view = bstore.load_batch(store, batch_id)
+    if view is None:
+        raise BatchNotFound(f"no batch {batch_id!r} in {store.url}", batch_id=batch_id)
+    plan = BatchPlan.model_validate(view.settings)
+    return plan, [BatchTask.model_validate(view.tasks[t]) for t in view.pending()]
+
+
+def run_batch(store: Store, settings: Settings, batch_id: str, *,
+              on_attempt: Callable[[AttemptResult], None] = lambda r: None,
+              options: PoolOptions | None = None) -> list[AttemptResult]:
+    """Run every task of the batch that has no model verdict yet."""
+    plan, tasks = pending_tasks(store, batch_id)
+    return run_pool(store, settings, batch_id, tasks, tasks_dir=Path(plan.tasks_dir), model_urls=list(plan.model_urls),
+                    options=options or plan.options, on_attempt=on_attempt)

@@ -1,0 +1,25 @@
+"""Typed errors of batch runs (exit code 2: the user can fix them)."""
+
+from __future__ import annotations
+
+from orchestrator.errors import EscrowError
+
+
+class TaskFileError(EscrowError):
+    """A task file cannot be used at all: unreadable, or ids repeated."""
+
+
+class TaskRowError(EscrowError):
+    """One row of a task file is malformed; the other rows still run."""
+
+    def __init__(self, message: str, *, line: int, **context: object) -> None:
+        super().__init__(f"line {line}: {message}", line=line, **context)
+        self.line = line
+
+
+class RepoError(EscrowError):
+    """A task's repository cannot be materialised at its commit."""
+
+
+class BatchNotFound(EscrowError):
+    """No batch with that id in the store."""

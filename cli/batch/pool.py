@@ -1,0 +1,79 @@
+"""The local executor: ``--workers N`` threads, each task one run in its own
+sandbox. Sandbox starts are admitted a few at a time (``start_slots``), so many
+workers do not storm dockerd; an infrastructure failure is retried up to
+``infra_retries`` times and never becomes a model verdict."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from cli.batch.placement import NoReplica, ReplicaPool
+from cli.batch.runner import INFRASTRUCTURE_FAILURE, AttemptResult, Deadlines, run_attempt
+from cli.batch.tasks import BatchTask
+from orchestrator.contract import Frozen
+from orchestrator.settings import Settings
+from store import Store
+from store import batches as bstore
+
+
+class PoolOptions(Frozen):
+    workers: int = 4
+    start_slots: int = 2
+    infra_retries: int = 2
+    deadlines: Deadlines = Deadlines()
+
+
+# A run whose model server stopped answering: with another replica live, the
+# replica is drained and the task moves (a cold prefix cache, so it is recorded).
+REPLICA_LOST = "TRANSPORT_FAILURE"
+
+
+def moved_off(store: Store, replicas: ReplicaPool, url: str, result: AttemptResult) -> AttemptResult:
+    replicas.drain(url)
+    error = f"replica {url} went away (run ended {result.verdict}); drained, task moved to another replica"
+    bstore.finish_attempt(store, result.attempt_id, outcome=bstore.INFRASTRUCTURE, run_id=result.run_id,
+                          verdict=INFRASTRUCTURE_FAILURE, error=error)
+    return result.model_copy(update={"outcome": bstore.INFRASTRUCTURE, "verdict": INFRASTRUCTURE_FAILURE,
+                                     "error": error})
+
+
+def run_task_with_retries(
+    store: Store, settings: Settings, batch_id: str, task: BatchTask, *, tasks_dir: Path, replicas: ReplicaPool,
+    options: PoolOptions, starts: threading.Semaphore, on_attempt: Callable[[AttemptResult], None],
+) -> AttemptResult:
+    result: AttemptResult | None = None
+    for _ in range(1 + options.infra_retries):
+        starts.acquire()
+        try:
+            url = replicas.acquire()
+        except NoReplica:
+            starts.release()
+            raise
+        try:
+            result = run_attempt(store, settings, batch_id, task, tasks_dir=tasks_dir, model_url=url,
+                                 deadlines=options.deadlines, admitted=starts.release, replica=url)
+        finally:
+            replicas.release(url)
+        if result.verdict == REPLICA_LOST and replicas.live() > 1:
+            result = moved_off(store, replicas, url, result)
+        on_attempt(result)
+        if result.outcome != bstore.INFRASTRUCTURE:
+            break
+    assert result is not None
+    return result
+
+
+def run_pool(
+    store: Store, settings: Settings, batch_id: str, tasks: list[BatchTask], *, tasks_dir: Path,
+    model_urls: list[str], options: PoolOptions, on_attempt: Callable[[AttemptResult], None] = lambda r: None,
+) -> list[AttemptResult]:
+    replicas = ReplicaPool(model_urls)
+    starts = threading.Semaphore(options.start_slots)
+    with ThreadPoolExecutor(max_workers=options.workers, thread_name_prefix="batch") as pool:
+        futures = [pool.submit(run_task_with_retries, store, settings, batch_id, task, tasks_dir=tasks_dir,
+                               replicas=replicas, options=options, starts=starts, on_attempt=on_attempt)
+                   for task in tasks]
+        return [f.result() for f in futures]

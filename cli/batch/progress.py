@@ -1,0 +1,45 @@
+"""Live counts of a running batch and its ETA, fed by each attempt's end."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from cli.batch.runner import AttemptResult
+from store.batches import INFRASTRUCTURE, MODEL
+
+
+class BatchProgress:
+    def __init__(self, total: int, *, clock=time.monotonic) -> None:
+        self.total, self.clock = total, clock
+        self.started = clock()
+        self.passed = self.failed = self.infra = self.task_errors = 0
+        self.cost_usd = 0.0
+        self.lock = threading.Lock()
+
+    def attempt(self, result: AttemptResult) -> None:
+        with self.lock:
+            if result.outcome == MODEL:
+                self.passed += result.verdict == "PASS"
+                self.failed += result.verdict != "PASS"
+                self.cost_usd += result.cost_usd
+            elif result.outcome == INFRASTRUCTURE:
+                self.infra += 1
+            else:
+                self.task_errors += 1
+
+    @property
+    def finished(self) -> int:
+        return self.passed + self.failed + self.task_errors
+
+    def eta_s(self) -> float | None:
+        elapsed = self.clock() - self.started
+        if self.finished == 0:
+            return None
+        return elapsed / self.finished * (self.total - self.finished)
+
+    def line(self, running: int) -> str:
+        eta = self.eta_s()
+        return (f"{self.finished}/{self.total} done · running {running} · passed {self.passed} · failed {self.failed}"
+                f" · infra errors {self.infra} · ${self.cost_usd:.4f}"
+                + (f" · ETA {eta:.0f}s" if eta is not None else ""))

@@ -1,0 +1,160 @@
+"""One task of a batch, one attempt: repository, settings, lease, deadline,
+and the run through the library entry point. Executor-agnostic: the local
+pool calls it in a thread, a Ray worker in its own process.
+
+Endings are sorted into three outcomes, so an infrastructure failure is never
+counted as the model's: ``model`` (the run's verdict), ``infrastructure`` (a
+sandbox that did not start, an unreachable dockerd or store: retried) and
+``task`` (the row itself is unusable: reported, not retried).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from cli.batch.entry import RunRequest, run_one
+from cli.batch.errors import RepoError
+from cli.batch.repos import prepare_repo
+from cli.batch.tasks import BatchTask
+from orchestrator.agent import Verdict
+from orchestrator.contract import Frozen
+from orchestrator.errors import ConfigError, EscrowError
+from orchestrator.settings import Settings
+from store import Store
+from store import batches as bstore
+
+# The verdict recorded for an attempt that ended in an infrastructure failure:
+# the run-level verdict of the same meaning, also when no run could start.
+INFRASTRUCTURE_FAILURE = Verdict.INFRA_ERROR.value
+TASK_ERROR = "task"
+
+
+class Deadlines(Frozen):
+    """Separate limits: each command is bounded by the policy; these bound the rest."""
+
+    task_s: float = 1800.0
+    lease_s: float = 30.0
+
+
+class AttemptResult(Frozen):
+    task_id: str
+    attempt_id: str = ""
+    outcome: str
+    verdict: str | None
+    run_id: str | None
+    error: str | None = None
+    cost_usd: float = 0.0
+    tokens: int = 0
+
+
+def task_settings(settings: Settings, task: BatchTask, model_url: str) -> Settings:
+    o = task.overrides
+    updates: dict[str, object] = {"model_url": model_url.replace("{task_id}", task.id)}
+    for name in ("max_turns", "budget_usd", "max_output_tokens"):
+        if getattr(o, name) is not None:
+            updates[name] = getattr(o, name)
+    if o.policy is not None:
+        updates["policy"] = Path(o.policy)
+    return settings.model_copy(update=updates)
+
+
+def owner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Heartbeat:
+    """Holds the run's lease while this process lives; the lease lapses if it dies."""
+
+    def __init__(self, store: Store, lease_s: float) -> None:
+        self.store, self.lease_s = store, lease_s
+        self.run_id: str | None = None
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def started(self, run_id: str) -> None:
+        self.run_id = run_id
+        bstore.take_lease(self.store, run_id, owner_id(), self.lease_s)
+        self.thread = threading.Thread(target=self._beat, name=f"lease-{run_id[:8]}", daemon=True)
+        self.thread.start()
+
+    def _beat(self) -> None:
+        while not self.stop.wait(self.lease_s / 3):
+            try:
+                bstore.renew_lease(self.store, self.run_id, self.lease_s)  # type: ignore[arg-type]
+            except EscrowError:
+                pass  # the store is away; the lease lapses and the run reads as crashed, which is then true
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(timeout=5)
+        if self.run_id is not None:
+            try:
+                bstore.release_lease(self.store, self.run_id)
+            except EscrowError:
+                pass
+
+
+def run_attempt(
+    store: Store, settings: Settings, batch_id: str, task: BatchTask, *, tasks_dir: Path, model_url: str,
+    deadlines: Deadlines | None = None, admitted: Callable[[], None] = lambda: None,
+    replica: str | None = None,
+) -> AttemptResult:
+    """Run ``task`` once and record the attempt. ``admitted`` is called once the
+    sandbox is up (the first turn ended) or the attempt is over, whichever is first."""
+    deadlines = deadlines or Deadlines()
+    attempt_id = bstore.start_attempt(store, batch_id, task.id, replica=replica)
+    heartbeat = Heartbeat(store, deadlines.lease_s)
+    cancel = threading.Event()
+    timer = threading.Timer(task.overrides.task_timeout_s or deadlines.task_s, cancel.set)
+    timer.daemon = True
+    released = threading.Event()
+
+    def admit(*_: object) -> None:
+        if not released.is_set():
+            released.set()
+            admitted()
+
+    def started(run_id: str) -> None:
+        bstore.note_run(store, attempt_id, run_id)
+        heartbeat.started(run_id)
+
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"escrow-batch-{task.id[:20]}-") as work:
+            try:
+                repo = prepare_repo(task, tasks_dir, Path(work))
+                timer.start()
+                outcome = run_one(task_settings(settings, task, model_url),
+                                  RunRequest(task=task.task, repo=repo, verify=task.verify),
+                                  progress=admit, cancel=cancel, on_start=started)
+            except (RepoError, ConfigError) as exc:
+                return _finish(store, attempt_id, task, TASK_ERROR, heartbeat.run_id, None, exc)
+            except Exception as exc:  # the run could not happen: infrastructure, retried by the executor
+                return _finish(store, attempt_id, task, bstore.INFRASTRUCTURE, heartbeat.run_id,
+                               INFRASTRUCTURE_FAILURE, exc)
+    finally:
+        timer.cancel()
+        heartbeat.close()
+        admit()
+    result = outcome.result
+    # A run that ended INFRA_ERROR (the sandbox died, the export failed) is
+    # not the model's failure: the executor retries it like one that never started.
+    ended = bstore.INFRASTRUCTURE if result.verdict is Verdict.INFRA_ERROR else bstore.MODEL
+    error = result.detail if ended == bstore.INFRASTRUCTURE else None
+    bstore.finish_attempt(store, attempt_id, outcome=ended, run_id=outcome.run_id, verdict=result.verdict.value,
+                          error=error)
+    return AttemptResult(task_id=task.id, attempt_id=attempt_id, outcome=ended, verdict=result.verdict.value,
+                         run_id=outcome.run_id, error=error, cost_usd=result.cost_usd, tokens=result.tokens)
+
+
+def _finish(store: Store, attempt_id: str, task: BatchTask, outcome: str, run_id: str | None, verdict: str | None,
+            exc: BaseException) -> AttemptResult:
+    error = f"{type(exc).__name__}: {exc}"
+    bstore.finish_attempt(store, attempt_id, outcome=outcome, run_id=run_id, verdict=verdict, error=error)
+    return AttemptResult(task_id=task.id, attempt_id=attempt_id, outcome=outcome, verdict=verdict, run_id=run_id,
+                         error=error)

@@ -1,0 +1,164 @@
+"""``escrow batch``: many tasks from a task file, each one recorded run, on a
+local worker pool; ``escrow batch status|report BATCH`` shows where a batch stands."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from cli.batch.driver import BatchPlan, pending_tasks, run_batch, start_batch
+from cli.batch.errors import BatchNotFound
+from cli.batch.pool import PoolOptions
+from cli.batch.progress import BatchProgress
+from cli.batch.report import BatchReport, batch_report
+from cli.batch.runner import Deadlines
+from cli.batch.tasks import load_task_file
+from cli.store_cmd import CONFIG_HELP, DB_HELP, emit_json
+from orchestrator.errors import ConfigError
+from orchestrator.settings import Settings, load_settings
+from store import Store
+from store import batches as bstore
+
+VIEWS = ("status", "report")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("batch")(batch)
+
+
+def batch(
+    target: str = typer.Argument(
+        None, help="A task file (JSONL or Parquet), or 'status'/'report' followed by a batch id."),
+    batch_ref: str = typer.Argument(None, help="The batch id (or a unique prefix) for status and report."),
+    resume: str = typer.Option(None, "--resume", help="Rerun the tasks of BATCH that have no model verdict yet."),
+    workers: int = typer.Option(4, "--workers", min=1, max=256, help="Runs at once, each in its own sandbox."),
+    start_slots: int = typer.Option(2, "--start-slots", min=1, help="Sandboxes starting at once."),
+    infra_retries: int = typer.Option(2, "--infra-retries", min=0, help="Retries of an infrastructure failure."),
+    task_timeout: float = typer.Option(1800.0, "--task-timeout", min=1, help="Seconds for a whole task."),
+    lease: float = typer.Option(30.0, "--lease", min=1, help="Seconds after which a silent run reads as crashed."),
+    executor: str = typer.Option("local", "--executor", help="local (a worker pool here)."),
+    model_url: list[str] = typer.Option(None, "--model-url", help="Model server base URL; repeat for replicas. "
+                                        "{task_id} in it is replaced by the task's id."),
+    model: str = typer.Option(None, "--model", help="Model id sent to the server."),
+    max_turns: int = typer.Option(None, "--max-turns", min=1, help="Turn limit per run (a row may override)."),
+    max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="K_max: output ceiling per call."),
+    context_window: int = typer.Option(None, "--context-window", min=256, help="S_max when the server does not say."),
+    tool_protocol: str = typer.Option(None, "--tool-protocol", help="native or text."),
+    system_role: str = typer.Option(None, "--system-role", help="system or user."),
+    tokenizer: str = typer.Option(None, "--tokenizer", help="auto, server, or cl100k_base."),
+    stream: bool = typer.Option(None, "--stream/--no-stream", help="Stream responses (SSE) or not."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
+    db: str = typer.Option(None, "--db", help=DB_HELP),
+    config: Path = typer.Option(None, "--config", help=CONFIG_HELP),
+) -> None:
+    """Run every task of a task file, or show a batch.
+
+    \b
+    escrow batch TASKS.jsonl --workers 4   start a batch
+    escrow batch --resume BATCH            rerun tasks without a model verdict
+    escrow batch status BATCH [--json]     where it stands
+    escrow batch report BATCH [--json]     pass rate, cost, tokens, failures
+
+    Exit code: 0 when every task ended with a model verdict (passing or
+    not), 1 when some did not (infrastructure or task errors: resume them),
+    2 for a usage error."""
+    settings = load_settings(
+        config, db_url=db, model_url=model_url[0] if model_url else None, model=model, max_turns=max_turns,
+        max_output_tokens=max_tokens, context_window=context_window, tool_protocol=tool_protocol,
+        system_role=system_role, tokenizer=tokenizer, stream=stream,
+    )
+    if target in VIEWS:
+        if not batch_ref:
+            raise ConfigError(f"escrow batch {target} needs a batch id")
+        show(settings, target, batch_ref, as_json)
+        return
+    if executor != "local":
+        raise ConfigError(f"--executor {executor!r} is not available; use local")
+    if (target is None) == (resume is None):
+        raise ConfigError("give a task file or --resume BATCH (not both)")
+    options = PoolOptions(workers=workers, start_slots=start_slots, infra_retries=infra_retries,
+                          deadlines=Deadlines(task_s=task_timeout, lease_s=lease))
+    err = Console(stderr=True)
+    with Store.open(settings.store_url) as store:
+        if resume is not None:
+            batch_id = _resolve(store, resume)
+        else:
+            task_file = load_task_file(Path(target))
+            for message in task_file.errors:
+                err.print(f"[yellow]skipped[/] {escape(task_file.path)} {escape(message)}", highlight=False)
+            plan = BatchPlan(tasks_dir=str(Path(target).resolve().parent),
+                             model_urls=tuple(model_url or [settings.model_url]), options=options)
+            batch_id = start_batch(store, task_file, plan)
+        err.print(f"batch [bold]{batch_id}[/]")
+        _, pending = pending_tasks(store, batch_id)
+        _run_with_progress(store, settings, batch_id, len(pending), options, err)
+        report = _report(store, batch_id)
+    _render(report, as_json)
+    raise typer.Exit(0 if report.done == report.n_tasks else 1)
+
+
+def _run_with_progress(store: Store, settings: Settings, batch_id: str, total: int, options: PoolOptions,
+                       err: Console) -> None:
+    progress = BatchProgress(total)
+    finished = threading.Event()
+    with err.status(progress.line(min(options.workers, total)), spinner="dots") as status:
+        def tick() -> None:
+            while not finished.wait(1.0):
+                status.update(progress.line(min(options.workers, total - progress.finished)))
+
+        ticker = threading.Thread(target=tick, daemon=True)
+        ticker.start()
+        try:
+            run_batch(store, settings, batch_id, on_attempt=progress.attempt, options=options)
+        finally:
+            finished.set()
+            ticker.join()
+    err.print(progress.line(0))
+
+
+def _resolve(store: Store, ref: str) -> str:
+    batch_id = bstore.resolve_batch(store, ref)
+    if batch_id is None:
+        raise BatchNotFound(f"no batch (or more than one) matches {ref!r} in {store.url}", batch=ref)
+    return batch_id
+
+
+def _report(store: Store, batch_id: str) -> BatchReport:
+    view = bstore.load_batch(store, batch_id)
+    assert view is not None
+    run_ids = [a.run_id for a in view.latest().values() if a.run_id]
+    summaries = {s.run.id: s for s in store.summaries(run_ids)} if run_ids else {}
+    return batch_report(view, summaries, bstore.crashed_runs(store))
+
+
+def show(settings: Settings, what: str, ref: str, as_json: bool) -> None:
+    with Store.open(settings.store_url, readonly=True, create=False) as store:
+        report = _report(store, _resolve(store, ref))
+    _render(report, as_json, full=what == "report")
+
+
+def _render(report: BatchReport, as_json: bool, *, full: bool = True) -> None:
+    if as_json:
+        emit_json(report.model_dump(mode="json"))
+        return
+    rate = "n/a" if report.pass_rate is None else f"{report.pass_rate:.0%}"
+    typer.echo(f"batch {report.batch_id}  ({report.task_file})")
+    typer.echo(f"tasks {report.n_tasks} · done {report.done} · passed {report.passed} ({rate}) · running "
+               f"{report.running} · not started {report.not_started} · infrastructure failures "
+               f"{report.infra_failures} · task errors {report.task_errors}")
+    times = " · ".join(f"{k} {v:.1f}s" for k, v in (("p50", report.p50_s), ("p95", report.p95_s)) if v is not None)
+    typer.echo(f"cost ${report.cost_usd:.4f} · tokens {report.tokens:,}" + (f" · {times}" if times else ""))
+    if report.verdicts:
+        typer.echo("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(report.verdicts.items())))
+    if not full:
+        return
+    typer.echo(f"slowest: {', '.join(report.slowest) or '-'}   costliest: {', '.join(report.costliest) or '-'}")
+    typer.echo(f"{'task':<28} {'outcome':<15} {'verdict':<18} {'tries':>5} {'secs':>7} {'tokens':>8} {'$':>8}  run")
+    for t in report.tasks:
+        secs = f"{t.seconds:.1f}" if t.seconds is not None else "-"
+        typer.echo(f"{t.task_id[:28]:<28} {t.outcome:<15} {(t.verdict or '-'):<18} {t.attempts:>5} {secs:>7} "
+                   f"{t.tokens:>8} {t.cost_usd:>8.4f}  {(t.run_id or '-')[:12]}")

@@ -1,0 +1,6 @@
+def slugify(text):
+    return "-".join(text.split())
+
+
+def words(text):
+    return len(text.split())

@@ -1,0 +1,157 @@
+"""Reading and writing batches, their attempts and run leases.
+
+A task counts once: its outcome is its latest attempt, and ``--resume`` reruns
+only the tasks whose latest attempt has no model verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import delete, func, insert, select, update
+
+from orchestrator.contract import Frozen
+from store.batch_tables import BatchAttemptRow, BatchRow, BatchTaskRow, RunLease
+from store.store import Store
+from store.tables import Run
+from store.views import RunSummary
+
+MODEL = "model"
+INFRASTRUCTURE = "infrastructure"
+STARTED = "started"
+
+B = BatchRow.__table__  # type: ignore[attr-defined]
+BT = BatchTaskRow.__table__  # type: ignore[attr-defined]
+BA = BatchAttemptRow.__table__  # type: ignore[attr-defined]
+RL = RunLease.__table__  # type: ignore[attr-defined]
+R = Run.__table__  # type: ignore[attr-defined]
+
+
+class AttemptView(Frozen):
+    task_id: str
+    number: int
+    run_id: str | None
+    outcome: str
+    verdict: str | None
+    error: str | None
+    replica: str | None
+    started_at: float
+    finished_at: float | None
+
+
+class BatchView(Frozen):
+    id: str
+    created_at: float
+    task_file: str
+    n_tasks: int
+    settings: dict[str, Any]
+    tasks: dict[str, dict[str, Any]]
+    attempts: tuple[AttemptView, ...]
+
+    def latest(self) -> dict[str, AttemptView]:
+        """Each task's latest attempt (tasks never tried are absent)."""
+        out: dict[str, AttemptView] = {}
+        for attempt in self.attempts:
+            if attempt.task_id not in out or attempt.number > out[attempt.task_id].number:
+                out[attempt.task_id] = attempt
+        return out
+
+    def pending(self) -> list[str]:
+        """Tasks without a model verdict, in task-file order."""
+        latest = self.latest()
+        return [t for t in self.tasks if t not in latest or latest[t].outcome != MODEL]
+
+
+def create_batch(store: Store, *, task_file: str, tasks: Mapping[str, tuple[int, dict[str, Any]]],
+                 settings: Mapping[str, Any]) -> str:
+    batch_id = uuid.uuid4().hex
+    with store.write() as conn:
+        conn.execute(insert(B).values(id=batch_id, created_at=time.time(), task_file=task_file, n_tasks=len(tasks),
+                                      settings_json=json.dumps(dict(settings), sort_keys=True)))
+        if tasks:
+            conn.execute(insert(BT), [{"batch_id": batch_id, "task_id": task_id, "line": line,
+                                       "task_json": json.dumps(row, sort_keys=True)}
+                                      for task_id, (line, row) in tasks.items()])
+    return batch_id
+
+
+def resolve_batch(store: Store, ref: str) -> str | None:
+    with store.read() as conn:
+        ids = conn.execute(select(B.c.id).where(B.c.id.like(f"{ref}%")).limit(2)).scalars().all()
+    return ids[0] if len(ids) == 1 else None
+
+
+def load_batch(store: Store, batch_id: str) -> BatchView | None:
+    with store.read() as conn:
+        row = conn.execute(select(B).where(B.c.id == batch_id)).mappings().first()
+        if row is None:
+            return None
+        tasks = conn.execute(select(BT).where(BT.c.batch_id == batch_id).order_by(BT.c.line)).mappings().all()
+        attempts = conn.execute(select(BA).where(BA.c.batch_id == batch_id).order_by(BA.c.started_at)).mappings().all()
+    return BatchView(
+        id=row["id"], created_at=row["created_at"], task_file=row["task_file"], n_tasks=row["n_tasks"],
+        settings=json.loads(row["settings_json"]),
+        tasks={t["task_id"]: json.loads(t["task_json"]) for t in tasks},
+        attempts=tuple(AttemptView(**{k: a[k] for k in AttemptView.model_fields}) for a in attempts),
+    )
+
+
+def start_attempt(store: Store, batch_id: str, task_id: str, *, replica: str | None = None) -> str:
+    attempt_id = uuid.uuid4().hex
+    with store.write() as conn:
+        number = conn.execute(select(func.count()).select_from(BA).where(
+            (BA.c.batch_id == batch_id) & (BA.c.task_id == task_id))).scalar_one()
+        conn.execute(insert(BA).values(id=attempt_id, batch_id=batch_id, task_id=task_id, number=number + 1,
+                                       outcome=STARTED, replica=replica, started_at=time.time()))
+    return attempt_id
+
+
+def finish_attempt(store: Store, attempt_id: str, *, outcome: str, run_id: str | None, verdict: str | None,
+                   error: str | None = None) -> None:
+    with store.write() as conn:
+        conn.execute(update(BA).where(BA.c.id == attempt_id).values(
+            outcome=outcome, run_id=run_id, verdict=verdict, error=error, finished_at=time.time()))
+
+
+def note_run(store: Store, attempt_id: str, run_id: str) -> None:
+    with store.write() as conn:
+        conn.execute(update(BA).where(BA.c.id == attempt_id).values(run_id=run_id))
+
+
+# Leases: a run is crashed when it is still running and its lease expired.
+
+def take_lease(store: Store, run_id: str, owner: str, lease_s: float) -> None:
+    now = time.time()
+    with store.write() as conn:
+        conn.execute(delete(RL).where(RL.c.run_id == run_id))
+        conn.execute(insert(RL).values(run_id=run_id, owner=owner, heartbeat_at=now, expires_at=now + lease_s))
+
+
+def renew_lease(store: Store, run_id: str, lease_s: float) -> None:
+    now = time.time()
+    with store.write() as conn:
+        conn.execute(update(RL).where(RL.c.run_id == run_id).values(heartbeat_at=now, expires_at=now + lease_s))
+
+
+def release_lease(store: Store, run_id: str) -> None:
+    with store.write() as conn:
+        conn.execute(delete(RL).where(RL.c.run_id == run_id))
+
+
+def crashed_runs(store: Store, *, now: float | None = None) -> set[str]:
+    """Runs still ``running`` whose lease expired: their process died."""
+    at = time.time() if now is None else now
+    with store.read() as conn:
+        rows = conn.execute(select(R.c.id).join(RL, RL.c.run_id == R.c.id).where(
+            (R.c.status == "running") & (RL.c.expires_at < at))).scalars().all()
+    return set(rows)
+
+
+def mark_crashed(summaries: list[RunSummary], crashed: set[str]) -> list[RunSummary]:
+    """Listed runs with status ``crashed`` where their process died."""
+    return [s.model_copy(update={"run": s.run.model_copy(update={"status": "crashed"})}) if s.run.id in crashed else s
+            for s in summaries]

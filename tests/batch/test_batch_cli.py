@@ -1,0 +1,109 @@
+"""``escrow batch`` as a real subprocess on the example tasks, the keyed fault
+server playing each task's known fix: kill -9 of the driver mid-batch, the
+runs it left read as crashed, and ``--resume`` finishes the batch with every
+task counted once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cli.batch.tasks import load_task_file
+from store import Store
+from store import batches as bstore
+from tests.batch.conftest import EXAMPLES
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+ESCROW = Path(sys.executable).parent / "escrow"
+
+
+def escrow(home: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "ESCROW_HOME": str(home)}
+    return subprocess.Popen([str(ESCROW), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(predicate, what: str, timeout_s: float = 300.0, proc: subprocess.Popen | None = None):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert proc is None or proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+
+
+def attempts(db: Path) -> list[bstore.AttemptView]:
+    try:
+        with Store.open(f"sqlite:///{db}", readonly=True, create=False) as store:
+            found = [bstore.load_batch(store, b) for b in _batch_ids(store)]
+    except Exception:  # the store is still being created by the batch
+        return []
+    return [a for view in found if view for a in view.attempts]
+
+
+def _batch_ids(store: Store) -> list[str]:
+    from sqlalchemy import select
+
+    with store.read() as conn:
+        return list(conn.execute(select(bstore.B.c.id)).scalars())
+
+
+def test_kill_9_of_the_driver_then_resume_counts_every_task_once(tmp_path, fault_server, fix_scripts, sandbox_image):
+    tasks = [t.id for t in load_task_file(EXAMPLES / "tasks.jsonl").tasks]
+    for task_id in tasks:  # paced, so the kill lands while runs are in flight
+        paced = [step.model_copy(update={"tokens_per_s": 40.0}) for step in fix_scripts[task_id]]
+        fault_server.script_for(task_id, paced)
+    home, db = tmp_path / "home", tmp_path / "home" / "escrow.db"
+    common = ["--workers", "2", "--lease", "2", "--context-window", "8192", "--tokenizer", "cl100k_base",
+              "--max-turns", "6", "--json"]
+    url = f"http://127.0.0.1:{fault_server.port}/k/{{task_id}}/v1"
+    driver = escrow(home, "batch", str(EXAMPLES / "tasks.jsonl"), "--model-url", url, *common)
+    try:
+        wait_for(lambda: sum(a.outcome == bstore.MODEL for a in attempts(db)) >= 2, "two finished tasks", proc=driver)
+        wait_for(lambda: any(a.outcome == bstore.STARTED and a.run_id for a in attempts(db)), "a run in flight",
+                 proc=driver)
+        driver.send_signal(signal.SIGKILL)
+        driver.communicate(timeout=30)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    before = attempts(db)
+    in_flight = {a.run_id for a in before if a.outcome == bstore.STARTED and a.run_id}
+    with Store.open(f"sqlite:///{db}", readonly=True, create=False) as store:
+        (batch_id,) = _batch_ids(store)
+        # The dead driver's runs read as crashed once their lease lapsed, in `escrow runs` too.
+        wait_for(lambda: in_flight <= bstore.crashed_runs(store), "leases to lapse", timeout_s=60)
+    listed = subprocess.run([str(ESCROW), "runs", "--json", "--limit", "100"], capture_output=True, text=True,
+                            env={**os.environ, "ESCROW_HOME": str(home)}, check=True)
+    assert in_flight <= {r["id"] for r in json.loads(listed.stdout) if r["status"] == "crashed"}
+
+    done_before = {a.task_id for a in before if a.outcome == bstore.MODEL}
+    for task_id in set(tasks) - done_before:  # the killed runs consumed part of their scripts
+        fault_server.script_for(task_id, fix_scripts[task_id])
+    resumed = escrow(home, "batch", "--resume", batch_id[:8], *common)
+    out, err = resumed.communicate(timeout=900)
+    assert resumed.returncode == 0, err
+    assert "Traceback" not in err
+    report = json.loads(out)
+    assert report["n_tasks"] == report["done"] == report["passed"] == len(tasks) == 13
+
+    after = attempts(db)
+    model = [a for a in after if a.outcome == bstore.MODEL]
+    assert sorted(a.task_id for a in model) == sorted(tasks)  # each task counted exactly once
+    assert {a.task_id for a in after if a.outcome == bstore.MODEL and a in before} == done_before  # not rerun
+    with Store.open(f"sqlite:///{db}", readonly=True, create=False) as store:
+        for attempt in model:
+            assert store.run(attempt.run_id).verdict == "PASS" and store.verify(attempt.run_id).ok
+    status = subprocess.run([str(ESCROW), "batch", "status", batch_id, "--json"], capture_output=True, text=True,
+                            env={**os.environ, "ESCROW_HOME": str(home)})
+    assert status.returncode == 0 and json.loads(status.stdout)["passed"] == 13
+    subprocess.run([str(ESCROW), "sandbox", "gc"], capture_output=True, env={**os.environ, "ESCROW_HOME": str(home)})

@@ -1,0 +1,36 @@
+"""The fault server serves each key its own script under /k/KEY/v1, whatever
+the order requests arrive in; plain /v1 keeps the shared queue."""
+
+from __future__ import annotations
+
+import httpx
+
+from orchestrator.fault_server import FaultServer, Reply
+
+
+def ask(url: str) -> httpx.Response:
+    return httpx.post(f"{url}/chat/completions", json={"model": "m", "messages": [], "stream": False}, timeout=10)
+
+
+def text(response: httpx.Response) -> str:
+    return response.json()["choices"][0]["message"]["content"]
+
+
+def test_each_key_plays_its_own_script_in_order(fault_server: FaultServer):
+    fault_server.script_for("a", [Reply(text="a1"), Reply(text="a2")])
+    fault_server.script_for("b", [Reply(text="b1")])
+    fault_server.script([Reply(text="shared")])
+    a, b = fault_server.keyed_url("a"), fault_server.keyed_url("b")
+    assert [text(ask(a)), text(ask(b)), text(ask(fault_server.base_url)), text(ask(a))] == ["a1", "b1", "shared", "a2"]
+    assert [r.path for r in fault_server.requests] == [
+        "/k/a/v1/chat/completions", "/k/b/v1/chat/completions", "/v1/chat/completions", "/k/a/v1/chat/completions"]
+    # /v1/models answers under a key too (clients discover the window there).
+    assert httpx.get(f"{a}/models", timeout=10).json()["data"][0]["id"] == fault_server.model
+
+
+def test_an_exhausted_or_unknown_key_is_a_500_naming_the_key(fault_server: FaultServer):
+    fault_server.script_for("a", [Reply(text="a1")])
+    ask(fault_server.keyed_url("a"))
+    for key in ("a", "nobody"):
+        response = ask(fault_server.keyed_url(key))
+        assert response.status_code == 500 and f"for key {key!r}" in response.json()["error"]["message"]
