@@ -88,7 +88,7 @@ LATEST = MIGRATIONS[-1].version
 
 
 def store_tables() -> list[Table]:
-    return [tables.Run.__table__, *(model.__table__ for model in tables.CHAINED)]  # type: ignore[attr-defined]
+    return [tables.Run.__table__, tables.Blob.__table__, *(model.__table__ for model in tables.CHAINED)]  # type: ignore[attr-defined]
 
 
 def current_version(conn: Connection) -> int | None:

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 from sqlalchemy import Connection, Table, func, inspect, select
 
+from store import blobs
 from store.errors import RunNotFound
 from store.tables import CallAttempt, CandidateRow, EventRow, ModelCall, ModelResponse, Run, ToolExecution, TransitionRow, Turn
 from store.views import (
@@ -116,7 +117,7 @@ def calls(conn: Connection, run_id: str) -> list[CallView]:
         attempts[row["call_id"]].append(view(AttemptView, CallAttempt, row))
     return [
         view(CallView, ModelCall, row, response=responses.get(row["id"]), attempts=tuple(sorted(attempts[row["id"]], key=lambda a: a.number)))
-        for row in _rows(conn, ModelCall, run_id)
+        for row in blobs.expand(conn, _rows(conn, ModelCall, run_id))
     ]
 
 

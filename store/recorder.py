@@ -20,6 +20,7 @@ from orchestrator import __version__
 from orchestrator.contract import Message, ModelRequest
 from orchestrator.envelope import Envelope
 from store import rows as build
+from store.blobs import History, put as put_blobs
 from store.errors import RecordingError
 from store.rows import Output, Pending
 from store.tables import CandidateRow, ModelCall, Run, TransitionRow
@@ -41,6 +42,8 @@ class Recorder:
         self.store = store
         self.clock = clock
         self.output_cap_bytes = output_cap_bytes
+        # Each run's last message list, so the next request stores only what it adds.
+        self.histories: dict[str, History] = {}
 
     def start_run(
         self, *, task: str, repo: str, config: Mapping[str, Any], policy: Mapping[str, Any], model: str,
@@ -98,6 +101,7 @@ class Recorder:
     def finish_run(self, run_id: str, verdict: str, detail: str = "", *, turn: int | None = None) -> None:
         """Record the verdict event and close the run, in one transaction."""
         now = self.clock()
+        self.histories.pop(run_id, None)
         pending = build.event_row(run_id, turn, VERDICT_EVENT, {"verdict": verdict, "detail": detail}, now)
         self._commit(run_id, [pending], {"status": "finished", "verdict": verdict, "verdict_detail": detail, "finished_at": now})
 
@@ -109,8 +113,10 @@ class Recorder:
             raise RecordingError("a verdict is recorded with finish_run, which also closes the run", run_id=run_id)
         return build.event_row(run_id, turn, kind, data, self.clock())
 
-    def _commit(self, run_id: str, pending: Sequence[Pending], run_update: Mapping[str, Any] | None = None) -> None:
+    def _commit(self, run_id: str, pending: Sequence[Pending], run_update: Mapping[str, Any] | None = None,
+                blobs: Mapping[str, str] | None = None) -> None:
         with self.store.write() as conn:
+            put_blobs(conn, blobs or {})
             append(conn, run_id, pending, run_update)
 
 
@@ -139,8 +145,11 @@ class TurnWriter:
 
     def request(self, request: ModelRequest, attempt_of: str | None = None) -> str:
         call_id = build.new_row_id()
-        row = build.request_row(call_id, self.run_id, self.turn, request, attempt_of, self.recorder.clock())
-        self.recorder._commit(self.run_id, [*self.pending, row])
+        histories = self.recorder.histories
+        stored = build.request_row(call_id, self.run_id, self.turn, request, attempt_of, self.recorder.clock(), histories.get(self.run_id))
+        self.recorder._commit(self.run_id, [*self.pending, stored.row], blobs=stored.blobs)
+        if stored.history is not None:
+            histories[self.run_id] = stored.history  # only once committed: its node is then in the store
         self.pending.clear()
         self.call_ids.add(call_id)
         return call_id

@@ -1,0 +1,75 @@
+"""Verifying request blobs (schema 4): each blob against its own sha256, each
+request's references against the blobs present, and the chain links of
+converted rows over their reassembled text. A damaged blob is reported on
+every run that uses it, each naming all of them."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import Connection, Table, select
+
+from orchestrator.canonical import sha256_hex
+from store import blobs
+from store.chain import ChainCheck, ChainRow
+from store.tables import ModelCall
+
+CALLS: Table = ModelCall.__table__  # type: ignore[assignment]
+DAMAGE = (blobs.BlobMissing, ValueError, KeyError, TypeError, AttributeError)
+
+
+def prepare(conn: Connection, rows: list[ChainRow]) -> tuple[list[ChainRow], dict[str, tuple[str, str]]]:
+    """The rows as their links were hashed, and for each run with damaged or
+    missing blobs, (the first such blob, the problem)."""
+    calls = [r.row for r in rows if r.table == CALLS.name and r.row.get("request_refs")]
+    bodies = blobs.load_for(conn, calls)
+    damaged = {sha for sha, body in bodies.items() if sha256_hex(body) != sha}
+    problems: dict[str, tuple[str, str]] = {}
+    owners: dict[str, str] = {}
+    out = []
+    for item in rows:
+        row = item.row
+        if item.table != CALLS.name or not row.get("request_refs"):
+            out.append(item)
+            continue
+        run_id = str(row.get("run_id"))
+        try:
+            hit = sorted(blobs.reached(row["request_refs"], bodies) & damaged)
+            hashed = blobs.hashed_row(row, bodies)
+        except DAMAGE as exc:
+            hit, hashed = [], dict(row)
+            sha = str(exc.context.get("sha256", "")) if isinstance(exc, blobs.BlobMissing) else ""
+            problems.setdefault(run_id, (sha, f"call {row.get('id')} cannot be reassembled: {exc}"))
+        if hit:
+            if hit[0] not in owners:
+                owners[hit[0]] = ", ".join(sorted(runs_using(conn, hit[0])))
+            problems.setdefault(run_id, (hit[0], f"blob {hit[0]} does not match its sha256; it belongs to runs {owners[hit[0]]}"))
+        out.append(ChainRow(table=item.table, row=hashed))
+    return out, problems
+
+
+def flag(checks: Iterable[ChainCheck], problems: dict[str, tuple[str, str]]) -> list[ChainCheck]:
+    """Mark runs whose chain holds but whose blobs do not."""
+    out = []
+    for check in checks:
+        found = problems.get(check.run_id)
+        if check.ok and found:
+            check = check.model_copy(update={"ok": False, "problem": found[1], "table": blobs.BLOBS.name, "row_id": found[0]})
+        out.append(check)
+    return out
+
+
+def runs_using(conn: Connection, sha: str) -> set[str]:
+    """Every run one of whose requests reaches the blob (a scan of the store,
+    made only when a damaged blob was found)."""
+    by_run: dict[str, list[Any]] = defaultdict(list)
+    for run_id, refs in conn.execute(select(CALLS.c.run_id, CALLS.c.request_refs).where(CALLS.c.request_refs.is_not(None))):
+        by_run[run_id].append(refs)
+    owners = set()
+    for run_id, refs_list in by_run.items():
+        bodies = blobs.load_for(conn, [{"request_refs": r} for r in refs_list])
+        if any(sha in blobs.reached(refs, bodies) for refs in refs_list):
+            owners.add(run_id)
+    return owners
