@@ -36,7 +36,11 @@ def prepare(conn: Connection, rows: list[ChainRow]) -> tuple[list[ChainRow], dic
             continue
         run_id = str(row.get("run_id"))
         try:
-            hit = sorted(blobs.reached(row["request_refs"], bodies) & damaged)
+            used = blobs.reached(row["request_refs"], bodies)
+            missing = sorted(used - bodies.keys())
+            if missing:
+                raise blobs.BlobMissing(f"blob {missing[0]} is missing from the store", sha256=missing[0])
+            hit = sorted(used & damaged)
             hashed = blobs.hashed_row(row, bodies)
         except DAMAGE as exc:
             hit, hashed = [], dict(row)

@@ -18,6 +18,7 @@ from sqlalchemy import Column, Connection, Engine, Float, Index, Integer, MetaDa
 from sqlmodel import SQLModel
 
 from store import tables
+from store import content_migration
 
 migration_log_metadata = MetaData()
 MIGRATION_LOG = Table(
@@ -31,9 +32,15 @@ MIGRATION_LOG = Table(
 
 @dataclass(frozen=True)
 class Migration:
+    """``apply`` runs in one transaction with the version stamp. A migration
+    with ``backfill`` instead has ``apply`` idempotent (it is re-run when an
+    interrupted upgrade resumes), then ``backfill`` commits its own batches,
+    and the stamp comes last."""
+
     version: int
     name: str
     apply: Callable[[Connection], None]
+    backfill: Callable[[Engine], None] | None = None
 
 
 def _baseline(conn: Connection) -> None:
@@ -83,6 +90,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "runs, turns, model calls and responses, attempts, candidates, transitions, tool executions, events", _baseline),
     Migration(2, "indexes for listing runs, request look-up and reports", _listing_indexes),
     Migration(3, "covering index for aggregate reports", _report_indexes),
+    Migration(4, "content-addressed requests: blobs table, request columns by reference",
+              content_migration.add_columns, content_migration.convert_requests),
 )
 LATEST = MIGRATIONS[-1].version
 
@@ -112,7 +121,12 @@ def upgrade(engine: Engine, from_version: int, to_version: int = LATEST) -> list
         if from_version < migration.version <= to_version:
             with engine.begin() as conn:
                 migration.apply(conn)
-                _stamp(conn, (migration,))
+                if migration.backfill is None:
+                    _stamp(conn, (migration,))
+            if migration.backfill is not None:
+                migration.backfill(engine)
+                with engine.begin() as conn:
+                    _stamp(conn, (migration,))
             applied.append(migration.version)
     return applied
 
