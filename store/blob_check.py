@@ -35,31 +35,29 @@ def prepare(conn: Connection, rows: list[ChainRow]) -> tuple[list[ChainRow], dic
             out.append(item)
             continue
         run_id = str(row.get("run_id"))
+        used = blobs.reached(row["request_refs"], bodies)
+        bad = sorted(used & damaged) or sorted(used - bodies.keys())
+        if bad and bad[0] not in owners:
+            owners[bad[0]] = ", ".join(sorted(runs_using(conn, bad[0])))
+        if bad:
+            what = "does not match its sha256" if bad[0] in damaged else "is missing from the store"
+            problems.setdefault(run_id, (bad[0], f"blob {bad[0]} {what}; it belongs to runs {owners[bad[0]]}"))
         try:
-            used = blobs.reached(row["request_refs"], bodies)
-            missing = sorted(used - bodies.keys())
-            if missing:
-                raise blobs.BlobMissing(f"blob {missing[0]} is missing from the store", sha256=missing[0])
-            hit = sorted(used & damaged)
             hashed = blobs.hashed_row(row, bodies)
         except DAMAGE as exc:
-            hit, hashed = [], dict(row)
-            sha = str(exc.context.get("sha256", "")) if isinstance(exc, blobs.BlobMissing) else ""
-            problems.setdefault(run_id, (sha, f"call {row.get('id')} cannot be reassembled: {exc}"))
-        if hit:
-            if hit[0] not in owners:
-                owners[hit[0]] = ", ".join(sorted(runs_using(conn, hit[0])))
-            problems.setdefault(run_id, (hit[0], f"blob {hit[0]} does not match its sha256; it belongs to runs {owners[hit[0]]}"))
+            hashed = dict(row)
+            problems.setdefault(run_id, ("", f"call {row.get('id')} cannot be reassembled: {exc}"))
         out.append(ChainRow(table=item.table, row=hashed))
     return out, problems
 
 
 def flag(checks: Iterable[ChainCheck], problems: dict[str, tuple[str, str]]) -> list[ChainCheck]:
-    """Mark runs whose chain holds but whose blobs do not."""
+    """Mark runs whose blobs are damaged or missing; that is the cause named
+    even where a converted row's link then fails too."""
     out = []
     for check in checks:
         found = problems.get(check.run_id)
-        if check.ok and found:
+        if found:
             check = check.model_copy(update={"ok": False, "problem": found[1], "table": blobs.BLOBS.name, "row_id": found[0]})
         out.append(check)
     return out

@@ -138,8 +138,7 @@ def load_for(conn: Connection, call_rows: Iterable[Mapping[str, Any]]) -> dict[s
     bodies: dict[str, str] = {}
     frontier: set[str] = set()
     for row in call_rows:
-        if row.get("request_refs"):
-            frontier.update(json.loads(row["request_refs"]).values())
+        frontier.update(refs_of(row.get("request_refs")).values())
     messages: set[str] = set()
     while frontier:
         fetch(conn, frontier, bodies)
@@ -188,7 +187,7 @@ def reached(refs: str, bodies: Mapping[str, str]) -> set[str]:
     """Every blob one request refers to, directly or through its nodes; a
     damaged node ends the walk instead of failing it."""
     found: set[str] = set()
-    for key, sha in json.loads(refs).items():
+    for key, sha in refs_of(refs).items():
         found.add(sha)
         current = sha if key == MESSAGES else None
         while current is not None:
@@ -200,3 +199,12 @@ def reached(refs: str, bodies: Mapping[str, str]) -> set[str]:
             parent = node.get("parent")
             current = parent if isinstance(parent, str) and parent not in found else None
     return found
+
+
+def refs_of(refs: str | None) -> dict[str, str]:
+    """A row's references; empty when absent or damaged (the chain reports a
+    damaged one)."""
+    parsed = _parsed(refs) if refs else None
+    if not isinstance(parsed, dict):
+        return {}
+    return {k: v for k, v in parsed.items() if isinstance(v, str)}

@@ -111,3 +111,11 @@ def test_a_changed_reference_breaks_the_chain(shared, tmp_path):
         other = conn.execute("SELECT request_refs FROM model_calls ORDER BY rowid LIMIT 1").fetchone()[0]
         conn.execute("UPDATE model_calls SET request_refs = ? WHERE rowid = (SELECT max(rowid) FROM model_calls)", (other,))
     assert any("hash mismatch" in p for p in broken(path).values())
+
+
+@pytest.mark.parametrize("refs", ["not json", "[]", '{"messages": 7}', '{"messages": "0000"}', ""])
+def test_a_damaged_reference_column_is_reported_not_raised(shared, tmp_path, refs):
+    path = copy(shared[0], tmp_path / "r.db")
+    with closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("UPDATE model_calls SET request_refs = ? WHERE rowid = 1", (refs,))
+    assert broken(path)
