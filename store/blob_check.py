@@ -28,6 +28,7 @@ def prepare(conn: Connection, rows: list[ChainRow]) -> tuple[list[ChainRow], dic
     damaged = {sha for sha, body in bodies.items() if sha256_hex(body) != sha}
     problems: dict[str, tuple[str, str]] = {}
     owners: dict[str, str] = {}
+    parsed: dict[str, Any] = {}
     out = []
     for item in rows:
         row = item.row
@@ -43,7 +44,7 @@ def prepare(conn: Connection, rows: list[ChainRow]) -> tuple[list[ChainRow], dic
             what = "does not match its sha256" if bad[0] in damaged else "is missing from the store"
             problems.setdefault(run_id, (bad[0], f"blob {bad[0]} {what}; it belongs to runs {owners[bad[0]]}"))
         try:
-            hashed = blobs.hashed_row(row, bodies)
+            hashed = blobs.hashed_row(row, bodies, parsed)
         except DAMAGE as exc:
             hashed = dict(row)
             problems.setdefault(run_id, ("", f"call {row.get('id')} cannot be reassembled: {exc}"))

@@ -82,7 +82,7 @@ def split(request: Mapping[str, Any], previous: History | None = None) -> Split 
     return Split(canonical_json(rest), canonical_json(refs), blobs, history)
 
 
-def message_hashes(node: str, bodies: Mapping[str, str]) -> list[str]:
+def message_hashes(node: str, bodies: Mapping[str, str], parsed: dict[str, Any] | None = None) -> list[str]:
     parts = []
     seen: set[str] = set()
     current: str | None = node
@@ -90,21 +90,30 @@ def message_hashes(node: str, bodies: Mapping[str, str]) -> list[str]:
         if current in seen:
             raise ValueError(f"message-list node {current} is its own ancestor")
         seen.add(current)
-        parsed = json.loads(_body(current, bodies))
-        parts.append(parsed[MESSAGES])
-        current = parsed["parent"]
+        node = _load(current, bodies, parsed)
+        parts.append(node[MESSAGES])
+        current = node["parent"]
     return [h for part in reversed(parts) for h in part]
 
 
-def assemble(body: str, refs: str, bodies: Mapping[str, str]) -> str:
-    """The recorded request text, byte for byte."""
+def assemble(body: str, refs: str, bodies: Mapping[str, str], parsed: dict[str, Any] | None = None) -> str:
+    """The recorded request text, byte for byte. ``parsed`` caches parsed
+    blobs across the requests of a run, which share most of them."""
     request = json.loads(body)
     for key, sha in json.loads(refs).items():
         if key == MESSAGES:
-            request[key] = [json.loads(_body(h, bodies)) for h in message_hashes(sha, bodies)]
+            request[key] = [_load(h, bodies, parsed) for h in message_hashes(sha, bodies, parsed)]
         else:
-            request[key] = json.loads(_body(sha, bodies))
+            request[key] = _load(sha, bodies, parsed)
     return canonical_json(request)
+
+
+def _load(sha: str, bodies: Mapping[str, str], parsed: dict[str, Any] | None) -> Any:
+    if parsed is None:
+        return json.loads(_body(sha, bodies))
+    if sha not in parsed:
+        parsed[sha] = json.loads(_body(sha, bodies))
+    return parsed[sha]
 
 
 def _body(sha: str, bodies: Mapping[str, str]) -> str:
@@ -131,7 +140,7 @@ def fetch(conn: Connection, shas: Iterable[str], into: dict[str, str]) -> None:
         into.update((r.sha256, r.body) for r in conn.execute(select(BLOBS.c.sha256, BLOBS.c.body).where(BLOBS.c.sha256.in_(chunk))))
 
 
-def load_for(conn: Connection, call_rows: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+def load_for(conn: Connection, call_rows: Iterable[Mapping[str, Any]], *, messages: bool = True) -> dict[str, str]:
     """Every blob the given request rows reach: nodes level by level (a run's
     nodes usually all come in the first round, as each request names its own),
     then the messages."""
@@ -139,40 +148,42 @@ def load_for(conn: Connection, call_rows: Iterable[Mapping[str, Any]]) -> dict[s
     frontier: set[str] = set()
     for row in call_rows:
         frontier.update(refs_of(row.get("request_refs")).values())
-    messages: set[str] = set()
+    message_shas: set[str] = set()
     while frontier:
         fetch(conn, frontier, bodies)
         nodes = [_parsed(bodies[s]) for s in frontier if s in bodies]
         frontier = set()
         for node in nodes:
             if isinstance(node, dict) and isinstance(node.get(MESSAGES), list) and "parent" in node:
-                messages.update(h for h in node[MESSAGES] if isinstance(h, str))
+                message_shas.update(h for h in node[MESSAGES] if isinstance(h, str))
                 if isinstance(node["parent"], str) and node["parent"] not in bodies:
                     frontier.add(node["parent"])
-    fetch(conn, messages, bodies)
+    if messages:
+        fetch(conn, message_shas, bodies)
     return bodies
 
 
-def request_text(row: Mapping[str, Any], bodies: Mapping[str, str]) -> str:
+def request_text(row: Mapping[str, Any], bodies: Mapping[str, str], parsed: dict[str, Any] | None = None) -> str:
     if not row.get("request_refs"):
         return str(row["request_json"])
-    return assemble(row["request_body"], row["request_refs"], bodies)
+    return assemble(row["request_body"], row["request_refs"], bodies, parsed)
 
 
 def expand(conn: Connection, call_rows: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Request rows with ``request_json`` reassembled from their blobs."""
     bodies = load_for(conn, call_rows)
-    return [{**row, "request_json": request_text(row, bodies)} for row in call_rows]
+    parsed: dict[str, Any] = {}
+    return [{**row, "request_json": request_text(row, bodies, parsed)} for row in call_rows]
 
 
-def hashed_row(row: Mapping[str, Any], bodies: Mapping[str, str]) -> dict[str, Any]:
+def hashed_row(row: Mapping[str, Any], bodies: Mapping[str, str], parsed: dict[str, Any] | None = None) -> dict[str, Any]:
     """A request row as its chain link was computed: as stored, or, for a row
     converted by the migration, with its text reassembled in place of the
     reference columns."""
     if row.get("request_hashed_as") != HASHED_AS_TEXT:
         return dict(row)
     kept = {k: v for k, v in row.items() if k not in REF_COLUMNS}
-    kept["request_json"] = request_text(row, bodies)
+    kept["request_json"] = request_text(row, bodies, parsed)
     return kept
 
 

@@ -20,7 +20,7 @@ from sqlalchemy import Connection, Engine, Table, and_, inspect, or_, select, te
 from orchestrator.canonical import canonical_json
 from store import blobs
 from store.blobs import History
-from store.tables import Blob, ModelCall
+from store.tables import Blob, Deletion, ModelCall
 
 CALLS: Table = ModelCall.__table__  # type: ignore[assignment]
 NEW_COLUMNS = ("request_body", "request_refs", "request_hashed_as")
@@ -28,8 +28,9 @@ BATCH_ROWS = 200
 
 
 def add_columns(conn: Connection) -> None:
-    """The blobs table and the request's reference columns (all nullable)."""
+    """The blobs and deletions tables and the request's reference columns (all nullable)."""
     Blob.__table__.create(conn, checkfirst=True)  # type: ignore[attr-defined]
+    Deletion.__table__.create(conn, checkfirst=True)  # type: ignore[attr-defined]
     present = {c["name"] for c in inspect(conn).get_columns(CALLS.name)}
     for name in NEW_COLUMNS:
         if name not in present:

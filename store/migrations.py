@@ -90,14 +90,14 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "runs, turns, model calls and responses, attempts, candidates, transitions, tool executions, events", _baseline),
     Migration(2, "indexes for listing runs, request look-up and reports", _listing_indexes),
     Migration(3, "covering index for aggregate reports", _report_indexes),
-    Migration(4, "content-addressed requests: blobs table, request columns by reference",
+    Migration(4, "content-addressed requests: blobs table, request columns by reference; deletions",
               content_migration.add_columns, content_migration.convert_requests),
 )
 LATEST = MIGRATIONS[-1].version
 
 
 def store_tables() -> list[Table]:
-    return [tables.Run.__table__, tables.Blob.__table__, *(model.__table__ for model in tables.CHAINED)]  # type: ignore[attr-defined]
+    return [tables.Run.__table__, tables.Blob.__table__, tables.Deletion.__table__, *(model.__table__ for model in tables.CHAINED)]  # type: ignore[attr-defined]
 
 
 def current_version(conn: Connection) -> int | None:

@@ -123,6 +123,21 @@ class Blob(SQLModel, table=True):
     body: str = text()
 
 
+class Deletion(SQLModel, table=True):
+    """A run removed by ``escrow gc``: what it was and the chain head it had,
+    so its absence is accounted for."""
+
+    __tablename__ = "deletions"
+
+    run_id: str = Field(primary_key=True)
+    created_at: float
+    deleted_at: float
+    verdict: str | None = None
+    chain_seq: int
+    chain_head: str
+    reason: str = text()
+
+
 class ModelResponse(Chained, table=True):
     """The envelope of one call, recorded after it returned."""
 
