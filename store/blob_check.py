@@ -26,29 +26,28 @@ def prepare(conn: Connection, rows: list[ChainRow]) -> tuple[list[ChainRow], dic
     calls = [r.row for r in rows if r.table == CALLS.name and r.row.get("request_refs")]
     bodies = blobs.load_for(conn, calls)
     damaged = {sha for sha, body in bodies.items() if sha256_hex(body) != sha}
+    used: dict[str, set[str]] = defaultdict(set)
+    for row in calls:
+        blobs.reached(row["request_refs"], bodies, used[str(row.get("run_id"))])
     problems: dict[str, tuple[str, str]] = {}
     owners: dict[str, str] = {}
+    for run_id, shas in used.items():
+        bad = sorted(shas & damaged) or sorted(shas - bodies.keys())
+        if bad:
+            if bad[0] not in owners:
+                owners[bad[0]] = ", ".join(sorted(runs_using(conn, bad[0])))
+            what = "does not match its sha256" if bad[0] in damaged else "is missing from the store"
+            problems[run_id] = (bad[0], f"blob {bad[0]} {what}; it belongs to runs {owners[bad[0]]}")
     parsed: dict[str, Any] = {}
     out = []
     for item in rows:
         row = item.row
-        if item.table != CALLS.name or not row.get("request_refs"):
-            out.append(item)
-            continue
-        run_id = str(row.get("run_id"))
-        used = blobs.reached(row["request_refs"], bodies)
-        bad = sorted(used & damaged) or sorted(used - bodies.keys())
-        if bad and bad[0] not in owners:
-            owners[bad[0]] = ", ".join(sorted(runs_using(conn, bad[0])))
-        if bad:
-            what = "does not match its sha256" if bad[0] in damaged else "is missing from the store"
-            problems.setdefault(run_id, (bad[0], f"blob {bad[0]} {what}; it belongs to runs {owners[bad[0]]}"))
-        try:
-            hashed = blobs.hashed_row(row, bodies, parsed)
-        except DAMAGE as exc:
-            hashed = dict(row)
-            problems.setdefault(run_id, ("", f"call {row.get('id')} cannot be reassembled: {exc}"))
-        out.append(ChainRow(table=item.table, row=hashed))
+        if item.table == CALLS.name and row.get("request_refs"):
+            try:
+                item = ChainRow(table=item.table, row=blobs.hashed_row(row, bodies, parsed))
+            except DAMAGE as exc:
+                problems.setdefault(str(row.get("run_id")), ("", f"call {row.get('id')} cannot be reassembled: {exc}"))
+        out.append(item)
     return out, problems
 
 
@@ -72,7 +71,10 @@ def runs_using(conn: Connection, sha: str) -> set[str]:
         by_run[run_id].append(refs)
     owners = set()
     for run_id, refs_list in by_run.items():
-        bodies = blobs.load_for(conn, [{"request_refs": r} for r in refs_list])
-        if any(sha in blobs.reached(refs, bodies) for refs in refs_list):
+        bodies = blobs.load_for(conn, [{"request_refs": r} for r in refs_list], messages=False)
+        found: set[str] = set()
+        for refs in refs_list:
+            blobs.reached(refs, bodies, found)
+        if sha in found:
             owners.add(run_id)
     return owners

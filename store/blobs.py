@@ -194,13 +194,15 @@ def _parsed(body: str) -> Any:
         return None  # a damaged blob: verify reports it by its hash
 
 
-def reached(refs: str, bodies: Mapping[str, str]) -> set[str]:
+def reached(refs: str, bodies: Mapping[str, str], found: set[str] | None = None) -> set[str]:
     """Every blob one request refers to, directly or through its nodes; a
-    damaged node ends the walk instead of failing it."""
-    found: set[str] = set()
+    damaged node ends the walk instead of failing it. Given ``found`` (the
+    blobs other requests of the run reached), the walk stops at a node
+    already in it and adds to it, so a whole run is walked in linear time."""
+    found = set() if found is None else found
     for key, sha in refs_of(refs).items():
+        current = sha if key == MESSAGES and sha not in found else None
         found.add(sha)
-        current = sha if key == MESSAGES else None
         while current is not None:
             found.add(current)
             node = _parsed(bodies.get(current, "null"))

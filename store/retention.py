@@ -78,7 +78,7 @@ def _reached(conn: Connection, where: object) -> set[str]:
     refs = [r for (r,) in conn.execute(select(CALLS.c.request_refs).where(where)) if r]  # type: ignore[arg-type]
     bodies = blobs.load_for(conn, [{"request_refs": r} for r in refs], messages=False)
     for r in refs:
-        found |= blobs.reached(r, bodies)
+        blobs.reached(r, bodies, found)
     return found
 
 
