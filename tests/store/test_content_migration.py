@@ -138,3 +138,17 @@ def test_a_migration_killed_at_random_points_resumes_to_the_same_store(tmp_path)
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute("SELECT count(*) FROM model_calls WHERE request_refs IS NULL").fetchone() == (0,)
         assert json.loads(conn.execute("SELECT max(version) FROM escrow_migrations").fetchone()[0] and "4") == 4
+
+
+def test_the_migrated_fixture_has_the_schema_of_a_fresh_store(tmp_path):
+    old, new = tmp_path / "old.db", tmp_path / "new.db"
+    shutil.copyfile(FIXTURE, old)
+    Store.open(f"sqlite:///{old}").close()
+    Store.open(f"sqlite:///{new}").close()
+    for path in (old, new):
+        with closing(sqlite3.connect(path)) as conn:
+            shape = {t: {(r[1], r[2].upper(), r[3]) for r in conn.execute(f'PRAGMA table_info("{t}")')}
+                     for t in ("model_calls", "blobs", "deletions")}
+        if path == old:
+            migrated = shape
+    assert migrated == shape
