@@ -36,7 +36,7 @@ BATCH = 500
 
 
 class BlobMissing(StoreError):
-    """A request refers to a blob the store does not hold."""
+    """A request refers to a blob the store does not hold, or to a damaged one."""
 
     exit_code = 1
 
@@ -173,7 +173,16 @@ def expand(conn: Connection, call_rows: list[Mapping[str, Any]]) -> list[dict[st
     """Request rows with ``request_json`` reassembled from their blobs."""
     bodies = load_for(conn, call_rows)
     parsed: dict[str, Any] = {}
-    return [{**row, "request_json": request_text(row, bodies, parsed)} for row in call_rows]
+    out = []
+    for row in call_rows:
+        try:
+            out.append({**row, "request_json": request_text(row, bodies, parsed)})
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # a damaged blob or reference
+            raise BlobMissing(
+                f"the request of call {row.get('id')} cannot be reassembled ({exc}); run `escrow verify --all`",
+                call_id=row.get("id"),
+            ) from None
+    return out
 
 
 def hashed_row(row: Mapping[str, Any], bodies: Mapping[str, str], parsed: dict[str, Any] | None = None) -> dict[str, Any]:

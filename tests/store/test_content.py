@@ -119,3 +119,12 @@ def test_a_damaged_reference_column_is_reported_not_raised(shared, tmp_path, ref
     with closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("UPDATE model_calls SET request_refs = ? WHERE rowid = 1", (refs,))
     assert broken(path)
+
+
+def test_reading_a_request_whose_blob_is_damaged_is_a_clear_error(shared, tmp_path):
+    path = copy(shared[0], tmp_path / "b.db")
+    with closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("UPDATE blobs SET body = '{not json' WHERE sha256 = ?", (SYSTEM,))
+    result = CliRunner().invoke(app, ["show", shared[1][0], "--db", f"sqlite:///{path}"])
+    assert result.exit_code != 0 and "cannot be reassembled" in str(result.exception)
+    assert getattr(result.exception, "exit_code", None) == 1
