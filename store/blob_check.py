@@ -16,7 +16,7 @@ from store import blobs
 from store.chain import ChainCheck, ChainRow
 from store.tables import ModelCall
 
-CALLS: Table = ModelCall.__table__  # type: ignore[assignment]
+CALLS: Table = ModelCall.__table__  # type: ignore[attr-defined]
 DAMAGE = (blobs.BlobMissing, ValueError, KeyError, TypeError, AttributeError)
 
 

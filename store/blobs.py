@@ -25,7 +25,7 @@ from orchestrator.canonical import canonical_json, sha256_hex
 from store.errors import StoreError
 from store.tables import Blob
 
-BLOBS: Table = Blob.__table__  # type: ignore[assignment]
+BLOBS: Table = Blob.__table__  # type: ignore[attr-defined]
 MESSAGES, TOOLS = "messages", "tools"
 HASHED_AS_TEXT = "request_json"
 """``request_hashed_as`` of a row converted by the migration: its chain link
@@ -70,10 +70,10 @@ def split(request: Mapping[str, Any], previous: History | None = None) -> Split 
         history = previous
     else:
         shared = len(previous.hashes) if previous and hashes[: len(previous.hashes)] == previous.hashes else 0
-        node = canonical_json({"messages": list(hashes[shared:]), "parent": previous.node if shared else None})
+        node = canonical_json({"messages": list(hashes[shared:]), "parent": previous.node if previous and shared else None})
         history = History(sha256_hex(node), hashes)
         blobs[history.node] = node
-        blobs.update(zip(hashes[shared:], texts[shared:]))
+        blobs.update(zip(hashes[shared:], texts[shared:], strict=True))
     refs = {MESSAGES: history.node}
     if tools is not None:
         tools_text = canonical_json(tools)
@@ -90,9 +90,9 @@ def message_hashes(node: str, bodies: Mapping[str, str], parsed: dict[str, Any] 
         if current in seen:
             raise ValueError(f"message-list node {current} is its own ancestor")
         seen.add(current)
-        node = _load(current, bodies, parsed)
-        parts.append(node[MESSAGES])
-        current = node["parent"]
+        entry = _load(current, bodies, parsed)
+        parts.append(entry[MESSAGES])
+        current = entry["parent"]
     return [h for part in reversed(parts) for h in part]
 
 

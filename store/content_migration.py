@@ -22,7 +22,7 @@ from store import blobs
 from store.blobs import History
 from store.tables import Blob, Deletion, ModelCall
 
-CALLS: Table = ModelCall.__table__  # type: ignore[assignment]
+CALLS: Table = ModelCall.__table__  # type: ignore[attr-defined]
 NEW_COLUMNS = ("request_body", "request_refs", "request_hashed_as")
 BATCH_ROWS = 200
 

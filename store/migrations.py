@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from sqlalchemy import Column, Connection, Engine, Float, Index, Integer, MetaData, String, Table, inspect, select
 from sqlmodel import SQLModel
 
-from store import tables
-from store import content_migration
+from store import content_migration, tables
 
 migration_log_metadata = MetaData()
 MIGRATION_LOG = Table(

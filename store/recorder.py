@@ -20,7 +20,8 @@ from orchestrator import __version__
 from orchestrator.contract import Message, ModelRequest
 from orchestrator.envelope import Envelope
 from store import rows as build
-from store.blobs import History, put as put_blobs
+from store.blobs import History
+from store.blobs import put as put_blobs
 from store.errors import RecordingError
 from store.rows import Output, Pending
 from store.tables import CandidateRow, ModelCall, Run, TransitionRow

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from typing import Any
 
 from sqlalchemy import Connection, LargeBinary, Table, Text, case, cast, delete, func, select
 from sqlalchemy import String as SAString
@@ -16,9 +17,9 @@ from orchestrator.contract import Frozen
 from store import blobs
 from store.tables import CHAINED, Deletion, ModelCall, Run
 
-RUNS: Table = Run.__table__  # type: ignore[assignment]
-CALLS: Table = ModelCall.__table__  # type: ignore[assignment]
-DELETIONS: Table = Deletion.__table__  # type: ignore[assignment]
+RUNS: Table = Run.__table__  # type: ignore[attr-defined]
+CALLS: Table = ModelCall.__table__  # type: ignore[attr-defined]
+DELETIONS: Table = Deletion.__table__  # type: ignore[attr-defined]
 # Children before parents, so foreign keys hold at every statement.
 DELETE_ORDER = ("escrow_transitions", "tool_executions", "candidates", "call_attempts", "model_responses", "events", "turns", "model_calls")
 
@@ -86,7 +87,7 @@ def _size(conn: Connection, table: Table, where: object) -> int:
     """Bytes in the selected rows: text cells by their UTF-8 length, other
     non-NULL cells as 8."""
     sqlite = conn.dialect.name == "sqlite"
-    parts = []
+    parts: list[Any] = []
     for c in table.columns:
         if isinstance(c.type, (Text, SAString)):
             parts.append(func.coalesce(func.length(cast(c, LargeBinary)) if sqlite else func.octet_length(c), 0))

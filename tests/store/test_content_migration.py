@@ -103,7 +103,7 @@ def test_a_migration_killed_at_random_points_resumes_to_the_same_store(tmp_path)
     before = requests(path)
     rng = random.Random(14)
     partial_states = kills = 0
-    for attempt in range(60):
+    for _ in range(60):
         proc = subprocess.Popen([sys.executable, "-c", MIGRATE, str(path)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None
         # Kill after a random number of announced batches, plus up to 20 ms.
