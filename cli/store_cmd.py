@@ -113,8 +113,33 @@ def migrate(
         typer.echo(f"{store.url}: schema version {store.schema_version}")
 
 
+def gc(
+    older_than: str = typer.Option(..., "--older-than", help="Delete runs started longer ago than this (30d, 12h)."),
+    keep_verdict: list[str] = typer.Option([], "--keep-verdict", help="Keep runs with this verdict (repeatable)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
+    config: Path | None = typer.Option(None, "--config", help=CONFIG_HELP),
+) -> None:
+    """Delete whole runs older than a span, and the blobs no other run uses.
+    Each deletion is recorded in the deletions table."""
+    from store.retention import collect
+
+    try:
+        before = parse_since(older_than, time.time())
+    except ValueError as exc:
+        raise ConfigError(str(exc).replace("--since", "--older-than")) from None
+    with open_store(db, config, readonly=False) as store, store.write() as conn:
+        result = collect(conn, before=before, keep_verdicts=keep_verdict)
+    if as_json:
+        emit_json(result.model_dump())
+    else:
+        typer.echo(f"deleted {result.runs_deleted} runs ({result.rows_deleted} rows, {result.blobs_deleted} blobs), "
+                   f"freed {result.bytes_freed:,} bytes; kept {result.runs_kept_as_parents} parents of kept runs")
+
+
 def register(app: typer.Typer) -> None:
     app.command("runs")(runs)
     app.command("show")(show)
     app.command("verify")(verify)
     app.command("migrate")(migrate)
+    app.command("gc")(gc)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from sqlalchemy import Column, Connection, Engine, Float, Index, Integer, MetaData, String, Table, inspect, select
 from sqlmodel import SQLModel
 
-from store import batch_tables, tables
+from store import batch_tables, content_migration, tables
 
 migration_log_metadata = MetaData()
 MIGRATION_LOG = Table(
@@ -31,9 +31,15 @@ MIGRATION_LOG = Table(
 
 @dataclass(frozen=True)
 class Migration:
+    """``apply`` runs in one transaction with the version stamp. A migration
+    with ``backfill`` instead has ``apply`` idempotent (it is re-run when an
+    interrupted upgrade resumes), then ``backfill`` commits its own batches,
+    and the stamp comes last."""
+
     version: int
     name: str
     apply: Callable[[Connection], None]
+    backfill: Callable[[Engine], None] | None = None
 
 
 def _baseline(conn: Connection) -> None:
@@ -108,13 +114,16 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "covering index for aggregate reports", _report_indexes),
     Migration(4, "reasoning text and reasoning token columns on model responses", _reasoning_columns),
     Migration(5, "batches, batch tasks and attempts, run leases", _batch_tables),
+    Migration(6, "content-addressed requests: blobs table, request columns by reference; deletions",
+              content_migration.add_columns, content_migration.convert_requests),
 )
 LATEST = MIGRATIONS[-1].version
 
 
 def store_tables() -> list[Table]:
     return [
-        tables.Run.__table__, *(model.__table__ for model in tables.CHAINED),  # type: ignore[attr-defined]
+        tables.Run.__table__, tables.Blob.__table__, tables.Deletion.__table__,  # type: ignore[attr-defined]
+        *(model.__table__ for model in tables.CHAINED),  # type: ignore[attr-defined]
         *(model.__table__ for model in batch_tables.BATCH_TABLES),  # type: ignore[attr-defined]
     ]
 
@@ -140,7 +149,12 @@ def upgrade(engine: Engine, from_version: int, to_version: int = LATEST) -> list
         if from_version < migration.version <= to_version:
             with engine.begin() as conn:
                 migration.apply(conn)
-                _stamp(conn, (migration,))
+                if migration.backfill is None:
+                    _stamp(conn, (migration,))
+            if migration.backfill is not None:
+                migration.backfill(engine)
+                with engine.begin() as conn:
+                    _stamp(conn, (migration,))
             applied.append(migration.version)
     return applied
 

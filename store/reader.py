@@ -12,7 +12,8 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 from sqlalchemy import Connection, Table, func, inspect, select
 
-from store.cells import check_row, check_numbers
+from store import blobs
+from store.cells import check_numbers, check_row
 from store.errors import RunNotFound
 from store.tables import CallAttempt, CandidateRow, EventRow, ModelCall, ModelResponse, Run, ToolExecution, TransitionRow, Turn
 from store.views import (
@@ -119,7 +120,7 @@ def calls(conn: Connection, run_id: str) -> list[CallView]:
         attempts[row["call_id"]].append(view(AttemptView, CallAttempt, row))
     return [
         view(CallView, ModelCall, row, response=responses.get(row["id"]), attempts=tuple(sorted(attempts[row["id"]], key=lambda a: a.number)))
-        for row in _rows(conn, ModelCall, run_id)
+        for row in blobs.expand(conn, _rows(conn, ModelCall, run_id))
     ]
 
 

@@ -20,6 +20,8 @@ from orchestrator import __version__
 from orchestrator.contract import Message, ModelRequest
 from orchestrator.envelope import Envelope
 from store import rows as build
+from store.blobs import History
+from store.blobs import put as put_blobs
 from store.chain import GENESIS_EVENT
 from store.errors import RecordingError
 from store.rows import Output, Pending
@@ -42,6 +44,8 @@ class Recorder:
         self.store = store
         self.clock = clock
         self.output_cap_bytes = output_cap_bytes
+        # Each run's last message list, so the next request stores only what it adds.
+        self.histories: dict[str, History] = {}
 
     def start_run(
         self, *, task: str, repo: str, config: Mapping[str, Any], policy: Mapping[str, Any], model: str,
@@ -105,6 +109,7 @@ class Recorder:
         """Record the verdict event (with ``extra``, e.g. the verified patch's
         sha256) and close the run, in one transaction."""
         now = self.clock()
+        self.histories.pop(run_id, None)
         pending = build.event_row(run_id, turn, VERDICT_EVENT, {**(extra or {}), "verdict": verdict, "detail": detail},
                                   now)
         self._commit(run_id, [pending], {"status": "finished", "verdict": verdict, "verdict_detail": detail, "finished_at": now})
@@ -119,8 +124,10 @@ class Recorder:
             raise RecordingError("the genesis event is recorded by start_run only", run_id=run_id)
         return build.event_row(run_id, turn, kind, data, self.clock())
 
-    def _commit(self, run_id: str, pending: Sequence[Pending], run_update: Mapping[str, Any] | None = None) -> None:
+    def _commit(self, run_id: str, pending: Sequence[Pending], run_update: Mapping[str, Any] | None = None,
+                blobs: Mapping[str, str] | None = None) -> None:
         with self.store.write() as conn:
+            put_blobs(conn, blobs or {})
             append(conn, run_id, pending, run_update)
 
 
@@ -149,8 +156,11 @@ class TurnWriter:
 
     def request(self, request: ModelRequest, attempt_of: str | None = None) -> str:
         call_id = build.new_row_id()
-        row = build.request_row(call_id, self.run_id, self.turn, request, attempt_of, self.recorder.clock())
-        self.recorder._commit(self.run_id, [*self.pending, row])
+        histories = self.recorder.histories
+        stored = build.request_row(call_id, self.run_id, self.turn, request, attempt_of, self.recorder.clock(), histories.get(self.run_id))
+        self.recorder._commit(self.run_id, [*self.pending, stored.row], blobs=stored.blobs)
+        if stored.history is not None:
+            histories[self.run_id] = stored.history  # only once committed: its node is then in the store
         self.pending.clear()
         self.call_ids.add(call_id)
         return call_id

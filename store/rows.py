@@ -12,7 +12,7 @@ import os
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from pydantic import BaseModel
 from sqlalchemy import Float, Integer, Table
@@ -20,6 +20,8 @@ from sqlalchemy import Float, Integer, Table
 from orchestrator.canonical import canonical_json, sha256_hex
 from orchestrator.contract import Message, ModelRequest, ToolCall
 from orchestrator.envelope import Envelope
+from store import blobs
+from store.blobs import History
 from store.chain import GENESIS_COLUMNS, genesis
 from store.tables import CallAttempt, CandidateRow, EventRow, ModelCall, ModelResponse, Run, ToolExecution, TransitionRow, Turn
 
@@ -104,19 +106,34 @@ def genesis_values(run: Mapping[str, Any]) -> dict[str, Any]:
     return {k: run.get(k) for k in GENESIS_COLUMNS}
 
 
-def request_row(call_id: str, run_id: str, turn: int, request: ModelRequest, attempt_of: str | None, now: float) -> Pending:
+class StoredRequest(NamedTuple):
+    row: Pending
+    blobs: dict[str, str]
+    history: History | None
+
+
+def request_row(
+    call_id: str, run_id: str, turn: int, request: ModelRequest, attempt_of: str | None, now: float,
+    previous: History | None = None,
+) -> StoredRequest:
+    """The request row, by reference to its messages and tools (store.blobs);
+    ``previous`` is the run's last message list, which this one extends."""
     s = request.sampling
-    canonical = request.canonical()  # serialised once: the stored text and its hash
-    return ModelCall.__table__, {
+    dumped = request.model_dump(mode="json")
+    canonical = canonical_json(dumped)  # serialised once for its hash; stored by reference
+    parts = blobs.split(dumped, previous)
+    stored = {"request_json": canonical} if parts is None else {
+        "request_json": "", "request_body": parts.body, "request_refs": parts.refs,
+    }
+    return StoredRequest((ModelCall.__table__, {
         "id": call_id, "run_id": run_id, "turn": turn, "created_at": now, "attempt_of": attempt_of,
         "gen_ai.operation.name": "chat", "gen_ai.request.model": request.model,
         "gen_ai.request.max_tokens": request.max_tokens, "gen_ai.request.temperature": s.temperature,
         "gen_ai.request.top_p": s.top_p, "gen_ai.request.top_k": s.top_k, "gen_ai.request.seed": s.seed,
         "gen_ai.request.stop_sequences": canonical_json(list(request.stop)),
         "sampling_json": as_json_text(s), "deadline_s": request.deadline_s,
-        "max_payload_bytes": request.max_payload_bytes, "request_json": canonical,
-        "request_sha256": sha256_hex(canonical),
-    }
+        "max_payload_bytes": request.max_payload_bytes, "request_sha256": sha256_hex(canonical), **stored,
+    }), parts.blobs if parts else {}, parts.history if parts else None)
 
 
 def response_rows(call_id: str, run_id: str, turn: int | None, envelope: Envelope, cost_usd: float | None, now: float) -> list[Pending]:

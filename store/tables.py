@@ -102,8 +102,40 @@ class ModelCall(Chained, table=True):
     sampling_json: str = text()
     deadline_s: float
     max_payload_bytes: int
+    # Schema 4 stores the request by reference (store.blobs): ``request_json``
+    # is '' and the text is reassembled from ``request_body`` and the blobs
+    # named in ``request_refs``. Rows written before keep their text or, once
+    # converted, say in ``request_hashed_as`` that their link covers it.
     request_json: str = text()
     request_sha256: str = Field(index=True)
+    request_body: str | None = text(default=None)
+    request_refs: str | None = text(default=None)
+    request_hashed_as: str | None = None
+
+
+class Blob(SQLModel, table=True):
+    """A message, tools list or message-list node, stored once for every run
+    that uses it; ``sha256`` is the hash of ``body`` (UTF-8)."""
+
+    __tablename__ = "blobs"
+
+    sha256: str = Field(primary_key=True)
+    body: str = text()
+
+
+class Deletion(SQLModel, table=True):
+    """A run removed by ``escrow gc``: what it was and the chain head it had,
+    so its absence is accounted for."""
+
+    __tablename__ = "deletions"
+
+    run_id: str = Field(primary_key=True)
+    created_at: float
+    deleted_at: float
+    verdict: str | None = None
+    chain_seq: int
+    chain_head: str
+    reason: str = text()
 
 
 class ModelResponse(Chained, table=True):

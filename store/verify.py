@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, select
 
+from store import blob_check
 from store.cells import check_row
 from store.chain import ChainCheck, ChainRow, check_chain
 from store.recorder import VERDICT_EVENT
@@ -82,9 +83,16 @@ def checked(table: Table, row: Mapping[str, Any]) -> dict[str, Any]:
 
 def verify_run(conn: Connection, run_id: str) -> ChainCheck | None:
     """None when nothing at all is recorded under ``run_id``."""
-    checks = check_records(*load(conn, run_id))
+    checks = _checked(conn, *load(conn, run_id))
     return checks[0] if checks else None
 
 
 def verify_all(conn: Connection) -> list[ChainCheck]:
-    return check_records(*load(conn))
+    return _checked(conn, *load(conn))
+
+
+def _checked(conn: Connection, run_rows: list[dict[str, Any]], rows: list[ChainRow]) -> list[ChainCheck]:
+    """Chains over the rows as hashed (request text reassembled where a link
+    covers it), then the blobs each run uses."""
+    hashed, blob_problems = blob_check.prepare(conn, rows)
+    return blob_check.flag(check_records(run_rows, hashed), blob_problems)

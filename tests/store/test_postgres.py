@@ -101,3 +101,34 @@ def test_escrow_commands_and_tamper_detection_on_postgresql(postgres_url):
     engine.dispose()
     result = CliRunner().invoke(app, ["verify", run_id, "--db", postgres_url])
     assert isinstance(result.exception, ChainBroken) and "hash mismatch" in result.output
+
+
+def test_shared_blobs_and_gc_on_postgresql(postgres_url):
+    """Content-addressed requests on PostgreSQL: a shared blob changed is
+    reported on every run that uses it; gc removes a run and what only it used."""
+    import time
+
+    from orchestrator.canonical import sha256_hex
+    from store.retention import collect
+
+    with Store.open(postgres_url) as store:
+        old = Recorder(store, clock=lambda: time.time() - 40 * 86_400)
+        ids = [synthetic.record_run(old, turns=2, seed=s) for s in (21, 22)]
+        kept = synthetic.record_run(Recorder(store), turns=2, seed=23)
+    system = sha256_hex('{"content":"You fix code.","name":null,"role":"system","tool_call_id":null,"tool_calls":[]}')
+    engine = create_engine(postgres_url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE blobs SET body = replace(body, 'fix', 'own') WHERE sha256 = :s"), {"s": system})
+    with Store.open(postgres_url, readonly=True) as store:
+        bad = {c.run_id: c.problem for c in store.verify_all() if not c.ok}
+    assert {*ids, kept} <= set(bad) and all(kept in p and ids[0] in p for p in bad.values())
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE blobs SET body = replace(body, 'own', 'fix') WHERE sha256 = :s"), {"s": system})
+    with Store.open(postgres_url) as store, store.write() as conn:
+        result = collect(conn, before=time.time() - 30 * 86_400)
+    assert result.runs_deleted >= 2 and result.blobs_deleted > 0 and result.bytes_freed > 0
+    with Store.open(postgres_url, readonly=True) as store:
+        checks = store.verify_all()  # (the run forged by the test above stays broken)
+        assert store.verify(kept).ok and not {c.run_id for c in checks} & set(ids)
+        assert all(sha256_hex(c.request_json) == c.request_sha256 for c in store.calls(kept))
+    engine.dispose()

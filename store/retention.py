@@ -1,0 +1,99 @@
+"""``escrow gc``: delete whole runs older than a cut-off, and the blobs no
+remaining run uses, in one write transaction. Each deleted run leaves a row
+in ``deletions`` (its verdict and chain head), so its absence is accounted
+for. A run that is the parent of a kept run is kept (its id is in the
+child's chain genesis)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import Connection, LargeBinary, Table, Text, case, cast, delete, func, select
+from sqlalchemy import String as SAString
+
+from orchestrator.contract import Frozen
+from store import blobs
+from store.tables import CHAINED, Deletion, ModelCall, Run
+
+RUNS: Table = Run.__table__  # type: ignore[attr-defined]
+CALLS: Table = ModelCall.__table__  # type: ignore[attr-defined]
+DELETIONS: Table = Deletion.__table__  # type: ignore[attr-defined]
+# Children before parents, so foreign keys hold at every statement.
+DELETE_ORDER = ("escrow_transitions", "tool_executions", "candidates", "call_attempts", "model_responses", "events", "turns", "model_calls")
+
+
+class GcResult(Frozen):
+    runs_deleted: int
+    runs_kept_as_parents: int
+    rows_deleted: int
+    blobs_deleted: int
+    bytes_freed: int
+    """UTF-8 bytes of the text and the fixed-size cells removed, as SQL sees them."""
+
+
+def collect(conn: Connection, *, before: float, keep_verdicts: Iterable[str] = (), now: float | None = None) -> GcResult:
+    keep = sorted(set(keep_verdicts))
+    stmt = select(RUNS.c.id, RUNS.c.created_at, RUNS.c.verdict, RUNS.c.chain_seq, RUNS.c.chain_head).where(RUNS.c.created_at < before)
+    if keep:
+        stmt = stmt.where((RUNS.c.verdict.is_(None)) | (RUNS.c.verdict.not_in(keep)))
+    doomed = {r.id: r for r in conn.execute(stmt)}
+    parents = {p for (p,) in conn.execute(select(RUNS.c.parent_run_id).where(RUNS.c.parent_run_id.is_not(None), RUNS.c.id.not_in(list(doomed) or [""])))}
+    kept_as_parents = len(doomed.keys() & parents)
+    for run_id in parents:
+        doomed.pop(run_id, None)
+    ids = sorted(doomed)
+    if not ids:
+        return GcResult(runs_deleted=0, runs_kept_as_parents=kept_as_parents, rows_deleted=0, blobs_deleted=0, bytes_freed=0)
+    candidates = _reached(conn, CALLS.c.run_id.in_(ids))
+    freed = rows = 0
+    tables = {m.__tablename__: m.__table__ for m in CHAINED}  # type: ignore[attr-defined]
+    for start in range(0, len(ids), blobs.BATCH):
+        chunk = ids[start : start + blobs.BATCH]
+        for name in DELETE_ORDER:
+            table = tables[name]
+            freed += _size(conn, table, table.c.run_id.in_(chunk))
+            rows += conn.execute(delete(table).where(table.c.run_id.in_(chunk))).rowcount or 0
+        freed += _size(conn, RUNS, RUNS.c.id.in_(chunk))
+        conn.execute(delete(RUNS).where(RUNS.c.id.in_(chunk)))
+    stamp = time.time() if now is None else now
+    conn.execute(DELETIONS.insert(), [
+        {"run_id": r.id, "created_at": r.created_at, "deleted_at": stamp, "verdict": r.verdict, "chain_seq": r.chain_seq,
+         "chain_head": r.chain_head, "reason": f"gc: created before {before:.0f}" + (f", verdict not in {keep}" if keep else "")}
+        for r in doomed.values()
+    ])
+    unused = sorted(candidates - _reached(conn, CALLS.c.request_refs.is_not(None)))
+    for start in range(0, len(unused), blobs.BATCH):
+        chunk = unused[start : start + blobs.BATCH]
+        freed += _size(conn, blobs.BLOBS, blobs.BLOBS.c.sha256.in_(chunk))
+        conn.execute(delete(blobs.BLOBS).where(blobs.BLOBS.c.sha256.in_(chunk)))
+    return GcResult(runs_deleted=len(ids), runs_kept_as_parents=kept_as_parents, rows_deleted=rows + len(ids),
+                    blobs_deleted=len(unused), bytes_freed=freed)
+
+
+def _reached(conn: Connection, where: object) -> set[str]:
+    """Every blob the selected requests reach (node bodies are read; message
+    bodies are not needed to know their hashes)."""
+    found: set[str] = set()
+    refs = [r for (r,) in conn.execute(select(CALLS.c.request_refs).where(where)) if r]  # type: ignore[arg-type]
+    bodies = blobs.load_for(conn, [{"request_refs": r} for r in refs], messages=False)
+    for r in refs:
+        blobs.reached(r, bodies, found)
+    return found
+
+
+def _size(conn: Connection, table: Table, where: object) -> int:
+    """Bytes in the selected rows: text cells by their UTF-8 length, other
+    non-NULL cells as 8."""
+    sqlite = conn.dialect.name == "sqlite"
+    parts: list[Any] = []
+    for c in table.columns:
+        if isinstance(c.type, (Text, SAString)):
+            parts.append(func.coalesce(func.length(cast(c, LargeBinary)) if sqlite else func.octet_length(c), 0))
+        else:
+            parts.append(case((c.is_(None), 0), else_=8))
+    total = parts[0]
+    for part in parts[1:]:
+        total = total + part
+    return int(conn.execute(select(func.coalesce(func.sum(total), 0)).where(where)).scalar() or 0)  # type: ignore[arg-type]

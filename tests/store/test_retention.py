@@ -1,0 +1,94 @@
+"""``escrow gc``: whole runs deleted with the blobs only they used, each
+deletion recorded, and the store still verifying."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from contextlib import closing
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from cli.main import app
+from orchestrator.canonical import sha256_hex
+from store import Recorder, Store, synthetic
+
+DAY = 86_400.0
+
+
+def build(path: Path) -> dict[str, str]:
+    now = time.time()
+    with Store.open(f"sqlite:///{path}") as store:
+        old, new = Recorder(store, clock=lambda: now - 40 * DAY), Recorder(store)
+        runs = {
+            "old_pass": synthetic.record_run(old, turns=3, seed=1),
+            "old_crashed": synthetic.record_run(old, turns=2, seed=2, finish=False),
+            "new": synthetic.record_run(new, turns=3, seed=3),
+        }
+        runs["old_parent"] = synthetic.record_run(old, turns=1, seed=4)
+        child = new.start_run(task="fork", repo="/r", config={}, policy={}, model="m", mode="fork",
+                              parent_run_id=runs["old_parent"], forked_at_turn=0)
+        new.finish_run(child, "PASS")
+        runs["child"] = child
+    return runs
+
+
+def gc(path: Path, *args: str) -> dict:
+    result = CliRunner().invoke(app, ["gc", "--older-than", "30d", "--json", "--db", f"sqlite:///{path}", *args])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def table(path: Path, sql: str) -> list[tuple]:
+    with closing(sqlite3.connect(path)) as conn:
+        return conn.execute(sql).fetchall()
+
+
+def verify_ok(path: Path) -> None:
+    result = CliRunner().invoke(app, ["verify", "--all", "--db", f"sqlite:///{path}"])
+    assert result.exit_code == 0, result.output
+
+
+def test_gc_deletes_old_runs_and_only_the_blobs_they_alone_used(tmp_path):
+    path = tmp_path / "escrow.db"
+    runs = build(path)
+    blobs_before = dict(table(path, "SELECT sha256, body FROM blobs"))
+    with Store.open(f"sqlite:///{path}", readonly=True) as store:
+        kept_requests = {c.id: c.request_json for c in store.calls(runs["new"])}
+    verify_ok(path)
+    result = gc(path)
+    assert result["runs_deleted"] == 2 and result["runs_kept_as_parents"] == 1
+    left = {r for (r,) in table(path, "SELECT id FROM runs")}
+    assert left == {runs["new"], runs["old_parent"], runs["child"]}
+    assert {r for (r,) in table(path, "SELECT run_id FROM deletions")} == {runs["old_pass"], runs["old_crashed"]}
+    for t in ("model_calls", "turns", "events", "candidates", "tool_executions"):
+        assert table(path, f"SELECT count(*) FROM {t} WHERE run_id NOT IN (SELECT id FROM runs)") == [(0,)]
+    blobs_after = dict(table(path, "SELECT sha256, body FROM blobs"))
+    gone = blobs_before.keys() - blobs_after.keys()
+    assert gone and result["blobs_deleted"] == len(gone)
+    assert result["bytes_freed"] > sum(len(blobs_before[s].encode()) for s in gone)
+    system = sha256_hex('{"content":"You fix code.","name":null,"role":"system","tool_call_id":null,"tool_calls":[]}')
+    assert system in blobs_after  # shared with the runs that stay
+    verify_ok(path)
+    with Store.open(f"sqlite:///{path}", readonly=True) as store:
+        assert {c.id: c.request_json for c in store.calls(runs["new"])} == kept_requests
+        assert all(sha256_hex(c.request_json) == c.request_sha256 for r in left for c in store.calls(r))
+
+
+def test_keep_verdict_keeps_those_runs(tmp_path):
+    path = tmp_path / "escrow.db"
+    runs = build(path)
+    result = gc(path, "--keep-verdict", "PASS")
+    assert result["runs_deleted"] == 1
+    assert {r for (r,) in table(path, "SELECT run_id FROM deletions")} == {runs["old_crashed"]}
+    verify_ok(path)
+    assert gc(path, "--keep-verdict", "PASS")["runs_deleted"] == 0  # nothing left to do
+
+
+def test_a_bad_span_is_a_clear_error(tmp_path):
+    path = tmp_path / "escrow.db"
+    build(path)
+    result = CliRunner().invoke(app, ["gc", "--older-than", "soon", "--db", f"sqlite:///{path}"])
+    assert result.exit_code != 0 and "--older-than" in str(result.exception)
