@@ -36,6 +36,8 @@ from orchestrator.interop import (
 )
 from orchestrator.interop.records import IMPORT_MODE, SourceMessage
 from store import rows as build
+from store.blobs import History
+from store.blobs import put as put_blobs
 from store.recorder import VERDICT_EVENT
 from store.rows import Pending
 from store.store import Store
@@ -152,6 +154,8 @@ class RunBuilder:
     def __init__(self, run_id: str, trajectory: SourceTrajectory, now: float) -> None:
         self.run_id, self.trajectory, self.now = run_id, trajectory, now
         self.rows: list[Pending] = []
+        self.blobs: dict[str, str] = {}  # the requests' messages and tools, stored once (store.blobs)
+        self.history: History | None = None
         self.turn = 0
         self.turn_start = 0
         self.turn_messages: list[Message] = []
@@ -175,10 +179,12 @@ class RunBuilder:
         assert call is not None
         model = call.model or self.trajectory.model or "unknown"
         self.call_id = build.new_row_id()
-        request_row = build.request_row(
-            self.call_id, self.run_id, self.turn, request_of(model, history), None, call.at or self.now
+        stored = build.request_row(
+            self.call_id, self.run_id, self.turn, request_of(model, history), None, call.at or self.now, self.history
         )
-        self.rows.append(request_row)
+        self.rows.append(stored.row)
+        self.blobs.update(stored.blobs)
+        self.history = stored.history
         self.rows += build.response_rows(
             self.call_id, self.run_id, self.turn, envelope_of(item), call.usage.cost_usd, self.now
         )
@@ -235,8 +241,11 @@ class RunBuilder:
         self.turn_messages.append(item.message)
 
 
-def trajectory_rows(run_id: str, trajectory: SourceTrajectory, meta: dict[str, Any], now: float) -> list[Pending]:
-    """Pure: every chained row of one imported trajectory."""
+def trajectory_rows(
+    run_id: str, trajectory: SourceTrajectory, meta: dict[str, Any], now: float
+) -> tuple[list[Pending], dict[str, str]]:
+    """Pure: every chained row of one imported trajectory, and the blobs its
+    requests refer to."""
     builder = RunBuilder(run_id, trajectory, now)
     builder.rows.append(build.event_row(run_id, None, IMPORT_EVENT, {**meta, "info": trajectory.info}, now))
     histories: dict[int, list[Message]] = {}
@@ -255,7 +264,7 @@ def trajectory_rows(run_id: str, trajectory: SourceTrajectory, meta: dict[str, A
             run_id, None, VERDICT_EVENT, {"verdict": IMPORTED_VERDICT, "detail": outcome_of(trajectory)}, now
         )
     )
-    return builder.rows
+    return builder.rows, builder.blobs
 
 
 def outcome_of(trajectory: SourceTrajectory) -> str:
@@ -327,7 +336,9 @@ def import_file(
                 version=__version__,
             )
             conn.execute(RUNS.insert(), [row])
-            written = append(conn, run_id, trajectory_rows(run_id, trajectory, meta, now))
+            rows, blobs = trajectory_rows(run_id, trajectory, meta, now)
+            put_blobs(conn, blobs)
+            written = append(conn, run_id, rows)
             verdict = written[-1]
             conn.execute(
                 RUNS.update()
