@@ -269,9 +269,11 @@ def _constructed(view_cls: type[V], model: type, result: Any,
 
 
 def turn_slice(conn: Connection, run_id: str, first: int | None = None, last: int | None = None, *,
-               tails: bool = True) -> TurnSlice:
+               tails: bool = True, detail: bool = True) -> TurnSlice:
     """Turns ``first``..``last`` (inclusive; unbounded when None) of a run;
-    ``tails`` also reads each request's last message."""
+    ``tails`` also reads each request's last message. Without ``detail``,
+    the HTTP attempts, escrow transitions and events are left out (a
+    comparison does not look at them; they are half of a run's rows)."""
     run = get_run(conn, run_id)
 
     def rows(model: type, *columns: Any, loose: bool = False) -> Any:
@@ -279,6 +281,8 @@ def turn_slice(conn: Connection, run_id: str, first: int | None = None, last: in
         stmt = select(*(columns or (t,))).where(t.c.run_id == run_id)
         bounded = t.c.turn.between(first if first is not None else -2**31, last if last is not None else 2**31)
         stmt = stmt.where(bounded | t.c.turn.is_(None)) if loose else stmt.where(bounded)
+        if not detail and model in (CallAttempt, TransitionRow, EventRow):
+            stmt = stmt.where(literal(False))
         return conn.execute(stmt.order_by(t.c.seq))
 
     def views(view_cls: type[V], model: type, *columns: Any, loose: bool = False,

@@ -123,7 +123,7 @@ class Site:
                                 check=self.check(run.id, run.chain_seq, run.chain_head))
 
     def compare_page(self, a: str, b: str) -> str:
-        left, right = (self.store.turn_slice(self.store.resolve(ref), tails=False).trajectory for ref in (a, b))
+        left, right = (self.store.turn_slice(self.store.resolve(ref), tails=False, detail=False).trajectory for ref in (a, b))
         texts = self.store.requests(differing_requests(left, right))
         comparison = align(with_requests(left, texts), with_requests(right, texts))
         checks = [self.check(t.run.id, t.run.chain_seq, t.run.chain_head) for t in (comparison.a, comparison.b)]
