@@ -279,7 +279,11 @@ def turn_slice(conn: Connection, run_id: str, first: int | None = None, last: in
     def rows(model: type, *columns: Any, loose: bool = False) -> Any:
         t = _table(model)
         stmt = select(*(columns or (t,))).where(t.c.run_id == run_id)
-        bounded = t.c.turn.between(first if first is not None else -2**31, last if last is not None else 2**31)
+        bounded = t.c.turn.is_not(None)
+        if first is not None:
+            bounded = bounded & (t.c.turn >= first)
+        if last is not None:
+            bounded = bounded & (t.c.turn <= last)
         stmt = stmt.where(bounded | t.c.turn.is_(None)) if loose else stmt.where(bounded)
         if not detail and model in (CallAttempt, TransitionRow, EventRow):
             stmt = stmt.where(literal(False))
