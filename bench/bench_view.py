@@ -10,6 +10,11 @@ template rendering, without a network. Each figure is the best and the
 median of several requests; the run page is also timed cold (its chain is
 verified on the first request, then cached per chain head).
 
+The run page and compare page are then timed side by side with the way they
+were first built (every call's full row read, the whole trajectory, all
+turns on one page), calling the pages in-process, interleaved round by
+round so that both see the same machine load.
+
 Usage: .venv/bin/python bench/bench_view.py [--runs 10000] [--turns 200] [--repeat 5]
 """
 
@@ -26,6 +31,10 @@ from pathlib import Path
 from starlette.testclient import TestClient
 
 from cli.view.app import create_app
+from cli.view.compare import align
+from cli.view.pages import run_shown
+from cli.view.render import Links
+from cli.view.site import Site
 from store import Recorder, Store, synthetic
 from store.chain import genesis, link
 from store.tables import CHAINED_TABLES
@@ -91,6 +100,47 @@ def timed(client: TestClient, url: str, repeat: int) -> tuple[float, float, floa
     return min(samples), statistics.median(samples), statistics.median(cpu), size
 
 
+def first_run_page(site: Site, run_id: str) -> str:
+    """The run page as first built: the whole trajectory with every request's
+    text, all turns on one page."""
+    trajectory = site.store.trajectory(run_id)
+    return site.render_run(trajectory, run_shown(trajectory), None, index=site.store.turn_index(run_id), pages=[], page=1)
+
+
+def first_compare_page(site: Site, a: str, b: str) -> str:
+    """The compare page as first built: both whole trajectories."""
+    comparison = align(site.store.trajectory(a), site.store.trajectory(b))
+    checks = [site.check(t.run.id, t.run.chain_seq, t.run.chain_head) for t in (comparison.a, comparison.b)]
+    return site.render.page("compare.html", cmp=comparison, checks=checks)
+
+
+def side_by_side(store: Store, run_id: str, turns: int, repeat: int) -> None:
+    served, bundle = Site(store, Links(static=False)), Site(store, Links(static=True))
+    variants = {
+        f"run page as first built (full rows, {turns} turns)": lambda: first_run_page(served, run_id),
+        f"run page now, all {turns} turns (the bundle's page)": lambda: bundle.run_page(run_id),
+        "run page now, served: first 50 turns": lambda: served.run_page(run_id),
+        "run page now, served: turns 150-199": lambda: served.run_page(run_id, page=4),
+        "compare as first built (full rows)": lambda: first_compare_page(served, run_id, run_id),
+        "compare now (requests read where hashes differ)": lambda: served.compare_page(run_id, run_id),
+    }
+    wall: dict[str, list[float]] = {k: [] for k in variants}
+    cpu: dict[str, list[float]] = {k: [] for k in variants}
+    for render in variants.values():
+        render()  # chain checks cached, as on the served pages
+    for _ in range(repeat):
+        for label, render in variants.items():
+            started, cpu_started = time.perf_counter(), time.process_time()
+            render()
+            wall[label].append(time.perf_counter() - started)
+            cpu[label].append(time.process_time() - cpu_started)
+    print(f"\nside by side, in-process, interleaved ({repeat} rounds)")
+    print(f"{'page':<58} {'best ms':>8} {'median ms':>10} {'cpu ms':>7}")
+    for label in variants:
+        print(f"{label:<58} {min(wall[label]) * 1000:8.1f} {statistics.median(wall[label]) * 1000:10.1f} "
+              f"{statistics.median(cpu[label]) * 1000:7.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10_000)
@@ -113,10 +163,11 @@ def main() -> None:
         assert store.verify(long_run).ok
         _, cold, cold_cpu, size = timed(client, f"/run/{long_run}", 1)
         print(f"{'page':<58} {'best ms':>8} {'median ms':>10} {'cpu ms':>7} {'KiB':>7}  goal 300 ms (median)")
-        print(f"{f'run page, {args.turns} turns, cold (chain verified)':<58} {cold * 1000:8.1f} {cold * 1000:10.1f} "
+        print(f"{f'run page, {args.turns} turns, first 50, cold (chain verified)':<58} {cold * 1000:8.1f} {cold * 1000:10.1f} "
               f"{cold_cpu * 1000:7.1f} {size / 1024:7.1f}  {'ok' if cold < goal else 'OVER'}")
         pages = (
-            (f"run page, {args.turns} turns (chain check cached)", f"/run/{long_run}"),
+            (f"run page, {args.turns} turns, first 50 (chain check cached)", f"/run/{long_run}"),
+            (f"run page, {args.turns} turns, last 50", f"/run/{long_run}?page=4"),
             (f"run page, {args.turns} turns, search 'pytest -k t1'", f"/run/{long_run}?q=pytest+-k+t1"),
             (f"runs page 1 of {args.runs}, newest first", "/"),
             ("runs page 150, newest first", "/?page=150"),
@@ -131,6 +182,7 @@ def main() -> None:
             best, median, cpu, size = timed(client, url, args.repeat)
             print(f"{label:<58} {best * 1000:8.1f} {median * 1000:10.1f} {cpu * 1000:7.1f} {size / 1024:7.1f}  "
                   f"{'ok' if median < goal else 'OVER'}")
+        side_by_side(store, long_run, args.turns, args.repeat)
 
 
 if __name__ == "__main__":

@@ -8,15 +8,45 @@ table exists, so the runs page offers the batch filter only once it does.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections import defaultdict
+from collections.abc import Callable
+from functools import cache
+from typing import Any, Literal, TypeVar
 
-from sqlalchemy import Connection, MetaData, Select, Table, func, inspect, literal, select, union_all
+from sqlalchemy import Connection, MetaData, Select, Table, func, inspect, literal, literal_column, select, union_all
+from sqlalchemy.exc import DBAPIError
 
 from orchestrator.contract import Frozen
-from store.reader import run_totals, view
-from store.tables import CHAINED, ModelResponse, Run, Turn
-from store.views import RunSummary, RunTotals, RunView
+from store.reader import get_run, run_totals, view
+from store.tables import (
+    CHAINED,
+    CallAttempt,
+    CandidateRow,
+    EventRow,
+    ModelCall,
+    ModelResponse,
+    Run,
+    ToolExecution,
+    TransitionRow,
+    Turn,
+)
+from store.views import (
+    AttemptView,
+    CallView,
+    CandidateView,
+    EventView,
+    ResponseView,
+    RunSummary,
+    RunTotals,
+    RunView,
+    ToolExecutionView,
+    Trajectory,
+    TransitionView,
+    TurnRecord,
+    TurnView,
+)
 
+V = TypeVar("V", bound=Frozen)
 SortKey = Literal["started", "cost", "turns", "tokens", "verdict", "model"]
 SORT_KEYS: tuple[str, ...] = ("started", "cost", "turns", "tokens", "verdict", "model")
 BATCH_TABLE = "batches"
@@ -165,3 +195,157 @@ def chain_positions(conn: Connection, run_id: str) -> list[ChainPosition]:
     stmt = union_all(*parts).order_by("seq")
     return [ChainPosition(seq=r.seq, table=r.tbl, id=r.id, turn=r.turn, chain_hash=r.chain_hash) for r in conn.execute(stmt)]
 
+
+
+CALLS: Table = ModelCall.__table__  # type: ignore[assignment]
+
+
+class TurnSlice(Frozen):
+    """Some of a run's turns, read for its page without the requests' text:
+    each request repeats the whole history (megabytes on a long run), and the
+    page shows only the first request's own messages, what each turn appended
+    (its committed row) and each request's last message (the volatile tail)."""
+
+    trajectory: Trajectory
+    """The turns asked for and the run-level events. ``request_json`` is
+    read only for the run's first call; it is empty on every other call."""
+    appended_before: str | None
+    """The messages the turn before the first one asked for appended (JSON)."""
+    last_messages: dict[str, str]
+    """Each call's last request message (JSON), by call id."""
+
+
+class TurnIndexEntry(Frozen):
+    turn: int
+    bad: bool
+    """A call not COMPLETED, or the turn never committed."""
+
+
+def turn_index(conn: Connection, run_id: str) -> list[TurnIndexEntry]:
+    """Every turn number of a run with whether something went wrong in it,
+    from the calls', responses' and turns' small columns."""
+    committed = set(conn.execute(select(TURNS.c.turn).where(TURNS.c.run_id == run_id)).scalars())
+    statuses: dict[int, set[str]] = defaultdict(set)
+    answered = select(CALLS.c.turn, RESPONSES.c.status).select_from(CALLS.outerjoin(RESPONSES, RESPONSES.c.call_id == CALLS.c.id))
+    for turn, status in conn.execute(answered.where(CALLS.c.run_id == run_id, CALLS.c.turn.is_not(None))):
+        statuses[turn].add(status or "NO RESPONSE")
+    events = _table(EventRow)
+    numbers = committed | set(statuses) | set(conn.execute(
+        select(events.c.turn).where(events.c.run_id == run_id, events.c.turn.is_not(None)).distinct()).scalars())
+    return [TurnIndexEntry(turn=n, bad=bool(statuses[n] - {"COMPLETED"}) or (n in statuses and n not in committed))
+            for n in sorted(numbers)]
+
+
+def _table(model: type) -> Table:
+    return model.__table__  # type: ignore[attr-defined,no-any-return]
+
+
+def _last_message(conn: Connection) -> Any:
+    """SQL for a request's last message as JSON text, parsed by the database."""
+    if conn.dialect.name == "postgresql":
+        return literal_column("CAST(model_calls.request_json AS json) -> 'messages' ->> -1").label("last")
+    return func.json_extract(CALLS.c.request_json, "$.messages[#-1]").label("last")
+
+
+@cache
+def _attrs(model: type) -> dict[str, str]:
+    """Python attribute names of a table's columns, by column name."""
+    return {column.name: attr for attr, column in inspect(model).columns.items()}
+
+
+def _constructed(view_cls: type[V], model: type, result: Any,
+                 extra: Callable[[dict[str, Any]], dict[str, Any]] = lambda _: {}) -> list[tuple[V, tuple[Any, ...]]]:
+    """Views of a result's rows, each with its raw row. Plain tuples are
+    read rather than SQLAlchemy's row mappings, which cost more than the
+    views' validation on a long run's ~2,500 rows."""
+    names = _attrs(model)
+    keys = list(result.keys())
+    pairs = [(i, names[k]) for i, k in enumerate(keys) if names.get(k) in view_cls.model_fields]
+    out = []
+    for row in result:
+        values = {a: row[i] for i, a in pairs}
+        out.append((view_cls.model_validate({**values, **extra(values)}), tuple(row)))
+    return out
+
+
+def turn_slice(conn: Connection, run_id: str, first: int | None = None, last: int | None = None, *,
+               tails: bool = True, detail: bool = True) -> TurnSlice:
+    """Turns ``first``..``last`` (inclusive; unbounded when None) of a run;
+    ``tails`` also reads each request's last message. Without ``detail``,
+    the HTTP attempts, escrow transitions and events are left out (a
+    comparison does not look at them; they are half of a run's rows)."""
+    run = get_run(conn, run_id)
+
+    def rows(model: type, *columns: Any, loose: bool = False) -> Any:
+        t = _table(model)
+        stmt = select(*(columns or (t,))).where(t.c.run_id == run_id)
+        bounded = t.c.turn.is_not(None)
+        if first is not None:
+            bounded = bounded & (t.c.turn >= first)
+        if last is not None:
+            bounded = bounded & (t.c.turn <= last)
+        stmt = stmt.where(bounded | t.c.turn.is_(None)) if loose else stmt.where(bounded)
+        if not detail and model in (CallAttempt, TransitionRow, EventRow):
+            stmt = stmt.where(literal(False))
+        return conn.execute(stmt.order_by(t.c.seq))
+
+    def views(view_cls: type[V], model: type, *columns: Any, loose: bool = False,
+              extra: Callable[[dict[str, Any]], dict[str, Any]] = lambda _: {}) -> list[tuple[V, tuple[Any, ...]]]:
+        return _constructed(view_cls, model, rows(model, *columns, loose=loose), extra)
+
+    def by(model: type, name: str) -> int:
+        return [c.name for c in _table(model).c].index(name)
+
+    call_columns = [c for c in CALLS.c if c.name != "request_json"]
+    if tails:
+        try:
+            last_rows = [tuple(r) for r in rows(ModelCall, CALLS.c.id, _last_message(conn))]
+        except DBAPIError:  # a request that is not JSON (an edited row): the page shows no tails
+            conn.rollback()
+            last_rows = []
+    first_call = conn.execute(select(CALLS.c.id, CALLS.c.request_json).where(CALLS.c.run_id == run_id, CALLS.c.attempt_of.is_(None))
+                              .order_by(CALLS.c.seq).limit(1)).first()
+    response_call = by(ModelResponse, "call_id")
+    responses = {raw[response_call]: v for v, raw in views(ResponseView, ModelResponse)}
+    attempts: dict[str, list[AttemptView]] = defaultdict(list)
+    attempt_call = by(CallAttempt, "call_id")
+    for attempt, raw in views(AttemptView, CallAttempt):
+        attempts[raw[attempt_call]].append(attempt)
+
+    def call_parts(values: dict[str, Any]) -> dict[str, Any]:
+        i = values["id"]
+        return {"request_json": first_call.request_json if first_call and i == first_call.id else "", "response": responses.get(i),
+                "attempts": tuple(sorted(attempts[i], key=lambda a: a.number))}
+
+    calls = [c for c, _ in views(CallView, ModelCall, *call_columns, extra=call_parts)]
+    moves: dict[str, list[TransitionView]] = defaultdict(list)
+    move_candidate = by(TransitionRow, "candidate_id")
+    for move, raw in views(TransitionView, TransitionRow):
+        moves[raw[move_candidate]].append(move)
+    candidates = [c for c, _ in views(CandidateView, CandidateRow, extra=lambda v: {"transitions": tuple(moves[v["id"]])})]
+    executions = [v for v, _ in views(ToolExecutionView, ToolExecution)]
+    events = [v for v, _ in views(EventView, EventRow, loose=True)]
+    committed = {v.turn: v for v, _ in views(TurnView, Turn)}
+    groups: dict[str, dict[int, list[Any]]] = {k: defaultdict(list) for k in ("calls", "candidates", "tool_executions", "events")}
+    for name, items in (("calls", calls), ("candidates", candidates), ("tool_executions", executions), ("events", events)):
+        for item in items:
+            if item.turn is not None:
+                groups[name][item.turn].append(item)
+    numbers = sorted(set(committed).union(*(g.keys() for g in groups.values())))
+    records = tuple(TurnRecord(turn=n, committed=committed.get(n), **{k: tuple(g.get(n, ())) for k, g in groups.items()})
+                    for n in numbers)
+    before = None
+    if first is not None:
+        before = conn.execute(select(TURNS.c.messages_json).where(TURNS.c.run_id == run_id, TURNS.c.turn < first)
+                              .order_by(TURNS.c.turn.desc()).limit(1)).scalar()
+    return TurnSlice(
+        trajectory=Trajectory(run=run, turns=records, run_events=tuple(e for e in events if e.turn is None)),
+        appended_before=before, last_messages={i: m for i, m in last_rows if m is not None} if tails else {},
+    )
+
+
+def requests(conn: Connection, call_ids: list[str]) -> dict[str, str]:
+    """The recorded request text of the given calls, by call id."""
+    if not call_ids:
+        return {}
+    return {r[0]: r[1] for r in conn.execute(select(CALLS.c.id, CALLS.c.request_json).where(CALLS.c.id.in_(call_ids)))}

@@ -113,6 +113,18 @@ class Store:
     def chain_positions(self, run_id: str) -> list[browse.ChainPosition]:
         return self._query(browse.chain_positions, run_id)
 
+    def turn_index(self, run_id: str) -> list[browse.TurnIndexEntry]:
+        return self._query(browse.turn_index, run_id)
+
+    def turn_slice(self, run_id: str, first: int | None = None, last: int | None = None, *, tails: bool = True,
+                   detail: bool = True) -> browse.TurnSlice:
+        """Some turns of a run, read without the requests' text (``escrow view``)."""
+        with self.read() as conn:
+            return browse.turn_slice(conn, run_id, first, last, tails=tails, detail=detail)
+
+    def requests(self, call_ids: list[str]) -> dict[str, str]:
+        return self._query(browse.requests, call_ids)
+
     def _query(self, fn: Callable[..., T], *args: Any) -> T:
         with self.read() as conn:
             return fn(conn, *args)

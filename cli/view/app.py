@@ -39,7 +39,9 @@ def create_app(store: Store, *, allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS)
         return html(site.runs_page(request.query_params))
 
     def run(request: Request) -> HTMLResponse:
-        return html(site.run_page(request.path_params["run_id"], request.query_params.get("q")))
+        raw = request.query_params.get("page", "")
+        page = int(raw) if raw.isdigit() else None
+        return html(site.run_page(request.path_params["run_id"], request.query_params.get("q"), page))
 
     def chain(request: Request) -> HTMLResponse:
         return html(site.chain_page(request.path_params["run_id"]))

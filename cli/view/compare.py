@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.replay.divergence import compare
-from store.views import TurnRecord, Trajectory
+from store.views import Trajectory, TurnRecord
 
 
 @dataclass(frozen=True)
@@ -122,6 +122,28 @@ def difference(a: TurnRecord | None, b: TurnRecord | None) -> Difference | None:
         if paths:
             return Difference(kind=kind, field=paths[0], fields=paths, diff=diff)
     return None
+
+
+def differing_requests(a: Trajectory, b: Trajectory) -> list[str]:
+    """The main calls of the aligned turns whose request hashes differ: the
+    only requests a comparison parses, so the only ones worth reading."""
+    left, right = {t.turn: t for t in a.turns}, {t.turn: t for t in b.turns}
+    wanted: list[str] = []
+    for number in set(left) & set(right):
+        if _request_hashes(left[number]) != _request_hashes(right[number]):
+            wanted += [c.id for t in (left[number], right[number]) for c in t.calls if c.attempt_of is None]
+    return wanted
+
+
+def with_requests(trajectory: Trajectory, texts: dict[str, str]) -> Trajectory:
+    """The trajectory with the given calls' request text filled in."""
+    def record(t: TurnRecord) -> TurnRecord:
+        if not any(c.id in texts for c in t.calls):
+            return t
+        calls = tuple(c.model_copy(update={"request_json": texts[c.id]}) if c.id in texts else c for c in t.calls)
+        return t.model_copy(update={"calls": calls})
+
+    return trajectory.model_copy(update={"turns": tuple(record(t) for t in trajectory.turns)})
 
 
 def align(a: Trajectory, b: Trajectory) -> Comparison:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -37,6 +38,7 @@ class CallShown:
     finish_reason: str | None
     text: str
     reasoning: str | None
+    reasoning_tokens: int | None
     refusal: str | None
     tool_calls: tuple[tuple[str, str, str], ...]
     error: str | None
@@ -83,6 +85,9 @@ class TurnShown:
     turn: int
     committed_seq: int | None
     new_messages: tuple[MessageShown, ...]
+    tail: MessageShown | None
+    """The request's last message when it is not part of the history: the
+    volatile tail (turns and tokens left), replaced every turn."""
     calls: tuple[CallShown, ...]
     candidates: tuple[CandidateShown, ...]
     events: tuple[EventShown, ...]
@@ -91,7 +96,7 @@ class TurnShown:
     def haystack(self) -> str:
         """Lower-cased text of the turn, for search within the run; built
         only when a search or the static bundle asks for it."""
-        return _haystack(self.new_messages, self.calls, self.candidates, self.events)
+        return _haystack(self.new_messages + ((self.tail,) if self.tail else ()), self.calls, self.candidates, self.events)
 
     @property
     def bad(self) -> bool:
@@ -143,7 +148,7 @@ def _call(call: CallView) -> CallShown:
     resp = call.response
     if resp is None:
         return CallShown(id=call.id, seq=call.seq, response_seq=None, status="NO RESPONSE", finish_reason=None, text="",
-                         reasoning=None, refusal=None, tool_calls=(), error="no response was recorded (in flight when the run stopped)",
+                         reasoning=None, reasoning_tokens=None, refusal=None, tool_calls=(), error="no response was recorded (in flight when the run stopped)",
                          input_tokens=0, cached_tokens=0, prefilled_tokens=0, output_tokens=0, cost_usd=None, ttft_s=None,
                          decode_s=None, total_s=None, attempts=0, retry_of=call.attempt_of)
     envelope = json.loads(resp.envelope_json)
@@ -152,7 +157,8 @@ def _call(call: CallView) -> CallShown:
     cause = f"{error.get('kind', resp.error_type or '')}: {error.get('message', resp.error_message or '')}" if error or resp.error_message else None
     return CallShown(
         id=call.id, seq=call.seq, response_seq=resp.seq, status=resp.status, finish_reason=envelope.get("finish_reason"),
-        text=payload.get("text") or "", reasoning=payload.get("reasoning") or payload.get("reasoning_content"),
+        text=payload.get("text") or "", reasoning=resp.reasoning or payload.get("reasoning") or payload.get("reasoning_content"),
+        reasoning_tokens=resp.reasoning_tokens,
         refusal=payload.get("refusal"),
         tool_calls=tuple((str(c.get("id")), str(c.get("name")), str(c.get("arguments"))) for c in payload.get("tool_calls") or ()),
         error=cause, input_tokens=resp.input_tokens, cached_tokens=resp.cached_input_tokens,
@@ -230,13 +236,13 @@ def _haystack(messages: tuple[MessageShown, ...], calls: tuple[CallShown, ...], 
     return "\n".join(parts).lower()
 
 
-def _turn(record: TurnRecord, new: tuple[MessageShown, ...]) -> TurnShown:
+def _turn(record: TurnRecord, new: tuple[MessageShown, ...], tail: MessageShown | None = None) -> TurnShown:
     executions = {e.candidate_id: e for e in record.tool_executions}
     calls = tuple(_call(c) for c in record.calls)
     candidates = tuple(_candidate(c, executions.get(c.id)) for c in record.candidates)
     events = tuple(_event(e) for e in record.events)
     return TurnShown(
-        turn=record.turn, committed_seq=record.committed.seq if record.committed else None, new_messages=new,
+        turn=record.turn, committed_seq=record.committed.seq if record.committed else None, new_messages=new, tail=tail,
         calls=calls, candidates=candidates, events=events,
     )
 
@@ -249,17 +255,37 @@ def _opening(record: TurnRecord) -> tuple[MessageShown, ...]:
     return tuple(_message(m) for m in json.loads(main.request_json).get("messages") or ())
 
 
-def run_shown(trajectory: Trajectory) -> RunShown:
+def _tail(record: TurnRecord, new: tuple[MessageShown, ...], last_messages: Mapping[str, str]) -> MessageShown | None:
+    """The request's last message, unless it is the newest history message
+    (a run without a tail) or the turn shows the whole request anyway."""
+    main = next((c for c in record.calls if c.attempt_of is None), None)
+    raw = last_messages.get(main.id) if main is not None else None
+    if raw is None:
+        return None
+    try:
+        last = _message(json.loads(raw))
+    except (ValueError, AttributeError):
+        return None
+    return None if new and (new[-1].role, new[-1].content) == (last.role, last.content) else last
+
+
+def run_shown(trajectory: Trajectory, appended_before: str | None = None, last_messages: Mapping[str, str] | None = None) -> RunShown:
     """A request's new messages are the first request's own, then what the
     previous turn appended to the history (its committed messages). Reading
     those rather than diffing every request keeps a long run's page linear:
-    each request carries the whole history."""
+    each request carries the whole history. ``appended_before`` is what the
+    turn before the first shown one appended, when the page starts later;
+    ``last_messages`` each request's last message, to show its volatile tail."""
     turns = []
     new: tuple[MessageShown, ...] | None = None
+    if appended_before is not None:
+        new = tuple(_message(m) for m in json.loads(appended_before))
     for record in trajectory.turns:
-        if new is None and record.calls:
+        opening = new is None and bool(record.calls)
+        if opening:
             new = _opening(record)
-        turns.append(_turn(record, new or ()))
+        tail = None if opening or not last_messages else _tail(record, new or (), last_messages)
+        turns.append(_turn(record, new or (), tail))
         appended = json.loads(record.committed.messages_json) if record.committed else []
         if new is not None:
             new = tuple(_message(m) for m in appended)

@@ -27,6 +27,12 @@ class Links:
     def run(self, run_id: str) -> str:
         return f"run-{run_id}.html" if self.static else f"/run/{run_id}"
 
+    def turn(self, run_id: str, turn: int, page: int | None) -> str:
+        """A turn on the run page; served pages show some turns per page."""
+        if self.static or page is None:
+            return f"#turn-{turn}"
+        return f"/run/{run_id}?page={page}#turn-{turn}"
+
     def chain(self, run_id: str, seq: int | None = None) -> str:
         base = f"chain-{run_id}.html" if self.static else f"/run/{run_id}/chain"
         return base if seq is None else f"{base}#seq-{seq}"

@@ -7,14 +7,16 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from urllib.parse import urlencode
 
-from cli.view.compare import align
-from cli.view.pages import matching, run_shown
+from cli.view.compare import align, differing_requests, with_requests
+from cli.view.pages import RunShown, matching, run_shown
 from cli.view.render import Links, Renderer
 from store import ChainCheck, Store
-from store.browse import SORT_KEYS, RunFilter
+from store.browse import SORT_KEYS, RunFilter, TurnIndexEntry
+from store.views import Trajectory
 
 FILTER_KEYS = ("verdict", "model", "batch", "q", "since", "until", "min_cost", "max_cost", "min_turns", "max_turns", "sort", "order")
 PER_PAGE = 50
+TURNS_PER_PAGE = 50
 
 
 def _day(value: str) -> float:
@@ -90,13 +92,30 @@ class Site:
         found = self.store.summaries(run_ids)
         return self.render.page("runs_static.html", runs=found, facets=self.store.facets())
 
-    def run_page(self, ref: str, query: str | None = None) -> str:
-        trajectory = self.store.trajectory(ref)
+    def run_page(self, ref: str, query: str | None = None, page: int | None = None) -> str:
+        """A run's turns, ``TURNS_PER_PAGE`` at a time when served (the bundle,
+        with no server to ask for more, has all of them on one page); a search
+        looks through every turn and shows those that match."""
+        run_id = self.store.resolve(ref)
+        index = self.store.turn_index(run_id)
+        pages = [index[i:i + TURNS_PER_PAGE] for i in range(0, len(index), TURNS_PER_PAGE)] or [[]]
+        number = min(max(1, page or 1), len(pages))
+        shown_turns = pages[number - 1] if not (query or self.render.links.static) else []
+        if shown_turns:
+            part = self.store.turn_slice(run_id, shown_turns[0].turn, shown_turns[-1].turn)
+        else:
+            part = self.store.turn_slice(run_id)
+        return self.render_run(part.trajectory, run_shown(part.trajectory, part.appended_before, part.last_messages),
+                               query, index=index, pages=pages if shown_turns else [], page=number)
+
+    def render_run(self, trajectory: Trajectory, shown: RunShown, query: str | None, *, index: list[TurnIndexEntry],
+                   pages: list[list[TurnIndexEntry]], page: int) -> str:
         run = trajectory.run
-        shown = run_shown(trajectory)
-        turns = matching(shown.turns, query)
-        return self.render.page("run.html", run=run, shown=shown, turns=turns, query=query or "",
-                                check=self.check(run.id, run.chain_seq, run.chain_head))
+        totals = self.store.summaries([run.id])[0].totals
+        page_of = {e.turn: n for n, chunk in enumerate(pages, 1) for e in chunk}
+        return self.render.page("run.html", run=run, shown=shown, turns=matching(shown.turns, query), query=query or "",
+                                check=self.check(run.id, run.chain_seq, run.chain_head), totals=totals, index=index,
+                                pages=pages, page=page, page_of=page_of)
 
     def chain_page(self, ref: str) -> str:
         run = self.store.run(ref)
@@ -104,7 +123,9 @@ class Site:
                                 check=self.check(run.id, run.chain_seq, run.chain_head))
 
     def compare_page(self, a: str, b: str) -> str:
-        comparison = align(self.store.trajectory(a), self.store.trajectory(b))
+        left, right = (self.store.turn_slice(self.store.resolve(ref), tails=False, detail=False).trajectory for ref in (a, b))
+        texts = self.store.requests(differing_requests(left, right))
+        comparison = align(with_requests(left, texts), with_requests(right, texts))
         checks = [self.check(t.run.id, t.run.chain_seq, t.run.chain_head) for t in (comparison.a, comparison.b)]
         return self.render.page("compare.html", cmp=comparison, checks=checks)
 

@@ -4,6 +4,7 @@ against the fault server, recorded into SQLite (tests.replay.recording)."""
 from __future__ import annotations
 
 import difflib
+import random
 import sqlite3
 from pathlib import Path
 
@@ -63,3 +64,38 @@ def tamper(db_path: Path, run_id: str) -> None:
         column = '"gen_ai.tool.call.result"'
         conn.execute(f"UPDATE tool_executions SET {column} = {column} || ' (edited)' WHERE run_id = ? "
                      "AND seq = (SELECT MIN(seq) FROM tool_executions WHERE run_id = ?)", (run_id, run_id))
+
+
+REASONING = "The mean divides by one too many; check calc.py before editing."
+TAIL = "[turns left: {left}; context tokens left: {tokens}]"
+
+
+def record_reasoning_run(store: Store, *, turns: int = 3, reasoning: str = REASONING) -> str:
+    """A run recorded through the Recorder whose answers carry separated
+    reasoning (as an engine's ``reasoning_content`` deltas are recorded) and
+    whose requests end with the volatile tail, as the context builds them."""
+    from orchestrator.contract import Message, ToolCall
+    from orchestrator.envelope import Envelope, Payload, Status, Usage
+    from store import synthetic
+
+    recorder = Recorder(store)
+    run_id = synthetic.start(recorder, random.Random(7))
+    history: list[Message] = [Message(role="user", content="fix mean()")]
+    for turn in range(turns):
+        tail = Message(role="user", content=TAIL.format(left=turns - turn, tokens=4000 - 100 * turn))
+        call = ToolCall(id=f"call_{turn}", name="read_file", arguments='{"path": "calc.py"}')
+        envelope = Envelope(
+            status=Status.COMPLETED, finish_reason="tool_calls", http_status=200,
+            payload=Payload(text=f"step {turn}", tool_calls=(call,), reasoning=f"{reasoning} (turn {turn})"),
+            usage=Usage(prompt_tokens=50, completion_tokens=40, prompt_source="server", completion_source="server",
+                        reasoning_tokens=30, reasoning_convention="excluded"),
+        )
+        appended = [Message(role="assistant", content=f"step {turn}", tool_calls=(call,)),
+                    Message(role="tool", content=f"contents {turn}", tool_call_id=call.id)]
+        with recorder.turn(run_id, turn) as tx:
+            call_id = tx.request(synthetic.request_for(turn, [*history, tail]))
+            tx.envelope(call_id, envelope)
+            tx.commit(appended)
+        history += appended
+    recorder.finish_run(run_id, "PASS", "ok", turn=turns)
+    return run_id
