@@ -118,9 +118,12 @@ def calls(conn: Connection, run_id: str) -> list[CallView]:
     attempts: dict[str, list[AttemptView]] = defaultdict(list)
     for row in _rows(conn, CallAttempt, run_id):
         attempts[row["call_id"]].append(view(AttemptView, CallAttempt, row))
+    stored = _rows(conn, ModelCall, run_id)
+    for row in stored:  # the cells as stored, before the request is reassembled from them
+        check_row(_table(ModelCall), row)
     return [
         view(CallView, ModelCall, row, response=responses.get(row["id"]), attempts=tuple(sorted(attempts[row["id"]], key=lambda a: a.number)))
-        for row in blobs.expand(conn, _rows(conn, ModelCall, run_id))
+        for row in blobs.expand(conn, stored)
     ]
 
 

@@ -103,18 +103,24 @@ IN_FLIGHT_AFTER_RESPONSE = (
     "the turn, so none of them were (a tool call in progress when the run died leaves no trace but the envelope)")
 
 
+def in_flight_lines(record: TurnRecord) -> list[str]:
+    """What a turn the run died in has recorded, and why the rest is missing."""
+    if not record.calls or record.committed:
+        return []
+    answered = [c for c in record.calls if c.response is not None]
+    lines = [IN_FLIGHT_AFTER_RESPONSE if answered else IN_FLIGHT_NO_RESPONSE]
+    for call in answered:
+        for index, proposed in enumerate(call.response.envelope().payload.tool_calls):  # type: ignore[union-attr]
+            lines.append(f"  proposed tool call {index} (never committed): {clip(proposed.name, 60)} "
+                         f"{clip(proposed.arguments, 70)}")
+    return lines
+
+
 def turn_lines(record: TurnRecord) -> list[str]:
     state = "committed" if record.committed else "not committed (in flight when the run stopped)"
     if not record.calls and not record.committed:
         state = "events only"
-    lines = ["", f"turn {record.turn}: {state}"]
-    if record.calls and not record.committed:
-        answered = [c for c in record.calls if c.response is not None]
-        lines.append(IN_FLIGHT_AFTER_RESPONSE if answered else IN_FLIGHT_NO_RESPONSE)
-        for call in answered:
-            for index, proposed in enumerate(call.response.envelope().payload.tool_calls):  # type: ignore[union-attr]
-                lines.append(f"  proposed tool call {index} (never committed): {proposed.name} "
-                             f"{clip(proposed.arguments, 70)}")
+    lines = ["", f"turn {record.turn}: {state}", *in_flight_lines(record)]
     for call in record.calls:
         resp = call.response
         lines.append(f"  call {call.id[:12]} request sha256 {call.request_sha256[:16]}  max_tokens {call.max_tokens}")

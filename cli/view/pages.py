@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from store.chain import GENESIS_EVENT
 from store.views import CallView, CandidateView, EventView, ToolExecutionView, Trajectory, TurnRecord
 
 COMPLETED = "COMPLETED"
@@ -292,7 +293,7 @@ def run_shown(trajectory: Trajectory, appended_before: str | None = None, last_m
     patch = next((e for e in reversed(trajectory.run_events) if e.kind == "patch"), None)
     patch_data = patch.data if patch else {}
     return RunShown(
-        trajectory=trajectory, turns=tuple(turns), run_events=tuple(_event(e) for e in trajectory.run_events if e.kind != "patch"),
+        trajectory=trajectory, turns=tuple(turns), run_events=tuple(_event(e) for e in trajectory.run_events if e.kind not in ("patch", GENESIS_EVENT)),
         patch=patch_data.get("text") if patch else None, patch_files=tuple(patch_data.get("files") or ()),
     )
 

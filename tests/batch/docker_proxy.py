@@ -45,14 +45,15 @@ class FlakyDockerProxy:
 
 
 def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    """Copy one direction; at its end pass the half-close on (SHUT_WR), as
+    Docker's attached exec streams need: stdin ends, the output keeps coming."""
     try:
         while data := src.recv(65536):
             dst.sendall(data)
     except OSError:
         pass
     finally:
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        try:
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass

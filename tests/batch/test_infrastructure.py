@@ -39,7 +39,7 @@ def test_dockerd_away_for_one_start_is_retried_and_never_a_model_verdict(tmp_pat
         summaries = store.summaries([a.run_id for a in view.attempts if a.run_id])
         report = batch_report(view, {s.run.id: s for s in summaries})
     assert proxy.refused == 1
-    assert [r.verdict for r in results] == ["PASS", "PASS"]
+    assert [r.verdict for r in results] == ["PASS", "PASS"], [r.error for r in results]
     infra = [a for a in view.attempts if a.outcome == bstore.INFRASTRUCTURE]
     assert len(infra) == 1 and infra[0].verdict == INFRASTRUCTURE_FAILURE and "Docker daemon" in infra[0].error
     assert infra[0].run_id is None  # it failed before any run was recorded: nothing counts against the model

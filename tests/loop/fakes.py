@@ -150,8 +150,10 @@ class MemoryTools:
         files: Mapping[str, str] | None = None,
         verifier: Callable[[Mapping[str, str]], bool] = lambda files: False,
         bash_output: str = "ok",
+        broken: Exception | None = None,
     ) -> None:
         self.policy = policy
+        self.broken = broken  # raised by every execute: a sandbox that died under the run
         self.files = dict(files or {})
         self.verifier = verifier
         self.bash_output = bash_output
@@ -171,8 +173,10 @@ class MemoryTools:
         self.decided.append((name, decision))
         return decision
 
-    def execute(self, name: str, args: BaseModel) -> ToolOutcome:
+    def execute(self, name: str, args: BaseModel, *, time_left_s: float | None = None) -> ToolOutcome:
         self.executed.append((name, args))
+        if self.broken is not None:
+            raise self.broken
         if isinstance(args, ReadArgs):
             text = self.files.get(args.path)
             if text is None:

@@ -65,9 +65,9 @@ def test_a_candidate_runs_only_after_its_commit_is_journaled():
     seen: list[str] = []
     execute = tools.execute
 
-    def spy(name, args):
+    def spy(name, args, **kwargs):
         seen.append(loop.journal.log[-1])
-        return execute(name, args)
+        return execute(name, args, **kwargs)
 
     tools.execute = spy  # type: ignore[method-assign]
     loop = build([completed(call("write_file", {"path": "src/a.py", "content": "ok"}))], policy=POLICY, tools=tools)

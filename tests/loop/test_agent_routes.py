@@ -12,6 +12,7 @@ from orchestrator.agent import Verdict
 from orchestrator.envelope import Status
 from policies import RunLimits, default_policy
 from policies.routing import ROUTES, Action
+from orchestrator.candidate import CandidateState
 from tests.loop.fakes import Loop, MemoryTools, build, call, completed, envelope
 
 POLICY = default_policy()
@@ -126,6 +127,9 @@ VERDICTS = {
     Verdict.TRANSPORT_FAILURE: (lambda: build([ENDING[Status.TRANSPORT_FAILURE][1]], policy=POLICY), GAVE_UP),
     Verdict.FAULTED: (lambda: build([ENDING[Status.FAULTED][1]], policy=POLICY), "engine fault: CUDA error"),
     Verdict.CANCELED: (_cancel_before_turn, "canceled before the next turn"),
+    Verdict.INFRA_ERROR: (lambda: build([completed(call("bash", {"command": "ls"}))], policy=POLICY,
+                                        tools=MemoryTools(POLICY, broken=RuntimeError("sandbox container is gone"))),
+                          "during the run: RuntimeError: sandbox container is gone"),
 }
 
 
@@ -163,4 +167,7 @@ def test_a_cancel_between_turns_stops_before_the_next_request():
     loop = build([then_cancel, completed(WRITE)], policy=POLICY, cancel=cancel)
     result = loop.agent.run()
     assert result.verdict is Verdict.CANCELED and result.turns == 1
-    assert len(loop.model.requests) == 1 and [n for n, _ in loop.tools.executed] == ["bash"]
+    # The cancel came while the model answered: its call is refused, not run.
+    assert len(loop.model.requests) == 1 and loop.tools.executed == []
+    (refused,) = loop.journal.candidates
+    assert refused.states[-1] is CandidateState.REJECTED and refused.layer == "limit"

@@ -95,7 +95,7 @@ RUN_COMMANDS = (("verify", "{run}"), ("show", "{run}"), ("report", "{run}"), ("r
                 ("export", "{run}", "--include-unverified"), ("verify", "--all"))
 LISTINGS = (("runs",), ("report",))  # they read the run rows and sum the responses' figures
 WRONG_CELLS = (
-    ("model_calls", "request_json", "CAST(request_json AS BLOB)", "BLOB", RUN_COMMANDS),
+    ("model_calls", "request_body", "CAST(request_body AS BLOB)", "BLOB", RUN_COMMANDS),  # the request, by reference
     ("tool_executions", "gen_ai.tool.call.result", "CAST(\"gen_ai.tool.call.result\" AS BLOB)", "BLOB", RUN_COMMANDS),
     ("model_responses", "total_s", "'abc'", "text 'abc'", RUN_COMMANDS + LISTINGS),
     ("model_responses", "gen_ai.usage.input_tokens", "'abc'", "text 'abc'", RUN_COMMANDS + LISTINGS),

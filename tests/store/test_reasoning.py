@@ -67,7 +67,10 @@ def test_show_and_export_reasoning(db_path, monkeypatch):
     monkeypatch.setenv("ESCROW_DB_URL", f"sqlite:///{db_path}")
     shown = CliRunner().invoke(app, ["show", run_id])
     assert shown.exit_code == 0, shown.output
-    assert f"reasoning ({len(REASONING)} B, 30 tokens, excluded): {REASONING}" in shown.output
+    assert REASONING in shown.output, "show prints the reasoning with the turn's words"
+    full = CliRunner().invoke(app, ["show", run_id, "--full"])
+    assert full.exit_code == 0, full.output
+    assert f"reasoning ({len(REASONING)} B, 30 tokens, excluded): {REASONING}" in full.output
 
     plain = CliRunner().invoke(app, ["export", run_id])
     assert plain.exit_code == 0, plain.output
