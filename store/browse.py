@@ -2,21 +2,23 @@
 page of runs with their totals, the values the filters offer, and a run's
 chain positions. One SQL statement per page; nothing loads every run.
 
-Batches are not recorded yet: ``has_batches`` says whether a ``batches``
-table exists, so the runs page offers the batch filter only once it does.
+``has_batches`` says whether a ``batches`` table exists (stores from before
+schema 5 have none), so the runs page offers the batch filter only then.
 """
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Callable
 from functools import cache
 from typing import Any, Literal, TypeVar
 
-from sqlalchemy import Connection, MetaData, Select, Table, func, inspect, literal, literal_column, select, union_all
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import Connection, MetaData, Select, Table, func, inspect, literal, select, union_all
 
 from orchestrator.contract import Frozen
+from store import blobs
+from store.batch_tables import BatchAttemptRow
 from store.reader import get_run, run_totals, view
 from store.tables import (
     CHAINED,
@@ -154,7 +156,8 @@ def page_runs(conn: Connection, f: RunFilter) -> RunPage:
         if high is not None:
             ids = ids.where(column <= high)
     if f.batch:
-        ids = ids.where(literal(False))  # no batch table yet: a batch filter matches nothing
+        attempts = BatchAttemptRow.__table__  # type: ignore[attr-defined]
+        ids = ids.where(RUNS.c.id.in_(select(attempts.c.run_id).where(attempts.c.batch_id == f.batch)))
     plain = {"verdict": RUNS.c.verdict, "model": RUNS.c["gen_ai.request.model"]}
     sort_column = keyed[f.sort] if f.sort in keyed else plain.get(f.sort, RUNS.c.created_at)
     order = [sort_column.desc() if f.descending else sort_column.asc()]
@@ -240,13 +243,6 @@ def _table(model: type) -> Table:
     return model.__table__  # type: ignore[attr-defined,no-any-return]
 
 
-def _last_message(conn: Connection) -> Any:
-    """SQL for a request's last message as JSON text, parsed by the database."""
-    if conn.dialect.name == "postgresql":
-        return literal_column("CAST(model_calls.request_json AS json) -> 'messages' ->> -1").label("last")
-    return func.json_extract(CALLS.c.request_json, "$.messages[#-1]").label("last")
-
-
 @cache
 def _attrs(model: type) -> dict[str, str]:
     """Python attribute names of a table's columns, by column name."""
@@ -298,13 +294,18 @@ def turn_slice(conn: Connection, run_id: str, first: int | None = None, last: in
 
     call_columns = [c for c in CALLS.c if c.name != "request_json"]
     if tails:
-        try:
-            last_rows = [tuple(r) for r in rows(ModelCall, CALLS.c.id, _last_message(conn))]
-        except DBAPIError:  # a request that is not JSON (an edited row): the page shows no tails
-            conn.rollback()
-            last_rows = []
-    first_call = conn.execute(select(CALLS.c.id, CALLS.c.request_json).where(CALLS.c.run_id == run_id, CALLS.c.attempt_of.is_(None))
-                              .order_by(CALLS.c.seq).limit(1)).first()
+        # Requests are stored by reference (store.blobs): the slice's are
+        # reassembled, and only their last message is kept.
+        last_rows = []
+        for call_id, text in _request_texts(conn, [dict(r._mapping) for r in rows(ModelCall)]).items():
+            try:
+                last_rows.append((call_id, json.dumps(json.loads(text)["messages"][-1])))
+            except (ValueError, KeyError, IndexError, TypeError):  # not a request (an edited row): no tail
+                continue
+    first_row = conn.execute(select(CALLS).where(CALLS.c.run_id == run_id, CALLS.c.attempt_of.is_(None))
+                             .order_by(CALLS.c.seq).limit(1)).first()
+    first_text = _request_texts(conn, [dict(first_row._mapping)]) if first_row is not None else {}
+    first_call = next(((i, t) for i, t in first_text.items()), None)
     response_call = by(ModelResponse, "call_id")
     responses = {raw[response_call]: v for v, raw in views(ResponseView, ModelResponse)}
     attempts: dict[str, list[AttemptView]] = defaultdict(list)
@@ -314,7 +315,7 @@ def turn_slice(conn: Connection, run_id: str, first: int | None = None, last: in
 
     def call_parts(values: dict[str, Any]) -> dict[str, Any]:
         i = values["id"]
-        return {"request_json": first_call.request_json if first_call and i == first_call.id else "", "response": responses.get(i),
+        return {"request_json": first_call[1] if first_call and i == first_call[0] else "", "response": responses.get(i),
                 "attempts": tuple(sorted(attempts[i], key=lambda a: a.number))}
 
     calls = [c for c, _ in views(CallView, ModelCall, *call_columns, extra=call_parts)]
@@ -348,4 +349,9 @@ def requests(conn: Connection, call_ids: list[str]) -> dict[str, str]:
     """The recorded request text of the given calls, by call id."""
     if not call_ids:
         return {}
-    return {r[0]: r[1] for r in conn.execute(select(CALLS.c.id, CALLS.c.request_json).where(CALLS.c.id.in_(call_ids)))}
+    return _request_texts(conn, [dict(r._mapping) for r in conn.execute(select(CALLS).where(CALLS.c.id.in_(call_ids)))])
+
+
+def _request_texts(conn: Connection, call_rows: list[dict[str, Any]]) -> dict[str, str]:
+    """Request text by call id, reassembled from its blobs where stored by reference."""
+    return {row["id"]: row["request_json"] for row in blobs.expand(conn, call_rows)}

@@ -53,15 +53,19 @@ def test_pages_match_plain_sql(small: Path, wanted: RunFilter, where: str, order
     assert got == expected[:32]
 
 
-def test_batch_filter_waits_for_a_batch_table(small: Path) -> None:
+def test_the_batch_filter_lists_batches_and_keeps_their_runs(small: Path) -> None:
     with Store.open(f"sqlite:///{small}", create=False, readonly=True) as store:
-        assert store.facets().batches is None
+        assert store.facets().batches == ()
         assert store.browse(RunFilter(batch="b1")).total == 0
+        run_id = store.runs(limit=1)[0].run.id
     with sqlite3.connect(small) as conn:
-        conn.execute("CREATE TABLE batches (id TEXT PRIMARY KEY)")
-        conn.execute("INSERT INTO batches VALUES ('b1')")
+        conn.execute("INSERT INTO batches (id, created_at, task_file, n_tasks, settings_json) VALUES ('b1', 0, 't', 1, '{}')")
+        conn.execute("INSERT INTO batch_attempts (id, batch_id, task_id, number, run_id, outcome, started_at) "
+                     "VALUES ('a1', 'b1', 'task', 1, ?, 'model', 0)", (run_id,))
     with Store.open(f"sqlite:///{small}", create=False, readonly=True) as store:
         assert store.facets().batches == ("b1",)
+        page = store.browse(RunFilter(batch="b1"))
+        assert page.total == 1 and [r.run.id for r in page.runs] == [run_id]
 
 
 def test_bad_filter_values_are_ignored_with_a_note() -> None:

@@ -16,7 +16,7 @@ from cli.view.render import Links
 from cli.view.site import Site
 from store import Store, synthetic
 from store.browse import RunFilter
-from store.tables import CHAINED, Run
+from store.tables import CHAINED, Blob, Run
 from tests.store.test_postgres import postgres_url  # noqa: F401 - the throwaway cluster
 from tests.view.recorded import record_reasoning_run
 
@@ -29,7 +29,7 @@ FILTERS = (
 
 
 def copy_rows(source: Store, target: Store) -> None:
-    tables: list[Table] = [Run.__table__, *(m.__table__ for m in CHAINED)]  # type: ignore[attr-defined]
+    tables: list[Table] = [Run.__table__, Blob.__table__, *(m.__table__ for m in CHAINED)]  # type: ignore[attr-defined]
     with source.read() as conn:
         rows = {t.name: [dict(r) for r in conn.execute(select(t)).mappings()] for t in tables}
     with target.write() as conn:
