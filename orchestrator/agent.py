@@ -17,7 +17,7 @@ from enum import Enum
 
 from orchestrator.candidate import Candidate, CandidateState, stage
 from orchestrator.contract import Frozen, Message, ToolCall
-from orchestrator.envelope import Envelope, Status
+from orchestrator.envelope import Envelope
 from orchestrator.errors import BudgetExhausted, LoopAbort
 from orchestrator.escrow import release_from_escrow
 from orchestrator.limits import Tally

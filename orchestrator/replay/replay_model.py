@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 
 from pydantic import computed_field
 
-from orchestrator.canonical import canonical_json, sha256_hex
+from orchestrator.canonical import canonical_json
 from orchestrator.contract import Frozen, Message, ModelRequest
 from orchestrator.envelope import Envelope
 from orchestrator.ports import Model

@@ -23,7 +23,7 @@ from orchestrator.ports import Journal, Model, Tools
 from orchestrator.canonical import sha256_hex
 from orchestrator.replay.digest import trajectory_digest
 from orchestrator.replay.divergence import compare
-from orchestrator.replay.errors import ChainRefused, Divergence, ReplayError
+from orchestrator.replay.errors import ChainRefused, ReplayError
 from orchestrator.replay.recorded import ForkPoint, RecordedRun, from_trajectory
 from orchestrator.replay.replay_journal import NullJournal
 from orchestrator.replay.replay_tools import ToolDrift

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from orchestrator.agent import Agent, RunResult
-from orchestrator.context import ReplayCounter, TiktokenCounter, TokenCounter, resolve_counter
+from orchestrator.context import ReplayCounter, TokenCounter, resolve_counter
 from orchestrator.contract import Sampling
 from orchestrator.envelope import Envelope
 from orchestrator.limits import Tally

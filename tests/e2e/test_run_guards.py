@@ -16,7 +16,7 @@ import pytest
 
 from cli.run_session import RunOutcome, execute_run
 from orchestrator.agent import Verdict
-from orchestrator.fault_server import FaultServer, Reply, ScriptedToolCall
+from orchestrator.fault_server import Reply, ScriptedToolCall
 from orchestrator.settings import Settings
 from policies import default_policy
 from sandbox.hardening import LABEL_PID

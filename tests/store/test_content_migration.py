@@ -5,7 +5,6 @@ points (real subprocesses) that resumes to the same result."""
 
 from __future__ import annotations
 
-import json
 import random
 import shutil
 import signal

@@ -1,5 +1,5 @@
 """Writes a schema-3 store with today's code (run at commit 368c2d6)."""
-import random, sqlite3, sys
+import sqlite3, sys
 from contextlib import closing
 from store import Recorder, Store, synthetic
 from orchestrator.contract import Message
