@@ -15,10 +15,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from cli.batch.driver import BatchPlan, run_batch, start_batch
-from cli.batch.pool import PoolOptions
-from cli.batch.scripted import example_scripts
-from cli.batch.tasks import load_task_file
+from orchestrator.batch.driver import BatchPlan, run_batch, start_batch
+from orchestrator.batch.pool import PoolOptions
+from orchestrator.batch.scripted import example_scripts
+from orchestrator.batch.tasks import load_task_file
 from orchestrator.fault_server import FaultServer
 from orchestrator.settings import load_settings
 from store import Store

@@ -10,13 +10,13 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from cli.batch.driver import BatchPlan, pending_tasks, run_batch, start_batch
-from cli.batch.errors import BatchNotFound
-from cli.batch.pool import PoolOptions
-from cli.batch.progress import BatchProgress
-from cli.batch.report import BatchReport, batch_report
-from cli.batch.runner import Deadlines
-from cli.batch.tasks import load_task_file
+from orchestrator.batch.driver import BatchPlan, pending_tasks, run_batch, start_batch
+from orchestrator.batch.errors import BatchNotFound
+from orchestrator.batch.pool import PoolOptions
+from orchestrator.batch.progress import BatchProgress
+from orchestrator.batch.report import BatchReport, batch_report
+from orchestrator.batch.runner import Deadlines
+from orchestrator.batch.tasks import load_task_file
 from cli.store_cmd import CONFIG_HELP, DB_HELP, emit_json
 from orchestrator.errors import ConfigError
 from orchestrator.settings import Settings, load_settings

@@ -157,7 +157,7 @@ def fault_server(
 
 
 def _serve_fixes(root: Path, host: str, port: int, model: str, as_json: bool) -> None:
-    from cli.batch.scripted import example_scripts
+    from orchestrator.batch.scripted import example_scripts
     from orchestrator.fault_server import FaultServer
 
     if not root.is_dir():

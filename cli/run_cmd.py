@@ -22,10 +22,10 @@ from orchestrator.limits import Tally
 from orchestrator.settings import load_settings
 from orchestrator.terminal_text import one_line, printable
 
-from cli.compose import resolve_policy
+from orchestrator.launch.compose import resolve_policy
 from cli.display.live import LiveScreen, PlainScreen, RunDisplay
 from cli.logging_setup import configure_logging
-from cli.run_session import RunOutcome, execute_run
+from orchestrator.launch import RunOutcome, RunRequest, run_agent
 from sandbox.errors import ApplyRefused
 
 
@@ -85,7 +85,7 @@ def run(
                  cost_usd=round(tally.cost_usd, 6), elapsed_s=round(tally.elapsed_s, 1))
 
     with screen if isinstance(screen, LiveScreen) else nullcontext():
-        outcome = execute_run(settings, task=task, repo=repo, verifier=verify, apply=apply, progress=progress,
+        outcome = run_agent(settings, RunRequest(task=task, repo=repo, verify=verify, apply=apply), progress=progress,
                               observer=display)
     result = outcome.result
     if json_out:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.batch.scripted import example_scripts
+from orchestrator.batch.scripted import example_scripts
 from orchestrator.settings import load_settings
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"

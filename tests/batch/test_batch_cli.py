@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.batch.tasks import load_task_file
+from orchestrator.batch.tasks import load_task_file
 from store import Store
 from store import batches as bstore
 from tests.batch.conftest import EXAMPLES

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from cli.batch.driver import BatchPlan, run_batch, start_batch
-from cli.batch.pool import PoolOptions
-from cli.batch.report import batch_report
-from cli.batch.runner import INFRASTRUCTURE_FAILURE
-from cli.batch.tasks import load_task_file
+from orchestrator.batch.driver import BatchPlan, run_batch, start_batch
+from orchestrator.batch.pool import PoolOptions
+from orchestrator.batch.report import batch_report
+from orchestrator.batch.runner import INFRASTRUCTURE_FAILURE
+from orchestrator.batch.tasks import load_task_file
 from store import Store
 from store import batches as bstore
 from tests.batch.conftest import EXAMPLES

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from cli.batch.placement import NoReplica, ReplicaPool
-from cli.batch.progress import BatchProgress
-from cli.batch.runner import AttemptResult
+from orchestrator.batch.placement import NoReplica, ReplicaPool
+from orchestrator.batch.progress import BatchProgress
+from orchestrator.batch.runner import AttemptResult
 
 
 def test_least_loaded_then_order_given():

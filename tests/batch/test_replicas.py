@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from cli.batch.driver import BatchPlan, run_batch, start_batch
-from cli.batch.pool import PoolOptions
-from cli.batch.tasks import load_task_file
+from orchestrator.batch.driver import BatchPlan, run_batch, start_batch
+from orchestrator.batch.pool import PoolOptions
+from orchestrator.batch.tasks import load_task_file
 from orchestrator.fault_server import FaultServer
 from store import Store
 from store import batches as bstore

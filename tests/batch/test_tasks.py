@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from cli.batch.errors import RepoError, TaskFileError
-from cli.batch.microrepo import example_rows, git, materialise
-from cli.batch.repos import prepare_repo
-from cli.batch.tasks import load_task_file, parse_row
+from orchestrator.batch.errors import RepoError, TaskFileError
+from orchestrator.batch.microrepo import example_rows, git, materialise
+from orchestrator.batch.repos import prepare_repo
+from orchestrator.batch.tasks import load_task_file, parse_row
 from tests.batch.conftest import EXAMPLES
 
 SWE = {"instance_id": "a", "repo": "o/n", "base_commit": "abc1234", "problem_statement": "fix it",

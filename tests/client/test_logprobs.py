@@ -77,7 +77,7 @@ def test_export_tokens_writes_token_faithful_lines(srv, tmp_path):
 def test_logprobs_setting_flows_from_flags_env_and_file_into_the_run_sampling(tmp_path, monkeypatch):
     import pytest
 
-    from cli.compose import sampling_of
+    from orchestrator.launch.compose import sampling_of
     from orchestrator.errors import ConfigError
     from orchestrator.settings import load_settings
 

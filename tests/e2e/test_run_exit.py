@@ -1,5 +1,5 @@
 """The escrow's exit, attacked end to end: the fault server scripts a hostile
-model through ``execute_run`` (real HTTP, real Docker, real SQLite). Canaries
+model through ``run_agent`` (real HTTP, real Docker, real SQLite). Canaries
 live outside the workspace; their mode, mtime and content must not change,
 PASS must not be forged, and what --apply writes is exactly the verified
 patch."""
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.run_session import execute_run
+from orchestrator.launch import RunRequest, run_agent
 from orchestrator.agent import Verdict
 from orchestrator.fault_server import Reply, ScriptedToolCall
 from orchestrator.settings import Settings
@@ -42,8 +42,9 @@ def bash(command: str) -> ScriptedToolCall:
     return call("bash", command=command)
 
 
-def run(settings: Settings, repo: Path, **kw: object):
-    return execute_run(settings, task=TASK, repo=repo, verifier="python3 -m pytest -q -p no:cacheprovider", **kw)
+def run(settings: Settings, repo: Path, *, apply: bool = False):
+    request = RunRequest(task=TASK, repo=repo, verify="python3 -m pytest -q -p no:cacheprovider", apply=apply)
+    return run_agent(settings, request)
 
 
 class Canary:

@@ -1,4 +1,4 @@
-"""End to end through ``execute_run``: real HTTP (the fault-injection server
+"""End to end through ``run_agent``: real HTTP (the fault-injection server
 scripts the model), real Docker sandbox, real SQLite store. Every assertion
 about what happened is read back from the store's views."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.run_session import RunOutcome, execute_run
+from orchestrator.launch import RunOutcome, RunRequest, run_agent
 from orchestrator.agent import Verdict
 from orchestrator.canonical import canonical_bytes
 from orchestrator.fault_server import Fault, FaultServer, Reply, ScriptedToolCall
@@ -34,7 +34,7 @@ SUBMIT = tool("submit", summary="mean() divided by n+1; now divides by n")
 
 
 def run(settings: Settings, repo: Path, **kw: object) -> RunOutcome:
-    return execute_run(settings, task=TASK, repo=repo, verifier="python3 -m pytest -q", **kw)
+    return run_agent(settings, RunRequest(task=TASK, repo=repo, verify="python3 -m pytest -q"), **kw)
 
 
 def taken(traj: Trajectory) -> list:

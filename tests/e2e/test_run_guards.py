@@ -1,5 +1,5 @@
 """A hostile scripted model against the run's guards, end to end through
-``execute_run`` (real fault server, real sandbox, real store): limits hold
+``run_agent`` (real fault server, real sandbox, real store): limits hold
 inside one answer, and every run ends with a recorded verdict - an
 infrastructure failure is INFRA_ERROR with its error, never a run left
 ``running``."""
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.run_session import RunOutcome, execute_run
+from orchestrator.launch import RunOutcome, RunRequest, run_agent
 from orchestrator.agent import Verdict
 from orchestrator.fault_server import Reply, ScriptedToolCall
 from orchestrator.settings import Settings
@@ -48,7 +48,7 @@ def answer(*calls: tuple[str, dict]) -> Reply:
 def run(settings: Settings, repo: Path, policy: Path | None = None, **kw: object) -> RunOutcome:
     if policy is not None:
         settings = settings.model_copy(update={"policy": policy})
-    return execute_run(settings, task=TASK, repo=repo, verifier="python3 -m pytest -q", **kw)
+    return run_agent(settings, RunRequest(task=TASK, repo=repo, verify="python3 -m pytest -q"), **kw)
 
 
 def finished(open_store, outcome: RunOutcome) -> Trajectory:

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from cli.run_session import execute_run
+from orchestrator.launch import RunRequest, run_agent
 from orchestrator.fault_server import FaultServer
 from store import Store
 from tests.replay.recording import BROKEN_MEAN, FIXED_MEAN, call, copy_example_repo, docker_settings, reply
@@ -35,7 +35,7 @@ def docker_run(tmp_path: Path, fault_server: FaultServer, sandbox_image: str) ->
     repo = copy_example_repo(tmp_path / "repo")
     fault_server.script(STEPS)
     settings = docker_settings(tmp_path, fault_server, sandbox_image)
-    outcome = execute_run(settings, task="fix mean() in calc.py", repo=repo, verifier=VERIFIER)
+    outcome = run_agent(settings, RunRequest(task="fix mean() in calc.py", repo=repo, verify=VERIFIER))
     assert outcome.result.verdict.value == "PASS"
     return tmp_path / "escrow.db", repo, outcome.run_id
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.run_session import execute_run
+from orchestrator.launch import RunRequest, run_agent
 from orchestrator.fault_server import FaultServer
 from orchestrator.replay.noise import classify
 from policies import default_policy
@@ -30,7 +30,7 @@ def record(tmp_path: Path, server: FaultServer, image: str, command: str) -> tup
         reply(call("edit_file", path="calc.py", old=BROKEN_MEAN, new=FIXED_MEAN)),
         reply(call("submit")),
     ])
-    outcome = execute_run(docker_settings(tmp_path, server, image), task="fix mean()", repo=repo, verifier=VERIFIER)
+    outcome = run_agent(docker_settings(tmp_path, server, image), RunRequest(task="fix mean()", repo=repo, verify=VERIFIER))
     assert outcome.result.verdict.value == "PASS"
     return tmp_path / "escrow.db", outcome.run_id
 

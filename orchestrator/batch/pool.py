@@ -10,9 +10,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from cli.batch.placement import NoReplica, ReplicaPool
-from cli.batch.runner import INFRASTRUCTURE_FAILURE, AttemptResult, Deadlines, run_attempt
-from cli.batch.tasks import BatchTask
+from orchestrator.batch.placement import NoReplica, ReplicaPool
+from orchestrator.batch.runner import INFRASTRUCTURE_FAILURE, AttemptResult, Deadlines, run_attempt
+from orchestrator.batch.tasks import BatchTask
 from orchestrator.contract import Frozen
 from orchestrator.settings import Settings
 from store import Store

@@ -14,9 +14,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from cli.batch.errors import RepoError
-from cli.batch.microrepo import checkout, materialise
-from cli.batch.tasks import BatchTask
+from orchestrator.batch.errors import RepoError
+from orchestrator.batch.microrepo import checkout, materialise
+from orchestrator.batch.tasks import BatchTask
 
 GITHUB_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 

@@ -31,9 +31,18 @@ from sandbox.export_stream import Skipped
 from sandbox.loop_tools import SandboxTools
 from store import Recorder, RunJournal
 
-from cli.compose import ModelProbe, make_spec, open_store, resolve_policy, resolve_repo
+from orchestrator.launch.compose import ModelProbe, make_spec, open_store, resolve_policy, resolve_repo
 
 Progress = Callable[[int, Envelope, Tally], None]
+
+
+class RunRequest(Frozen):
+    """What one run is asked to do: the task, the repository, the verifier."""
+
+    task: str
+    repo: Path
+    verify: str
+    apply: bool = False
 
 
 class RunOutcome(Frozen):
@@ -104,11 +113,15 @@ class PatchRecorder:
         self.recorder.record_event(self.run_id, None, "patch", data)
 
 
-def execute_run(
-    settings: Settings, *, task: str, repo: Path, verifier: str, apply: bool = False,
-    progress: Progress | None = None, cancel: threading.Event | None = None, observer: RunObserver | None = None,
+def run_agent(
+    settings: Settings, request: RunRequest, *, progress: Progress | None = None,
+    cancel: threading.Event | None = None, observer: RunObserver | None = None,
     on_start: Callable[[str], None] | None = None,
 ) -> RunOutcome:
+    """Run the agent once. Raises typed errors (ConfigError, SandboxError,
+    StoreError) for what fails before the run is recorded; after that every
+    ending is a recorded verdict."""
+    task, repo, verifier, apply = request.task, request.repo, request.verify, request.apply
     repo_path = resolve_repo(repo)
     policy = resolve_policy(settings)
     docker_client = connect(settings.docker_host)

@@ -2,7 +2,7 @@
 commit id is reproducible (fixed author, committer, date and message), so a
 task file can name it by ``base_commit``.
 
-    python -m cli.batch.microrepo examples/tasks   # rewrites examples/tasks/tasks.jsonl
+    python -m orchestrator.batch.microrepo examples/tasks   # rewrites examples/tasks/tasks.jsonl
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cli.batch.errors import RepoError
+from orchestrator.batch.errors import RepoError
 
 IDENTITY = {
     "GIT_AUTHOR_NAME": "Escrow Examples", "GIT_AUTHOR_EMAIL": "examples@escrow.invalid",

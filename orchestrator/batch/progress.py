@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from cli.batch.runner import AttemptResult
+from orchestrator.batch.runner import AttemptResult
 from store.batches import INFRASTRUCTURE, MODEL
 
 

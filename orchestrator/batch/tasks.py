@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from cli.batch.errors import TaskFileError, TaskRowError
+from orchestrator.batch.errors import TaskFileError, TaskRowError
 from orchestrator.contract import Frozen
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from cli.batch.errors import BatchNotFound
-from cli.batch.pool import PoolOptions, run_pool
-from cli.batch.runner import AttemptResult
-from cli.batch.tasks import BatchTask, TaskFile
+from orchestrator.batch.errors import BatchNotFound
+from orchestrator.batch.pool import PoolOptions, run_pool
+from orchestrator.batch.runner import AttemptResult
+from orchestrator.batch.tasks import BatchTask, TaskFile
 from orchestrator.contract import Frozen
 from orchestrator.settings import Settings
 from store import Store

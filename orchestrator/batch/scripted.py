@@ -8,7 +8,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from cli.batch.microrepo import git, materialise
+from orchestrator.batch.microrepo import git, materialise
 from orchestrator.fault_server import Reply, Scenario, ScriptedToolCall
 
 

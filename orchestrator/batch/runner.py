@@ -17,10 +17,10 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from cli.batch.entry import RunRequest, run_one
-from cli.batch.errors import RepoError
-from cli.batch.repos import prepare_repo
-from cli.batch.tasks import BatchTask
+from orchestrator.launch import RunRequest, run_agent
+from orchestrator.batch.errors import RepoError
+from orchestrator.batch.repos import prepare_repo
+from orchestrator.batch.tasks import BatchTask
 from orchestrator.agent import Verdict
 from orchestrator.contract import Frozen
 from orchestrator.errors import ConfigError, EscrowError
@@ -129,9 +129,9 @@ def run_attempt(
             try:
                 repo = prepare_repo(task, tasks_dir, Path(work))
                 timer.start()
-                outcome = run_one(task_settings(settings, task, model_url),
-                                  RunRequest(task=task.task, repo=repo, verify=task.verify),
-                                  progress=admit, cancel=cancel, on_start=started)
+                outcome = run_agent(task_settings(settings, task, model_url),
+                                    RunRequest(task=task.task, repo=repo, verify=task.verify),
+                                    progress=admit, cancel=cancel, on_start=started)
             except (RepoError, ConfigError) as exc:
                 return _finish(store, attempt_id, task, TASK_ERROR, heartbeat.run_id, None, exc)
             except Exception as exc:  # the run could not happen: infrastructure, retried by the executor
