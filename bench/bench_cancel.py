@@ -18,10 +18,10 @@ import statistics
 import threading
 import time
 
-from orchestrator.client import ModelClient
+from orchestrator.model_client.client import ModelClient
 from orchestrator.contract import Message, ModelRequest
 from orchestrator.fault_server import FaultServer, Reply, ScriptedToolCall
-from orchestrator.retry import RetryPolicy
+from orchestrator.model_client.retry import RetryPolicy
 
 CHUNKS = 5000
 RATE = 400.0  # chunks/s: an uncut stream lasts 12.5 s

@@ -21,14 +21,14 @@ from pathlib import Path
 
 import httpx
 
-from orchestrator.accumulate import ResponseAccumulator
-from orchestrator.client import ModelClient
+from orchestrator.model_client.accumulate import ResponseAccumulator
+from orchestrator.model_client.client import ModelClient
 from orchestrator.contract import Message, ModelRequest
 from orchestrator.envelope import Status
 from orchestrator.fault_server import Reply, Script, ScriptedToolCall
-from orchestrator.monitor import StreamMonitor
-from orchestrator.sse import SSEParser
-from orchestrator.wire import WireCompletion
+from orchestrator.model_client.monitor import StreamMonitor
+from orchestrator.model_client.sse import SSEParser
+from orchestrator.model_client.wire import WireCompletion
 
 
 def scenarios(chunks: int) -> dict[str, Reply]:

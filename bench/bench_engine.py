@@ -25,15 +25,15 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_client import capture, start_server, timed  # noqa: E402
 
-from orchestrator.accumulate import ResponseAccumulator  # noqa: E402
-from orchestrator.client import ModelClient  # noqa: E402
+from orchestrator.model_client.accumulate import ResponseAccumulator  # noqa: E402
+from orchestrator.model_client.client import ModelClient  # noqa: E402
 from orchestrator.contract import Message, ModelRequest, Sampling  # noqa: E402
 from orchestrator.envelope import Status  # noqa: E402
 from orchestrator.fault_server import Reply  # noqa: E402
-from orchestrator.monitor import StreamMonitor  # noqa: E402
+from orchestrator.model_client.monitor import StreamMonitor  # noqa: E402
 from orchestrator.parity import compare  # noqa: E402
-from orchestrator.sse import SSEParser  # noqa: E402
-from orchestrator.wire import WireCompletion  # noqa: E402
+from orchestrator.model_client.sse import SSEParser  # noqa: E402
+from orchestrator.model_client.wire import WireCompletion  # noqa: E402
 
 
 def request(logprobs: int | None, *, model: str = "bench", max_tokens: int = 10_000, prompt: str = "Count from one to twenty.") -> ModelRequest:

@@ -28,7 +28,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from orchestrator.client import ModelClient
+from orchestrator.model_client.client import ModelClient
 from orchestrator.fault_server import Reply, Script, ScriptedToolCall
 from orchestrator.runspec import RunSpec, build_agent
 from orchestrator.context import TiktokenCounter

@@ -32,7 +32,7 @@ from orchestrator.context import (
     prefix_report,
     resent_tokens_no_cache,
 )
-from orchestrator.context.server_tokenizer import counter_for
+from orchestrator.model_client.server_tokenizer import counter_for
 from orchestrator.contract import Message
 
 PREAMBLE = ("You are a coding agent in a sandboxed copy of a Python repository. Each turn, propose one "

@@ -88,7 +88,7 @@ def call(
     as_json: bool = typer.Option(False, "--json", help="Print the Envelope as JSON."),
 ) -> None:
     """Make one model call and print its Envelope. Exits 0 only when the status is COMPLETED."""
-    from orchestrator.client import ModelClient
+    from orchestrator.model_client.client import ModelClient
 
     if schema_style not in ("json_schema", "json_object"):
         raise ConfigError(f"--schema-style must be json_schema or json_object, not {schema_style!r}")

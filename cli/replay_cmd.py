@@ -5,18 +5,15 @@ linked to its parent (``--no-record`` only checks)."""
 from __future__ import annotations
 
 import json
-from contextlib import ExitStack
 from pathlib import Path
 
 import typer
 
 from orchestrator.errors import ConfigError
 from orchestrator.terminal_text import printable
-from orchestrator.interop.errors import not_replayable
-from orchestrator.interop.records import IMPORT_MODE
-from orchestrator.replay import ForkOverrides, Replayer, ReplayReport
-from orchestrator.settings import Settings, load_settings
-from store import Store
+from orchestrator.launch.replay import ReplayRequest, replay_run
+from orchestrator.replay import ForkOverrides, ReplayReport
+from orchestrator.settings import load_settings
 
 # Exit codes of `escrow replay` (the table in docs/REPLAY.md); 2-8 are the
 # shared usage and store codes.
@@ -63,63 +60,17 @@ def replay(
     if fork_at is None and (any(v is not None for v in fork_flags) or allow_drift):
         raise ConfigError("--model-url, --model, --allow-drift and the sampling flags apply to --fork-at only")
     settings = load_settings(config, db_url=db)
-    # Read-only first: a store at an older schema is refused with the migrate hint, never migrated behind the user's back.
-    Store.open(settings.store_url, readonly=True, create=False).close()
-    with Store.open(settings.store_url, readonly=no_record, create=False, synchronous="NORMAL") as store:
-        recorded = store.run(run)
-        if recorded.mode == IMPORT_MODE:
-            raise not_replayable(recorded.id, recorded.config)
-        replayer = Replayer(store)
-        loaded = replayer.load(run, force=force)
-        if fork_at is not None:
-            overrides = ForkOverrides(model=model, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
-                                      max_tokens=max_tokens)
-            report = _fork(replayer, loaded, fork_at, overrides, settings, model_url, allow_drift)
-        elif reexecute:
-            from orchestrator.replay.environment import sandbox_tools_for
-
-            tools_for = sandbox_tools_for(loaded.recorded, image=_image(loaded.recorded.config, settings),
-                                          docker_host=settings.docker_host)
-            report = replayer.reexecute(loaded, tools_for)
-        else:
-            report = replayer.offline(loaded, record=not no_record)
+    mode = "fork" if fork_at is not None else "reexecute" if reexecute else "replay"
+    overrides = ForkOverrides(model=model, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+                              max_tokens=max_tokens)
+    report = replay_run(settings, ReplayRequest(
+        run=run, mode=mode, force=force, record=not no_record, fork_at=fork_at, overrides=overrides,
+        model_url=model_url, allow_drift=allow_drift))
     # Diffs of recorded and replayed content quote the model: escaped for the terminal.
     typer.echo(json.dumps(report.model_dump(mode="json"), indent=2) if as_json else printable(render(report)))
     code = exit_code(report)
     if code:
         raise typer.Exit(code)
-
-
-def _image(config: dict, settings: Settings) -> str:
-    return config.get("sandbox_image") or settings.sandbox_image
-
-
-def _fork(replayer: Replayer, loaded, at: int, overrides: ForkOverrides, settings: Settings, url: str | None,
-          allow_drift: bool) -> ReplayReport:
-    import httpx
-
-    from orchestrator.client import ModelClient
-    from orchestrator.context import counter_for
-    from orchestrator.replay.environment import sandbox_tools_for
-    from orchestrator.replay.replayer import check_fork_turn
-    from policies.price_table import load_price_table
-    from policies.pricing import call_cost
-
-    recorded = loaded.recorded
-    check_fork_turn(recorded, at)
-    base_url = url or recorded.config.get("model_url") or settings.model_url
-    tools_for = sandbox_tools_for(recorded, image=_image(recorded.config, settings), docker_host=settings.docker_host)
-    # The fork's live calls are priced like a live run's, from the price table.
-    price = load_price_table(settings.home).lookup(overrides.model or recorded.spec.model)
-    with ExitStack() as stack:
-        client = stack.enter_context(ModelClient(base_url, api_key=settings.api_key))
-        live_counter = None
-        if not recorded.spec.tokenizer.startswith("tiktoken:"):
-            http = stack.enter_context(httpx.Client(timeout=30.0))
-            live_counter = counter_for("server", base_url=base_url, model=overrides.model or recorded.spec.model, http=http)
-        return replayer.fork(loaded, at, tools_for=tools_for, live_model=client, overrides=overrides,
-                             live_counter=live_counter, live_cost=lambda envelope: call_cost(envelope, price),
-                             allow_drift=allow_drift)
 
 
 def exit_code(report: ReplayReport) -> int:

@@ -1,22 +1,10 @@
-"""Escrow's orchestrator: the model-invocation contract, context assembly and the turn loop."""
+"""Escrow's orchestrator: the core (contract, envelope, loop, context, replay
+logic, costing), the model-client adapter, and the composition that runs
+them (``orchestrator.launch``, ``orchestrator.batch``).
 
-from orchestrator.contract import Message, ModelRequest, Sampling, ToolCall, ToolSpec
-from orchestrator.envelope import Attempt, Envelope, ErrorDetail, Payload, Status, Timings, Usage
-from orchestrator.errors import (
-    BudgetExhausted,
-    ConfigError,
-    ContractError,
-    EscrowError,
-    QuarantinedPayloadError,
-    TokenizerError,
-)
-from orchestrator.escrow import release_from_escrow
+This package's ``__init__`` imports nothing, so that importing any one part
+(an adapter importing a core type) does not load the others. The layers are
+drawn in docs/ARCHITECTURE.md and enforced by ``.importlinter``.
+"""
 
 __version__ = "0.1.0"
-
-__all__ = [
-    "Attempt", "BudgetExhausted", "ConfigError", "ContractError", "Envelope", "ErrorDetail",
-    "EscrowError", "Message", "ModelRequest", "Payload", "QuarantinedPayloadError", "Sampling",
-    "Status", "Timings", "TokenizerError", "ToolCall", "ToolSpec", "Usage", "release_from_escrow",
-    "__version__",
-]

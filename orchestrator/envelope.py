@@ -1,6 +1,6 @@
 """The response side of the contract: one Envelope per call, whatever happened.
 
-The Status taxonomy is closed. ``orchestrator.normalize`` holds the single
+The Status taxonomy is closed. ``orchestrator.model_client.normalize`` holds the single
 table that maps raw outcomes (finish reasons, HTTP codes, transport errors,
 monitor trips) onto it.
 """

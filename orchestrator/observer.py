@@ -20,8 +20,7 @@ from pydantic import BaseModel
 from orchestrator.candidate import Transition
 from orchestrator.contract import Message, ModelRequest, ToolCall
 from orchestrator.envelope import Envelope
-from orchestrator.perimeter import DecisionLike
-from orchestrator.ports import Journal, ToolOutcome
+from orchestrator.ports import DecisionLike, Journal, ToolOutcome
 
 DeltaKind = Literal["text", "reasoning", "tool"]
 

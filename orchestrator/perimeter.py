@@ -14,17 +14,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.candidate import Candidate, CandidateState, Transition
-
-
-class DecisionLike(Protocol):
-    effect: str  # "allow" | "deny" | "ask"
-    rule: str
-    reason: str
+from orchestrator.ports import DecisionLike
 
 
 Decide = Callable[[str, BaseModel], DecisionLike]

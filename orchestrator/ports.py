@@ -14,7 +14,18 @@ from pydantic import BaseModel
 from orchestrator.candidate import Transition
 from orchestrator.contract import Frozen, Message, ModelRequest, ToolCall, ToolSpec
 from orchestrator.envelope import Envelope
-from orchestrator.perimeter import DecisionLike
+
+
+class DecisionLike(Protocol):
+    """An ACL decision as the loop records it: its effect, the rule that
+    decided, and why."""
+
+    @property
+    def effect(self) -> str: ...  # "allow" | "deny" | "ask"
+    @property
+    def rule(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
 
 
 class Model(Protocol):

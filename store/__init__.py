@@ -10,7 +10,7 @@ from store.journal import RunJournal
 from store.migrations import LATEST as SCHEMA_VERSION
 from store.recorder import Recorder, TurnWriter
 from store.store import Store
-from store.views import (
+from orchestrator.trajectory import (
     AttemptView, CallView, CandidateView, EventView, ResponseView, RunSummary, RunTotals, RunView,
     ToolExecutionView, Trajectory, TransitionView, TurnRecord, TurnView,
 )

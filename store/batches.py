@@ -18,7 +18,7 @@ from orchestrator.contract import Frozen
 from store.batch_tables import BatchAttemptRow, BatchRow, BatchTaskRow, RunLease
 from store.store import Store
 from store.tables import Run
-from store.views import RunSummary
+from orchestrator.trajectory import RunSummary
 
 MODEL = "model"
 INFRASTRUCTURE = "infrastructure"

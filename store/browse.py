@@ -32,7 +32,7 @@ from store.tables import (
     TransitionRow,
     Turn,
 )
-from store.views import (
+from orchestrator.trajectory import (
     AttemptView,
     CallView,
     CandidateView,

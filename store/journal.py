@@ -16,8 +16,7 @@ from pydantic import BaseModel
 from orchestrator.candidate import Transition
 from orchestrator.contract import Message, ModelRequest, ToolCall
 from orchestrator.envelope import Envelope
-from orchestrator.perimeter import DecisionLike
-from orchestrator.ports import ToolOutcome
+from orchestrator.ports import DecisionLike, ToolOutcome
 from store.errors import RecordingError
 from store.recorder import VERDICT_EVENT, Recorder, TurnWriter
 

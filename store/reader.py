@@ -16,7 +16,7 @@ from store import blobs
 from store.cells import check_numbers, check_row
 from store.errors import RunNotFound
 from store.tables import CallAttempt, CandidateRow, EventRow, ModelCall, ModelResponse, Run, ToolExecution, TransitionRow, Turn
-from store.views import (
+from orchestrator.trajectory import (
     AttemptView, CallView, CandidateView, EventView, ResponseView, RunSummary, RunTotals, RunView,
     ToolExecutionView, Trajectory, TransitionView, TurnRecord, TurnView,
 )

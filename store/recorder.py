@@ -29,6 +29,7 @@ from store.tables import CandidateRow, ModelCall, Run, TransitionRow
 from store.writer import append
 
 if TYPE_CHECKING:
+    from store.journal import RunJournal
     from store.store import Store
 
 VERDICT_EVENT = "verdict"
@@ -98,6 +99,12 @@ class Recorder:
                                     duration_s=duration_s, observation=observation, ok=ok, detail=detail)
             append(conn, run_id, [pending])
         return str(pending[1]["id"])
+
+    def journal(self, run_id: str) -> RunJournal:
+        """The loop's Journal port, recording into ``run_id``."""
+        from store.journal import RunJournal  # the journal imports this module
+
+        return RunJournal(self, run_id)
 
     def record_event(self, run_id: str, turn: int | None, kind: str, data: Mapping[str, Any]) -> str:
         pending = self.event_row(run_id, turn, kind, data)

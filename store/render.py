@@ -12,7 +12,7 @@ from typing import Any
 
 from orchestrator.terminal_text import one_line
 from store.chain import GENESIS_EVENT, ChainCheck
-from store.views import ResponseView, RunSummary, Trajectory, TurnRecord
+from orchestrator.trajectory import ResponseView, RunSummary, Trajectory, TurnRecord
 
 _SPAN = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}

@@ -7,9 +7,11 @@ turned into typed StoreErrors at this boundary.
 
 from __future__ import annotations
 
+import time
+
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy import exc as sa_exc
@@ -18,7 +20,9 @@ from store import browse, migrations, reader, verify
 from store.chain import ChainCheck
 from store.engine import ensure_parent, make_engine, parse_url, probe_file, sqlite_path, use_wal
 from store.errors import NotAStore, RecordingError, RunNotFound, SchemaTooNew, SchemaTooOld, StoreDamaged, StoreError
-from store.views import CallView, CandidateView, EventView, RunSummary, RunView, ToolExecutionView, Trajectory, TurnView
+if TYPE_CHECKING:
+    from store.recorder import Recorder
+from orchestrator.trajectory import CallView, CandidateView, EventView, RunSummary, RunView, ToolExecutionView, Trajectory, TurnView
 
 T = TypeVar("T")
 
@@ -160,6 +164,12 @@ class Store:
         if check is None:
             raise RunNotFound(f"no run matches {ref!r}", ref=ref)
         return check
+
+    def recorder(self, *, clock: Callable[[], float] = time.time) -> Recorder:
+        """A Recorder writing into this store (replay records through it)."""
+        from store.recorder import Recorder  # the recorder imports this module
+
+        return Recorder(self, clock=clock)
 
     def verify_all(self) -> list[ChainCheck]:
         """Every run's chain, then any rows left behind by a deleted run."""

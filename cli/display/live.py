@@ -23,8 +23,7 @@ from orchestrator.candidate import Transition
 from orchestrator.contract import ModelRequest, ToolCall
 from orchestrator.envelope import Envelope
 from orchestrator.limits import Tally
-from orchestrator.perimeter import DecisionLike
-from orchestrator.ports import ToolOutcome
+from orchestrator.ports import DecisionLike, ToolOutcome
 from orchestrator.terminal_text import one_line, printable
 from policies.model import RunLimits
 

@@ -10,7 +10,7 @@ from rich.text import Text
 from cli.display.render import model_block, tool_block
 from cli.display.steps import steps_of
 from store.render import in_flight_lines, trajectory_header, turn_lines
-from store.views import Trajectory
+from orchestrator.trajectory import Trajectory
 
 
 def print_trajectory(console: Console, trajectory: Trajectory, *, full: bool = False) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from orchestrator.contract import Frozen
 from orchestrator.envelope import Envelope
-from store.views import TurnRecord
+from orchestrator.trajectory import TurnRecord
 
 # The argument that says what a tool call is about, by tool.
 _SUBJECT = {"bash": "command", "submit": "summary"}

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.replay.divergence import compare
-from store.views import Trajectory, TurnRecord
+from orchestrator.trajectory import Trajectory, TurnRecord
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from functools import cached_property
 from typing import Any
 
 from store.chain import GENESIS_EVENT
-from store.views import CallView, CandidateView, EventView, ToolExecutionView, Trajectory, TurnRecord
+from orchestrator.trajectory import CallView, CandidateView, EventView, ToolExecutionView, Trajectory, TurnRecord
 
 COMPLETED = "COMPLETED"
 SUMMED = ("input_tokens", "cached_tokens", "prefilled_tokens", "output_tokens", "cost_usd", "total_s", "ttft_s", "decode_s")

@@ -12,7 +12,7 @@ from cli.view.pages import RunShown, matching, run_shown
 from cli.view.render import Links, Renderer
 from store import ChainCheck, Store
 from store.browse import SORT_KEYS, RunFilter, TurnIndexEntry
-from store.views import Trajectory
+from orchestrator.trajectory import Trajectory
 
 FILTER_KEYS = ("verdict", "model", "batch", "q", "since", "until", "min_cost", "max_cost", "min_turns", "max_turns", "sort", "order")
 PER_PAGE = 50

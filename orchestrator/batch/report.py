@@ -8,7 +8,7 @@ from collections import Counter
 
 from orchestrator.contract import Frozen
 from store.batches import INFRASTRUCTURE, MODEL, STARTED, BatchView
-from store.views import RunSummary
+from orchestrator.trajectory import RunSummary
 
 
 class TaskLine(Frozen):

@@ -1,7 +1,8 @@
 """Context assembly: segmented, prefix-stable prompts inside the S <= S_max - K_max budget.
 
-The server-tokenizer names (``ServerTokenizer``, ``probe_server_tokenizer``,
-``discover_context_window``, ``counter_for``) import httpx and load on first use.
+Pure: counting with the model server's own tokenizer needs HTTP, so that
+counter lives with the model client (``orchestrator.model_client.server_tokenizer``)
+and is handed in as a ``TokenCounter``.
 """
 
 from orchestrator.context.accounting import (
@@ -24,21 +25,10 @@ from orchestrator.context.tokenizer import (
     resolve_counter,
 )
 
-_SERVER_NAMES = {"ServerTokenizer", "probe_server_tokenizer", "discover_context_window", "counter_for"}
-
-
-def __getattr__(name: str):
-    if name in _SERVER_NAMES:
-        from orchestrator.context import server_tokenizer
-
-        return getattr(server_tokenizer, name)
-    raise AttributeError(name)
-
-
 __all__ = [
     "Budget", "CalibrationEvent", "CompactionEvent", "CompactionPolicy", "Context", "ContextState",
     "Entry", "Margin", "MessageCounter", "PrefixReport", "PromptBytes", "RecordingCounter", "RenderedContext", "ReplayCounter",
     "TailFormat", "TemplateOverhead", "TiktokenCounter", "TokenCounter", "TurnPrefix",
     "cache_saving_factor", "calibrate", "prefill_tokens_ideal_cache", "prefix_report",
-    "resent_tokens_no_cache", "resolve_budget", "resolve_counter", *sorted(_SERVER_NAMES),
+    "resent_tokens_no_cache", "resolve_budget", "resolve_counter",
 ]

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import httpx
 
-from orchestrator.context import counter_for, discover_context_window, resolve_budget
+from orchestrator.context import resolve_budget
+from orchestrator.model_client.server_tokenizer import counter_for, discover_context_window
 from orchestrator.contract import Role, Sampling, ToolSpec
 from orchestrator.errors import ConfigError
 from orchestrator.runspec import RunSpec

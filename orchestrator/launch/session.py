@@ -16,7 +16,7 @@ from pathlib import Path
 import structlog
 
 from orchestrator.agent import RunResult, Verdict
-from orchestrator.client import ModelClient
+from orchestrator.model_client.client import ModelClient
 from orchestrator.contract import Frozen
 from orchestrator.envelope import Envelope
 from orchestrator.limits import Tally

@@ -16,7 +16,7 @@ import hashlib
 from typing import Any
 
 from orchestrator.canonical import canonical_json
-from store import Trajectory, TurnRecord
+from orchestrator.trajectory import Trajectory, TurnRecord
 
 
 def turn_content(record: TurnRecord) -> list[Any]:

@@ -17,7 +17,7 @@ from orchestrator.ports import ToolOutcome
 from orchestrator.replay.errors import RecordingUnusable
 from orchestrator.runspec import RunSpec
 from policies import Policy
-from store import ToolExecutionView, Trajectory
+from orchestrator.trajectory import ToolExecutionView, Trajectory
 
 COMMITTED = "COMMITTED"
 

@@ -16,8 +16,7 @@ from orchestrator.canonical import canonical_json
 from orchestrator.candidate import Transition
 from orchestrator.contract import Message, ModelRequest, ToolCall
 from orchestrator.envelope import Envelope
-from orchestrator.perimeter import DecisionLike
-from orchestrator.ports import Journal, ToolOutcome
+from orchestrator.ports import DecisionLike, Journal, ToolOutcome
 from orchestrator.replay.divergence import compare
 from orchestrator.replay.errors import Divergence
 from orchestrator.replay.recorded import RecordedTurn

@@ -2,9 +2,9 @@
 each recorded as a run of its own (mode "replay", "reexecute" or "fork",
 linked to its parent) unless asked not to record.
 
-The sandbox and the live model are handed in (``tools_for`` opens live tools
-for a run id; ``live_model`` is a Model), so this module does no Docker or
-HTTP itself.
+The store (a ``RecordingStore``), the sandbox and the live model are handed in (``tools_for`` opens live tools
+for a run id; ``live_model`` is a Model), so this module does no Docker, HTTP
+or SQL itself.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from orchestrator.replay.replay_journal import NullJournal
 from orchestrator.replay.replay_tools import ToolDrift
 from orchestrator.replay.report import DivergenceView, Mode, ReplayReport
 from orchestrator.replay.session import Drive, ending_divergence, recording_died, replay_counter, tolerated_end
-from store import Recorder, RunJournal, Store
+from orchestrator.replay.ports import RecordingStore, ReplayRecorder
 
 ToolsFor = Callable[[str], AbstractContextManager[Tools]]
 DIVERGED = "DIVERGED"
@@ -69,7 +69,7 @@ def check_fork_turn(recorded: RecordedRun, at_turn: int) -> None:
 
 
 class Replayer:
-    def __init__(self, store: Store, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, store: RecordingStore, *, clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.clock = clock
 
@@ -110,9 +110,9 @@ class Replayer:
                 live_cost: Callable[[Envelope], float] = lambda envelope: 0.0, allow_drift: bool = False) -> ReplayReport:
         recorded = loaded.recorded
         forks = recorded.forks + ((fork,) if fork else ())
-        recorder = Recorder(self.store, clock=self.clock) if record else None
+        recorder = self.store.recorder(clock=self.clock) if record else None
         run_id = self._start(recorder, recorded, mode, forks) if recorder else uuid.uuid4().hex
-        journal: Journal = RunJournal(recorder, run_id) if recorder else NullJournal()
+        journal: Journal = recorder.journal(run_id) if recorder else NullJournal()
         if tools_for is None:
             drive = Drive(recorded, journal, strict=strict, forks=forks)
             return self._finish(drive, loaded, mode, recorder, run_id)
@@ -122,7 +122,7 @@ class Replayer:
                           counter=replay_counter(recorded, live_counter) if fork else None, live_cost=live_cost)
             return self._finish(drive, loaded, mode, recorder, run_id)
 
-    def _start(self, recorder: Recorder, recorded: RecordedRun, mode: Mode, forks: tuple[ForkPoint, ...]) -> str:
+    def _start(self, recorder: ReplayRecorder, recorded: RecordedRun, mode: Mode, forks: tuple[ForkPoint, ...]) -> str:
         config: dict[str, Any] = {**recorded.config, "forks": [f.model_dump(mode="json") for f in forks]}
         config["replay_of"] = recorded.run_id
         return recorder.start_run(
@@ -131,7 +131,7 @@ class Replayer:
             forked_at_turn=forks[-1].at_turn if mode == "fork" else None,
         )
 
-    def _finish(self, drive: Drive, loaded: Loaded, mode: Mode, recorder: Recorder | None, run_id: str) -> ReplayReport:
+    def _finish(self, drive: Drive, loaded: Loaded, mode: Mode, recorder: ReplayRecorder | None, run_id: str) -> ReplayReport:
         recorded = loaded.recorded
         notes: list[str] = []
 

@@ -23,7 +23,7 @@ from orchestrator import __version__
 from orchestrator.contract import Message
 from orchestrator.interop import atif_schema as schema
 from store.reports.export import ExportError
-from store.views import CallView, ToolExecutionView, Trajectory
+from orchestrator.trajectory import CallView, ToolExecutionView, Trajectory
 
 AGENT_NAME = "escrow"
 

@@ -19,7 +19,7 @@ from sqlalchemy import Connection, select
 from orchestrator.contract import Message
 from orchestrator.costing.errors import ReportError
 from store.tables import Run
-from store.views import CallView, Trajectory
+from orchestrator.trajectory import CallView, Trajectory
 
 FORMATS = ("messages-jsonl", "events-jsonl", "atif", "otel")
 TRUNCATED_STATUSES = ("TRUNCATED",)

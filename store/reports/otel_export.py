@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from orchestrator.errors import ConfigError
-from store.views import CallView, ToolExecutionView, Trajectory
+from orchestrator.trajectory import CallView, ToolExecutionView, Trajectory
 
 NS = 1_000_000_000
 SERVICE = "escrow"

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from orchestrator.costing import CallFigures, RunCost, ToolFigures, run_cost
 from policies.price_table import PriceTable
 from store.store import Store
-from store.views import CallView, ToolExecutionView, Trajectory
+from orchestrator.trajectory import CallView, ToolExecutionView, Trajectory
 
 
 def call_figures(calls: Iterable[CallView]) -> list[CallFigures]:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from orchestrator.logprobs import read_logprobs
-from store.views import Trajectory
+from orchestrator.trajectory import Trajectory
 
 
 def token_lines(trajectory: Trajectory) -> Iterator[dict[str, Any]]:

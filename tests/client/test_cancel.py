@@ -119,8 +119,8 @@ def test_stall_before_headers_past_deadline(srv, client, req):
 
 
 def test_deadline_bounds_retries_too(srv, req):
-    from orchestrator.client import ModelClient
-    from orchestrator.retry import RetryPolicy
+    from orchestrator.model_client.client import ModelClient
+    from orchestrator.model_client.retry import RetryPolicy
 
     srv.script([Fault.http(503, retry_after=0.3)] * 10)
     with ModelClient(srv.base_url, retry=RetryPolicy(max_attempts=10, base_s=0.01)) as c:

@@ -1,4 +1,4 @@
-"""One test per row of ``orchestrator.engines.QUIRKS``, at the layer that
+"""One test per row of ``orchestrator.model_client.engines.QUIRKS``, at the layer that
 handles it (the wire tests drive the same classes over loopback HTTP)."""
 
 from __future__ import annotations
@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import sys
 
-from orchestrator.accumulate import ResponseAccumulator
-from orchestrator.call_usage import resolve_usage
+from orchestrator.model_client.accumulate import ResponseAccumulator
+from orchestrator.model_client.call_usage import resolve_usage
 from orchestrator.contract import Message, ModelRequest
-from orchestrator.engines import QUIRK_IDS, QUIRKS, error_message
-from orchestrator.monitor import StreamMonitor
-from orchestrator.sse import SSEParser
-from orchestrator.wire import WireCompletion
+from orchestrator.model_client.engines import QUIRK_IDS, QUIRKS, error_message
+from orchestrator.model_client.monitor import StreamMonitor
+from orchestrator.model_client.sse import SSEParser
+from orchestrator.model_client.wire import WireCompletion
 
 REQUEST = ModelRequest(model="m", messages=(Message(role="user", content="one two three"),), max_tokens=8)
 
@@ -120,7 +120,7 @@ def test_quirk_reasoning_tokens_excluded():
 def test_the_engines_doc_shows_the_table():
     from pathlib import Path
 
-    from orchestrator.engines import quirks_markdown
+    from orchestrator.model_client.engines import quirks_markdown
 
     doc = Path(__file__).resolve().parents[2] / "docs" / "ENGINES.md"
     assert quirks_markdown() in doc.read_text(encoding="utf-8")

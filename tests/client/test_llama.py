@@ -10,7 +10,7 @@ import time
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.client import ModelClient
+from orchestrator.model_client.client import ModelClient
 from orchestrator.contract import Message, ModelRequest, Sampling
 from orchestrator.envelope import Status
 from orchestrator.escrow import release_from_escrow

@@ -8,7 +8,7 @@ import json
 from typer.testing import CliRunner
 
 from cli.main import app
-from orchestrator.client import ModelClient
+from orchestrator.model_client.client import ModelClient
 from orchestrator.fault_server import Fault
 from tests.client.test_parity import record_run, request
 from tests.client.wire_frames import FRAMINGS, chunk, frame

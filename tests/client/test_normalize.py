@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.envelope import Status
-from orchestrator.normalize import (
+from orchestrator.model_client.normalize import (
     TABLE, Cause, error_object_cause, finish_cause, http_cause, is_context_overflow, is_retried, mapping_markdown, status_of,
 )
 

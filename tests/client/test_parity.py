@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from orchestrator.client import ModelClient
+from orchestrator.model_client.client import ModelClient
 from orchestrator.contract import Message, ModelRequest, Sampling
 from orchestrator.envelope import Envelope, Status
 from orchestrator.errors import ConfigError, EscrowError

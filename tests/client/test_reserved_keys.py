@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.client import ModelClient
+from orchestrator.model_client.client import ModelClient
 from orchestrator.contract import RESERVED_WIRE_KEYS, ReservedWireKey, Sampling
 from orchestrator.envelope import Status
 from orchestrator.errors import ContractError

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.retry import CircuitBreaker, RetryPolicy, decide, jittered_backoff, parse_retry_after
+from orchestrator.model_client.retry import CircuitBreaker, RetryPolicy, decide, jittered_backoff, parse_retry_after
 
 POLICY = RetryPolicy(max_attempts=5, base_s=0.5, cap_s=4.0, max_retry_after_s=10)
 

@@ -160,7 +160,7 @@ def test_disconnect_mid_stream_is_transport_failure_then_retried(srv, client, re
 
 
 def test_connection_refused_is_transport_failure(req, fast_retry):
-    from orchestrator.client import ModelClient
+    from orchestrator.model_client.client import ModelClient
 
     with ModelClient("http://127.0.0.1:9/v1", retry=fast_retry) as c:
         env = c.call(req())

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from orchestrator.client import ModelClient
+from orchestrator.model_client.client import ModelClient
 from orchestrator.context import TemplateOverhead
 from orchestrator.contract import Message, Sampling
 from orchestrator.envelope import Status

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from orchestrator.context import Budget, Context, PromptBytes, prefix_report
-from orchestrator.context.server_tokenizer import discover_context_window, probe_server_tokenizer
+from orchestrator.model_client.server_tokenizer import discover_context_window, probe_server_tokenizer
 from orchestrator.contract import Message
 
 MODEL = "gemma-3-270m"

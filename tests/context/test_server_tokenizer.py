@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from orchestrator.context import TiktokenCounter
-from orchestrator.context.server_tokenizer import (
+from orchestrator.model_client.server_tokenizer import (
     counter_for,
     discover_context_window,
     probe_server_tokenizer,

@@ -23,7 +23,8 @@ from orchestrator.context import CompactionPolicy, Margin
 from orchestrator.context.tokenizer import FunctionCounter
 from orchestrator.contract import Frozen, Message, ModelRequest, ToolCall, ToolSpec
 from orchestrator.envelope import Envelope, ErrorDetail, FigureSource, Payload, Status, Usage
-from orchestrator.perimeter import Approve, DecisionLike, deny_all_asks
+from orchestrator.perimeter import Approve, deny_all_asks
+from orchestrator.ports import DecisionLike
 from orchestrator.ports import Journal, Model, ToolOutcome, Tools
 from orchestrator.runspec import RunSpec, build_agent
 from policies import PathAccess, Policy, RunLimits, decide

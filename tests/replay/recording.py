@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from orchestrator.client import ModelClient
+from orchestrator.model_client.client import ModelClient
 from orchestrator.context import TiktokenCounter
 from orchestrator.contract import Sampling, ToolSpec
 from orchestrator.fault_server import FaultServer, Reply, ScriptedToolCall

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from orchestrator.client import ModelClient
+from orchestrator.model_client.client import ModelClient
 from orchestrator.fault_server import FaultServer
 from orchestrator.replay import ForkOverrides, Replayer, trajectory_digest
 from policies import default_policy

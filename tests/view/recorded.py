@@ -8,7 +8,7 @@ import random
 import sqlite3
 from pathlib import Path
 
-from orchestrator.client import ModelClient
+from orchestrator.model_client.client import ModelClient
 from orchestrator.fault_server import FaultServer
 from orchestrator.replay import ForkOverrides, Replayer
 from store import Recorder, Store

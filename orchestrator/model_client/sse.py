@@ -6,7 +6,7 @@ two network reads is never mis-decoded; a line that is not UTF-8 at all raises
 ``SSEError`` rather than being silently replaced. Tolerances, because real
 servers differ: CRLF, CR or LF line ends, ``data:`` with or without the space,
 comments and unknown fields ignored, and a final event without its blank line
-is still delivered at end of stream. Two engine quirks (``orchestrator.engines``)
+is still delivered at end of stream. Two engine quirks (``orchestrator.model_client.engines``)
 are read rather than dropped: an ``error:`` field (llama.cpp) becomes an event
 named ``error``, and lines outside SSE framing that open with ``{`` (a bare
 JSON error body) are gathered, up to the next blank line, into an event named

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 import httpx
 from pydantic import ValidationError
 
-from orchestrator.accumulate import ResponseAccumulator
-from orchestrator.engines import error_message, error_text_message
-from orchestrator.normalize import Cause, error_object_cause, finish_cause, http_cause
-from orchestrator.retry import parse_retry_after
-from orchestrator.sse import SSEError, SSEEvent, SSEParser
-from orchestrator.watchdog import Watchdog
-from orchestrator.wire import WireCompletion, WireErrorBody
+from orchestrator.model_client.accumulate import ResponseAccumulator
+from orchestrator.model_client.engines import error_message, error_text_message
+from orchestrator.model_client.normalize import Cause, error_object_cause, finish_cause, http_cause
+from orchestrator.model_client.retry import parse_retry_after
+from orchestrator.model_client.sse import SSEError, SSEEvent, SSEParser
+from orchestrator.model_client.watchdog import Watchdog
+from orchestrator.model_client.wire import WireCompletion, WireErrorBody
 
 RAW_CAP = 64 * 1024
 FRAMING_ALLOWANCE = 64 * 1024  # JSON/SSE framing around M_max payload bytes

@@ -17,9 +17,9 @@ from typing import Any
 
 from orchestrator.contract import ToolCall
 from orchestrator.envelope import Payload
-from orchestrator.monitor import StreamMonitor, Trip
+from orchestrator.model_client.monitor import StreamMonitor, Trip
 from orchestrator.observer import StreamObserver
-from orchestrator.wire import WireCompletion, WireMessage, WireTimings, WireUsage
+from orchestrator.model_client.wire import WireCompletion, WireMessage, WireTimings, WireUsage
 
 
 class _ToolCallParts:

@@ -4,7 +4,7 @@ These describe what servers *send*, so they keep unknown fields
 (``extra="allow"``): vLLM, SGLang and llama.cpp add their own (``timings``,
 ``reasoning_content``, ``stop_reason``...) and the raw record should lose
 nothing. Escrow's own models (``orchestrator.contract``) forbid extras; the
-translation happens once, in ``orchestrator.normalize`` and the accumulator.
+translation happens once, in ``orchestrator.model_client.normalize`` and the accumulator.
 """
 
 from __future__ import annotations

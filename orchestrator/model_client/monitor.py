@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from orchestrator.normalize import Cause
+from orchestrator.model_client.normalize import Cause
 
 # Parser modes.
 _VALUE, _ARRAY_FIRST, _OBJ_FIRST, _KEY, _COLON, _AFTER, _STRING, _ESC, _UHEX, _NUMBER, _LITERAL = range(11)

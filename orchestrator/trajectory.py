@@ -1,4 +1,6 @@
-"""Frozen read views: what replay, reports and the CLI get back from a Store.
+"""The recorded trajectory as read back: frozen views a store returns and
+replay, reports, the viewer and the CLI read. Core types: the store builds them,
+nothing here does I/O.
 
 Field names are the tables' Python attribute names; JSON columns come back
 both as the stored canonical text (``*_json``, byte-exact for hashing and

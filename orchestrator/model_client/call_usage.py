@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from orchestrator.accumulate import ResponseAccumulator
+from orchestrator.model_client.accumulate import ResponseAccumulator
 from orchestrator.context.counting import MessageCounter
 from orchestrator.context.tokenizer import FunctionCounter, TiktokenCounter
 from orchestrator.contract import ModelRequest
 from orchestrator.envelope import Payload, Usage
-from orchestrator.wire import WireUsage
+from orchestrator.model_client.wire import WireUsage
 
 TokenEstimator = Callable[[str], int]
 

@@ -16,18 +16,18 @@ from collections.abc import Callable
 
 import httpx
 
-from orchestrator.accumulate import ResponseAccumulator
-from orchestrator.attempt import FRAMING_ALLOWANCE, RAW_CAP, AttemptOutcome, run_attempt
-from orchestrator.call_usage import TokenEstimator, default_estimator, resolve_usage
+from orchestrator.model_client.accumulate import ResponseAccumulator
+from orchestrator.model_client.attempt import FRAMING_ALLOWANCE, RAW_CAP, AttemptOutcome, run_attempt
+from orchestrator.model_client.call_usage import TokenEstimator, default_estimator, resolve_usage
 from orchestrator.canonical import canonical_bytes
 from orchestrator.contract import ModelRequest
 from orchestrator.envelope import Attempt, Envelope, ErrorDetail, Status, Timings, Usage
 from orchestrator.logprobs import read_logprobs, token_ids
-from orchestrator.monitor import StreamMonitor
-from orchestrator.provenance import EngineInfo, probe
-from orchestrator.normalize import Cause, is_retried, status_of
+from orchestrator.model_client.monitor import StreamMonitor
+from orchestrator.model_client.provenance import EngineInfo, probe
+from orchestrator.model_client.normalize import Cause, is_retried, status_of
 from orchestrator.observer import StreamObserver
-from orchestrator.retry import CircuitBreaker, RetryPolicy, decide
+from orchestrator.model_client.retry import CircuitBreaker, RetryPolicy, decide
 
 class ModelClient:
     """Client for an OpenAI-compatible server; ``base_url`` ends in ``/v1``.

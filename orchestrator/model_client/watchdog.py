@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from orchestrator.normalize import Cause
+from orchestrator.model_client.normalize import Cause
 
 _POLL_S = 0.005  # threading.Event cannot be waited on jointly with another, so poll the caller's
 

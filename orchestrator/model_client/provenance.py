@@ -24,7 +24,7 @@ _LLAMA_BUILD = re.compile(r"^b\d+")
 
 
 class EngineInfo(Frozen):
-    """``engine`` is one of ``orchestrator.engines.ENGINES`` (or
+    """``engine`` is one of ``orchestrator.model_client.engines.ENGINES`` (or
     ``openai-compatible`` when nothing told them apart); ``settings`` holds
     what the engine reported that can change outputs: ``context_length``,
     ``prefix_caching``, ``logprobs_mode``, ``batch_invariant``, ``slots``.
