@@ -33,7 +33,9 @@ from orchestrator.fault_server import Reply, Script, ScriptedToolCall
 from orchestrator.runspec import RunSpec, build_agent
 from orchestrator.context import TiktokenCounter
 from policies import default_policy
-from sandbox import Sandbox, ToolBox, connect, require_image, tool_specs
+from orchestrator.perimeter import acl_of
+from orchestrator.toolset import tool_specs
+from sandbox import Sandbox, ToolBox, connect, require_image
 from sandbox.loop_tools import SandboxTools
 from store import Recorder, RunJournal, Store
 
@@ -80,12 +82,12 @@ class TimedModel:
 
 
 class TimedTools:
-    """Times only ``execute``: the ACL decision is orchestrator work."""
+    """Times only ``execute``: the ACL decision is orchestrator work (the loop's)."""
 
     def __init__(self, tools: SandboxTools, clock: Clock) -> None:
         self.outcomes: list = []
         self._execute = clock.timed("tools", tools.execute)
-        self.specs, self.arg_models, self.decide = tools.specs, tools.arg_models, tools.decide
+        self.specs, self.arg_models = tools.specs, tools.arg_models
 
     def execute(self, name, args, *, time_left_s=None):
         outcome = self._execute(name, args, time_left_s=time_left_s)
@@ -129,7 +131,7 @@ def measure(turns: int, tokens: int, tokens_per_s: float) -> list[dict[str, floa
             tools = TimedTools(SandboxTools(ToolBox(sandbox, policy, verifier_command=spec.verifier), policy), clock)
             model = TimedModel(client, clock)
             agent = build_agent(spec, counter=TiktokenCounter("cl100k_base"), model=model, tools=tools,
-                                journal=TimedJournal(RunJournal(recorder, run_id), clock))
+                                acl=acl_of(policy), journal=TimedJournal(RunJournal(recorder, run_id), clock))
             for _ in range(turns):
                 clock.spent.clear()
                 tools.outcomes.clear()

@@ -26,7 +26,8 @@ from typing import Any
 from orchestrator.costing import aggregate_html, run_html
 from policies.price_table import load_price_table
 from store import Store
-from store.reports import query_plans, report_run, report_runs
+from store.reports import query_plans
+from orchestrator.launch.reports import report_run, report_runs
 
 SMALL_TABLES = ("runs",)  # 10,000 rows: scanning it is cheaper than an index walk plus a sort
 

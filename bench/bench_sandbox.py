@@ -23,7 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from policies import default_policy
-from sandbox import ExecLimits, Hardening, ReadFileArgs, Sandbox, ToolBox, connect
+from orchestrator.toolset import ReadFileArgs
+from sandbox import ExecLimits, Hardening, Sandbox, ToolBox, connect
 from sandbox.execution import run_exec, wrap_command
 from sandbox.hardening import SANDBOX_ENV, WORKSPACE
 

@@ -7,6 +7,8 @@ import threading
 from pathlib import Path
 
 import typer
+
+from orchestrator.exit_codes import ExitCode
 from rich.console import Console
 from rich.markup import escape
 
@@ -98,7 +100,7 @@ def batch(
         _run_with_progress(store, settings, batch_id, len(pending), options, err)
         report = _report(store, batch_id)
     _render(report, as_json)
-    raise typer.Exit(0 if report.done == report.n_tasks else 1)
+    raise typer.Exit(ExitCode.OK if report.done == report.n_tasks else ExitCode.FINDING)
 
 
 def _run_with_progress(store: Store, settings: Settings, batch_id: str, total: int, options: PoolOptions,

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import typer
+
+from orchestrator.exit_codes import ExitCode
 from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
@@ -114,7 +116,7 @@ def call(
     else:
         render_envelope(envelope, Console())
     if envelope.status is not Status.COMPLETED:
-        raise typer.Exit(code=1)
+        raise typer.Exit(ExitCode.FINDING)
 
 
 def fault_server(

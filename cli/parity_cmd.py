@@ -7,6 +7,8 @@ import time
 from pathlib import Path
 
 import typer
+
+from orchestrator.exit_codes import ExitCode
 from rich.console import Console
 
 from cli.store_cmd import CONFIG_HELP, DB_HELP, emit_json, open_store
@@ -87,7 +89,7 @@ def parity(
     else:
         typer.echo(report_text(report))
     if report.real_differences:
-        raise typer.Exit(code=1)
+        raise typer.Exit(ExitCode.FINDING)
 
 
 def register(app: typer.Typer) -> None:

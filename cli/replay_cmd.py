@@ -9,18 +9,18 @@ from pathlib import Path
 
 import typer
 
+from orchestrator.exit_codes import ExitCode
 from orchestrator.errors import ConfigError
 from orchestrator.terminal_text import printable
 from orchestrator.launch.replay import ReplayRequest, replay_run
 from orchestrator.replay import ForkOverrides, ReplayReport
 from orchestrator.settings import load_settings
 
-# Exit codes of `escrow replay` (the table in docs/REPLAY.md); 2-8 are the
-# shared usage and store codes.
-EXIT_IDENTICAL = 0
-EXIT_DIFFERS = 1
-EXIT_RECORDING_ENDS = 9
-EXIT_NOISE_ONLY = 10
+# Exit codes of `escrow replay`, from the one table (orchestrator.exit_codes).
+EXIT_IDENTICAL = ExitCode.OK
+EXIT_DIFFERS = ExitCode.FINDING
+EXIT_RECORDING_ENDS = ExitCode.REPLAY_RECORDING_ENDS
+EXIT_NOISE_ONLY = ExitCode.REPLAY_NOISE_ONLY
 DB_HELP = "Store URL (SQLAlchemy form); default ESCROW_DB_URL, else the SQLite file in ESCROW_HOME."
 
 

@@ -26,7 +26,7 @@ from orchestrator.terminal_text import printable
 from policies.price_table import PriceTable, load_price_table
 from store import Store
 from store.render import parse_since
-from store.reports import report_run, report_runs
+from orchestrator.launch.reports import report_run, report_runs
 
 TURN_COLUMNS = (
     ("turn", "turn"), ("calls", "calls"), ("statuses", "status"), ("prompt_tokens", "prompt"),

@@ -11,6 +11,8 @@ from contextlib import nullcontext
 
 import structlog
 import typer
+
+from orchestrator.exit_codes import ExitCode
 from rich.console import Console
 from rich.panel import Panel
 from rich.syntax import Syntax
@@ -102,7 +104,7 @@ def run(
     if outcome.apply_refused:
         err.print(Text("--apply refused: ", style="bold red") + Text(printable(outcome.apply_refused)))
         raise typer.Exit(ApplyRefused.exit_code)
-    raise typer.Exit(0 if result.verdict is Verdict.PASS else 1)
+    raise typer.Exit(ExitCode.OK if result.verdict is Verdict.PASS else ExitCode.FINDING)
 
 
 def print_outcome(out: Console, outcome: RunOutcome) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from orchestrator.exit_codes import ExitCode
 from orchestrator.settings import load_settings
 
 sandbox_app = typer.Typer(help="Build, check and clean up the hardened Docker sandbox.", no_args_is_help=True, rich_markup_mode=None)
@@ -59,7 +60,7 @@ def doctor(image: str | None = _IMAGE, docker_host: str | None = _HOST, as_json:
             typer.echo(f"{mark} {check.name}: {check.detail}")
     if not report.ok:
         image_missing = any(c.name == "image" and not c.ok for c in report.checks)
-        raise typer.Exit(67 if image_missing else 1)
+        raise typer.Exit(ExitCode.IMAGE_MISSING if image_missing else ExitCode.FINDING)
 
 
 @sandbox_app.command("gc")

@@ -1,15 +1,37 @@
-"""Typed errors. Every error carries the context a caller needs to act on it.
+"""Typed errors. Every error carries the context a caller needs to act on it,
+and the exit code the CLI ends with (one table: ``orchestrator.exit_codes``).
 
-The tree::
+The one tree (exit code in brackets)::
 
-    EscrowError
-    ├── ConfigError              bad settings, policy or price file (user-facing)
-    ├── QuarantinedPayloadError  a non-COMPLETED envelope was asked to leave escrow
-    ├── ContractError            a request violates its own contract (e.g. S + K_max > S_max)
-    ├── BudgetExhausted          a run limit (turns, tokens, cost, wall time) was reached
-    ├── TokenizerError           no usable tokenizer
-    ├── StoreError               defined in store/: unreadable, corrupt or newer store
-    └── SandboxError             defined in sandbox/: no daemon, no image, exec failure
+    EscrowError [USAGE 2]
+    ├── ConfigError [2]              bad settings, policy or price file
+    │   └── PolicyError [65]         policies/loading.py: a policy file that does not validate
+    ├── ContractError [2]            a request violates its own contract (e.g. S + K_max > S_max)
+    │   └── ReservedWireKey [2]      Sampling.extra names a key Escrow sets itself
+    ├── TokenizerError [2]           no usable tokenizer
+    ├── BudgetExhausted [2]          a run limit was reached (ends a run as a verdict, not an exit)
+    ├── QuarantinedPayloadError [2]  a non-COMPLETED envelope was asked to leave escrow
+    ├── LoopAbort [2]                ends Agent.run itself (a replay's divergence)
+    ├── ReportError [8]              a report or export cannot be produced
+    │   ├── NothingToReport [8]
+    │   └── ExportError [8]          store/reports/export.py
+    ├── ReplayError [2]              orchestrator/replay/errors.py: an unusable recording
+    │   ├── RecordingUnusable, ChainRefused, WorkspaceGone [2]
+    │   └── Divergence [1]           the replay differs from the recording
+    ├── SourceError [12]             orchestrator/interop/errors.py: an import source
+    │   ├── UnreadableSource [12], FormatMismatch [13]
+    │   └── UnsupportedVersion [14], SourceTooLarge [15]
+    ├── NotReplayable [11]           an imported run asked to replay
+    ├── StoreError [3]               store/errors.py
+    │   ├── StoreNotFound [3]
+    │   ├── NotAStore [4], StoreDamaged [4]
+    │   ├── SchemaTooNew, SchemaTooOld [5]
+    │   ├── RunNotFound [6], RecordingError [7]
+    │   └── ChainBroken [1], BlobMissing [1]
+    ├── SandboxError [71]            sandbox/errors.py
+    │   ├── DaemonUnavailable [69], ImageMissing [67], ImageBuildError [70], ExecError [71]
+    │   └── WorkspaceError [71]: ExportRefused, GitTimeout [71], ApplyRefused [77]
+    └── TaskFileError, TaskRowError, RepoError, BatchNotFound [2]   orchestrator/batch/errors.py
 
 Model-call failures are *not* exceptions: the client turns every outcome into an
 Envelope with a Status, so that the loop routes on data rather than on ``except``.
@@ -19,6 +41,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.exit_codes import ExitCode
+
 if TYPE_CHECKING:
     from orchestrator.envelope import Envelope
 
@@ -27,7 +51,7 @@ class EscrowError(Exception):
     """Base of every error Escrow raises on purpose. ``exit_code`` is what the
     CLI exits with when this error reaches it."""
 
-    exit_code = 2
+    exit_code: int = ExitCode.USAGE
 
     def __init__(self, message: str, **context: Any) -> None:
         super().__init__(message)
@@ -75,3 +99,13 @@ class QuarantinedPayloadError(EscrowError):
         )
         self.envelope = envelope
         self.status = envelope.status
+
+
+class ReportError(EscrowError):
+    """A report or export cannot be produced as asked."""
+
+    exit_code = ExitCode.NOTHING_TO_REPORT
+
+
+class NothingToReport(ReportError):
+    """The store (or the asked window) holds no runs to report on or export."""

@@ -5,8 +5,10 @@
 3. policy  - the capability ACL allows the call (ask -> the approver decides);
 4. dynamic - execution in the sandbox (done by the loop after COMMITTED).
 
-Pure: the ACL decision and the approver arrive as callables. Every state change
-is returned as a Transition so the loop can record it.
+Pure: the ACL decision and the approver arrive as callables. The ACL is
+``acl_of(policy)``, one function for every Tools adapter (live, replay, test
+doubles), so no adapter decides for itself. Every state change is returned as
+a Transition so the loop can record it.
 """
 
 from __future__ import annotations
@@ -20,10 +22,24 @@ from pydantic import BaseModel, ValidationError
 
 from orchestrator.candidate import Candidate, CandidateState, Transition
 from orchestrator.ports import DecisionLike
+from orchestrator.toolset import ToolArgs
+from policies import Policy, decide
 
 
 Decide = Callable[[str, BaseModel], DecisionLike]
 Approve = Callable[[Candidate, DecisionLike], bool]
+
+
+def acl_of(policy: Policy) -> Decide:
+    """The capability ACL the loop applies to every call: ``policies.decide``
+    on the call's declared path accesses."""
+
+    def decide_call(name: str, args: BaseModel) -> DecisionLike:
+        if not isinstance(args, ToolArgs):  # only declared tools reach the ACL
+            raise TypeError(f"{name}: {type(args).__name__} is not a declared tool's arguments")
+        return decide(name, args, policy)
+
+    return decide_call
 
 
 def deny_all_asks(candidate: Candidate, decision: DecisionLike) -> bool:

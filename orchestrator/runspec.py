@@ -14,7 +14,7 @@ from orchestrator.agent import Agent
 from orchestrator.context import Budget, CompactionPolicy, Context, Margin, RecordingCounter, TiktokenCounter, TokenCounter
 from orchestrator.contract import Frozen, Role, Sampling, ToolSpec
 from orchestrator.envelope import Envelope
-from orchestrator.perimeter import Approve, deny_all_asks
+from orchestrator.perimeter import Approve, Decide, deny_all_asks
 from orchestrator.ports import Journal, Model, Tools
 from orchestrator.tool_protocols import protocol_named
 from orchestrator.turn_context import RequestShape, TurnContext
@@ -58,6 +58,7 @@ def build_agent(
     counter: TokenCounter,
     model: Model,
     tools: Tools,
+    acl: Decide,
     journal: Journal,
     cost_of: Callable[[Envelope], float] = lambda envelope: 0.0,
     approve: Approve = deny_all_asks,
@@ -92,6 +93,7 @@ def build_agent(
     return Agent(
         model=model,
         tools=tools,
+        acl=acl,
         context=TurnContext(context, shape, recording),
         journal=journal,
         limits=spec.limits,

@@ -6,10 +6,11 @@ replayed."""
 from __future__ import annotations
 
 from enum import Enum
-from typing import Literal, Protocol
+from typing import Protocol
 
 from orchestrator.contract import Frozen
-from policies.model import TOOL_NAMES, Approval, Policy
+from orchestrator.toolset import TOOL_NAMES, PathAccess
+from policies.model import Approval, Policy
 from policies.paths import PathRejected, canonical_path, first_match
 
 
@@ -17,13 +18,6 @@ class Verdict(str, Enum):
     ALLOW = "allow"
     DENY = "deny"
     ASK = "ask"
-
-
-class PathAccess(Frozen):
-    """One path a tool call would touch, as the model wrote it."""
-
-    mode: Literal["read", "write"]
-    path: str
 
 
 class Decision(Frozen):
@@ -36,6 +30,11 @@ class Decision(Frozen):
     @property
     def allowed(self) -> bool:
         return self.verdict is Verdict.ALLOW
+
+    @property
+    def effect(self) -> str:
+        """The verdict's value, as the loop records it (``ports.DecisionLike``)."""
+        return self.verdict.value
 
 
 class HasPathAccesses(Protocol):

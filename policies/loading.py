@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from orchestrator.exit_codes import ExitCode
 from orchestrator.errors import ConfigError
 from policies.model import TOOL_NAMES, Policy
 
@@ -15,7 +16,7 @@ from policies.model import TOOL_NAMES, Policy
 class PolicyError(ConfigError):
     """A policy file is missing, not TOML, or grants something malformed."""
 
-    exit_code = 65  # EX_DATAERR
+    exit_code = ExitCode.POLICY_INVALID
 
 
 def parse_policy(text: str, source: str = "<policy>") -> Policy:

@@ -9,8 +9,7 @@ from enum import Enum
 from pydantic import Field, field_validator, model_validator
 
 from orchestrator.contract import Frozen
-
-TOOL_NAMES = ("bash", "read_file", "write_file", "edit_file", "list_files", "submit")
+from orchestrator.toolset import TOOL_NAMES
 
 
 class Approval(str, Enum):

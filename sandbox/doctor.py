@@ -20,7 +20,7 @@ from sandbox.execution import ExecLimits
 from sandbox.hardening import audit
 from sandbox.workspace import repo_files
 from sandbox.toolbox import ToolBox
-from sandbox.tools import ReadFileArgs
+from orchestrator.toolset import ReadFileArgs
 
 # Each line: NAME=VALUE, judged on the host below.
 _PROBE = r"""

@@ -4,30 +4,31 @@ says what to do next."""
 from __future__ import annotations
 
 from orchestrator.errors import EscrowError
+from orchestrator.exit_codes import ExitCode
 
 
 class SandboxError(EscrowError):
     """Base of everything the sandbox raises on purpose."""
 
-    exit_code = 3
+    exit_code = ExitCode.SANDBOX_FAILED
 
 
 class DaemonUnavailable(SandboxError):
     """No Docker daemon answers at the configured address."""
 
-    exit_code = 69  # EX_UNAVAILABLE
+    exit_code = ExitCode.DAEMON_UNAVAILABLE
 
 
 class ImageMissing(SandboxError):
     """The sandbox image tag is not present in the local daemon."""
 
-    exit_code = 67
+    exit_code = ExitCode.IMAGE_MISSING
 
 
 class ImageBuildError(SandboxError):
     """debootstrap or ``docker import`` failed, or the host cannot build."""
 
-    exit_code = 70
+    exit_code = ExitCode.IMAGE_BUILD_FAILED
 
 
 class ExecError(SandboxError):
@@ -37,16 +38,6 @@ class ExecError(SandboxError):
 class WorkspaceError(SandboxError):
     """The repo could not be copied in, or the patch could not be made or applied."""
 
-
-class ToolArgumentError(SandboxError):
-    """A tool call failed the parse or schema layer. ``observation`` is the
-    structured text fed back to the model."""
-
-    exit_code = 65
-
-    def __init__(self, message: str, *, tool: str, **context: object) -> None:
-        super().__init__(message, tool=tool, **context)
-        self.tool = tool
 
 
 class ExportRefused(WorkspaceError):
@@ -64,4 +55,4 @@ class ApplyRefused(WorkspaceError):
     touches flagged paths (.git, CI configuration, outside the repo) that the
     policy's ``[apply]`` section does not allow. Nothing was written."""
 
-    exit_code = 77  # EX_NOPERM
+    exit_code = ExitCode.APPLY_REFUSED

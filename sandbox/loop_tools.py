@@ -1,35 +1,22 @@
 """``SandboxTools``: the loop's Tools port over a ToolBox and its policy.
 
-Offers every known tool's argument model (so a call to a tool the policy does
-not grant is denied by the ACL with its rule, not mistaken for a typo), the
-pure ACL decision, and execution in the sandbox.
+Offers every declared tool's argument model (so a call to a tool the policy
+does not grant is denied by the loop's ACL with its rule, not mistaken for a
+typo) and execution in the sandbox. The ACL itself is the loop's
+(``orchestrator.perimeter``), the same for every Tools adapter.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from pydantic import BaseModel
 
 from orchestrator.contract import ToolSpec
 from orchestrator.ports import ToolOutcome
-from policies import Decision, Policy, decide
+from orchestrator.toolset import TOOLS, ToolArgs
+from policies import Policy
 from sandbox.toolbox import ToolBox, ToolResult
-from sandbox.tools import ARG_MODELS, ToolArgs
-
-
-@dataclass(frozen=True)
-class AclDecision:
-    """A policies.Decision seen through the perimeter's DecisionLike."""
-
-    effect: str
-    rule: str
-    reason: str
-
-    @classmethod
-    def of(cls, decision: Decision) -> "AclDecision":
-        return cls(effect=decision.verdict.value, rule=decision.rule, reason=decision.reason)
 
 
 def outcome_of(result: ToolResult) -> ToolOutcome:
@@ -65,10 +52,7 @@ class SandboxTools:
         return self.toolbox.specs()
 
     def arg_models(self) -> Mapping[str, type[BaseModel]]:
-        return ARG_MODELS
-
-    def decide(self, name: str, args: BaseModel) -> AclDecision:
-        return AclDecision.of(decide(name, args, self.policy))  # type: ignore[arg-type]
+        return TOOLS
 
     def execute(self, name: str, args: BaseModel, *, time_left_s: float | None = None) -> ToolOutcome:
         assert isinstance(args, ToolArgs)

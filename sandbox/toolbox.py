@@ -1,5 +1,7 @@
 """The single entry point the loop calls once the ACL has allowed a call:
-``ToolBox.execute(name, args) -> ToolResult``.
+``ToolBox.execute(name, args) -> ToolResult``. The ToolBox is the sandbox's
+``ToolHost``: each tool, declared in ``orchestrator.toolset``, runs itself
+against its three primitives (a command, a file operation, a submission).
 
 File tools run inside the container, as the sandbox user, through the
 stdlib-only fileop script: the host never writes into the workspace, so a
@@ -24,13 +26,10 @@ from sandbox.capture import CappedOutput
 from sandbox.container import Sandbox
 from sandbox.errors import ExportRefused
 from sandbox.execution import ExecLimits, ExecOutcome
-from sandbox.tools import (
-    BashArgs, EditFileArgs, ListFilesArgs, ReadFileArgs, SubmitArgs, ToolArgs, WriteFileArgs, tool_specs,
-)
+from orchestrator.toolset import FileToolArgs, ToolArgs, tool_specs
 from sandbox.workspace import Patch
 
 _FILEOP = resources.files("sandbox").joinpath("fileop_script.py").read_text(encoding="utf-8")
-_LIST_MAX_ENTRIES = 500
 _MIN_TIMEOUT_S = 0.05
 
 
@@ -75,28 +74,22 @@ class ToolBox:
     _time_left_s: float | None = None
 
     def execute(self, name: str, args: ToolArgs, *, time_left_s: float | None = None) -> ToolResult:
-        """Run one validated, ACL-approved call, for at most ``time_left_s``.
-        Re-checks the ACL (pure, cheap): a DENY here means the caller skipped
-        the policy layer."""
-        decision = decide(name, args, self.policy)
-        if decision.verdict is Verdict.DENY:
-            return ToolResult(tool=name, ok=False, exit_code=None, duration_s=0.0,
-                              observation=f"denied by policy ({decision.rule}): {decision.reason}")
+        """Run one validated call the loop's ACL allowed, for at most
+        ``time_left_s``. A file tool's path is judged once more after it is
+        resolved in the container (``file_op``): only there is its target known."""
+        if args.name != name:
+            raise TypeError(f"arguments of {args.name} passed as {name}")
         self._time_left_s = time_left_s
         try:
-            if isinstance(args, BashArgs):
-                return self._bash(args)
-            if isinstance(args, SubmitArgs):
-                return self._submit()
-            return self._file_op(name, args)
+            return args.run(self)
         finally:
             self._time_left_s = None
 
-    def _bash(self, args: BashArgs) -> ToolResult:
-        outcome = self.sandbox.bash(args.command, self.limits(args.timeout_s), cancel=self.cancel)
-        return _from_outcome("bash", outcome)
+    def command(self, tool: str, command: str, timeout_s: float | None) -> ToolResult:
+        outcome = self.sandbox.bash(command, self.limits(timeout_s), cancel=self.cancel)
+        return _from_outcome(tool, outcome)
 
-    def _submit(self) -> ToolResult:
+    def submit(self) -> ToolResult:
         if not self.verifier_command:
             return ToolResult(tool="submit", ok=False, exit_code=None, duration_s=0.0, verifier_passed=False,
                               observation="no verifier is configured for this task; submit cannot be judged")
@@ -118,14 +111,14 @@ class ToolBox:
         return result.model_copy(update={"verifier_passed": passed, "ok": passed, "patch": patch,
                                          "observation": f"{verdict} {about}{skipped}\n{result.observation}"})
 
-    def _file_op(self, name: str, args: ToolArgs) -> ToolResult:
-        """Resolve the path in the container, decide the ACL again on the
-        resolved path (a link ``docs/s -> ../secrets`` or ``g -> .git`` is
-        judged as its target), then run the op on exactly that path."""
-        written: str = args.path  # type: ignore[attr-defined]
+    def file_op(self, args: FileToolArgs, request: dict[str, object]) -> ToolResult:
+        """Resolve the path in the container, judge the resolved path (a link
+        ``docs/s -> ../secrets`` or ``g -> .git`` is judged as its target),
+        then run the op on exactly that path."""
+        name, written = args.name, args.path
         outcome, reply = self._fileop({"op": "resolve", "path": written})
         if reply is None or not reply.get("ok"):
-            return self._fileop_result(name, args, outcome, reply)
+            return self._fileop_result(args, outcome, reply)
         resolved = str(reply["resolved"])
         decision = decide(name, args.model_copy(update={"path": resolved}), self.policy)
         if decision.verdict is Verdict.DENY:
@@ -133,11 +126,11 @@ class ToolBox:
                               resolved_path=resolved, resolved_rule=decision.rule,
                               observation=f"denied by policy ({decision.rule}) on the resolved path: "
                                           f"{written} resolves to {resolved}; {decision.reason}")
-        request = _request(name, args, self.policy.resources.read_cap_bytes) | {"path": resolved, "resolved": True}
+        request = request | {"path": resolved, "resolved": True, "max_bytes": self.policy.resources.read_cap_bytes}
         outcome, reply = self._fileop(request)
         if name == "list_files" and reply is not None and reply.get("ok"):
             reply = _without_denied(reply, resolved, self.policy)
-        return self._fileop_result(name, args, outcome, reply).model_copy(
+        return self._fileop_result(args, outcome, reply).model_copy(
             update={"resolved_path": resolved, "resolved_rule": decision.rule})
 
     def _fileop(self, request: dict[str, object]) -> tuple[ExecOutcome, dict | None]:
@@ -150,12 +143,12 @@ class ToolBox:
         return outcome, reply if isinstance(reply, dict) else None
 
     @staticmethod
-    def _fileop_result(name: str, args: ToolArgs, outcome: ExecOutcome, reply: dict | None) -> ToolResult:
+    def _fileop_result(args: FileToolArgs, outcome: ExecOutcome, reply: dict | None) -> ToolResult:
         if reply is None:
-            return _from_outcome(name, outcome).model_copy(update={"ok": False})
+            return _from_outcome(args.name, outcome).model_copy(update={"ok": False})
         ok = bool(reply.pop("ok", False))
-        observation = reply["error"] if not ok else _describe(name, args, reply)
-        return ToolResult(tool=name, ok=ok, exit_code=outcome.exit_code, observation=observation,
+        observation = reply["error"] if not ok else args.describe(reply)
+        return ToolResult(tool=args.name, ok=ok, exit_code=outcome.exit_code, observation=observation,
                           stderr=outcome.stderr, duration_s=outcome.duration_s, timed_out=outcome.timed_out,
                           canceled=outcome.canceled)
 
@@ -170,31 +163,6 @@ def _without_denied(reply: dict, base: str, policy: Policy) -> dict:
         return first_match(policy.paths.deny, path) is not None
     kept = [e for e in reply["entries"] if not denied(e)]
     return reply | {"entries": kept, "total": reply["total"] - (len(reply["entries"]) - len(kept))}
-
-
-def _request(name: str, args: ToolArgs, read_cap: int) -> dict[str, object]:
-    if isinstance(args, ReadFileArgs):
-        return {"op": "read", "path": args.path, "start_line": args.start_line, "max_lines": args.max_lines,
-                "max_bytes": read_cap}
-    if isinstance(args, WriteFileArgs):
-        return {"op": "write", "path": args.path, "content": args.content}
-    if isinstance(args, EditFileArgs):
-        return {"op": "edit", "path": args.path, "old": args.old, "new": args.new}
-    if isinstance(args, ListFilesArgs):
-        return {"op": "list", "path": args.path, "depth": args.depth, "max_entries": _LIST_MAX_ENTRIES}
-    raise TypeError(f"{name} is not a file tool")
-
-
-def _describe(name: str, args: ToolArgs, reply: dict) -> str:
-    if name == "read_file":
-        more = f"\n[truncated at {len(reply['content'].encode())} bytes of {reply['total_bytes']}]" if reply["truncated"] else ""
-        return reply["content"] + more
-    if name == "write_file":
-        return f"wrote {reply['bytes']} bytes to {args.path}"  # type: ignore[attr-defined]
-    if name == "edit_file":
-        return f"edited {args.path} at line {reply['line']} (-{reply['removed']} +{reply['added']} lines)"  # type: ignore[attr-defined]
-    more = f"\n[{reply['total'] - len(reply['entries'])} more entries not shown]" if reply["truncated"] else ""
-    return "\n".join(reply["entries"]) + more
 
 
 def _from_outcome(tool: str, outcome: ExecOutcome) -> ToolResult:

@@ -22,6 +22,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from orchestrator.canonical import canonical_json, sha256_hex
+from orchestrator.exit_codes import ExitCode
 from store.errors import StoreError
 from store.tables import Blob
 
@@ -38,7 +39,7 @@ BATCH = 500
 class BlobMissing(StoreError):
     """A request refers to a blob the store does not hold, or to a damaged one."""
 
-    exit_code = 1
+    exit_code = ExitCode.FINDING
 
 
 class History(NamedTuple):

@@ -4,55 +4,56 @@ CLI uses, so a bad file ends in one clear line, never a traceback."""
 from __future__ import annotations
 
 from orchestrator.errors import EscrowError
+from orchestrator.exit_codes import ExitCode
 
 
 class StoreError(EscrowError):
     """Base of every store failure."""
 
-    exit_code = 3
+    exit_code = ExitCode.STORE_MISSING
 
 
 class StoreNotFound(StoreError):
     """The store file does not exist and was not to be created."""
 
-    exit_code = 3
+    exit_code = ExitCode.STORE_MISSING
 
 
 class NotAStore(StoreError):
     """The file is not SQLite, is truncated or corrupt, or holds a foreign schema."""
 
-    exit_code = 4
+    exit_code = ExitCode.STORE_DAMAGED
 
 
 class SchemaTooNew(StoreError):
     """The store was written by a newer Escrow; this one will not touch it."""
 
-    exit_code = 5
+    exit_code = ExitCode.SCHEMA_MISMATCH
 
 
 class SchemaTooOld(StoreError):
     """A read-only open found a store that needs migrating first."""
 
-    exit_code = 5
+    exit_code = ExitCode.SCHEMA_MISMATCH
 
 
 class RunNotFound(StoreError):
     """No run matches the given id or prefix, or the prefix is ambiguous."""
 
-    exit_code = 6
+    exit_code = ExitCode.RUN_NOT_FOUND
 
 
 class RecordingError(StoreError):
     """A write that would make the record inconsistent (unknown call, illegal
     transition, a turn recorded twice)."""
 
-    exit_code = 7
+    exit_code = ExitCode.RECORDING_INCONSISTENT
 
 
 class ChainBroken(StoreError):
     """``verify`` found a broken link in a run's hash chain."""
 
-    exit_code = 1
+    exit_code = ExitCode.FINDING
 
 
 class StoreDamaged(NotAStore):

@@ -10,46 +10,15 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Literal
 
-from pydantic import Field
-
 from orchestrator.contract import Frozen
-from orchestrator.costing.figures import PriceLookup, percentile, percentile_of_counts, ratio
+from orchestrator.costing.figures import (
+    DAY_FORMAT, ESCROW_SOURCE, NO_BATCH, NO_ENGINE, NO_VERDICT, PriceLookup, RunSlice, percentile, percentile_of_counts, ratio,
+)
 from orchestrator.costing.trajectory import unpriced_warnings
 from policies.pricing import CostBreakdown, cost_breakdown
 
 GroupBy = Literal["model", "day", "status", "verdict", "engine", "source", "batch"]
 GROUP_BY: tuple[str, ...] = ("model", "day", "status", "verdict", "engine", "source", "batch")
-ESCROW_SOURCE = "escrow"
-NO_BATCH = "(no batch)"
-NO_VERDICT = "(none)"
-NO_ENGINE = "(unknown)"
-DAY_FORMAT = "%Y-%m-%d"
-
-
-class RunSlice(Frozen):
-    """Sums over one run's answered calls to one model. ``cached_tokens`` is
-    already clamped to each call's prompt tokens."""
-
-    run_id: str
-    created_at: float
-    status: str
-    verdict: str | None
-    model: str
-    calls: int
-    prompt_tokens: int
-    cached_tokens: int
-    completion_tokens: int
-    gpu_s: float
-    decode_s: float
-    retries: int
-    tool_s: float = 0.0
-    engine: str | None = Field(default=None, description="The engine that answered; set when grouping by engine.")
-    wait_s: float = 0.0
-    source: str = ESCROW_SOURCE
-    """Who recorded the run: "escrow", or an imported run's source format."""
-    batch: str | None = None
-
-
 class Spread(Frozen):
     p50: float | None
     p95: float | None

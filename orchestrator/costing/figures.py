@@ -1,15 +1,47 @@
 """What the cost reports are computed from: per-call usage and timing figures
-read from the store, and the small statistics used over them. Pure."""
+and per-run slices, read from the store (which builds these types and
+nothing else of costing), and the small statistics used over them. Pure."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
 
+from pydantic import Field
+
 from orchestrator.contract import Frozen
 from policies.pricing import Price
 
 PriceLookup = Callable[[str | None], Price | None]
+ESCROW_SOURCE = "escrow"
+NO_BATCH = "(no batch)"
+NO_VERDICT = "(none)"
+NO_ENGINE = "(unknown)"
+DAY_FORMAT = "%Y-%m-%d"
+
+
+class RunSlice(Frozen):
+    """Sums over one run's answered calls to one model. ``cached_tokens`` is
+    already clamped to each call's prompt tokens."""
+
+    run_id: str
+    created_at: float
+    status: str
+    verdict: str | None
+    model: str
+    calls: int
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    gpu_s: float
+    decode_s: float
+    retries: int
+    tool_s: float = 0.0
+    engine: str | None = Field(default=None, description="The engine that answered; set when grouping by engine.")
+    wait_s: float = 0.0
+    source: str = ESCROW_SOURCE
+    """Who recorded the run: "escrow", or an imported run's source format."""
+    batch: str | None = None
 
 
 class CallFigures(Frozen):

@@ -1,47 +1,48 @@
 """Typed errors of reading other agents' trajectories. Each carries the file
-and an exit code of its own (documented in docs/INTEROP.md)."""
+and an exit code of its own (``orchestrator.exit_codes``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from orchestrator.errors import EscrowError
+from orchestrator.exit_codes import ExitCode
 
 
 class SourceError(EscrowError):
     """Base: a source file cannot be imported."""
 
-    exit_code = 10
+    exit_code = ExitCode.SOURCE_UNREADABLE
 
 
 class UnreadableSource(SourceError):
     """Truncated, corrupted or not the structure its format promises."""
 
-    exit_code = 10
+    exit_code = ExitCode.SOURCE_UNREADABLE
 
 
 class FormatMismatch(SourceError):
     """The file is not in the format asked for, or in no format we read."""
 
-    exit_code = 11
+    exit_code = ExitCode.SOURCE_FORMAT_MISMATCH
 
 
 class UnsupportedVersion(SourceError):
     """The file declares a schema version this Escrow does not read."""
 
-    exit_code = 12
+    exit_code = ExitCode.SOURCE_VERSION_UNSUPPORTED
 
 
 class SourceTooLarge(SourceError):
     """Over a size cap: the file, a zip member, or a compression ratio (zip bomb)."""
 
-    exit_code = 13
+    exit_code = ExitCode.SOURCE_TOO_LARGE
 
 
 class NotReplayable(EscrowError):
     """An imported run: its requests were not built by Escrow's loop."""
 
-    exit_code = 9
+    exit_code = ExitCode.NOT_REPLAYABLE
 
 
 def not_replayable(run_id: str, config: dict[str, Any]) -> NotReplayable:

@@ -20,12 +20,14 @@ from orchestrator.model_client.client import ModelClient
 from orchestrator.contract import Frozen
 from orchestrator.envelope import Envelope
 from orchestrator.limits import Tally
+from orchestrator.perimeter import acl_of
 from orchestrator.observer import ObservedJournal, RunObserver
 from orchestrator.runspec import build_agent
 from orchestrator.settings import Settings
 from policies.price_table import load_price_table
 from policies.pricing import call_cost
-from sandbox import Patch, Sandbox, ToolBox, apply_patch, connect, require_image, tool_specs
+from orchestrator.toolset import tool_specs
+from sandbox import Patch, Sandbox, ToolBox, apply_patch, connect, require_image
 from sandbox.errors import ApplyRefused, ExportRefused
 from sandbox.export_stream import Skipped
 from sandbox.loop_tools import SandboxTools
@@ -163,7 +165,7 @@ def run_agent(
                     toolbox = ToolBox(sandbox, policy, verifier_command=verifier, cancel=cancel)
                     tools = SandboxTools(toolbox, policy)
                     agent = build_agent(
-                        spec, counter=probe.counter, model=client, tools=tools, journal=observed,
+                        spec, counter=probe.counter, model=client, tools=tools, acl=acl_of(policy), journal=observed,
                         cost_of=lambda envelope: call_cost(envelope, price), cancel=cancel, on_turn=progress,
                     )
                     patches = PatchRecorder(sandbox, toolbox, recorder, run_id)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.exit_codes import ExitCode
 from orchestrator.errors import EscrowError, LoopAbort
 
 
@@ -36,7 +37,7 @@ class Divergence(ReplayError, LoopAbort):
     ``field`` is the first differing field path, e.g. ``messages[3].content``.
     """
 
-    exit_code = 1
+    exit_code = ExitCode.FINDING
 
     def __init__(self, *, turn: int, kind: str, field: str, diff: str = "", fields: tuple[str, ...] = (),
                  recorded: Any = None, replayed: Any = None) -> None:

@@ -1,7 +1,8 @@
 """``ReplayTools``: the Tools port over a recording.
 
-The perimeter runs as it does live: the same argument models and the recorded
-policy's ACL decision, which must equal the recorded decision. ``execute``
+The perimeter runs as it does live: the same argument models and the loop's
+ACL under the recorded policy; ``checked`` wraps that one ACL so each decision
+is compared with the recorded call and decision. ``execute``
 serves the recorded outcome (offline) or runs the tool in a live sandbox and
 reports where its result drifted from the recording (re-execution).
 """
@@ -20,9 +21,10 @@ from orchestrator.replay.errors import Divergence, recording_ends
 from orchestrator.replay.noise import DriftKind, classify
 from orchestrator.replay.recorded import RecordedTool, RecordedTurn
 from orchestrator.replay.replay_model import Cursor
-from policies import Policy, decide
-from sandbox.loop_tools import AclDecision
-from sandbox.tools import ARG_MODELS, tool_specs
+from orchestrator.perimeter import Decide
+from orchestrator.ports import DecisionLike
+from orchestrator.toolset import TOOLS, tool_specs
+from policies import Policy
 
 
 class ToolDrift(Frozen):
@@ -89,10 +91,17 @@ class ReplayTools:
         return tool_specs(self.policy.tools.allowed)
 
     def arg_models(self) -> Mapping[str, type[BaseModel]]:
-        return ARG_MODELS
+        return TOOLS
 
-    def decide(self, name: str, args: BaseModel) -> AclDecision:
-        decision = AclDecision.of(decide(name, args, self.policy))  # type: ignore[arg-type]
+    def checked(self, acl: Decide) -> Decide:
+        """The loop's ACL, each decision checked against the recording."""
+
+        def decide_call(name: str, args: BaseModel) -> DecisionLike:
+            return self._check_decision(name, args, acl(name, args))
+
+        return decide_call
+
+    def _check_decision(self, name: str, args: BaseModel, decision: DecisionLike) -> DecisionLike:
         recorded = recorded_tool(self.turns, self.cursor)
         in_flight(self.turns, self.cursor.turn, recorded)
         if recorded is None and self.cursor.turn not in self.turns:

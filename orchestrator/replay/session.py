@@ -19,6 +19,7 @@ from orchestrator.context import ReplayCounter, TokenCounter, resolve_counter
 from orchestrator.contract import Sampling
 from orchestrator.envelope import Envelope
 from orchestrator.limits import Tally
+from orchestrator.perimeter import acl_of
 from orchestrator.ports import Journal, Model, Tools
 from orchestrator.replay.errors import ENDED, Divergence
 from orchestrator.replay.noise import request_noise
@@ -98,7 +99,8 @@ class Drive:
         self.replay_journal = ReplayJournal(self.journal, turns, self.cursor)
         self.agent = build_agent(
             replay_spec(self.recorded.spec), counter=self.counter or replay_counter(self.recorded),
-            model=self.model, tools=self.tools, journal=self.replay_journal, cost_of=self._cost,
+            model=self.model, tools=self.tools, acl=self.tools.checked(acl_of(self.recorded.policy)),
+            journal=self.replay_journal, cost_of=self._cost,
             on_turn=self._after_turn,
         )
         self._switch(0)

@@ -1,11 +1,12 @@
-"""Reports and exports read from a Store: one run's cost lines, aggregates over
-runs in a time window, and JSONL exports for training and audit."""
+"""Reports and exports read from a Store: the figures one run's cost lines and
+the aggregates over runs are computed from (priced by
+``orchestrator.launch.reports``), and JSONL exports for training and audit."""
 
-from store.reports.aggregate_query import query_plans, report_runs
+from store.reports.aggregate_query import query_plans, read_slices
 from store.reports.export import FORMATS, ExportError, conversation, event_lines, is_verified_pass, run_ids
-from store.reports.run_report import call_figures, report_run, tool_figures, trajectory_cost
+from store.reports.run_report import call_figures, engines_of, tool_figures
 
 __all__ = [
     "FORMATS", "ExportError", "call_figures", "conversation", "event_lines", "is_verified_pass", "query_plans", "run_ids",
-    "report_run", "report_runs", "tool_figures", "trajectory_cost",
+    "read_slices", "engines_of", "tool_figures",
 ]

@@ -16,10 +16,8 @@ from typing import Any
 
 from sqlalchemy import JSON, Connection, Integer, Select, and_, case, cast, func, literal, or_, select, true
 
-from orchestrator.costing import AggregateReport, RunSlice, aggregate
-from orchestrator.costing.aggregate import DAY_FORMAT, ESCROW_SOURCE, NO_BATCH, NO_ENGINE, NO_VERDICT
+from orchestrator.costing.figures import DAY_FORMAT, ESCROW_SOURCE, NO_BATCH, NO_ENGINE, NO_VERDICT, RunSlice
 from orchestrator.interop.records import IMPORT_MODE
-from policies.price_table import PriceTable
 from store.batch_tables import BatchAttemptRow
 from store.cells import check_numbers
 from store.store import Store
@@ -175,9 +173,11 @@ def ttft_histogram(conn: Connection, since: float | None, until: float | None, b
         yield str(key), millis / 1000.0, n
 
 
-def report_runs(store: Store, *, by: str, since: float | None, until: float | None, prices: PriceTable,
-                include_replays: bool = False) -> AggregateReport:
-    """Real spend only, unless ``include_replays`` (see ``window``)."""
+def read_slices(store: Store, *, by: str, since: float | None, until: float | None,
+                include_replays: bool = False) -> tuple[list[RunSlice], list[tuple[str, float, int]]]:
+    """The figures an aggregate report is computed from: one slice per (run,
+    model) and the TTFT histogram per group. Real spend only, unless
+    ``include_replays`` (see ``window``)."""
     with store.read() as conn:
         check_numbers(conn, RESPONSES, RESPONSES.c.run_id.in_(select(RUNS.c.id).where(window(since, until))),
                       SUMMED)
@@ -185,8 +185,7 @@ def report_runs(store: Store, *, by: str, since: float | None, until: float | No
                       ("duration_s", "backoff_s"))
         pieces = run_slices(conn, since, until, by, include_replays)
         ttfts = list(ttft_histogram(conn, since, until, by, include_replays))
-    return aggregate(pieces, ttfts, by=by, prices=prices.lookup, price_version=prices.version, since=since, until=until,
-                     include_replays=include_replays)
+    return pieces, ttfts
 
 
 def query_plans(store: Store, since: float | None, until: float | None) -> dict[str, list[str]]:

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from orchestrator.contract import Message
-from orchestrator.costing.errors import ReportError
+from orchestrator.errors import ReportError
 from store.tables import Run
 from orchestrator.trajectory import CallView, Trajectory
 

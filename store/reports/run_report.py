@@ -1,13 +1,12 @@
-"""Read one run's figures from the store and price them (orchestrator.costing)."""
+"""One run's figures as costing reads them (``orchestrator.costing.figures``);
+pricing them is the composition's (``orchestrator.launch.reports``)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
 
-from orchestrator.costing import CallFigures, RunCost, ToolFigures, run_cost
-from policies.price_table import PriceTable
-from store.store import Store
+from orchestrator.costing.figures import CallFigures, ToolFigures
 from orchestrator.trajectory import CallView, ToolExecutionView, Trajectory
 
 
@@ -35,18 +34,6 @@ def tool_figures(executions: Iterable[ToolExecutionView]) -> list[ToolFigures]:
     return [ToolFigures(turn=turn, count=len(s), seconds=sum(s)) for turn, s in grouped.items()]
 
 
-def trajectory_cost(trajectory: Trajectory, prices: PriceTable) -> RunCost:
-    calls = [c for record in trajectory.turns for c in record.calls]
-    calls.sort(key=lambda c: c.seq)
-    tools = [t for record in trajectory.turns for t in record.tool_executions]
-    run = trajectory.run
-    cost = run_cost(
-        run_id=run.id, model=run.request_model, status=run.status, verdict=run.verdict,
-        calls=call_figures(calls), tools=tool_figures(tools), prices=prices.lookup, price_version=prices.version,
-    )
-    return cost.model_copy(update={"engines": engines_of(trajectory)})
-
-
 def engines_of(trajectory: Trajectory) -> tuple[str, ...]:
     """The engines recorded for a run: the provenance event's label and
     settings, and every engine named on its responses."""
@@ -59,8 +46,3 @@ def engines_of(trajectory: Trajectory) -> tuple[str, ...]:
     named = {c.response.engine for record in trajectory.turns for c in record.calls if c.response is not None and c.response.engine}
     found += sorted(e for e in named if not any(f.startswith(e) for f in found))
     return tuple(found)
-
-
-def report_run(store: Store, ref: str, prices: PriceTable) -> RunCost:
-    """The cost report of the run ``ref`` names (an id or a unique prefix)."""
-    return trajectory_cost(store.trajectory(ref), prices)

@@ -220,11 +220,11 @@ def test_cli_exit_codes_and_messages(tmp_path, cli_env):
     data = own(ATIF).read_bytes()
     cut = write(tmp_path, "cut.json", data[: len(data) // 2])
     cases = [
-        ((str(cut),), 10, "ends early"),
-        (("--format", "swe-agent", str(own(ATIF))), 11, "looks like atif"),
-        ((str(write(tmp_path, "v9.json", data.replace(b'"ATIF-v1.6"', b'"ATIF-v9.0"', 1))),), 12, "ATIF-v9.0"),
-        ((str(bomb(tmp_path, 20 * 1024 * 1024)),), 13, "zip bomb"),
-        (("--max-mib", "1", str(bomb(tmp_path, 20 * 1024 * 1024))), 13, "over the cap"),
+        ((str(cut),), 12, "ends early"),
+        (("--format", "swe-agent", str(own(ATIF))), 13, "looks like atif"),
+        ((str(write(tmp_path, "v9.json", data.replace(b'"ATIF-v1.6"', b'"ATIF-v9.0"', 1))),), 14, "ATIF-v9.0"),
+        ((str(bomb(tmp_path, 20 * 1024 * 1024)),), 15, "zip bomb"),
+        (("--max-mib", "1", str(bomb(tmp_path, 20 * 1024 * 1024))), 15, "over the cap"),
         (("--format", "bogus", str(own(ATIF))), 2, "--format"),
     ]
     for args, code, words in cases:
@@ -235,7 +235,7 @@ def test_cli_exit_codes_and_messages(tmp_path, cli_env):
     assert ok.returncode == 0, ok.stderr
     run_id = json.loads(ok.stdout)["run_ids"][0]
     replay = run_cli("replay", run_id, env=env)
-    assert replay.returncode == 9 and "cannot be replayed" in replay.stderr and "Traceback" not in replay.stderr
+    assert replay.returncode == 11 and "cannot be replayed" in replay.stderr and "Traceback" not in replay.stderr
     for command in (
         ("show", run_id),
         ("report", run_id),
@@ -259,7 +259,7 @@ def test_one_bad_file_does_not_stop_the_others(tmp_path, cli_env):
     data = own(ATIF).read_bytes()
     cut = write(tmp_path, "cut.json", data[: len(data) // 3])
     result = CliRunner().invoke(app, ["import", str(own("openhands/hello_events.json")), str(cut), str(own(ATIF))])
-    assert result.exit_code == 10, result.output
+    assert result.exit_code == 12, result.output
     from store import Store
 
     with Store.open(cli_env, readonly=True, create=False) as opened:

@@ -12,7 +12,7 @@ from orchestrator.costing.aggregate import group_key
 from policies.price_table import load_price_table
 from store import Recorder, synthetic
 from store.importer import import_file
-from store.reports import report_runs
+from orchestrator.launch.reports import report_runs
 from store.reports.aggregate_query import run_slices
 from tests.interop.conftest import own
 

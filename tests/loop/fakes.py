@@ -1,5 +1,5 @@
 """In-memory ports for driving the real ``Agent`` in process: a scripted Model,
-Tools over a dict of files with the real ACL (``policies.decide``), and a
+Tools over a dict of files with the real ACL (the loop's ``acl_of``), and a
 Journal that keeps every record. The Context is the real one, built by
 ``orchestrator.runspec.build_agent``. No HTTP, no Docker, no database.
 
@@ -15,57 +15,26 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from orchestrator.agent import Agent
 from orchestrator.candidate import CandidateState, Transition
 from orchestrator.context import CompactionPolicy, Margin
 from orchestrator.context.tokenizer import FunctionCounter
-from orchestrator.contract import Frozen, Message, ModelRequest, ToolCall, ToolSpec
+from orchestrator.contract import Message, ModelRequest, ToolCall, ToolSpec
 from orchestrator.envelope import Envelope, ErrorDetail, FigureSource, Payload, Status, Usage
-from orchestrator.perimeter import Approve, deny_all_asks
+from orchestrator.perimeter import Approve, Decide, acl_of, deny_all_asks
 from orchestrator.ports import DecisionLike
 from orchestrator.ports import Journal, Model, ToolOutcome, Tools
 from orchestrator.runspec import RunSpec, build_agent
-from policies import PathAccess, Policy, RunLimits, decide
+from orchestrator.toolset import TOOLS, ReadFileArgs, SubmitArgs, ToolArgs, WriteFileArgs
+from policies import Policy, RunLimits
 
 # --- tool argument models: the same shape as sandbox.tools, without Docker --------------------
 
 
-class FakeArgs(Frozen):
-    def path_accesses(self) -> tuple[PathAccess, ...]:
-        return ()
-
-
-class BashArgs(FakeArgs):
-    command: str = Field(min_length=1)
-
-
-class ReadArgs(FakeArgs):
-    path: str
-
-    def path_accesses(self) -> tuple[PathAccess, ...]:
-        return (PathAccess(mode="read", path=self.path),)
-
-
-class WriteArgs(FakeArgs):
-    path: str
-    content: str
-
-    def path_accesses(self) -> tuple[PathAccess, ...]:
-        return (PathAccess(mode="write", path=self.path),)
-
-
-class SubmitArgs(FakeArgs):
-    summary: str = ""
-
-
-ARG_MODELS: dict[str, type[FakeArgs]] = {
-    "bash": BashArgs,
-    "read_file": ReadArgs,
-    "write_file": WriteArgs,
-    "submit": SubmitArgs,
-}
+# The real tool declarations (orchestrator.toolset), four of them offered.
+ARG_MODELS: dict[str, type[ToolArgs]] = {name: TOOLS[name] for name in ("bash", "read_file", "write_file", "submit")}
 
 
 def specs() -> tuple[ToolSpec, ...]:
@@ -132,17 +101,9 @@ class ScriptedModel:
 # --- tools -------------------------------------------------------------------------------------
 
 
-@dataclass
-class FakeDecision:
-    """A policies.Decision as the perimeter's DecisionLike."""
-
-    effect: str
-    rule: str
-    reason: str
-
-
 class MemoryTools:
-    """The Tools port over a dict of files; the ACL is the real policies.decide.
+    """The Tools port over a dict of files; the ACL is the loop's (``acl_of``),
+    each decision it makes kept in ``decided``.
     ``submit`` passes when ``verifier(files)`` is true."""
 
     def __init__(
@@ -159,7 +120,7 @@ class MemoryTools:
         self.verifier = verifier
         self.bash_output = bash_output
         self.executed: list[tuple[str, BaseModel]] = []
-        self.decided: list[tuple[str, FakeDecision]] = []
+        self.decided: list[tuple[str, DecisionLike]] = []
 
     def specs(self) -> tuple[ToolSpec, ...]:
         return specs()
@@ -167,23 +128,27 @@ class MemoryTools:
     def arg_models(self) -> Mapping[str, type[BaseModel]]:
         return ARG_MODELS
 
-    def decide(self, name: str, args: BaseModel) -> DecisionLike:
-        assert isinstance(args, FakeArgs)
-        made = decide(name, args, self.policy)
-        decision = FakeDecision(effect=made.verdict.value, rule=made.rule, reason=made.reason)
-        self.decided.append((name, decision))
-        return decision
+    def acl(self) -> Decide:
+        """The loop's ACL under this policy, recording what it decides."""
+        acl = acl_of(self.policy)
+
+        def decide_call(name: str, args: BaseModel) -> DecisionLike:
+            decision = acl(name, args)
+            self.decided.append((name, decision))
+            return decision
+
+        return decide_call
 
     def execute(self, name: str, args: BaseModel, *, time_left_s: float | None = None) -> ToolOutcome:
         self.executed.append((name, args))
         if self.broken is not None:
             raise self.broken
-        if isinstance(args, ReadArgs):
+        if isinstance(args, ReadFileArgs):
             text = self.files.get(args.path)
             if text is None:
                 return ToolOutcome(observation=f"no such file: {args.path}", ok=False)
             return ToolOutcome(observation=text, ok=True)
-        if isinstance(args, WriteArgs):
+        if isinstance(args, WriteFileArgs):
             self.files[args.path] = args.content
             return ToolOutcome(observation=f"wrote {args.path}", ok=True)
         if isinstance(args, SubmitArgs):
@@ -317,7 +282,7 @@ def build(
         limits=limits or policy.limits,
     )
     agent = build_agent(
-        spec, counter=FunctionCounter(words, name="chars/4"), model=model, tools=tools, journal=journal,
+        spec, counter=FunctionCounter(words, name="chars/4"), model=model, tools=tools, acl=tools.acl(), journal=journal,
         cost_of=cost_of, approve=approve, cancel=cancel,
     )
     return Loop(agent=agent, model=model, tools=tools, journal=journal)

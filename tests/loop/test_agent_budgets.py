@@ -84,7 +84,7 @@ def test_an_output_too_big_to_compact_ends_the_run_on_the_context_limit():
 
 def _big_outputs(compaction: CompactionPolicy, turns: int = 3):
     tools = MemoryTools(POLICY, bash_output="y" * 4000)  # ~1000 tokens each
-    loop = build([_bash() for _ in range(turns)], policy=POLICY, tools=tools, s_max=2600, k_max=256,
+    loop = build([_bash() for _ in range(turns)], policy=POLICY, tools=tools, s_max=2900, k_max=256,
                  compaction=compaction, limits=_limits(max_turns=turns))
     assert loop.agent.run().verdict is Verdict.BUDGET_EXHAUSTED
     return loop

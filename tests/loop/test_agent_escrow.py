@@ -46,7 +46,7 @@ def test_each_candidate_of_a_turn_is_recorded_through_its_states():
         (3, [S, V, R], "policy"),
         (4, [S, V, C], "policy"),
     ]
-    assert [(name, args.model_dump()) for name, args in loop.tools.executed] == [
+    assert [(name, args.model_dump(exclude_defaults=True)) for name, args in loop.tools.executed] == [
         ("write_file", {"path": "src/a.py", "content": "ok"}),
         ("read_file", {"path": "src/a.py"}),
     ]

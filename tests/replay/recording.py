@@ -20,9 +20,9 @@ from orchestrator.fault_server import FaultServer, Reply, ScriptedToolCall
 from orchestrator.ports import ToolOutcome
 from orchestrator.runspec import RunSpec, build_agent
 from orchestrator.settings import Settings
-from policies import Policy, decide, default_policy
-from sandbox.loop_tools import AclDecision
-from sandbox.tools import ARG_MODELS, tool_specs
+from orchestrator.perimeter import acl_of
+from orchestrator.toolset import TOOLS, tool_specs
+from policies import Policy, default_policy
 from store import Recorder, RunJournal, Store
 
 EXAMPLE_REPO = Path(__file__).resolve().parents[2] / "examples" / "calculator"
@@ -50,10 +50,7 @@ class MemoryTools:
         return tool_specs(self.policy.tools.allowed)
 
     def arg_models(self) -> Mapping[str, type[BaseModel]]:
-        return ARG_MODELS
-
-    def decide(self, name: str, args: BaseModel) -> AclDecision:
-        return AclDecision.of(decide(name, args, self.policy))  # type: ignore[arg-type]
+        return TOOLS
 
     def execute(self, name: str, args: BaseModel, *, time_left_s: float | None = None) -> ToolOutcome:
         a = args.model_dump()
@@ -114,7 +111,8 @@ def record_memory_run(store: Store, server: FaultServer, steps: list, *, policy:
     workspace = files if files is not None else {p.name: p.read_text() for p in EXAMPLE_REPO.glob("*.py")}
     with ModelClient(server.base_url) as client:
         agent = build_agent(spec, counter=counter or TiktokenCounter("cl100k_base"), model=client,  # type: ignore[arg-type]
-                            tools=MemoryTools(workspace, policy), journal=RunJournal(recorder, run_id))
+                            tools=MemoryTools(workspace, policy), acl=acl_of(policy),
+                            journal=RunJournal(recorder, run_id))
         agent.run()
     return run_id
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from orchestrator.costing import aggregate_html, run_html
 from policies.price_table import load_price_table, set_price
-from store.reports import report_run, report_runs
+from orchestrator.launch.reports import report_run, report_runs
 
 FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",

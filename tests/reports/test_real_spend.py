@@ -15,7 +15,7 @@ from orchestrator.fault_server import FaultServer
 from orchestrator.replay import Replayer
 from policies.price_table import load_price_table, set_price
 from store import Recorder, Store
-from store.reports import report_runs
+from orchestrator.launch.reports import report_runs
 from tests.replay.recording import fixing_steps, record_memory_run
 from tests.reports.conftest import envelope
 

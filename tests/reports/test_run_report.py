@@ -10,7 +10,7 @@ from orchestrator.contract import Message, ModelRequest
 from orchestrator.costing import CallFigures, chapter_comparison, resent_per_call
 from policies.price_table import load_price_table, set_price
 from store import RunNotFound
-from store.reports import report_run
+from orchestrator.launch.reports import report_run
 
 
 def test_per_turn_figures_of_a_recorded_run(scripted, home: Path) -> None:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.contract import ToolCall
 from policies import Verdict, decide, default_policy
-from sandbox import Sandbox, ToolBox, parse_tool_call
+from orchestrator.toolset import TOOLS
+from sandbox import Sandbox, ToolBox
 from sandbox.loop_tools import outcome_of
 from tests.sandbox.conftest import assert_hardened
 
@@ -75,7 +75,7 @@ def make_repo(root: Path, links: dict[str, str] | None = None) -> Path:
 
 
 def call(toolbox: ToolBox, tool: str, args: dict):
-    parsed = parse_tool_call(ToolCall(id="r", name=tool, arguments=json.dumps(args)))
+    parsed = TOOLS[tool].model_validate_json(json.dumps(args))
     # As written, the path is allowed: only resolution can catch it.
     assert decide(tool, parsed, toolbox.policy).verdict is Verdict.ALLOW, (tool, args)
     return toolbox.execute(tool, parsed)

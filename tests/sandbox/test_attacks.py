@@ -21,7 +21,7 @@ import pytest
 
 from orchestrator.candidate import CandidateState, stage
 from orchestrator.contract import ToolCall
-from orchestrator.perimeter import verify
+from orchestrator.perimeter import acl_of, verify
 from policies import default_policy
 from sandbox import Sandbox, ToolBox
 from sandbox.hardening import LABEL_RUN
@@ -45,7 +45,7 @@ def call(toolbox: ToolBox, tool: str, args: dict | str) -> tuple[str, object]:
     text = args if isinstance(args, str) else json.dumps(args)
     candidate, _ = stage(0, ToolCall(id="a", name=tool, arguments=text))
     tools = SandboxTools(toolbox, toolbox.policy)
-    checked = verify(candidate, tools.arg_models(), tools.decide)
+    checked = verify(candidate, tools.arg_models(), acl_of(toolbox.policy))
     if not checked.committed:
         assert checked.candidate.state is CandidateState.REJECTED
         _no_canary(checked.error)

@@ -8,16 +8,16 @@ import subprocess
 
 import pytest
 
-from orchestrator.contract import ToolCall
 from policies import Verdict, decide, default_policy
-from sandbox import ExecLimits, ToolBox, apply_patch, parse_tool_call, remove_orphans, tool_specs
+from orchestrator.toolset import TOOLS, tool_specs
+from sandbox import ExecLimits, ToolBox, apply_patch, remove_orphans
 from sandbox.hardening import LABEL_HOST, LABEL_PID, LABEL_PID_START, LABEL_ROLE, LABEL_RUN
 
 pytestmark = pytest.mark.docker
 
 
 def run(toolbox: ToolBox, name: str, arguments: str):
-    args = parse_tool_call(ToolCall(id="1", name=name, arguments=arguments))
+    args = TOOLS[name].model_validate_json(arguments)
     assert decide(name, args, toolbox.policy).verdict is Verdict.ALLOW
     return toolbox.execute(name, args)
 

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from orchestrator.contract import ToolCall
 from policies import Verdict, decide, default_policy
-from sandbox import Sandbox, ToolBox, parse_tool_call
+from orchestrator.toolset import TOOLS
+from sandbox import Sandbox, ToolBox
 from tests.sandbox.conftest import assert_hardened
 
 pytestmark = pytest.mark.docker
@@ -47,7 +47,7 @@ ESCAPES = {
 
 
 def call(toolbox: ToolBox, tool: str, args: dict):
-    parsed = parse_tool_call(ToolCall(id="p", name=tool, arguments=json.dumps(args)))
+    parsed = TOOLS[tool].model_validate_json(json.dumps(args))
     assert decide(tool, parsed, toolbox.policy).verdict is Verdict.ALLOW
     return toolbox.execute(tool, parsed)
 

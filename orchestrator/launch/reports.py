@@ -1,0 +1,36 @@
+"""Cost reports composed: the store reads the figures (``store.reports``),
+costing prices and aggregates them (``orchestrator.costing``). The CLI,
+the viewer, tests and benches get their reports here."""
+
+from __future__ import annotations
+
+from orchestrator.costing import AggregateReport, RunCost, aggregate, run_cost
+from orchestrator.trajectory import Trajectory
+from policies.price_table import PriceTable
+from store import Store
+from store.reports import call_figures, engines_of, read_slices, tool_figures
+
+
+def trajectory_cost(trajectory: Trajectory, prices: PriceTable) -> RunCost:
+    """One recorded run's cost lines, priced."""
+    calls = sorted((c for record in trajectory.turns for c in record.calls), key=lambda c: c.seq)
+    tools = [t for record in trajectory.turns for t in record.tool_executions]
+    run = trajectory.run
+    cost = run_cost(
+        run_id=run.id, model=run.request_model, status=run.status, verdict=run.verdict,
+        calls=call_figures(calls), tools=tool_figures(tools), prices=prices.lookup, price_version=prices.version,
+    )
+    return cost.model_copy(update={"engines": engines_of(trajectory)})
+
+
+def report_run(store: Store, ref: str, prices: PriceTable) -> RunCost:
+    """The cost report of the run ``ref`` names (an id or a unique prefix)."""
+    return trajectory_cost(store.trajectory(ref), prices)
+
+
+def report_runs(store: Store, *, by: str, since: float | None, until: float | None, prices: PriceTable,
+                include_replays: bool = False) -> AggregateReport:
+    """Runs in a time window, grouped ``by``; real spend only, unless ``include_replays``."""
+    pieces, ttfts = read_slices(store, by=by, since=since, until=until, include_replays=include_replays)
+    return aggregate(pieces, ttfts, by=by, prices=prices.lookup, price_version=prices.version, since=since, until=until,
+                     include_replays=include_replays)

@@ -1,0 +1,55 @@
+"""One exit-code table: every error class takes its code from it, no code has
+two names, and docs/ARCHITECTURE.md prints exactly the generated table."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import EscrowError
+from orchestrator.exit_codes import ExitCode, markdown_table
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = {"sandbox.export_script", "sandbox.fileop_script"}  # run inside the container, read stdin
+
+
+def _all_error_classes() -> list[type[EscrowError]]:
+    for package in ("orchestrator", "store", "sandbox", "policies", "cli"):
+        root = importlib.import_module(package)
+        for info in pkgutil.walk_packages(root.__path__, package + "."):
+            if info.name not in SCRIPTS and not info.name.startswith("orchestrator.fault_server.__main__"):
+                importlib.import_module(info.name)
+    found, todo = [], [EscrowError]
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo.extend(cls.__subclasses__())
+    return found
+
+
+def test_every_error_class_uses_a_code_from_the_table():
+    classes = _all_error_classes()
+    assert len(classes) > 30  # the walk found the whole tree, not just the root
+    strays = {cls.__qualname__: cls.exit_code for cls in classes if not isinstance(cls.exit_code, ExitCode)}
+    assert strays == {}
+
+
+def test_no_code_has_two_names():
+    values = [code.value for code in ExitCode]
+    assert len(values) == len(set(values))
+
+
+@pytest.mark.parametrize("code, name", [(3, "STORE_MISSING"), (65, "POLICY_INVALID"), (9, "REPLAY_RECORDING_ENDS"),
+                                        (11, "NOT_REPLAYABLE"), (71, "SANDBOX_FAILED")])
+def test_codes_that_once_had_two_meanings_have_one(code, name):
+    meanings = {cls.exit_code.name for cls in _all_error_classes() if int(cls.exit_code) == code}
+    assert meanings <= {name} and ExitCode(code).name == name
+
+
+def test_the_architecture_document_prints_the_table():
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    printed = text.split("<!-- exit-codes:begin -->\n", 1)[1].split("\n<!-- exit-codes:end -->", 1)[0]
+    assert printed == markdown_table()
