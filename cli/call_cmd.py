@@ -17,6 +17,7 @@ from orchestrator.contract import Message, ModelRequest, Sampling
 from orchestrator.envelope import Envelope, Status
 from orchestrator.errors import ConfigError
 from orchestrator.settings import load_settings
+from orchestrator.model_client.engines import SCHEMA_STYLES, response_format
 
 _STYLE = {Status.COMPLETED: "green", Status.TRUNCATED: "yellow", Status.REFUSED: "magenta", Status.CANCELED: "cyan"}
 
@@ -28,9 +29,7 @@ def _schema_format(path: Path, style: str) -> dict:
         raise ConfigError(f"--json-schema {path}: not a readable JSON file ({exc})", path=str(path)) from exc
     if not isinstance(schema, dict):
         raise ConfigError(f"--json-schema {path}: a JSON Schema must be an object", path=str(path))
-    if style == "json_object":
-        return {"type": "json_object", "schema": schema}
-    return {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema, "strict": True}}
+    return response_format(schema, style)
 
 
 def render_envelope(envelope: Envelope, console: Console) -> None:
@@ -92,7 +91,7 @@ def call(
     """Make one model call and print its Envelope. Exits 0 only when the status is COMPLETED."""
     from orchestrator.model_client.client import ModelClient
 
-    if schema_style not in ("json_schema", "json_object"):
+    if schema_style not in SCHEMA_STYLES:
         raise ConfigError(f"--schema-style must be json_schema or json_object, not {schema_style!r}")
     settings = load_settings(model_url=model_url, model=model)
     messages = ((Message(role="system", content=system),) if system else ()) + (Message(role="user", content=prompt),)

@@ -56,6 +56,12 @@ QUIRKS: tuple[Quirk, ...] = (
     Quirk("reasoning_tokens_excluded", ("openai-compatible",),
           "`completion_tokens` leaves out `completion_tokens_details.reasoning_tokens` (total = prompt + completion + reasoning)",
           "call_usage: completion is normalised to include reasoning; the convention seen is recorded"),
+    Quirk("json_object_schema", ("llama-cpp-python",),
+          "structured output constrained by `response_format: {type: json_object, schema}`, not OpenAI's `json_schema`",
+          "engines.response_format: `--schema-style json_object` sends that shape"),
+    Quirk("no_system_turn", ("llama.cpp", "llama-cpp-python"),
+          "a chat template without a system turn (Gemma) silently drops system messages",
+          "settings `system_role = \"user\"`: the context sends the system prompt as the first user message"),
 )
 QUIRK_IDS = frozenset(q.id for q in QUIRKS)
 
@@ -81,6 +87,17 @@ def error_text_message(text: str) -> str | None:
         return error_message(json.loads(text))
     except ValueError:
         return None
+
+
+SCHEMA_STYLES = ("json_schema", "json_object")
+
+
+def response_format(schema: dict[str, Any], style: str) -> dict[str, Any]:
+    """The ``response_format`` that constrains output to ``schema``: OpenAI's
+    and vLLM's ``json_schema``, or llama-cpp-python's ``json_object``."""
+    if style == "json_object":  # json_object_schema
+        return {"type": "json_object", "schema": schema}
+    return {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema, "strict": True}}
 
 
 def quirks_markdown() -> str:

@@ -9,7 +9,7 @@ import sys
 from orchestrator.model_client.accumulate import ResponseAccumulator
 from orchestrator.model_client.call_usage import resolve_usage
 from orchestrator.contract import Message, ModelRequest
-from orchestrator.model_client.engines import QUIRK_IDS, QUIRKS, error_message
+from orchestrator.model_client.engines import QUIRK_IDS, QUIRKS, error_message, response_format
 from orchestrator.model_client.monitor import StreamMonitor
 from orchestrator.model_client.sse import SSEParser
 from orchestrator.model_client.wire import WireCompletion
@@ -115,6 +115,21 @@ def test_quirk_reasoning_tokens_excluded():
     assumed = usage_of({"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 35,
                                                  "completion_tokens_details": {"reasoning_tokens": 30}}})
     assert (assumed.completion_tokens, assumed.reasoning_convention) == (35, "assumed_included")
+
+
+def test_quirk_json_object_schema():
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    assert response_format(schema, "json_object") == {"type": "json_object", "schema": schema}
+    assert response_format(schema, "json_schema")["json_schema"]["schema"] == schema
+
+
+def test_quirk_no_system_turn():
+    from orchestrator.context import Budget, Context, TiktokenCounter
+
+    context = Context(system="be brief", task="fix it", tools=(), budget=Budget(s_max=4096, k_max=256),
+                      counter=TiktokenCounter("cl100k_base"), system_role="user")
+    roles = [m.role for m in context.render(turn=0).messages]
+    assert "system" not in roles and roles[0] == "user"
 
 
 def test_the_engines_doc_shows_the_table():
