@@ -4,7 +4,7 @@ For histories of about 1k, 10k and 100k tokens, one turn (append an
 assistant message and a ~500-token observation, render, build the
 ModelRequest) is timed three ways in one run:
 
-  incremental   the Context as the loop uses it: only the new messages are
+  incremental   the ContextAssembler as the loop uses it: only the new messages are
                 hashed and tokenized; totals are kept in the state
   hash-cache    every message re-hashed each turn, counts served from the
                 content-hash cache (no re-tokenizing)
@@ -19,7 +19,7 @@ import argparse
 import statistics
 import time
 
-from orchestrator.context import Budget, Context, MessageCounter, TiktokenCounter
+from orchestrator.context import Budget, ContextAssembler, MessageCounter, TiktokenCounter
 from orchestrator.contract import Message, ToolCall, ToolSpec
 
 TOOLS = (ToolSpec(name="bash", description="Run a command.", parameters={"type": "object", "properties": {"cmd": {"type": "string"}}}),)
@@ -40,8 +40,8 @@ def turn_messages(t: int) -> list[Message]:
     ]
 
 
-def filled_context(counter: TiktokenCounter, tokens: int) -> tuple[Context, int]:
-    ctx = Context(system="You are a coding agent.", task="Fix the failing tests.", tools=TOOLS,
+def filled_context(counter: TiktokenCounter, tokens: int) -> tuple[ContextAssembler, int]:
+    ctx = ContextAssembler(system="You are a coding agent.", task="Fix the failing tests.", tools=TOOLS,
                   budget=Budget(s_max=tokens * 2 + 50_000, k_max=1024), counter=counter)
     t = 0
     while ctx.state.message_tokens < tokens:
@@ -50,7 +50,7 @@ def filled_context(counter: TiktokenCounter, tokens: int) -> tuple[Context, int]
     return ctx, t
 
 
-def time_turns(ctx: Context, first: int, turns: int, per_turn) -> list[float]:
+def time_turns(ctx: ContextAssembler, first: int, turns: int, per_turn) -> list[float]:
     out = []
     for t in range(first, first + turns):
         started = time.perf_counter()
@@ -59,13 +59,13 @@ def time_turns(ctx: Context, first: int, turns: int, per_turn) -> list[float]:
     return out
 
 
-def incremental(ctx: Context, t: int) -> None:
+def incremental(ctx: ContextAssembler, t: int) -> None:
     ctx.append(turn_messages(t), turn=t)
     ctx.render(turn=t, turns_left=5).build_request(model="m")
 
 
 def with_counter(make_counter):
-    def step(ctx: Context, t: int) -> None:
+    def step(ctx: ContextAssembler, t: int) -> None:
         ctx.append(turn_messages(t), turn=t)
         r = ctx.render(turn=t, turns_left=5)
         counts = make_counter(ctx)

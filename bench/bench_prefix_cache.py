@@ -3,7 +3,7 @@
 The same synthetic trajectory is sent twice, each run's turns back to back
 (llama-cpp-python keeps only the previous request's prefix, in one slot):
 
-  stable       the context as Context renders it: each request extends the last
+  stable       the context as ContextAssembler renders it: each request extends the last
   timestamped  identical, except the system prompt starts with the current time
 
 Each request asks for one output token, so its wall time is essentially
@@ -25,7 +25,7 @@ import httpx
 
 from orchestrator.context import (
     Budget,
-    Context,
+    ContextAssembler,
     PromptBytes,
     RenderedContext,
     prefill_tokens_ideal_cache,
@@ -48,7 +48,7 @@ def turn_messages(t: int) -> list[Message]:
 
 
 def run(http: httpx.Client, args, counter, nonce: str, timestamped: bool) -> dict:
-    ctx = Context(system=f"Session {nonce}.\n{PREAMBLE}", task="Make the test suite pass.", tools=(),
+    ctx = ContextAssembler(system=f"Session {nonce}.\n{PREAMBLE}", task="Make the test suite pass.", tools=(),
                   budget=Budget(s_max=args.n_ctx, k_max=8), counter=counter, system_role="user")
     out = {"seconds": [], "prompt_tokens": [], "cached_tokens": [], "prompts": []}
     for turn in range(args.turns):

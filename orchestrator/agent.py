@@ -22,7 +22,7 @@ from orchestrator.errors import BudgetExhausted, LoopAbort
 from orchestrator.escrow import release_from_escrow
 from orchestrator.limits import Tally
 from policies.model import RunLimits
-from orchestrator.perimeter import Approve, Decide, deny_all_asks, verify
+from orchestrator.perimeter import Approve, Decide, check_candidate, deny_all_asks
 from orchestrator.ports import Context, Journal, Model, ToolOutcome, Tools
 from orchestrator.observations import no_tool_call, perimeter_rejection, stream_rejection, truncation_notice
 from orchestrator.tool_protocols import NativeProtocol, ToolProtocol
@@ -261,7 +261,7 @@ class Agent:
 
     def _run_candidate(self, turn: int, call_ref: object, index: int, call: ToolCall) -> ToolOutcome:
         candidate, ref = self._stage(turn, call_ref, index, call)
-        result = verify(candidate, self.tools.arg_models(), self.acl, self.approve)
+        result = check_candidate(candidate, self.tools.arg_models(), self.acl, self.approve)
         for transition in result.transitions:
             self.journal.transition(ref, transition)
         if not result.committed:

@@ -35,6 +35,9 @@ class ToolCall(Frozen):
 
 
 class Message(Frozen):
+    """One chat message as sent on the wire (a tool result carries its
+    ``tool_call_id``)."""
+
     role: Role
     content: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()

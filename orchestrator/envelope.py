@@ -96,6 +96,10 @@ class Payload(Frozen):
 
 
 class Envelope(Frozen):
+    """Everything one model call produced, whatever happened: its ``status``,
+    the ``payload`` (held in escrow until released), usage, timings, attempts
+    and the engine that answered."""
+
     status: Status
     payload: Payload = Payload()
     finish_reason: str | None = None

@@ -37,9 +37,19 @@ def acl_of(policy: Policy) -> Decide:
     def decide_call(name: str, args: BaseModel) -> DecisionLike:
         if not isinstance(args, ToolArgs):  # only declared tools reach the ACL
             raise TypeError(f"{name}: {type(args).__name__} is not a declared tool's arguments")
-        return decide(name, args, policy)
+        decision = decide(name, args, policy)
+        return AclDecision(effect=decision.effect.value, rule=decision.rule, reason=decision.reason)
 
     return decide_call
+
+
+@dataclass(frozen=True)
+class AclDecision:
+    """A ``policies.Decision`` as the loop records it: plain strings."""
+
+    effect: str
+    rule: str
+    reason: str
 
 
 def deny_all_asks(candidate: Candidate, decision: DecisionLike) -> bool:
@@ -74,7 +84,7 @@ def _schema_errors(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def verify(
+def check_candidate(
     candidate: Candidate,
     arg_models: Mapping[str, type[BaseModel]],
     decide: Decide,

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 
 from orchestrator.agent import Agent
-from orchestrator.context import Budget, CompactionPolicy, Context, Margin, RecordingCounter, TiktokenCounter, TokenCounter
+from orchestrator.context import Budget, CompactionPolicy, ContextAssembler, Margin, RecordingCounter, TiktokenCounter, TokenCounter
 from orchestrator.contract import Frozen, Role, Sampling, ToolSpec
 from orchestrator.envelope import Envelope
 from orchestrator.perimeter import Approve, Decide, deny_all_asks
@@ -71,7 +71,7 @@ def build_agent(
     recording = None if isinstance(counter, TiktokenCounter) else RecordingCounter(counter)
     addendum = protocol.system_addendum(spec.tool_specs)
     system = spec.system + ("\n\n" + addendum if addendum else "")
-    context = Context(
+    context = ContextAssembler(
         system=system,
         task=spec.task_message(),
         tools=protocol.request_tools(spec.tool_specs),

@@ -1,4 +1,4 @@
-"""``TurnContext``: the loop's Context port over ``orchestrator.context.Context``.
+"""``TurnContext``: the loop's Context port over ``orchestrator.context.ContextAssembler``.
 
 It fixes everything about a request that is not the prompt (model, K_max,
 T_max, M_max, stop, sampling), hands each turn's new messages to the context
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.context import Context, RecordingCounter, RenderedContext
+from orchestrator.context import ContextAssembler, RecordingCounter, RenderedContext
 from orchestrator.contract import Message, ModelRequest, Sampling
 from orchestrator.envelope import Envelope
 
@@ -36,7 +36,7 @@ class RequestShape:
 
 
 class TurnContext:
-    def __init__(self, context: Context, shape: RequestShape, recording: RecordingCounter | None = None) -> None:
+    def __init__(self, context: ContextAssembler, shape: RequestShape, recording: RecordingCounter | None = None) -> None:
         """``recording``: the counter the context counts with, when its counts
         come from a server; new counts are emitted as events so that an offline
         replay can serve them."""

@@ -1,12 +1,12 @@
 """Capability policies: the policy file model, loading, and the pure ACL decision."""
 
-from policies.decision import Decision, HasPathAccesses, PathAccess, Verdict, decide
+from policies.decision import Decision, HasPathAccesses, PathAccess, Effect, decide
 from policies.loading import PolicyError, default_policy, explain, load_policy, parse_policy
 from policies.model import TOOL_NAMES, ApplyGrants, Approval, NetworkGrant, PathGrants, Policy, Resources, RunLimits, ToolGrants
 from policies.paths import WORKSPACE, PathRejected, canonical_path, glob_matches
 
 __all__ = [
     "TOOL_NAMES", "WORKSPACE", "ApplyGrants", "Approval", "Decision", "HasPathAccesses", "NetworkGrant", "PathAccess",
-    "PathGrants", "PathRejected", "Policy", "PolicyError", "Resources", "RunLimits", "ToolGrants", "Verdict",
+    "PathGrants", "PathRejected", "Policy", "PolicyError", "Resources", "RunLimits", "ToolGrants", "Effect",
     "canonical_path", "decide", "default_policy", "explain", "glob_matches", "load_policy", "parse_policy",
 ]

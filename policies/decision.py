@@ -14,14 +14,16 @@ from policies.model import Approval, Policy
 from policies.paths import PathRejected, canonical_path, first_match
 
 
-class Verdict(str, Enum):
+class Effect(str, Enum):
+    """What the ACL decides for one call (a run's outcome is ``agent.Verdict``)."""
+
     ALLOW = "allow"
     DENY = "deny"
     ASK = "ask"
 
 
 class Decision(Frozen):
-    verdict: Verdict
+    effect: Effect
     rule: str
     reason: str
     tool: str
@@ -29,12 +31,7 @@ class Decision(Frozen):
 
     @property
     def allowed(self) -> bool:
-        return self.verdict is Verdict.ALLOW
-
-    @property
-    def effect(self) -> str:
-        """The verdict's value, as the loop records it (``ports.DecisionLike``)."""
-        return self.verdict.value
+        return self.effect is Effect.ALLOW
 
 
 class HasPathAccesses(Protocol):
@@ -45,15 +42,15 @@ def decide(tool: str, args: HasPathAccesses, policy: Policy) -> Decision:
     """Deny unknown or ungranted tools, then any path outside its grant, then
     apply the tool's approval mode."""
     if tool not in TOOL_NAMES:
-        return Decision(verdict=Verdict.DENY, rule="tools.known", reason=f"unknown tool {tool!r}", tool=tool)
+        return Decision(effect=Effect.DENY, rule="tools.known", reason=f"unknown tool {tool!r}", tool=tool)
     if tool not in policy.tools.allowed:
         return Decision(
-            verdict=Verdict.DENY, rule="tools.allowed", tool=tool,
+            effect=Effect.DENY, rule="tools.allowed", tool=tool,
             reason=f"tool {tool!r} is not granted by policy {policy.name!r}",
         )
     approval = policy.tools.approval_for(tool)
     if approval is Approval.DENY:
-        return Decision(verdict=Verdict.DENY, rule=f"tools.approval.{tool}", tool=tool, reason=f"{tool} is set to deny")
+        return Decision(effect=Effect.DENY, rule=f"tools.approval.{tool}", tool=tool, reason=f"{tool} is set to deny")
     canonical: list[str] = []
     rules: list[str] = []
     for access in args.path_accesses():
@@ -65,11 +62,11 @@ def decide(tool: str, args: HasPathAccesses, policy: Policy) -> Decision:
         rules.append(rule)
     if approval is Approval.ASK:
         return Decision(
-            verdict=Verdict.ASK, rule=f"tools.approval.{tool}", tool=tool, paths=tuple(canonical),
+            effect=Effect.ASK, rule=f"tools.approval.{tool}", tool=tool, paths=tuple(canonical),
             reason=f"{tool} needs a person's approval under policy {policy.name!r}",
         )
     return Decision(
-        verdict=Verdict.ALLOW, rule=" ".join(["tools.allowed", *rules]), tool=tool, paths=tuple(canonical),
+        effect=Effect.ALLOW, rule=" ".join(["tools.allowed", *rules]), tool=tool, paths=tuple(canonical),
         reason="granted" + (f" for {', '.join(canonical)}" if canonical else ""),
     )
 
@@ -78,18 +75,18 @@ def _judge_path(access: PathAccess, policy: Policy) -> Decision | tuple[str, str
     try:
         path = canonical_path(access.path)
     except PathRejected as exc:
-        return Decision(verdict=Verdict.DENY, rule="paths.canonical", reason=str(exc), tool="")
+        return Decision(effect=Effect.DENY, rule="paths.canonical", reason=str(exc), tool="")
     denied = first_match(policy.paths.deny, path)
     if denied is not None:
         return Decision(
-            verdict=Verdict.DENY, rule=f"paths.deny[{denied}]", tool="", paths=(path,),
+            effect=Effect.DENY, rule=f"paths.deny[{denied}]", tool="", paths=(path,),
             reason=f"{path} matches deny glob {denied!r}",
         )
     grants = policy.paths.write if access.mode == "write" else policy.paths.read + policy.paths.write
     granted = first_match(grants, path)
     if granted is None:
         return Decision(
-            verdict=Verdict.DENY, rule=f"paths.{access.mode}", tool="", paths=(path,),
+            effect=Effect.DENY, rule=f"paths.{access.mode}", tool="", paths=(path,),
             reason=f"{access.mode} of {path} is not granted by any paths.{access.mode} glob",
         )
     section = "write" if access.mode == "write" or granted not in policy.paths.read else "read"

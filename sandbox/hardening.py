@@ -15,7 +15,7 @@ LABEL_PID = "escrow.owner_pid"
 LABEL_PID_START = "escrow.owner_start"
 LABEL_HOST = "escrow.owner_host"
 WORKSPACE = "/workspace"
-SANDBOX_USER = "1000:1000"
+SANDBOX_UID_GID = "1000:1000"
 # The container's init and main process run as this other unprivileged user:
 # the sandbox user can then neither kill them nor be spared by the reaper's
 # kill(-1), which ends every process of the sandbox user at once.
@@ -26,7 +26,7 @@ SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "
 
 class Hardening(Frozen):
     image: str
-    user: str = SANDBOX_USER
+    user: str = SANDBOX_UID_GID
     main_user: str = MAIN_USER
     network: bool = False
     memory_bytes: int = 1024 * 2**20

@@ -27,7 +27,7 @@ from sandbox.mirror import AptSource, configured_sources, primary_source
 PACKAGES = ("bash", "coreutils", "python3", "python3-pytest", "git", "patch", "grep", "sed", "procps")
 RECIPE_VERSION = "1"
 SANDBOX_UID = 1000
-SANDBOX_USER = "agent"
+SANDBOX_USER_NAME = "agent"
 DEFAULT_CACHE = Path("/var/cache/escrow/sandbox")
 
 Progress = Callable[[str], None]
@@ -45,7 +45,7 @@ class BuildResult(Frozen):
 
 def recipe_digest(source: AptSource) -> str:
     """Identifies what a rootfs tarball was built from (mirror, suite, packages, user)."""
-    text = "|".join([RECIPE_VERSION, source.uri, source.suite, ",".join(PACKAGES), f"{SANDBOX_USER}:{SANDBOX_UID}"])
+    text = "|".join([RECIPE_VERSION, source.uri, source.suite, ",".join(PACKAGES), f"{SANDBOX_USER_NAME}:{SANDBOX_UID}"])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -129,12 +129,12 @@ def _add_user(rootfs: Path) -> None:
     """Append the sandbox user to the rootfs' account files (no chroot needed)."""
     etc = rootfs / "etc"
     with open(etc / "passwd", "a", encoding="utf-8") as f:
-        f.write(f"{SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:/home/{SANDBOX_USER}:/bin/bash\n")
+        f.write(f"{SANDBOX_USER_NAME}:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:/home/{SANDBOX_USER_NAME}:/bin/bash\n")
     with open(etc / "group", "a", encoding="utf-8") as f:
-        f.write(f"{SANDBOX_USER}:x:{SANDBOX_UID}:\n")
+        f.write(f"{SANDBOX_USER_NAME}:x:{SANDBOX_UID}:\n")
     with open(etc / "shadow", "a", encoding="utf-8") as f:
-        f.write(f"{SANDBOX_USER}:!:19000:0:99999:7:::\n")
-    home = rootfs / "home" / SANDBOX_USER
+        f.write(f"{SANDBOX_USER_NAME}:!:19000:0:99999:7:::\n")
+    home = rootfs / "home" / SANDBOX_USER_NAME
     home.mkdir(parents=True, exist_ok=True)
     os.chown(home, SANDBOX_UID, SANDBOX_UID)
     (rootfs / "workspace").mkdir(exist_ok=True)

@@ -20,7 +20,7 @@ import threading
 from importlib import resources
 
 from orchestrator.contract import Frozen, ToolSpec
-from policies import Policy, Verdict, decide
+from policies import Policy, Effect, decide
 from policies.paths import first_match
 from sandbox.capture import CappedOutput
 from sandbox.container import Sandbox
@@ -121,7 +121,7 @@ class ToolBox:
             return self._fileop_result(args, outcome, reply)
         resolved = str(reply["resolved"])
         decision = decide(name, args.model_copy(update={"path": resolved}), self.policy)
-        if decision.verdict is Verdict.DENY:
+        if decision.effect is Effect.DENY:
             return ToolResult(tool=name, ok=False, exit_code=None, duration_s=outcome.duration_s,
                               resolved_path=resolved, resolved_rule=decision.rule,
                               observation=f"denied by policy ({decision.rule}) on the resolved path: "

@@ -10,7 +10,7 @@ from orchestrator.context.accounting import (
     prefill_tokens_ideal_cache,
     resent_tokens_no_cache,
 )
-from orchestrator.context.assembler import Context, RenderedContext
+from orchestrator.context.assembler import ContextAssembler, RenderedContext
 from orchestrator.context.budget import Budget, Margin, resolve_budget
 from orchestrator.context.calibration import CalibrationEvent, calibrate
 from orchestrator.context.compaction import CompactionEvent, CompactionPolicy
@@ -26,7 +26,7 @@ from orchestrator.context.tokenizer import (
 )
 
 __all__ = [
-    "Budget", "CalibrationEvent", "CompactionEvent", "CompactionPolicy", "Context", "ContextState",
+    "Budget", "CalibrationEvent", "CompactionEvent", "CompactionPolicy", "ContextAssembler", "ContextState",
     "Entry", "Margin", "MessageCounter", "PrefixReport", "PromptBytes", "RecordingCounter", "RenderedContext", "ReplayCounter",
     "TailFormat", "TemplateOverhead", "TiktokenCounter", "TokenCounter", "TurnPrefix",
     "cache_saving_factor", "calibrate", "prefill_tokens_ideal_cache", "prefix_report",

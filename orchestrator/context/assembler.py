@@ -57,7 +57,7 @@ class RenderedContext(Frozen):
         return ModelRequest(model=model, messages=self.messages, tools=self.tools, max_tokens=k, **fields)
 
 
-class Context:
+class ContextAssembler:
     """Segmented, budgeted, prefix-stable context of one run."""
 
     def __init__(

@@ -27,7 +27,7 @@ from orchestrator.model_client.monitor import StreamMonitor
 from orchestrator.model_client.provenance import EngineInfo, probe
 from orchestrator.model_client.normalize import Cause, is_retried, status_of
 from orchestrator.observer import StreamObserver
-from orchestrator.model_client.retry import CircuitBreaker, RetryPolicy, decide
+from orchestrator.model_client.retry import CircuitBreaker, RetryPolicy, retry_decision
 
 class ModelClient:
     """Client for an OpenAI-compatible server; ``base_url`` ends in ``/v1``.
@@ -107,7 +107,7 @@ class ModelClient:
                 self.observer.on_attempt(number)
             out = self._attempt(request, body, headers, deadline_at, cancel)
             status = status_of(out.cause)
-            decision = decide(
+            decision = retry_decision(
                 self.retry,
                 attempts_made=number,
                 retryable=is_retried(out.cause),

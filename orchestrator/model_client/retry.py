@@ -65,7 +65,7 @@ def jittered_backoff(policy: RetryPolicy, retry_number: int, rand: Callable[[], 
     return rand() * ceiling
 
 
-def decide(
+def retry_decision(
     policy: RetryPolicy,
     *,
     attempts_made: int,

@@ -124,9 +124,9 @@ def test_quirk_json_object_schema():
 
 
 def test_quirk_no_system_turn():
-    from orchestrator.context import Budget, Context, TiktokenCounter
+    from orchestrator.context import Budget, ContextAssembler, TiktokenCounter
 
-    context = Context(system="be brief", task="fix it", tools=(), budget=Budget(s_max=4096, k_max=256),
+    context = ContextAssembler(system="be brief", task="fix it", tools=(), budget=Budget(s_max=4096, k_max=256),
                       counter=TiktokenCounter("cl100k_base"), system_role="user")
     roles = [m.role for m in context.render(turn=0).messages]
     assert "system" not in roles and roles[0] == "user"

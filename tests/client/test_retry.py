@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.model_client.retry import CircuitBreaker, RetryPolicy, decide, jittered_backoff, parse_retry_after
+from orchestrator.model_client.retry import CircuitBreaker, RetryPolicy, retry_decision, jittered_backoff, parse_retry_after
 
 POLICY = RetryPolicy(max_attempts=5, base_s=0.5, cap_s=4.0, max_retry_after_s=10)
 
@@ -20,12 +20,12 @@ def test_full_jitter_stays_under_the_capped_exponential(n, r):
 
 
 def test_decide_retries_with_jitter():
-    d = decide(POLICY, attempts_made=2, retryable=True, retry_after_s=None, remaining_s=100, rand=lambda: 0.5)
+    d = retry_decision(POLICY, attempts_made=2, retryable=True, retry_after_s=None, remaining_s=100, rand=lambda: 0.5)
     assert d.retry and d.delay_s == 0.5
 
 
 def test_retry_after_is_a_floor():
-    d = decide(POLICY, attempts_made=1, retryable=True, retry_after_s=3, remaining_s=100, rand=lambda: 0.1)
+    d = retry_decision(POLICY, attempts_made=1, retryable=True, retry_after_s=3, remaining_s=100, rand=lambda: 0.1)
     assert d.retry and d.delay_s == 3
 
 
@@ -37,7 +37,7 @@ def test_retry_after_is_a_floor():
 ])
 def test_decide_refuses(kwargs, reason):
     args = dict(attempts_made=1, retryable=True, retry_after_s=None, remaining_s=100, rand=lambda: 0.5) | kwargs
-    d = decide(POLICY, **args)
+    d = retry_decision(POLICY, **args)
     assert not d.retry and reason in d.reason
 
 

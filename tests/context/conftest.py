@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.context import Budget, CompactionPolicy, Context, Margin, TiktokenCounter
+from orchestrator.context import Budget, CompactionPolicy, ContextAssembler, Margin, TiktokenCounter
 from orchestrator.contract import ToolSpec
 
 TOOLS = (
@@ -31,8 +31,8 @@ def counter() -> TiktokenCounter:
 def make_context(counter):
     def build(s_max: int = 4096, k_max: int = 256, *, system: str = "You are a careful coding agent.",
               task: str = "Make the failing test pass.", policy: CompactionPolicy | None = None,
-              margin: Margin | None = None, tokenizer=None, **kwargs) -> Context:
-        return Context(
+              margin: Margin | None = None, tokenizer=None, **kwargs) -> ContextAssembler:
+        return ContextAssembler(
             system=system, task=task, tools=TOOLS, budget=Budget(s_max=s_max, k_max=k_max),
             counter=tokenizer or counter, policy=policy, margin=margin, **kwargs,
         )

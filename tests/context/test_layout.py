@@ -1,6 +1,6 @@
 import pytest
 
-from orchestrator.context import Budget, Context, MessageCounter, PromptBytes, TailFormat, prefix_report
+from orchestrator.context import Budget, ContextAssembler, MessageCounter, PromptBytes, TailFormat, prefix_report
 from orchestrator.contract import Message, ToolCall, ToolSpec
 from orchestrator.errors import ContractError
 
@@ -50,7 +50,7 @@ def test_tools_are_canonical_whatever_the_input_order(make_context, counter):
         for t in reversed(TOOLS)
     )
     a = make_context().render(turn=0).build_request(model="m")
-    b = Context(system="You are a careful coding agent.", task="Make the failing test pass.", tools=reordered,
+    b = ContextAssembler(system="You are a careful coding agent.", task="Make the failing test pass.", tools=reordered,
                 budget=Budget(s_max=4096, k_max=256), counter=counter).render(turn=0).build_request(model="m")
     assert PromptBytes.from_request(a).records[0] == PromptBytes.from_request(b).records[0]
     assert list(b.tools[1].parameters) == sorted(b.tools[1].parameters)

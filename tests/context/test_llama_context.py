@@ -8,7 +8,7 @@ import uuid
 import httpx
 import pytest
 
-from orchestrator.context import Budget, Context, PromptBytes, prefix_report
+from orchestrator.context import Budget, ContextAssembler, PromptBytes, prefix_report
 from orchestrator.model_client.server_tokenizer import discover_context_window, probe_server_tokenizer
 from orchestrator.contract import Message
 
@@ -39,7 +39,7 @@ def test_stable_layout_makes_later_turns_cheaper(llama_url, http):
     tok = probe_server_tokenizer(llama_url + "/v1", model=MODEL, http=http)
     # A fresh nonce first, so no earlier request's cache serves turn 0; gemma's
     # template drops system messages, hence system_role="user".
-    ctx = Context(system=f"run {uuid.uuid4()}\n{PREAMBLE}", task="Make tests/test_parse.py pass.", tools=(),
+    ctx = ContextAssembler(system=f"run {uuid.uuid4()}\n{PREAMBLE}", task="Make tests/test_parse.py pass.", tools=(),
                   budget=Budget(s_max=8192, k_max=8), counter=tok, system_role="user")
     seconds, reported, rendered, prompts = [], [], [], []
     for turn in range(4):

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from orchestrator.context import (
     Budget,
     CompactionPolicy,
-    Context,
+    ContextAssembler,
     Margin,
     MessageCounter,
     PromptBytes,
@@ -58,7 +58,7 @@ def messages_of(t: int, shape: tuple[int, int, list[int]]) -> list[Message]:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trajectory)
 def test_random_trajectories(counter, case):
-    ctx = Context(
+    ctx = ContextAssembler(
         system="You are a careful coding agent.",
         task="Make the failing test pass.",
         tools=TOOLS,

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from orchestrator.candidate import CandidateState, IllegalTransition, stage
 from orchestrator.contract import ToolCall, ToolSpec
 from orchestrator.envelope import Payload, Status
-from orchestrator.perimeter import verify
+from orchestrator.perimeter import check_candidate
 from orchestrator.tool_protocols import NativeProtocol, TextProtocol
 from policies.routing import ROUTES, Action, route
 
@@ -63,7 +63,7 @@ def test_escrow_state_machine_rejects_shortcuts():
 )
 def test_perimeter_rejects_at_the_cheapest_layer(arguments, layer):
     cand, _ = stage(0, ToolCall(id="a", name="read_file", arguments=arguments))
-    result = verify(cand, {"read_file": ReadArgs}, _allow)
+    result = check_candidate(cand, {"read_file": ReadArgs}, _allow)
     assert result.candidate.state is CandidateState.REJECTED
     assert result.layer == layer
     assert [t.to_state for t in result.transitions] == [CandidateState.VALIDATING, CandidateState.REJECTED]
@@ -71,13 +71,13 @@ def test_perimeter_rejects_at_the_cheapest_layer(arguments, layer):
 
 def test_perimeter_unknown_tool_and_policy_denial_and_ask():
     cand, _ = stage(0, ToolCall(id="a", name="rm_rf", arguments="{}"))
-    assert verify(cand, {"read_file": ReadArgs}, _allow).layer == "schema"
+    assert check_candidate(cand, {"read_file": ReadArgs}, _allow).layer == "schema"
     cand, _ = stage(0, ToolCall(id="a", name="read_file", arguments='{"path": "x"}'))
-    denied = verify(cand, {"read_file": ReadArgs}, lambda n, a: D("deny", "deny-secrets", "no"))
+    denied = check_candidate(cand, {"read_file": ReadArgs}, lambda n, a: D("deny", "deny-secrets", "no"))
     assert denied.layer == "policy" and "deny-secrets" in denied.error
-    asked = verify(cand, {"read_file": ReadArgs}, lambda n, a: D("ask"))
+    asked = check_candidate(cand, {"read_file": ReadArgs}, lambda n, a: D("ask"))
     assert not asked.committed
-    approved = verify(cand, {"read_file": ReadArgs}, lambda n, a: D("ask"), approve=lambda c, d: True)
+    approved = check_candidate(cand, {"read_file": ReadArgs}, lambda n, a: D("ask"), approve=lambda c, d: True)
     assert approved.committed and approved.args == ReadArgs(path="x")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from policies import (
-    PathAccess, PathRejected, PolicyError, Verdict, canonical_path, decide, default_policy, explain, parse_policy,
+    PathAccess, PathRejected, PolicyError, Effect, canonical_path, decide, default_policy, explain, parse_policy,
 )
 
 
@@ -54,30 +54,30 @@ def test_canonical_path_rejects(raw):
 
 
 @pytest.mark.parametrize("tool,args,verdict,rule", [
-    ("read_file", read("src/a/b.py"), Verdict.ALLOW, "tools.allowed paths.read[src/**]"),
-    ("read_file", read("README.md"), Verdict.ALLOW, "tools.allowed paths.read[README.md]"),
-    ("read_file", read("docs/x.md"), Verdict.DENY, "paths.read"),
-    ("write_file", write("src/a.py"), Verdict.ALLOW, "tools.allowed paths.write[src/*.py]"),
-    ("write_file", write("src/a/b.py"), Verdict.DENY, "paths.write"),
-    ("write_file", write("src/secret.py"), Verdict.DENY, "paths.deny[src/secret*]"),
-    ("write_file", write("../src/a.py"), Verdict.DENY, "paths.canonical"),
-    ("edit_file", write("src/a.py"), Verdict.DENY, "tools.allowed"),
-    ("list_files", read("src"), Verdict.DENY, "tools.approval.list_files"),
-    ("bash", Args(), Verdict.ASK, "tools.approval.bash"),
-    ("launch_missiles", Args(), Verdict.DENY, "tools.known"),
+    ("read_file", read("src/a/b.py"), Effect.ALLOW, "tools.allowed paths.read[src/**]"),
+    ("read_file", read("README.md"), Effect.ALLOW, "tools.allowed paths.read[README.md]"),
+    ("read_file", read("docs/x.md"), Effect.DENY, "paths.read"),
+    ("write_file", write("src/a.py"), Effect.ALLOW, "tools.allowed paths.write[src/*.py]"),
+    ("write_file", write("src/a/b.py"), Effect.DENY, "paths.write"),
+    ("write_file", write("src/secret.py"), Effect.DENY, "paths.deny[src/secret*]"),
+    ("write_file", write("../src/a.py"), Effect.DENY, "paths.canonical"),
+    ("edit_file", write("src/a.py"), Effect.DENY, "tools.allowed"),
+    ("list_files", read("src"), Effect.DENY, "tools.approval.list_files"),
+    ("bash", Args(), Effect.ASK, "tools.approval.bash"),
+    ("launch_missiles", Args(), Effect.DENY, "tools.known"),
 ])
 def test_decide_names_the_rule(tool, args, verdict, rule):
     decision = decide(tool, args, NARROW)
-    assert (decision.verdict, decision.rule) == (verdict, rule)
+    assert (decision.effect, decision.rule) == (verdict, rule)
     assert decision.tool == tool and decision.reason
 
 
 def test_default_policy_is_safe():
     policy = default_policy()
     assert policy.network.enabled is False
-    assert decide("write_file", write(".git/hooks/pre-commit"), policy).verdict is Verdict.DENY
-    assert decide("write_file", write(".git"), policy).verdict is Verdict.DENY
-    assert decide("read_file", read("/etc/passwd"), policy).verdict is Verdict.DENY
+    assert decide("write_file", write(".git/hooks/pre-commit"), policy).effect is Effect.DENY
+    assert decide("write_file", write(".git"), policy).effect is Effect.DENY
+    assert decide("read_file", read("/etc/passwd"), policy).effect is Effect.DENY
     assert any("network: none" == line for line in explain(policy))
 
 

@@ -10,7 +10,7 @@ import posixpath
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from policies import PathAccess, Policy, Verdict, decide
+from policies import PathAccess, Policy, Effect, decide
 from policies.model import PathGrants, ToolGrants
 
 SEGMENTS = st.sampled_from(["a", "b", "src", ".git", "..", ".", "", "x.py", "*", "?", "\x00", "workspace", "~",
@@ -55,7 +55,7 @@ def test_acl_never_allows_outside_grants(raw, read, write, deny, mode):
             return (PathAccess(mode=mode, path=raw),)
 
     decision = decide("write_file" if mode == "write" else "read_file", Args(), policy)
-    if decision.verdict is not Verdict.ALLOW:
+    if decision.effect is not Effect.ALLOW:
         return
     inside = oracle_inside(raw)
     assert inside is not None, f"allowed {raw!r}, which escapes the workspace"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from policies import Verdict, decide, default_policy
+from policies import Effect, decide, default_policy
 from orchestrator.toolset import TOOLS
 from sandbox import Sandbox, ToolBox
 from sandbox.loop_tools import outcome_of
@@ -77,7 +77,7 @@ def make_repo(root: Path, links: dict[str, str] | None = None) -> Path:
 def call(toolbox: ToolBox, tool: str, args: dict):
     parsed = TOOLS[tool].model_validate_json(json.dumps(args))
     # As written, the path is allowed: only resolution can catch it.
-    assert decide(tool, parsed, toolbox.policy).verdict is Verdict.ALLOW, (tool, args)
+    assert decide(tool, parsed, toolbox.policy).effect is Effect.ALLOW, (tool, args)
     return toolbox.execute(tool, parsed)
 
 

@@ -1,6 +1,6 @@
 """Adversarial suite against the real container. Every attack goes the way
 the loop sends it: through the loop's own verification perimeter
-(``orchestrator.perimeter.verify`` over the live ``SandboxTools`` adapter's
+(``orchestrator.perimeter.check_candidate`` over the live ``SandboxTools`` adapter's
 argument models and ACL) and then ``ToolBox.execute``, and must end blocked
 or contained: a parse or schema error, an ACL denial, a refused file op, or a
 command whose effect stays inside the sandbox. No output of any attack
@@ -21,7 +21,7 @@ import pytest
 
 from orchestrator.candidate import CandidateState, stage
 from orchestrator.contract import ToolCall
-from orchestrator.perimeter import acl_of, verify
+from orchestrator.perimeter import acl_of, check_candidate
 from policies import default_policy
 from sandbox import Sandbox, ToolBox
 from sandbox.hardening import LABEL_RUN
@@ -45,7 +45,7 @@ def call(toolbox: ToolBox, tool: str, args: dict | str) -> tuple[str, object]:
     text = args if isinstance(args, str) else json.dumps(args)
     candidate, _ = stage(0, ToolCall(id="a", name=tool, arguments=text))
     tools = SandboxTools(toolbox, toolbox.policy)
-    checked = verify(candidate, tools.arg_models(), acl_of(toolbox.policy))
+    checked = check_candidate(candidate, tools.arg_models(), acl_of(toolbox.policy))
     if not checked.committed:
         assert checked.candidate.state is CandidateState.REJECTED
         _no_canary(checked.error)

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from policies import Verdict, decide, default_policy
+from policies import Effect, decide, default_policy
 from orchestrator.toolset import TOOLS, tool_specs
 from sandbox import ExecLimits, ToolBox, apply_patch, remove_orphans
 from sandbox.hardening import LABEL_HOST, LABEL_PID, LABEL_PID_START, LABEL_ROLE, LABEL_RUN
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.docker
 
 def run(toolbox: ToolBox, name: str, arguments: str):
     args = TOOLS[name].model_validate_json(arguments)
-    assert decide(name, args, toolbox.policy).verdict is Verdict.ALLOW
+    assert decide(name, args, toolbox.policy).effect is Effect.ALLOW
     return toolbox.execute(name, args)
 
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from policies import Verdict, decide, default_policy
+from policies import Effect, decide, default_policy
 from orchestrator.toolset import TOOLS
 from sandbox import Sandbox, ToolBox
 from tests.sandbox.conftest import assert_hardened
@@ -48,7 +48,7 @@ ESCAPES = {
 
 def call(toolbox: ToolBox, tool: str, args: dict):
     parsed = TOOLS[tool].model_validate_json(json.dumps(args))
-    assert decide(tool, parsed, toolbox.policy).verdict is Verdict.ALLOW
+    assert decide(tool, parsed, toolbox.policy).effect is Effect.ALLOW
     return toolbox.execute(tool, parsed)
 
 
