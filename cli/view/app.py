@@ -46,6 +46,13 @@ def create_app(store: Store, *, allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS)
     def chain(request: Request) -> HTMLResponse:
         return html(site.chain_page(request.path_params["run_id"]))
 
+    def batch_list(request: Request) -> HTMLResponse:
+        raw = request.query_params.get("page", "")
+        return html(site.batches_page(min(max(1, int(raw)), 1_000_000) if raw.isdigit() else 1))
+
+    def batch(request: Request) -> HTMLResponse:
+        return html(site.batch_page(request.path_params["batch_id"]))
+
     def compare(request: Request) -> HTMLResponse:
         a, b = request.query_params.get("a"), request.query_params.get("b")
         if not a or not b:
@@ -68,6 +75,7 @@ def create_app(store: Store, *, allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS)
     return Starlette(
         routes=[
             Route("/", runs), Route("/run/{run_id}", run), Route("/run/{run_id}/chain", chain), Route("/compare", compare),
+            Route("/batches", batch_list), Route("/batch/{batch_id}", batch),
         ],
         middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))],
         exception_handlers={RunNotFound: not_found, StoreError: store_failed, HTTPException: http_error},

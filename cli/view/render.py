@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup, escape
+
+SAFE_NAME = re.compile(r"[A-Za-z0-9_-]{1,100}")
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,21 @@ class Links:
     def compare(self, a: str, b: str) -> str:
         return f"compare-{a}-{b}.html" if self.static else "/compare?" + urlencode({"a": a, "b": b})
 
+    def batches(self) -> str:
+        return "batches.html" if self.static else "/batches"
+
+    def batch(self, batch_id: str) -> str:
+        """A batch's page. Its id comes from the store: in a file name it is
+        used as is only when it is plainly safe there, else by its hash."""
+        if not self.static:
+            return "/batch/" + quote(batch_id, safe="")
+        safe = SAFE_NAME.fullmatch(batch_id)
+        return f"batch-{batch_id if safe else hashlib.sha256(batch_id.encode()).hexdigest()[:32]}.html"
+
+    def batch_runs(self, batch_id: str) -> str | None:
+        """The runs page filtered to a batch (served pages only)."""
+        return None if self.static else "/?" + urlencode({"batch": batch_id})
+
 
 def when(ts: float | None) -> str:
     return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) + "Z"
@@ -59,6 +77,10 @@ def signed(value: float | None, digits: int = 0) -> str:
     if not value:
         return "0"
     return f"{value:+.{digits}f}"
+
+
+def rate(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0%}"
 
 
 def size(n: int | None) -> str:
@@ -108,7 +130,7 @@ def make_environment() -> Environment:
         trim_blocks=True, lstrip_blocks=True,
     )
     env.filters.update(when=when, dollars=dollars, secs=secs, signed=signed, size=size, short=lambda s: (s or "")[:12])
-    env.globals.update(badge=badge, text_block=text_block, diff_block=diff_block)
+    env.globals.update(rate=rate, badge=badge, text_block=text_block, diff_block=diff_block)
     return env
 
 

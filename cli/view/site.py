@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from urllib.parse import urlencode
 
+from cli.view import batches
 from cli.view.compare import align, differing_requests, with_requests
 from cli.view.pages import RunShown, matching, run_shown
 from cli.view.render import Links, Renderer
@@ -62,6 +63,11 @@ class Site:
         self.store = store
         self.render = Renderer(links)
         self._checks: dict[tuple[str, int, str], ChainCheck] = {}
+        self.bundled: set[str] | None = None
+        """The runs a static bundle holds (links to others are left out)."""
+
+    def run_link(self, run_id: str) -> str | None:
+        return self.render.links.run(run_id) if self.bundled is None or run_id in self.bundled else None
 
     def check(self, run_id: str, chain_seq: int, chain_head: str) -> ChainCheck:
         """The run's chain check, kept while its head is unchanged."""
@@ -128,6 +134,13 @@ class Site:
         comparison = align(with_requests(left, texts), with_requests(right, texts))
         checks = [self.check(t.run.id, t.run.chain_seq, t.run.chain_head) for t in (comparison.a, comparison.b)]
         return self.render.page("compare.html", cmp=comparison, checks=checks)
+
+    def batches_page(self, page: int = 1, ids: list[str] | None = None) -> str:
+        reports, pages = batches.listed(self.store, page, ids)
+        return self.render.page("batches.html", reports=reports, page=page, pages=pages)
+
+    def batch_page(self, ref: str) -> str:
+        return self.render.page("batch.html", b=batches.batch_shown(self.store, ref), run_link=self.run_link)
 
     def compare_form(self) -> str:
         return self.render.page("compare_form.html")
