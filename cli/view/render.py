@@ -40,6 +40,10 @@ class Links:
         base = f"chain-{run_id}.html" if self.static else f"/run/{run_id}/chain"
         return base if seq is None else f"{base}#seq-{seq}"
 
+    def chain_status(self, run_id: str) -> str:
+        """The served frame that verifies a run's chain and shows the outcome."""
+        return f"/run/{run_id}/verified"
+
     def compare(self, a: str, b: str) -> str:
         return f"compare-{a}-{b}.html" if self.static else "/compare?" + urlencode({"a": a, "b": b})
 
@@ -142,7 +146,7 @@ script that got past escaping, an event handler attribute) is blocked."""
 
 def content_security_policy(scripts: dict[str, str]) -> str:
     hashes = " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()}'" for text in scripts.values())
-    return f"default-src 'none'; style-src 'unsafe-inline'; script-src {hashes}; img-src data:; form-action 'self'"
+    return f"default-src 'none'; style-src 'unsafe-inline'; script-src {hashes}; img-src data:; frame-src 'self'; form-action 'self'"
 
 
 class Renderer:

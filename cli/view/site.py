@@ -76,6 +76,19 @@ class Site:
             self._checks[key] = self.store.verify(run_id)
         return self._checks[key]
 
+    def known_check(self, run_id: str, chain_seq: int, chain_head: str) -> ChainCheck | None:
+        """The run's chain check if it was made while its head was as it is
+        now; a served page without it shows the check in a frame, which makes
+        it after the page is sent (verifying a long chain costs more than the
+        page). The static bundle always checks: it has no server to ask."""
+        if self.render.links.static:
+            return self.check(run_id, chain_seq, chain_head)
+        return self._checks.get((run_id, chain_seq, chain_head))
+
+    def chain_status_page(self, ref: str) -> str:
+        run = self.store.run(ref)
+        return self.render.page("chain_status.html", run=run, check=self.check(run.id, run.chain_seq, run.chain_head))
+
     def runs_page(self, params: Mapping[str, str]) -> str:
         wanted, problems = parse_filter(params)
         found = self.store.browse(wanted)
@@ -120,7 +133,7 @@ class Site:
         totals = self.store.summaries([run.id])[0].totals
         page_of = {e.turn: n for n, chunk in enumerate(pages, 1) for e in chunk}
         return self.render.page("run.html", run=run, shown=shown, turns=matching(shown.turns, query), query=query or "",
-                                check=self.check(run.id, run.chain_seq, run.chain_head), totals=totals, index=index,
+                                check=self.known_check(run.id, run.chain_seq, run.chain_head), totals=totals, index=index,
                                 pages=pages, page=page, page_of=page_of)
 
     def chain_page(self, ref: str) -> str:
@@ -132,7 +145,7 @@ class Site:
         left, right = (self.store.turn_slice(self.store.resolve(ref), tails=False, detail=False).trajectory for ref in (a, b))
         texts = self.store.requests(differing_requests(left, right))
         comparison = align(with_requests(left, texts), with_requests(right, texts))
-        checks = [self.check(t.run.id, t.run.chain_seq, t.run.chain_head) for t in (comparison.a, comparison.b)]
+        checks = [(t.run.id, self.known_check(t.run.id, t.run.chain_seq, t.run.chain_head)) for t in (comparison.a, comparison.b)]
         return self.render.page("compare.html", cmp=comparison, checks=checks)
 
     def batches_page(self, page: int = 1, ids: list[str] | None = None) -> str:
