@@ -9,12 +9,13 @@ schema 5 have none), so the runs page offers the batch filter only then.
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from functools import cache
 from typing import Any, Literal, TypeVar
 
-from sqlalchemy import Connection, MetaData, Select, Table, func, inspect, literal, select, union_all
+from sqlalchemy import Connection, MetaData, Select, String, Table, func, inspect, literal, or_, select, union_all
 
 from orchestrator.contract import Frozen
 from store import blobs
@@ -216,6 +217,9 @@ class TurnSlice(Frozen):
     """The messages the turn before the first one asked for appended (JSON)."""
     last_messages: dict[str, str]
     """Each call's last request message (JSON), by call id."""
+    appended: dict[int, str | None] | None = None
+    """For a slice of chosen turns: what the turn before each appended to
+    the history (JSON; ``[]`` when it never committed), None for the first turn."""
 
 
 class TurnIndexEntry(Frozen):
@@ -265,11 +269,13 @@ def _constructed(view_cls: type[V], model: type, result: Any,
 
 
 def turn_slice(conn: Connection, run_id: str, first: int | None = None, last: int | None = None, *,
-               tails: bool = True, detail: bool = True) -> TurnSlice:
+               tails: bool = True, detail: bool = True, only: Collection[int] | None = None) -> TurnSlice:
     """Turns ``first``..``last`` (inclusive; unbounded when None) of a run;
     ``tails`` also reads each request's last message. Without ``detail``,
     the HTTP attempts, escrow transitions and events are left out (a
-    comparison does not look at them; they are half of a run's rows)."""
+    comparison does not look at them; they are half of a run's rows).
+    ``only`` reads just those turns (a search's), each with what the turn
+    before it appended (``TurnSlice.appended``)."""
     run = get_run(conn, run_id)
 
     def rows(model: type, *columns: Any, loose: bool = False) -> Any:
@@ -280,6 +286,8 @@ def turn_slice(conn: Connection, run_id: str, first: int | None = None, last: in
             bounded = bounded & (t.c.turn >= first)
         if last is not None:
             bounded = bounded & (t.c.turn <= last)
+        if only is not None:
+            bounded = bounded & t.c.turn.in_(sorted(only))
         stmt = stmt.where(bounded | t.c.turn.is_(None)) if loose else stmt.where(bounded)
         if not detail and model in (CallAttempt, TransitionRow, EventRow):
             stmt = stmt.where(literal(False))
@@ -294,14 +302,7 @@ def turn_slice(conn: Connection, run_id: str, first: int | None = None, last: in
 
     call_columns = [c for c in CALLS.c if c.name != "request_json"]
     if tails:
-        # Requests are stored by reference (store.blobs): the slice's are
-        # reassembled, and only their last message is kept.
-        last_rows = []
-        for call_id, text in _request_texts(conn, [dict(r._mapping) for r in rows(ModelCall)]).items():
-            try:
-                last_rows.append((call_id, json.dumps(json.loads(text)["messages"][-1])))
-            except (ValueError, KeyError, IndexError, TypeError):  # not a request (an edited row): no tail
-                continue
+        last_rows = list(_last_messages(conn, [dict(r._mapping) for r in rows(ModelCall)]).items())
     first_row = conn.execute(select(CALLS).where(CALLS.c.run_id == run_id, CALLS.c.attempt_of.is_(None))
                              .order_by(CALLS.c.seq).limit(1)).first()
     first_text = _request_texts(conn, [dict(first_row._mapping)]) if first_row is not None else {}
@@ -340,9 +341,110 @@ def turn_slice(conn: Connection, run_id: str, first: int | None = None, last: in
         before = conn.execute(select(TURNS.c.messages_json).where(TURNS.c.run_id == run_id, TURNS.c.turn < first)
                               .order_by(TURNS.c.turn.desc()).limit(1)).scalar()
     return TurnSlice(
+        appended=_appended_before_each(conn, run_id, only) if only is not None else None,
         trajectory=Trajectory(run=run, turns=records, run_events=tuple(e for e in events if e.turn is None)),
         appended_before=before, last_messages={i: m for i, m in last_rows if m is not None} if tails else {},
     )
+
+
+def _appended_before_each(conn: Connection, run_id: str, only: Collection[int]) -> dict[int, str | None]:
+    numbers = [e.turn for e in turn_index(conn, run_id)]
+    previous = {n: (numbers[i - 1] if i else None) for i, n in enumerate(numbers)}
+    wanted = {previous.get(n) for n in only} - {None}
+    committed = dict(conn.execute(select(TURNS.c.turn, TURNS.c.messages_json).where(
+        TURNS.c.run_id == run_id, TURNS.c.turn.in_(sorted(wanted)))).all()) if wanted else {}
+    return {n: None if previous.get(n) is None else committed.get(previous[n], "[]") for n in only}
+
+
+SEARCHED = (ModelResponse, CandidateRow, TransitionRow, ToolExecution, EventRow)
+WORD = re.compile(r"[a-hjl-z0-9]+")
+"""Characters a search can look for in the stored text as they are shown:
+ASCII letters and digits are never escaped in JSON, and no other character
+lower-cases to one of them except to 'i' (U+0130) and 'k' (U+212A), left out."""
+
+
+def _textual(column: Any) -> bool:
+    """A text column (sqlmodel's AutoString decorates a String)."""
+    return isinstance(getattr(column.type, "impl", column.type), String)
+
+
+def search_turns(conn: Connection, run_id: str, text: str) -> list[int] | None:
+    """The turns whose stored rows may contain ``text`` (case-insensitive):
+    every turn whose page text contains it is among them, found with SQL over
+    the rows' text columns by the longest run of plain letters and digits of
+    the text. None when the text has no such run (then every turn is a
+    candidate). The caller checks the candidates against the shown text."""
+    words = WORD.findall(text.lower())
+    if not words:
+        return None
+    pattern = f"%{max(words, key=len)}%"
+    found: set[int] = set()
+    for model in SEARCHED:
+        t = _table(model)
+        texts = [c.ilike(pattern) for c in t.c if _textual(c) and c.name not in ("id", "run_id", "chain_hash")]
+        found.update(conn.execute(select(t.c.turn).where(t.c.run_id == run_id, t.c.turn.is_not(None), or_(*texts))
+                                  .distinct()).scalars())
+    numbers = [e.turn for e in turn_index(conn, run_id)]
+    following = {n: numbers[i + 1] for i, n in enumerate(numbers[:-1])}
+    # A turn's committed messages are shown as the next turn's new messages.
+    for turn in conn.execute(select(TURNS.c.turn).where(TURNS.c.run_id == run_id, TURNS.c.messages_json.ilike(pattern))).scalars():
+        if turn in following:
+            found.add(following[turn])
+    calls = [dict(r._mapping) for r in conn.execute(
+        select(CALLS.c.id, CALLS.c.turn, CALLS.c.request_json, CALLS.c.request_refs, RESPONSES.c.id.label("answered"))
+        .select_from(CALLS.outerjoin(RESPONSES, RESPONSES.c.call_id == CALLS.c.id))
+        .where(CALLS.c.run_id == run_id, CALLS.c.turn.is_not(None)))]
+    # The opening request, and calls without an answer ("no response ..."), are always checked.
+    found.update(c["turn"] for c in calls if c["answered"] is None)
+    if calls:
+        found.add(min(c["turn"] for c in calls))
+    turn_of = {c["id"]: c["turn"] for c in calls}
+    needle = pattern.strip("%")
+    found.update(turn_of[i] for i, tail in _last_messages(conn, calls).items() if needle in tail.lower())
+    return sorted(found)
+
+
+def _last_messages(conn: Connection, call_rows: list[dict[str, Any]]) -> dict[str, str]:
+    """Each request's last message (JSON), by call id. A request stored by
+    reference (store.blobs) is not reassembled: its message-list nodes lead
+    to its last message's blob, the only one read; reassembling every
+    request would re-encode the whole history once per turn."""
+    out: dict[str, str] = {}
+    referenced = [r for r in call_rows if r.get("request_refs")]
+    bodies = blobs.load_for(conn, referenced, messages=False)
+    wanted: dict[str, str] = {}
+    for row in referenced:
+        if (sha := _last_hash(blobs.refs_of(row["request_refs"]).get(blobs.MESSAGES), bodies)) is not None:
+            wanted[row["id"]] = sha
+    blobs.fetch(conn, wanted.values(), bodies)
+    for call_id, sha in wanted.items():
+        try:
+            out[call_id] = json.dumps(json.loads(bodies[sha]))
+        except (KeyError, ValueError):  # a missing or damaged blob: no tail (verify names it)
+            continue
+    for row in call_rows:
+        if not row.get("request_refs") and row.get("request_json"):
+            try:
+                out[row["id"]] = json.dumps(json.loads(row["request_json"])["messages"][-1])
+            except (ValueError, KeyError, IndexError, TypeError):  # not a request (an edited row): no tail
+                continue
+    return out
+
+
+def _last_hash(node: str | None, bodies: dict[str, str]) -> str | None:
+    """The hash of the last message of a message-list node's list."""
+    seen: set[str] = set()
+    while node is not None and node not in seen:
+        seen.add(node)
+        try:
+            entry = json.loads(bodies[node])
+            hashes, parent = entry[blobs.MESSAGES], entry["parent"]
+        except (KeyError, ValueError, TypeError):
+            return None
+        if hashes:
+            return hashes[-1] if isinstance(hashes[-1], str) else None
+        node = parent if isinstance(parent, str) else None
+    return None
 
 
 def requests(conn: Connection, call_ids: list[str]) -> dict[str, str]:

@@ -4,6 +4,7 @@ server (app.py) and the static bundle (export.py), so both show the same."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from urllib.parse import urlencode
 
@@ -56,6 +57,20 @@ def parse_filter(params: Mapping[str, str]) -> tuple[RunFilter, list[str]]:
     values["sort"] = sort
     values["descending"] = params.get("order", "desc") != "asc"
     return RunFilter(**values, per_page=PER_PAGE), problems  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class SearchPages:
+    """Where a search within a run stands: the candidate turns SQL found,
+    read ``TURNS_PER_PAGE`` at a time."""
+
+    candidates: int
+    chunks: list[tuple[int, int]]
+    """First and last candidate turn of each page."""
+    page: int
+    narrowed: bool
+    """False when the query has no plain word to narrow by: every turn is a candidate."""
+    per_page: int = TURNS_PER_PAGE
 
 
 class Site:
@@ -113,11 +128,12 @@ class Site:
 
     def run_page(self, ref: str, query: str | None = None, page: int | None = None) -> str:
         """A run's turns, ``TURNS_PER_PAGE`` at a time when served (the bundle,
-        with no server to ask for more, has all of them on one page); a search
-        looks through every turn and shows those that match."""
+        with no server to ask for more, has all of them on one page)."""
         run_id = self.store.resolve(ref)
         index = self.store.turn_index(run_id)
         pages = [index[i:i + TURNS_PER_PAGE] for i in range(0, len(index), TURNS_PER_PAGE)] or [[]]
+        if query and not self.render.links.static:
+            return self.search_page(run_id, query, page or 1, index, pages)
         number = min(max(1, page or 1), len(pages))
         shown_turns = pages[number - 1] if not (query or self.render.links.static) else []
         if shown_turns:
@@ -127,14 +143,30 @@ class Site:
         return self.render_run(part.trajectory, run_shown(part.trajectory, part.appended_before, part.last_messages),
                                query, index=index, pages=pages if shown_turns else [], page=number)
 
+    def search_page(self, run_id: str, query: str, page: int, index: list[TurnIndexEntry],
+                    pages: list[list[TurnIndexEntry]]) -> str:
+        """The turns of a run whose text contains ``query``. SQL narrows the
+        turns to those whose rows contain the query's longest plain word
+        (``Store.search_turns``); only those are read, ``TURNS_PER_PAGE`` a
+        page, and kept when their shown text contains the whole query."""
+        found = self.store.search_turns(run_id, query)
+        candidates = [e.turn for e in index] if found is None else found
+        chunks = [candidates[i:i + TURNS_PER_PAGE] for i in range(0, len(candidates), TURNS_PER_PAGE)] or [[]]
+        number = min(max(1, page), len(chunks))
+        part = self.store.turn_slice(run_id, only=chunks[number - 1])
+        shown = run_shown(part.trajectory, None, part.last_messages, part.appended)
+        search = SearchPages(candidates=len(candidates), chunks=[(c[0], c[-1]) for c in chunks if c], page=number,
+                             narrowed=found is not None)
+        return self.render_run(part.trajectory, shown, query, index=index, pages=pages, page=1, search=search)
+
     def render_run(self, trajectory: Trajectory, shown: RunShown, query: str | None, *, index: list[TurnIndexEntry],
-                   pages: list[list[TurnIndexEntry]], page: int) -> str:
+                   pages: list[list[TurnIndexEntry]], page: int, search: SearchPages | None = None) -> str:
         run = trajectory.run
         totals = self.store.summaries([run.id])[0].totals
         page_of = {e.turn: n for n, chunk in enumerate(pages, 1) for e in chunk}
         return self.render.page("run.html", run=run, shown=shown, turns=matching(shown.turns, query), query=query or "",
                                 check=self.known_check(run.id, run.chain_seq, run.chain_head), totals=totals, index=index,
-                                pages=pages, page=page, page_of=page_of)
+                                pages=[] if search else pages, page=page, page_of=page_of, search=search)
 
     def chain_page(self, ref: str) -> str:
         run = self.store.run(ref)
