@@ -447,6 +447,56 @@ def _last_hash(node: str | None, bodies: dict[str, str]) -> str | None:
     return None
 
 
+def request_outlines(conn: Connection, pairs: list[tuple[str, str]]) -> dict[str, str]:
+    """For pairs of calls whose requests differ, each request as JSON with
+    only what locates their first difference spelled out: the request's own
+    fields, its tools (by hash, unless the two differ), its messages by hash
+    except the first one where the two differ. Compared field by field, two
+    outlines differ first where the whole requests do, without reading or
+    re-encoding either history. A request stored whole is returned whole."""
+    ids = sorted({i for pair in pairs for i in pair})
+    rows = {r["id"]: dict(r) for r in conn.execute(select(CALLS).where(CALLS.c.id.in_(ids))).mappings()} if ids else {}
+    whole = [r for r in rows.values() if not r.get("request_refs")]
+    out = _request_texts(conn, whole) if whole else {}
+    bodies = blobs.load_for(conn, [r for r in rows.values() if r.get("request_refs")], messages=False)
+    parsed: dict[str, Any] = {}
+    skeletons: dict[str, tuple[dict[str, Any], str | None, list[str]]] = {}
+    for call_id, row in rows.items():
+        if call_id in out:
+            continue
+        try:
+            refs = blobs.refs_of(row["request_refs"])
+            hashes = blobs.message_hashes(refs[blobs.MESSAGES], bodies, parsed) if blobs.MESSAGES in refs else []
+            skeletons[call_id] = (json.loads(row["request_body"]), refs.get(blobs.TOOLS), hashes)
+        except (KeyError, ValueError, TypeError):  # damaged: compared as whole text (verify names the damage)
+            out.update(_request_texts(conn, [row]))
+    wanted: set[str] = set()
+    spelled: dict[str, set[str]] = defaultdict(set)
+    for a, b in pairs:
+        if a not in skeletons or b not in skeletons:
+            continue
+        (_, tools_a, msgs_a), (_, tools_b, msgs_b) = skeletons[a], skeletons[b]
+        first = next((i for i, (x, y) in enumerate(zip(msgs_a, msgs_b, strict=False)) if x != y), min(len(msgs_a), len(msgs_b)))
+        for call_id, tools, msgs in ((a, tools_a, msgs_a), (b, tools_b, msgs_b)):
+            spelled[call_id].update(msgs[first:first + 1])
+            if tools_a != tools_b and tools:
+                spelled[call_id].add(tools)
+            wanted |= spelled[call_id]
+    blobs.fetch(conn, wanted, bodies)
+    for call_id, (body, tools, msgs) in skeletons.items():
+        shown = spelled.get(call_id, set())
+
+        def part(sha: str, shown: set[str] = shown) -> Any:
+            return json.loads(bodies[sha]) if sha in shown and sha in bodies else sha
+
+        outline = dict(body)
+        if tools is not None:
+            outline[blobs.TOOLS] = part(tools)
+        outline[blobs.MESSAGES] = [part(h) for h in msgs]
+        out[call_id] = json.dumps(outline)
+    return out
+
+
 def requests(conn: Connection, call_ids: list[str]) -> dict[str, str]:
     """The recorded request text of the given calls, by call id."""
     if not call_ids:

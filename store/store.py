@@ -125,6 +125,9 @@ class Store:
     def search_turns(self, run_id: str, text: str) -> list[int] | None:
         return self._query(browse.search_turns, run_id, text)
 
+    def request_outlines(self, pairs: list[tuple[str, str]]) -> dict[str, str]:
+        return self._query(browse.request_outlines, pairs)
+
     def requests(self, call_ids: list[str]) -> dict[str, str]:
         return self._query(browse.requests, call_ids)
 

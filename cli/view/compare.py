@@ -124,15 +124,28 @@ def difference(a: TurnRecord | None, b: TurnRecord | None) -> Difference | None:
     return None
 
 
-def differing_requests(a: Trajectory, b: Trajectory) -> list[str]:
-    """The main calls of the aligned turns whose request hashes differ: the
-    only requests a comparison parses, so the only ones worth reading."""
+def request_pairs(a: Trajectory, b: Trajectory) -> dict[int, tuple[str | None, str | None]]:
+    """By turn, the two main calls whose requests a comparison parses
+    (each turn's first; None where a turn has none), where the turn's
+    request hashes differ."""
     left, right = {t.turn: t for t in a.turns}, {t.turn: t for t in b.turns}
-    wanted: list[str] = []
-    for number in set(left) & set(right):
+    pairs: dict[int, tuple[str | None, str | None]] = {}
+    for number in sorted(set(left) & set(right)):
         if _request_hashes(left[number]) != _request_hashes(right[number]):
-            wanted += [c.id for t in (left[number], right[number]) for c in t.calls if c.attempt_of is None]
-    return wanted
+            x, y = (next((c.id for c in t.calls if c.attempt_of is None), None) for t in (left[number], right[number]))
+            pairs[number] = (x, y)
+    return pairs
+
+
+def first_divergent_turn(a: Trajectory, b: Trajectory) -> int | None:
+    """The first turn that differs, found without any request text: a turn
+    whose request hashes differ counts as differing."""
+    left, right = {t.turn: t for t in a.turns}, {t.turn: t for t in b.turns}
+    for number in sorted(set(left) | set(right)):
+        x, y = left.get(number), right.get(number)
+        if x is None or y is None or _request_hashes(x) != _request_hashes(y) or difference(x, y) is not None:
+            return number
+    return None
 
 
 def with_requests(trajectory: Trajectory, texts: dict[str, str]) -> Trajectory:

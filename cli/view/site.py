@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from urllib.parse import urlencode
 
 from cli.view import batches
-from cli.view.compare import align, differing_requests, with_requests
+from cli.view.compare import Comparison, align, first_divergent_turn, request_pairs, with_requests
 from cli.view.pages import RunShown, matching, run_shown
 from cli.view.render import Links, Renderer
 from store import ChainCheck, Store
@@ -175,8 +175,7 @@ class Site:
 
     def compare_page(self, a: str, b: str) -> str:
         left, right = (self.store.turn_slice(self.store.resolve(ref), tails=False, detail=False).trajectory for ref in (a, b))
-        texts = self.store.requests(differing_requests(left, right))
-        comparison = align(with_requests(left, texts), with_requests(right, texts))
+        comparison = self.aligned(left, right)
         checks = [(t.run.id, self.known_check(t.run.id, t.run.chain_seq, t.run.chain_head)) for t in (comparison.a, comparison.b)]
         return self.render.page("compare.html", cmp=comparison, checks=checks)
 
@@ -186,6 +185,24 @@ class Site:
 
     def batch_page(self, ref: str) -> str:
         return self.render.page("batch.html", b=batches.batch_shown(self.store, ref), run_link=self.run_link)
+
+    def aligned(self, left: Trajectory, right: Trajectory) -> Comparison:
+        """The two runs aligned. Only the first divergent turn's requests are
+        read whole (its diff is shown); every other turn whose requests differ
+        is compared through outlines (``Store.request_outlines``), which name
+        the same first differing field without reading the histories."""
+        pairs = request_pairs(left, right)
+        # A turn where one run made no call compares a request with nothing: read whole.
+        whole = ({first_divergent_turn(left, right)} | {t for t, p in pairs.items() if None in p}) & set(pairs)
+        while True:
+            outlined = [(x, y) for t, (x, y) in pairs.items() if t not in whole and x is not None and y is not None]
+            texts = {**self.store.request_outlines(outlined),
+                     **self.store.requests([c for t in whole for c in pairs[t] if c is not None])}
+            comparison = align(with_requests(left, texts), with_requests(right, texts))
+            first = comparison.first_divergence
+            if first is None or first.turn in whole or first.turn not in pairs:
+                return comparison
+            whole.add(first.turn)  # the hashes differed at an earlier turn whose parsed requests did not
 
     def compare_form(self) -> str:
         return self.render.page("compare_form.html")
