@@ -411,11 +411,21 @@ def _last_messages(conn: Connection, call_rows: list[dict[str, Any]]) -> dict[st
     request would re-encode the whole history once per turn."""
     out: dict[str, str] = {}
     referenced = [r for r in call_rows if r.get("request_refs")]
-    bodies = blobs.load_for(conn, referenced, messages=False)
+    bodies: dict[str, str] = {}
+    # Each request names its own node, which usually holds its last message;
+    # parents are read only for nodes that added none (not the whole chain).
+    pending = {r["id"]: blobs.refs_of(r["request_refs"]).get(blobs.MESSAGES) for r in referenced}
     wanted: dict[str, str] = {}
-    for row in referenced:
-        if (sha := _last_hash(blobs.refs_of(row["request_refs"]).get(blobs.MESSAGES), bodies)) is not None:
-            wanted[row["id"]] = sha
+    while pending:
+        blobs.fetch(conn, [n for n in pending.values() if n], bodies)
+        step: dict[str, str | None] = {}
+        for call_id, node in pending.items():
+            found = _last_hash(node, bodies)
+            if isinstance(found, str):
+                wanted[call_id] = found
+            elif isinstance(found, tuple) and found[0] not in bodies:
+                step[call_id] = found[0]
+        pending = step
     blobs.fetch(conn, wanted.values(), bodies)
     for call_id, sha in wanted.items():
         try:
@@ -431,11 +441,14 @@ def _last_messages(conn: Connection, call_rows: list[dict[str, Any]]) -> dict[st
     return out
 
 
-def _last_hash(node: str | None, bodies: dict[str, str]) -> str | None:
-    """The hash of the last message of a message-list node's list."""
+def _last_hash(node: str | None, bodies: dict[str, str]) -> str | tuple[str] | None:
+    """The hash of the last message of a message-list node's list; (parent,)
+    when the walk needs a node not read yet; None when there is none."""
     seen: set[str] = set()
     while node is not None and node not in seen:
         seen.add(node)
+        if node not in bodies:
+            return (node,)
         try:
             entry = json.loads(bodies[node])
             hashes, parent = entry[blobs.MESSAGES], entry["parent"]
@@ -470,29 +483,25 @@ def request_outlines(conn: Connection, pairs: list[tuple[str, str]]) -> dict[str
             skeletons[call_id] = (json.loads(row["request_body"]), refs.get(blobs.TOOLS), hashes)
         except (KeyError, ValueError, TypeError):  # damaged: compared as whole text (verify names the damage)
             out.update(_request_texts(conn, [row]))
-    wanted: set[str] = set()
-    spelled: dict[str, set[str]] = defaultdict(set)
+    # Messages before the first differing one are equal on both sides (the
+    # same placeholder keeps their positions); those after it cannot come
+    # first in the comparison and are left out.
+    outlines: dict[str, tuple[dict[str, Any], str | None, list[str], int]] = {}
     for a, b in pairs:
         if a not in skeletons or b not in skeletons:
             continue
-        (_, tools_a, msgs_a), (_, tools_b, msgs_b) = skeletons[a], skeletons[b]
+        (body_a, tools_a, msgs_a), (body_b, tools_b, msgs_b) = skeletons[a], skeletons[b]
         first = next((i for i, (x, y) in enumerate(zip(msgs_a, msgs_b, strict=False)) if x != y), min(len(msgs_a), len(msgs_b)))
-        for call_id, tools, msgs in ((a, tools_a, msgs_a), (b, tools_b, msgs_b)):
-            spelled[call_id].update(msgs[first:first + 1])
-            if tools_a != tools_b and tools:
-                spelled[call_id].add(tools)
-            wanted |= spelled[call_id]
-    blobs.fetch(conn, wanted, bodies)
-    for call_id, (body, tools, msgs) in skeletons.items():
-        shown = spelled.get(call_id, set())
-
-        def part(sha: str, shown: set[str] = shown) -> Any:
-            return json.loads(bodies[sha]) if sha in shown and sha in bodies else sha
-
+        for call_id, body, tools, msgs in ((a, body_a, tools_a, msgs_a), (b, body_b, tools_b, msgs_b)):
+            outlines[call_id] = (body, tools if tools_a != tools_b else None, msgs[first:first + 1], first)
+            if tools is not None and tools_a == tools_b:
+                outlines[call_id] = (body, "=", msgs[first:first + 1], first)
+    blobs.fetch(conn, [s for _, tools, spelled, _ in outlines.values() for s in (*spelled, tools) if s and s != "="], bodies)
+    for call_id, (body, tools, spelled, first) in outlines.items():
         outline = dict(body)
         if tools is not None:
-            outline[blobs.TOOLS] = part(tools)
-        outline[blobs.MESSAGES] = [part(h) for h in msgs]
+            outline[blobs.TOOLS] = json.loads(bodies[tools]) if tools in bodies else tools
+        outline[blobs.MESSAGES] = ["="] * first + [json.loads(bodies[h]) if h in bodies else h for h in spelled]
         out[call_id] = json.dumps(outline)
     return out
 

@@ -9,6 +9,7 @@ import hashlib
 import re
 import time
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -127,7 +128,10 @@ def diff_block(text: str) -> Markup:
     return Markup(f'<pre class="diff">{spans}</pre>')
 
 
+@cache
 def make_environment() -> Environment:
+    """One environment per process: compiled templates are kept across
+    applications and bundles (nothing in it depends on them)."""
     env = Environment(
         loader=PackageLoader("cli.view", "templates"),
         autoescape=select_autoescape(default=True, default_for_string=True),
