@@ -472,14 +472,34 @@ def request_outlines(conn: Connection, pairs: list[tuple[str, str]]) -> dict[str
     whole = [r for r in rows.values() if not r.get("request_refs")]
     out = _request_texts(conn, whole) if whole else {}
     bodies = blobs.load_for(conn, [r for r in rows.values() if r.get("request_refs")], messages=False)
-    parsed: dict[str, Any] = {}
+    lists: dict[str, list[str]] = {}
+
+    def message_hashes(node: str) -> list[str]:
+        """A node's message hashes, each node's list made once from its
+        parent's (blobs.message_hashes walks every request's whole chain)."""
+        chain = []
+        while node not in lists:
+            chain.append(node)
+            entry = json.loads(bodies[node])
+            if entry["parent"] is None:
+                lists[node] = list(entry[blobs.MESSAGES])
+                chain.pop()
+                break
+            node = entry["parent"]
+            if len(chain) > len(bodies):
+                raise ValueError("a message-list node is its own ancestor")
+        for current in reversed(chain):
+            entry = json.loads(bodies[current])
+            lists[current] = lists[entry["parent"]] + list(entry[blobs.MESSAGES])
+        return lists[chain[0]] if chain else lists[node]
+
     skeletons: dict[str, tuple[dict[str, Any], str | None, list[str]]] = {}
     for call_id, row in rows.items():
         if call_id in out:
             continue
         try:
             refs = blobs.refs_of(row["request_refs"])
-            hashes = blobs.message_hashes(refs[blobs.MESSAGES], bodies, parsed) if blobs.MESSAGES in refs else []
+            hashes = message_hashes(refs[blobs.MESSAGES]) if blobs.MESSAGES in refs else []
             skeletons[call_id] = (json.loads(row["request_body"]), refs.get(blobs.TOOLS), hashes)
         except (KeyError, ValueError, TypeError):  # damaged: compared as whole text (verify names the damage)
             out.update(_request_texts(conn, [row]))
