@@ -19,6 +19,13 @@ from markupsafe import Markup, escape
 SAFE_NAME = re.compile(r"[A-Za-z0-9_-]{1,100}")
 
 
+def file_id(value: str) -> str:
+    """An id from the store as part of a bundle's file name: as is when it is
+    plainly safe there, else its sha256 (a hostile store's id cannot name a
+    path outside the bundle)."""
+    return value if SAFE_NAME.fullmatch(value) else hashlib.sha256(value.encode()).hexdigest()[:32]
+
+
 @dataclass(frozen=True)
 class Links:
     """URLs between pages: server routes, or flat file names in a bundle."""
@@ -29,7 +36,7 @@ class Links:
         return "index.html" if self.static else "/"
 
     def run(self, run_id: str) -> str:
-        return f"run-{run_id}.html" if self.static else f"/run/{run_id}"
+        return f"run-{file_id(run_id)}.html" if self.static else f"/run/{run_id}"
 
     def turn(self, run_id: str, turn: int, page: int | None) -> str:
         """A turn on the run page; served pages show some turns per page."""
@@ -38,7 +45,7 @@ class Links:
         return f"/run/{run_id}?page={page}#turn-{turn}"
 
     def chain(self, run_id: str, seq: int | None = None) -> str:
-        base = f"chain-{run_id}.html" if self.static else f"/run/{run_id}/chain"
+        base = f"chain-{file_id(run_id)}.html" if self.static else f"/run/{run_id}/chain"
         return base if seq is None else f"{base}#seq-{seq}"
 
     def chain_status(self, run_id: str) -> str:
@@ -46,18 +53,14 @@ class Links:
         return f"/run/{run_id}/verified"
 
     def compare(self, a: str, b: str) -> str:
-        return f"compare-{a}-{b}.html" if self.static else "/compare?" + urlencode({"a": a, "b": b})
+        return f"compare-{file_id(a)}-{file_id(b)}.html" if self.static else "/compare?" + urlencode({"a": a, "b": b})
 
     def batches(self) -> str:
         return "batches.html" if self.static else "/batches"
 
     def batch(self, batch_id: str) -> str:
-        """A batch's page. Its id comes from the store: in a file name it is
-        used as is only when it is plainly safe there, else by its hash."""
-        if not self.static:
-            return "/batch/" + quote(batch_id, safe="")
-        safe = SAFE_NAME.fullmatch(batch_id)
-        return f"batch-{batch_id if safe else hashlib.sha256(batch_id.encode()).hexdigest()[:32]}.html"
+        """A batch's page (in a bundle, named by ``file_id``)."""
+        return f"batch-{file_id(batch_id)}.html" if self.static else "/batch/" + quote(batch_id, safe="")
 
     def batch_runs(self, batch_id: str) -> str | None:
         """The runs page filtered to a batch (served pages only)."""

@@ -4,6 +4,7 @@ infrastructure failures apart, and hostile task ids and errors as text."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from cli.view.export import export_bundle
@@ -75,3 +76,32 @@ def test_batch_page_in_the_static_bundle(page, store: Store, tmp_path: Path) -> 
     links = [a.get_attribute("href") for a in page.locator("#matrix a").all()]
     assert links == [f"run-{runs['fails'][0]}.html"] * 2
     hostile_text_is_inert(page, "bundle of one run")
+
+
+def test_hostile_ids_cannot_name_a_file_outside_the_bundle(store: Store, db_path: Path, tmp_path: Path) -> None:
+    import sqlite3
+
+    from store import Recorder, synthetic
+
+    run_id = synthetic.record_run(Recorder(store), turns=2, seed=8)
+    batch_id, _ = record_batch(store)
+    store.close()
+    hostile = "../../escaped"
+    with sqlite3.connect(db_path) as conn:
+        tables = [t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        for table in tables:
+            columns = [c[1] for c in conn.execute(f"PRAGMA table_info({table})")]
+            if "run_id" in columns:
+                conn.execute(f"UPDATE {table} SET run_id = ? WHERE run_id = ?", (hostile + "-run", run_id))
+        conn.execute("UPDATE runs SET id = ? WHERE id = ?", (hostile + "-run", run_id))
+        conn.execute("UPDATE batches SET id = ? WHERE id = ?", (hostile + "-batch", batch_id))
+        for table in ("batch_tasks", "batch_attempts"):
+            conn.execute(f"UPDATE {table} SET batch_id = ? WHERE batch_id = ?", (hostile + "-batch", batch_id))
+    bundle = tmp_path / "a" / "b" / "bundle"
+    with Store.open(f"sqlite:///{db_path}", create=False, readonly=True) as opened:
+        written = export_bundle(opened, bundle, [])
+    assert all(path.resolve().parent == bundle.resolve() for path in written)
+    assert not list(tmp_path.rglob("escaped*"))
+    index = (bundle / "index.html").read_text() + (bundle / "batches.html").read_text()
+    for name in re.findall(r'href="((?:run|batch)-[^"]+\.html)"', index):
+        assert (bundle / name).exists(), name
