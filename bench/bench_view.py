@@ -7,8 +7,10 @@ apart, each clone re-chained (its hash chain verifies), plus one 200-turn
 run recorded through the Recorder. Pages are requested in-process through
 Starlette's test client, so the time is the server's: routing, SQL, and
 template rendering, without a network. Each figure is the best and the
-median of several requests; the run page is also timed cold (its chain is
-verified on the first request, then cached per chain head).
+median of several requests. "Cold" rows use a new application each time
+(nothing cached): the first view of a run sends the page without verifying
+the chain, and the frame on it (``/run/RUN/verified``) verifies it; a
+second 200-turn run that parts from the first at turn 0 is compared with it.
 
 The run page and compare page are then timed side by side with the way they
 were first built (every call's full row read, the whole trajectory, all
@@ -25,13 +27,14 @@ import sqlite3
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 
 from starlette.testclient import TestClient
 
 from cli.view.app import create_app
-from cli.view.compare import align
+from cli.view.compare import align, request_pairs, with_requests
 from cli.view.pages import run_shown
 from cli.view.render import Links
 from cli.view.site import Site
@@ -86,11 +89,14 @@ def insert(conn: sqlite3.Connection, table: str, row: dict) -> None:
     conn.execute(f"INSERT INTO {table} ({columns}) VALUES ({', '.join('?' * len(row))})", tuple(row.values()))
 
 
-def timed(client: TestClient, url: str, repeat: int) -> tuple[float, float, float, int]:
-    """Best and median wall time, median CPU time of this process, and size."""
+def timed(client: TestClient, url: str, repeat: int, fresh: Callable[[], TestClient] | None = None) -> tuple[float, float, float, int]:
+    """Best and median wall time, median CPU time of this process, and size;
+    with ``fresh``, each request goes to a new application (nothing cached)."""
     samples, cpu = [], []
     size = 0
     for _ in range(repeat):
+        if fresh is not None:
+            client = fresh()
         started, cpu_started = time.perf_counter(), time.process_time()
         response = client.get(url)
         samples.append(time.perf_counter() - started)
@@ -110,19 +116,53 @@ def first_run_page(site: Site, run_id: str) -> str:
 def first_compare_page(site: Site, a: str, b: str) -> str:
     """The compare page as first built: both whole trajectories."""
     comparison = align(site.store.trajectory(a), site.store.trajectory(b))
-    checks = [site.check(t.run.id, t.run.chain_seq, t.run.chain_head) for t in (comparison.a, comparison.b)]
+    checks = [(t.run.id, site.check(t.run.id, t.run.chain_seq, t.run.chain_head)) for t in (comparison.a, comparison.b)]
     return site.render.page("compare.html", cmp=comparison, checks=checks)
 
 
-def side_by_side(store: Store, run_id: str, turns: int, repeat: int) -> None:
+def whole_search_page(site: Site, run_id: str, query: str) -> str:
+    """Search as before: every turn of the run read and checked."""
+    part = site.store.turn_slice(run_id)
+    return site.render_run(part.trajectory, run_shown(part.trajectory, part.appended_before, part.last_messages), query,
+                           index=site.store.turn_index(run_id), pages=[], page=1)
+
+
+def whole_requests_compare_page(site: Site, a: str, b: str) -> str:
+    """Compare as before: every turn whose request hashes differ read whole."""
+    left, right = (site.store.turn_slice(r, tails=False, detail=False).trajectory for r in (a, b))
+    pairs = request_pairs(left, right)
+    texts = site.store.requests([c for p in pairs.values() for c in p if c is not None])
+    comparison = align(with_requests(left, texts), with_requests(right, texts))
+    checks = [(t.run.id, site.check(t.run.id, t.run.chain_seq, t.run.chain_head)) for t in (comparison.a, comparison.b)]
+    return site.render.page("compare.html", cmp=comparison, checks=checks)
+
+
+def cold_page_as_before(store: Store, run_id: str) -> str:
+    """The first view as before: the chain verified before the page is sent."""
+    site = Site(store, Links(static=False))
+    run = store.run(run_id)
+    site.check(run.id, run.chain_seq, run.chain_head)
+    return site.run_page(run_id)
+
+
+def side_by_side(store: Store, run_id: str, other: str, turns: int, repeat: int) -> None:
     served, bundle = Site(store, Links(static=False)), Site(store, Links(static=True))
     variants = {
+        "first view as before (chain verified, then the page)": lambda: cold_page_as_before(store, run_id),
+        "first view now: the page (new application)": lambda: Site(store, Links(static=False)).run_page(run_id),
+        "first view now: its chain frame (new application)": lambda: Site(store, Links(static=False)).chain_status_page(run_id),
+        "search 'pytest -k t1' as before (every turn read)": lambda: whole_search_page(served, run_id, "pytest -k t1"),
+        "search 'pytest -k t1' now (candidates, 50 a page)": lambda: served.run_page(run_id, "pytest -k t1"),
+        "search 'denied' as before (every turn read)": lambda: whole_search_page(served, run_id, "denied"),
+        "search 'denied' now": lambda: served.run_page(run_id, "denied"),
+        "compare, parted at turn 0, as before (all requests read)": lambda: whole_requests_compare_page(served, run_id, other),
+        "compare, parted at turn 0, now (outlines)": lambda: served.compare_page(run_id, other),
         f"run page as first built (full rows, {turns} turns)": lambda: first_run_page(served, run_id),
         f"run page now, all {turns} turns (the bundle's page)": lambda: bundle.run_page(run_id),
         "run page now, served: first 50 turns": lambda: served.run_page(run_id),
         "run page now, served: turns 150-199": lambda: served.run_page(run_id, page=4),
         "compare as first built (full rows)": lambda: first_compare_page(served, run_id, run_id),
-        "compare now (requests read where hashes differ)": lambda: served.compare_page(run_id, run_id),
+        "compare with itself now": lambda: served.compare_page(run_id, run_id),
     }
     wall: dict[str, list[float]] = {k: [] for k in variants}
     cpu: dict[str, list[float]] = {k: [] for k in variants}
@@ -155,20 +195,32 @@ def main() -> None:
     clone_runs(path, args.runs - 1)
     with Store.open(f"sqlite:///{path}", synchronous="OFF") as store:
         long_run = synthetic.record_run(Recorder(store), turns=args.turns, seed=9)
+        other_run = synthetic.record_run(Recorder(store), turns=args.turns, seed=10)
     print(f"store: {args.runs} runs ({args.turns}-turn run {long_run[:12]}) generated in {time.perf_counter() - started:.1f} s, "
           f"{path.stat().st_size / 1e6:.1f} MB at {path}\n")
     goal = 0.300
     with Store.open(f"sqlite:///{path}", create=False, readonly=True) as store:
         client = TestClient(create_app(store))
         assert store.verify(long_run).ok
-        _, cold, cold_cpu, size = timed(client, f"/run/{long_run}", 1)
+
+        def fresh() -> TestClient:
+            return TestClient(create_app(store))
+
         print(f"{'page':<58} {'best ms':>8} {'median ms':>10} {'cpu ms':>7} {'KiB':>7}  goal 300 ms (median)")
-        print(f"{f'run page, {args.turns} turns, first 50, cold (chain verified)':<58} {cold * 1000:8.1f} {cold * 1000:10.1f} "
-              f"{cold_cpu * 1000:7.1f} {size / 1024:7.1f}  {'ok' if cold < goal else 'OVER'}")
+        for label, url in ((f"run page, {args.turns} turns, first 50, cold (new app)", f"/run/{long_run}"),
+                           ("  its chain frame, cold (verifies the whole chain)", f"/run/{long_run}/verified"),
+                           ("compare, parted at turn 0, cold (new app)", f"/compare?a={long_run}&b={other_run}")):
+            best, median, cpu, size = timed(client, url, args.repeat, fresh)
+            print(f"{label:<58} {best * 1000:8.1f} {median * 1000:10.1f} {cpu * 1000:7.1f} {size / 1024:7.1f}  "
+                  f"{'ok' if median < goal else 'OVER'}")
+        client.get(f"/run/{long_run}/verified")
+        client.get(f"/run/{other_run}/verified")
         pages = (
             (f"run page, {args.turns} turns, first 50 (chain check cached)", f"/run/{long_run}"),
             (f"run page, {args.turns} turns, last 50", f"/run/{long_run}?page=4"),
             (f"run page, {args.turns} turns, search 'pytest -k t1'", f"/run/{long_run}?q=pytest+-k+t1"),
+            (f"run page, {args.turns} turns, search 'denied'", f"/run/{long_run}?q=denied"),
+            (f"run page, {args.turns} turns, search 'zzz' (no match)", f"/run/{long_run}?q=zzz"),
             (f"runs page 1 of {args.runs}, newest first", "/"),
             ("runs page 150, newest first", "/?page=150"),
             ("runs page, verdict=PASS", "/?verdict=PASS"),
@@ -177,12 +229,13 @@ def main() -> None:
             ("runs page, turns >= 3 and cost <= $0.001", "/?min_turns=3&max_cost=0.001"),
             ("runs page, date window", "/?since=2024-01-01&until=2024-02-01"),
             (f"compare, {args.turns}-turn run with itself", f"/compare?a={long_run}&b={long_run}"),
+            (f"compare, {args.turns}-turn runs parted at turn 0", f"/compare?a={long_run}&b={other_run}"),
         )
         for label, url in pages:
             best, median, cpu, size = timed(client, url, args.repeat)
             print(f"{label:<58} {best * 1000:8.1f} {median * 1000:10.1f} {cpu * 1000:7.1f} {size / 1024:7.1f}  "
                   f"{'ok' if median < goal else 'OVER'}")
-        side_by_side(store, long_run, args.turns, args.repeat)
+        side_by_side(store, long_run, other_run, args.turns, args.repeat)
 
 
 if __name__ == "__main__":

@@ -155,3 +155,21 @@ def mark_crashed(summaries: list[RunSummary], crashed: set[str]) -> list[RunSumm
     """Listed runs with status ``crashed`` where their process died."""
     return [s.model_copy(update={"run": s.run.model_copy(update={"status": "crashed"})}) if s.run.id in crashed else s
             for s in summaries]
+
+
+def list_batches(store: Store, *, page: int = 1, per_page: int = 50) -> tuple[list[str], int]:
+    """One page of batch ids, newest first, and how many batches there are."""
+    with store.read() as conn:
+        total = int(conn.execute(select(func.count()).select_from(B)).scalar() or 0)
+        ids = conn.execute(select(B.c.id).order_by(B.c.created_at.desc(), B.c.id.desc())
+                           .limit(per_page).offset((max(1, page) - 1) * per_page)).scalars().all()
+    return list(ids), total
+
+
+def batches_of_runs(store: Store, run_ids: list[str]) -> list[str]:
+    """The batches any of the given runs was an attempt of, newest first."""
+    if not run_ids:
+        return []
+    with store.read() as conn:
+        return list(conn.execute(select(B.c.id).where(B.c.id.in_(select(BA.c.batch_id).where(BA.c.run_id.in_(run_ids))))
+                                 .order_by(B.c.created_at.desc(), B.c.id.desc())).scalars())

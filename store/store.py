@@ -8,8 +8,7 @@ turned into typed StoreErrors at this boundary.
 from __future__ import annotations
 
 import time
-
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -121,10 +120,16 @@ class Store:
         return self._query(browse.turn_index, run_id)
 
     def turn_slice(self, run_id: str, first: int | None = None, last: int | None = None, *, tails: bool = True,
-                   detail: bool = True) -> browse.TurnSlice:
+                   detail: bool = True, only: Collection[int] | None = None) -> browse.TurnSlice:
         """Some turns of a run, read without the requests' text (``escrow view``)."""
         with self.read() as conn:
-            return browse.turn_slice(conn, run_id, first, last, tails=tails, detail=detail)
+            return browse.turn_slice(conn, run_id, first, last, tails=tails, detail=detail, only=only)
+
+    def search_turns(self, run_id: str, text: str) -> list[int] | None:
+        return self._query(browse.search_turns, run_id, text)
+
+    def request_outlines(self, pairs: list[tuple[str, str]]) -> dict[str, str]:
+        return self._query(browse.request_outlines, pairs)
 
     def requests(self, call_ids: list[str]) -> dict[str, str]:
         return self._query(browse.requests, call_ids)

@@ -20,7 +20,7 @@ HEADERS = {
     # Served pages load nothing and run no script (the bundle's scripts are
     # allowed by hash in its own pages); this header and each page's meta
     # policy both apply.
-    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; script-src 'none'; img-src data:; form-action 'self'",
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; script-src 'none'; img-src data:; frame-src 'self'; form-action 'self'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
 }
@@ -46,6 +46,16 @@ def create_app(store: Store, *, allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS)
     def chain(request: Request) -> HTMLResponse:
         return html(site.chain_page(request.path_params["run_id"]))
 
+    def batch_list(request: Request) -> HTMLResponse:
+        raw = request.query_params.get("page", "")
+        return html(site.batches_page(min(max(1, int(raw)), 1_000_000) if raw.isdigit() else 1))
+
+    def batch(request: Request) -> HTMLResponse:
+        return html(site.batch_page(request.path_params["batch_id"]))
+
+    def chain_status(request: Request) -> HTMLResponse:
+        return html(site.chain_status_page(request.path_params["run_id"]))
+
     def compare(request: Request) -> HTMLResponse:
         a, b = request.query_params.get("a"), request.query_params.get("b")
         if not a or not b:
@@ -67,7 +77,9 @@ def create_app(store: Store, *, allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS)
 
     return Starlette(
         routes=[
-            Route("/", runs), Route("/run/{run_id}", run), Route("/run/{run_id}/chain", chain), Route("/compare", compare),
+            Route("/", runs), Route("/run/{run_id}", run), Route("/run/{run_id}/chain", chain),
+            Route("/run/{run_id}/verified", chain_status), Route("/compare", compare),
+            Route("/batches", batch_list), Route("/batch/{batch_id}", batch),
         ],
         middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))],
         exception_handlers={RunNotFound: not_found, StoreError: store_failed, HTTPException: http_error},

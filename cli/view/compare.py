@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.replay.divergence import compare
+from orchestrator.replay.divergence import compare, differing_paths
 from orchestrator.trajectory import Trajectory, TurnRecord
 
 
@@ -108,31 +108,50 @@ def _request_hashes(record: TurnRecord) -> tuple[str, ...]:
     return tuple(c.request_sha256 for c in record.calls if c.attempt_of is None)
 
 
-def difference(a: TurnRecord | None, b: TurnRecord | None) -> Difference | None:
+def difference(a: TurnRecord | None, b: TurnRecord | None, *, diff: bool = True) -> Difference | None:
     """The first check on which two recordings of a turn differ, at its first
     field. Requests are compared by their recorded sha256 first, as replay
-    does, and parsed only when the hashes differ."""
+    does, and parsed only when the hashes differ. Without ``diff`` only the
+    field is found (the page shows the diff of the first divergence only)."""
     if a is None or b is None:
         missing = "a" if a is None else "b"
         return Difference(kind="exhausted", field="turns", fields=("turns",), diff=f"run {missing} has no turn here\n")
     for kind, part in CHECKS:
         if kind == "request" and _request_hashes(a) == _request_hashes(b):
             continue
-        paths, diff = compare(part(a), part(b))
+        if not diff:
+            found = differing_paths(part(a), part(b), limit=1)
+            if found:
+                return Difference(kind=kind, field=found[0], fields=tuple(found), diff="")
+            continue
+        paths, text = compare(part(a), part(b))
         if paths:
-            return Difference(kind=kind, field=paths[0], fields=paths, diff=diff)
+            return Difference(kind=kind, field=paths[0], fields=paths, diff=text)
     return None
 
 
-def differing_requests(a: Trajectory, b: Trajectory) -> list[str]:
-    """The main calls of the aligned turns whose request hashes differ: the
-    only requests a comparison parses, so the only ones worth reading."""
+def request_pairs(a: Trajectory, b: Trajectory) -> dict[int, tuple[str | None, str | None]]:
+    """By turn, the two main calls whose requests a comparison parses
+    (each turn's first; None where a turn has none), where the turn's
+    request hashes differ."""
     left, right = {t.turn: t for t in a.turns}, {t.turn: t for t in b.turns}
-    wanted: list[str] = []
-    for number in set(left) & set(right):
+    pairs: dict[int, tuple[str | None, str | None]] = {}
+    for number in sorted(set(left) & set(right)):
         if _request_hashes(left[number]) != _request_hashes(right[number]):
-            wanted += [c.id for t in (left[number], right[number]) for c in t.calls if c.attempt_of is None]
-    return wanted
+            x, y = (next((c.id for c in t.calls if c.attempt_of is None), None) for t in (left[number], right[number]))
+            pairs[number] = (x, y)
+    return pairs
+
+
+def first_divergent_turn(a: Trajectory, b: Trajectory) -> int | None:
+    """The first turn that differs, found without any request text: a turn
+    whose request hashes differ counts as differing."""
+    left, right = {t.turn: t for t in a.turns}, {t.turn: t for t in b.turns}
+    for number in sorted(set(left) | set(right)):
+        x, y = left.get(number), right.get(number)
+        if x is None or y is None or _request_hashes(x) != _request_hashes(y) or difference(x, y) is not None:
+            return number
+    return None
 
 
 def with_requests(trajectory: Trajectory, texts: dict[str, str]) -> Trajectory:
@@ -150,7 +169,10 @@ def align(a: Trajectory, b: Trajectory) -> Comparison:
     left = {t.turn: t for t in a.turns}
     right = {t.turn: t for t in b.turns}
     turns = []
+    parted = False
     for number in sorted(set(left) | set(right)):
         x, y = left.get(number), right.get(number)
-        turns.append(AlignedTurn(turn=number, a=_side(x) if x else None, b=_side(y) if y else None, difference=difference(x, y)))
+        found = difference(x, y, diff=not parted)
+        parted = parted or found is not None
+        turns.append(AlignedTurn(turn=number, a=_side(x) if x else None, b=_side(y) if y else None, difference=found))
     return Comparison(a=a, b=b, turns=tuple(turns))

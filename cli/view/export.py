@@ -11,6 +11,7 @@ from cli.view.render import Links
 from cli.view.site import Site
 from orchestrator.errors import ConfigError
 from store import Store
+from store import batches as bstore
 from store.browse import RunFilter
 
 EXPORT_LIMIT = 10_000
@@ -25,10 +26,13 @@ def bundle_runs(store: Store, refs: list[str]) -> list[str]:
 
 
 def export_bundle(store: Store, dest: Path, refs: list[str], progress: Callable[[str], None] = lambda _: None) -> list[Path]:
-    """Write index.html, a page and a chain page per run, and a compare page
-    for each run whose parent is in the bundle. Returns the files written."""
+    """Write index.html, a page and a chain page per run, a compare page for
+    each run whose parent is in the bundle, and batches.html with a page per
+    batch that any bundled run belongs to. Returns the files written."""
     run_ids = bundle_runs(store, refs)
+    batch_ids = bstore.batches_of_runs(store, run_ids) if refs else bstore.list_batches(store, per_page=EXPORT_LIMIT)[0]
     site = Site(store, Links(static=True))
+    site.bundled = set(run_ids)
     try:
         dest.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -42,6 +46,9 @@ def export_bundle(store: Store, dest: Path, refs: list[str], progress: Callable[
         parent = store.run(run_id).parent_run_id
         if parent in wanted:
             pages.append((links.compare(parent, run_id), lambda p=parent, r=run_id: site.compare_page(p, r)))
+    pages.append((links.batches(), lambda: site.batches_page(ids=batch_ids)))
+    for batch_id in batch_ids:
+        pages.append((links.batch(batch_id), lambda b=batch_id: site.batch_page(b)))
     written = []
     for name, render in pages:
         path = dest / name

@@ -92,6 +92,8 @@ class TurnShown:
     calls: tuple[CallShown, ...]
     candidates: tuple[CandidateShown, ...]
     events: tuple[EventShown, ...]
+    opening: bool = False
+    """The turn shows the whole first request, not messages new to it."""
 
     @cached_property
     def haystack(self) -> str:
@@ -237,14 +239,14 @@ def _haystack(messages: tuple[MessageShown, ...], calls: tuple[CallShown, ...], 
     return "\n".join(parts).lower()
 
 
-def _turn(record: TurnRecord, new: tuple[MessageShown, ...], tail: MessageShown | None = None) -> TurnShown:
+def _turn(record: TurnRecord, new: tuple[MessageShown, ...], tail: MessageShown | None = None, opening: bool = False) -> TurnShown:
     executions = {e.candidate_id: e for e in record.tool_executions}
     calls = tuple(_call(c) for c in record.calls)
     candidates = tuple(_candidate(c, executions.get(c.id)) for c in record.candidates)
     events = tuple(_event(e) for e in record.events)
     return TurnShown(
         turn=record.turn, committed_seq=record.committed.seq if record.committed else None, new_messages=new, tail=tail,
-        calls=calls, candidates=candidates, events=events,
+        calls=calls, candidates=candidates, events=events, opening=opening,
     )
 
 
@@ -270,23 +272,29 @@ def _tail(record: TurnRecord, new: tuple[MessageShown, ...], last_messages: Mapp
     return None if new and (new[-1].role, new[-1].content) == (last.role, last.content) else last
 
 
-def run_shown(trajectory: Trajectory, appended_before: str | None = None, last_messages: Mapping[str, str] | None = None) -> RunShown:
+def run_shown(trajectory: Trajectory, appended_before: str | None = None, last_messages: Mapping[str, str] | None = None,
+              appended_before_each: Mapping[int, str | None] | None = None) -> RunShown:
     """A request's new messages are the first request's own, then what the
     previous turn appended to the history (its committed messages). Reading
     those rather than diffing every request keeps a long run's page linear:
     each request carries the whole history. ``appended_before`` is what the
     turn before the first shown one appended, when the page starts later;
-    ``last_messages`` each request's last message, to show its volatile tail."""
+    ``last_messages`` each request's last message, to show its volatile tail;
+    ``appended_before_each``, for turns that do not follow one another (a search's), what
+    the turn before each appended (None before the first turn)."""
     turns = []
     new: tuple[MessageShown, ...] | None = None
     if appended_before is not None:
         new = tuple(_message(m) for m in json.loads(appended_before))
     for record in trajectory.turns:
+        if appended_before_each is not None:
+            raw = appended_before_each.get(record.turn, "[]")
+            new = None if raw is None else tuple(_message(m) for m in json.loads(raw))
         opening = new is None and bool(record.calls)
         if opening:
             new = _opening(record)
         tail = None if opening or not last_messages else _tail(record, new or (), last_messages)
-        turns.append(_turn(record, new or (), tail))
+        turns.append(_turn(record, new or (), tail, opening))
         appended = json.loads(record.committed.messages_json) if record.committed else []
         if new is not None:
             new = tuple(_message(m) for m in appended)

@@ -6,13 +6,24 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import time
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup, escape
+
+SAFE_NAME = re.compile(r"[A-Za-z0-9_-]{1,100}")
+
+
+def file_id(value: str) -> str:
+    """An id from the store as part of a bundle's file name: as is when it is
+    plainly safe there, else its sha256 (a hostile store's id cannot name a
+    path outside the bundle)."""
+    return value if SAFE_NAME.fullmatch(value) else hashlib.sha256(value.encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True)
@@ -25,7 +36,7 @@ class Links:
         return "index.html" if self.static else "/"
 
     def run(self, run_id: str) -> str:
-        return f"run-{run_id}.html" if self.static else f"/run/{run_id}"
+        return f"run-{file_id(run_id)}.html" if self.static else f"/run/{run_id}"
 
     def turn(self, run_id: str, turn: int, page: int | None) -> str:
         """A turn on the run page; served pages show some turns per page."""
@@ -34,11 +45,26 @@ class Links:
         return f"/run/{run_id}?page={page}#turn-{turn}"
 
     def chain(self, run_id: str, seq: int | None = None) -> str:
-        base = f"chain-{run_id}.html" if self.static else f"/run/{run_id}/chain"
+        base = f"chain-{file_id(run_id)}.html" if self.static else f"/run/{run_id}/chain"
         return base if seq is None else f"{base}#seq-{seq}"
 
+    def chain_status(self, run_id: str) -> str:
+        """The served frame that verifies a run's chain and shows the outcome."""
+        return f"/run/{run_id}/verified"
+
     def compare(self, a: str, b: str) -> str:
-        return f"compare-{a}-{b}.html" if self.static else "/compare?" + urlencode({"a": a, "b": b})
+        return f"compare-{file_id(a)}-{file_id(b)}.html" if self.static else "/compare?" + urlencode({"a": a, "b": b})
+
+    def batches(self) -> str:
+        return "batches.html" if self.static else "/batches"
+
+    def batch(self, batch_id: str) -> str:
+        """A batch's page (in a bundle, named by ``file_id``)."""
+        return f"batch-{file_id(batch_id)}.html" if self.static else "/batch/" + quote(batch_id, safe="")
+
+    def batch_runs(self, batch_id: str) -> str | None:
+        """The runs page filtered to a batch (served pages only)."""
+        return None if self.static else "/?" + urlencode({"batch": batch_id})
 
 
 def when(ts: float | None) -> str:
@@ -59,6 +85,10 @@ def signed(value: float | None, digits: int = 0) -> str:
     if not value:
         return "0"
     return f"{value:+.{digits}f}"
+
+
+def rate(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0%}"
 
 
 def size(n: int | None) -> str:
@@ -101,14 +131,17 @@ def diff_block(text: str) -> Markup:
     return Markup(f'<pre class="diff">{spans}</pre>')
 
 
+@cache
 def make_environment() -> Environment:
+    """One environment per process: compiled templates are kept across
+    applications and bundles (nothing in it depends on them)."""
     env = Environment(
         loader=PackageLoader("cli.view", "templates"),
         autoescape=select_autoescape(default=True, default_for_string=True),
         trim_blocks=True, lstrip_blocks=True,
     )
     env.filters.update(when=when, dollars=dollars, secs=secs, signed=signed, size=size, short=lambda s: (s or "")[:12])
-    env.globals.update(badge=badge, text_block=text_block, diff_block=diff_block)
+    env.globals.update(rate=rate, badge=badge, text_block=text_block, diff_block=diff_block)
     return env
 
 
@@ -120,7 +153,7 @@ script that got past escaping, an event handler attribute) is blocked."""
 
 def content_security_policy(scripts: dict[str, str]) -> str:
     hashes = " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()}'" for text in scripts.values())
-    return f"default-src 'none'; style-src 'unsafe-inline'; script-src {hashes}; img-src data:; form-action 'self'"
+    return f"default-src 'none'; style-src 'unsafe-inline'; script-src {hashes}; img-src data:; frame-src 'self'; form-action 'self'"
 
 
 class Renderer:

@@ -4,10 +4,12 @@ server (app.py) and the static bundle (export.py), so both show the same."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from urllib.parse import urlencode
 
-from cli.view.compare import align, differing_requests, with_requests
+from cli.view import batches
+from cli.view.compare import Comparison, align, first_divergent_turn, request_pairs, with_requests
 from cli.view.pages import RunShown, matching, run_shown
 from cli.view.render import Links, Renderer
 from store import ChainCheck, Store
@@ -57,11 +59,30 @@ def parse_filter(params: Mapping[str, str]) -> tuple[RunFilter, list[str]]:
     return RunFilter(**values, per_page=PER_PAGE), problems  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class SearchPages:
+    """Where a search within a run stands: the candidate turns SQL found,
+    read ``TURNS_PER_PAGE`` at a time."""
+
+    candidates: int
+    chunks: list[tuple[int, int]]
+    """First and last candidate turn of each page."""
+    page: int
+    narrowed: bool
+    """False when the query has no plain word to narrow by: every turn is a candidate."""
+    per_page: int = TURNS_PER_PAGE
+
+
 class Site:
     def __init__(self, store: Store, links: Links) -> None:
         self.store = store
         self.render = Renderer(links)
         self._checks: dict[tuple[str, int, str], ChainCheck] = {}
+        self.bundled: set[str] | None = None
+        """The runs a static bundle holds (links to others are left out)."""
+
+    def run_link(self, run_id: str) -> str | None:
+        return self.render.links.run(run_id) if self.bundled is None or run_id in self.bundled else None
 
     def check(self, run_id: str, chain_seq: int, chain_head: str) -> ChainCheck:
         """The run's chain check, kept while its head is unchanged."""
@@ -69,6 +90,19 @@ class Site:
         if key not in self._checks:
             self._checks[key] = self.store.verify(run_id)
         return self._checks[key]
+
+    def known_check(self, run_id: str, chain_seq: int, chain_head: str) -> ChainCheck | None:
+        """The run's chain check if it was made while its head was as it is
+        now; a served page without it shows the check in a frame, which makes
+        it after the page is sent (verifying a long chain costs more than the
+        page). The static bundle always checks: it has no server to ask."""
+        if self.render.links.static:
+            return self.check(run_id, chain_seq, chain_head)
+        return self._checks.get((run_id, chain_seq, chain_head))
+
+    def chain_status_page(self, ref: str) -> str:
+        run = self.store.run(ref)
+        return self.render.page("chain_status.html", run=run, check=self.check(run.id, run.chain_seq, run.chain_head))
 
     def runs_page(self, params: Mapping[str, str]) -> str:
         wanted, problems = parse_filter(params)
@@ -94,11 +128,12 @@ class Site:
 
     def run_page(self, ref: str, query: str | None = None, page: int | None = None) -> str:
         """A run's turns, ``TURNS_PER_PAGE`` at a time when served (the bundle,
-        with no server to ask for more, has all of them on one page); a search
-        looks through every turn and shows those that match."""
+        with no server to ask for more, has all of them on one page)."""
         run_id = self.store.resolve(ref)
         index = self.store.turn_index(run_id)
         pages = [index[i:i + TURNS_PER_PAGE] for i in range(0, len(index), TURNS_PER_PAGE)] or [[]]
+        if query and not self.render.links.static:
+            return self.search_page(run_id, query, page or 1, index, pages)
         number = min(max(1, page or 1), len(pages))
         shown_turns = pages[number - 1] if not (query or self.render.links.static) else []
         if shown_turns:
@@ -108,14 +143,30 @@ class Site:
         return self.render_run(part.trajectory, run_shown(part.trajectory, part.appended_before, part.last_messages),
                                query, index=index, pages=pages if shown_turns else [], page=number)
 
+    def search_page(self, run_id: str, query: str, page: int, index: list[TurnIndexEntry],
+                    pages: list[list[TurnIndexEntry]]) -> str:
+        """The turns of a run whose text contains ``query``. SQL narrows the
+        turns to those whose rows contain the query's longest plain word
+        (``Store.search_turns``); only those are read, ``TURNS_PER_PAGE`` a
+        page, and kept when their shown text contains the whole query."""
+        found = self.store.search_turns(run_id, query)
+        candidates = [e.turn for e in index] if found is None else found
+        chunks = [candidates[i:i + TURNS_PER_PAGE] for i in range(0, len(candidates), TURNS_PER_PAGE)] or [[]]
+        number = min(max(1, page), len(chunks))
+        part = self.store.turn_slice(run_id, only=chunks[number - 1])
+        shown = run_shown(part.trajectory, None, part.last_messages, part.appended)
+        search = SearchPages(candidates=len(candidates), chunks=[(c[0], c[-1]) for c in chunks if c], page=number,
+                             narrowed=found is not None)
+        return self.render_run(part.trajectory, shown, query, index=index, pages=pages, page=1, search=search)
+
     def render_run(self, trajectory: Trajectory, shown: RunShown, query: str | None, *, index: list[TurnIndexEntry],
-                   pages: list[list[TurnIndexEntry]], page: int) -> str:
+                   pages: list[list[TurnIndexEntry]], page: int, search: SearchPages | None = None) -> str:
         run = trajectory.run
         totals = self.store.summaries([run.id])[0].totals
         page_of = {e.turn: n for n, chunk in enumerate(pages, 1) for e in chunk}
         return self.render.page("run.html", run=run, shown=shown, turns=matching(shown.turns, query), query=query or "",
-                                check=self.check(run.id, run.chain_seq, run.chain_head), totals=totals, index=index,
-                                pages=pages, page=page, page_of=page_of)
+                                check=self.known_check(run.id, run.chain_seq, run.chain_head), totals=totals, index=index,
+                                pages=[] if search else pages, page=page, page_of=page_of, search=search)
 
     def chain_page(self, ref: str) -> str:
         run = self.store.run(ref)
@@ -124,10 +175,34 @@ class Site:
 
     def compare_page(self, a: str, b: str) -> str:
         left, right = (self.store.turn_slice(self.store.resolve(ref), tails=False, detail=False).trajectory for ref in (a, b))
-        texts = self.store.requests(differing_requests(left, right))
-        comparison = align(with_requests(left, texts), with_requests(right, texts))
-        checks = [self.check(t.run.id, t.run.chain_seq, t.run.chain_head) for t in (comparison.a, comparison.b)]
+        comparison = self.aligned(left, right)
+        checks = [(t.run.id, self.known_check(t.run.id, t.run.chain_seq, t.run.chain_head)) for t in (comparison.a, comparison.b)]
         return self.render.page("compare.html", cmp=comparison, checks=checks)
+
+    def batches_page(self, page: int = 1, ids: list[str] | None = None) -> str:
+        reports, pages = batches.listed(self.store, page, ids)
+        return self.render.page("batches.html", reports=reports, page=page, pages=pages)
+
+    def batch_page(self, ref: str) -> str:
+        return self.render.page("batch.html", b=batches.batch_shown(self.store, ref), run_link=self.run_link)
+
+    def aligned(self, left: Trajectory, right: Trajectory) -> Comparison:
+        """The two runs aligned. Only the first divergent turn's requests are
+        read whole (its diff is shown); every other turn whose requests differ
+        is compared through outlines (``Store.request_outlines``), which name
+        the same first differing field without reading the histories."""
+        pairs = request_pairs(left, right)
+        # A turn where one run made no call compares a request with nothing: read whole.
+        whole = ({first_divergent_turn(left, right)} | {t for t, p in pairs.items() if None in p}) & set(pairs)
+        while True:
+            outlined = [(x, y) for t, (x, y) in pairs.items() if t not in whole and x is not None and y is not None]
+            texts = {**self.store.request_outlines(outlined),
+                     **self.store.requests([c for t in whole for c in pairs[t] if c is not None])}
+            comparison = align(with_requests(left, texts), with_requests(right, texts))
+            first = comparison.first_divergence
+            if first is None or first.turn in whole or first.turn not in pairs:
+                return comparison
+            whole.add(first.turn)  # the hashes differed at an earlier turn whose parsed requests did not
 
     def compare_form(self) -> str:
         return self.render.page("compare_form.html")

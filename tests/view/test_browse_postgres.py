@@ -84,9 +84,10 @@ def test_pages_are_the_same(both: tuple[Store, Store, str]) -> None:
     pages = [
         lambda s: s.runs_page({"verdict": "PASS", "sort": "cost"}),
         lambda s: s.run_page(long_run), lambda s: s.run_page(long_run, page=2), lambda s: s.run_page(long_run, "contents 4"),
-        lambda s: s.chain_page(long_run), lambda s: s.compare_page(other, long_run),
+        lambda s: s.chain_page(long_run), lambda s: s.compare_page(other, long_run), lambda s: s.chain_status_page(long_run),
     ]
     for render in pages:
         assert render(sites[1]) == render(sites[0])
+    assert "Hash chain verified" in sites[1].chain_status_page(long_run)
     assert "Hash chain broken" not in sites[1].run_page(long_run)
     assert "turns left: 5;" in sites[1].run_page(long_run, page=2)

@@ -77,16 +77,35 @@ def test_broken_chain_shows_a_banner_and_still_renders(page, store: Store, db_pa
     run_id = record_denial_run(store, fault_server)
     with serving(db_path) as base:
         page.goto(f"{base}/run/{run_id}")
+        assert "verified" in page.frame_locator("iframe.chain-status").locator("#chain-verified").inner_text()
         assert page.locator(".banner.bad").count() == 0
     tamper(db_path, run_id)
     with serving(db_path) as base:
+        # First view: the page is sent before the chain is checked; the frame
+        # on it checks the chain and shows the broken link.
         page.goto(f"{base}/run/{run_id}")
-        banner = page.inner_text(".banner.bad")
-        assert "Hash chain broken" in banner and "hash mismatch" in banner
+        framed = page.frame_locator("iframe.chain-status").locator(".banner.bad")
+        assert "Hash chain broken" in framed.inner_text() and "hash mismatch" in framed.inner_text()
         assert "(edited)" in page.inner_text("main") and ASSISTANT_TEXT in page.inner_text("#turn-0")
         page.screenshot(path=artefacts / "broken-chain.png")
+        # Once checked, the page carries the banner itself.
+        page.reload()
+        banner = page.inner_text("main > .banner.bad")
+        assert "Hash chain broken" in banner and "hash mismatch" in banner
         page.goto(f"{base}/run/{run_id}/chain")
         assert page.locator("tr.divergent", has_text="first broken link").count() == 1
+    with serving(db_path) as base:
+        import httpx
+
+        # The order, without a browser: the first page names no verdict on
+        # the chain; the frame's address checks it; then the page shows it.
+        first = httpx.get(f"{base}/run/{run_id}").text
+        assert 'iframe class="chain-status"' in first and "Hash chain broken" not in first
+        assert "Hash chain broken" in httpx.get(f"{base}/run/{run_id}/verified").text
+        again = httpx.get(f"{base}/run/{run_id}").text
+        assert "Hash chain broken" in again and 'iframe class="chain-status"' not in again
+        compared = httpx.get(f"{base}/compare", params={"a": run_id, "b": run_id}).text
+        assert compared.count("Hash chain broken") == 2
 
 
 def test_older_schema_gives_the_migrate_hint(store: Store, db_path: Path) -> None:
