@@ -16,7 +16,9 @@ Ray is imported only when a batch runs on it (the ``ray`` extra).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import sys
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -88,12 +90,15 @@ def run_ray(
 ) -> list[AttemptResult]:
     """Run ``tasks`` on the Ray cluster at ``address``, at most ``options.workers`` at once."""
     require_shared_store(store)
-    ray = connect(address)
-    try:
-        return _drive(ray, store, settings, batch_id, tasks, tasks_dir=tasks_dir, model_urls=model_urls,
-                      options=options, on_attempt=on_attempt)
-    finally:
-        ray.shutdown()
+    # Ray prints cluster events (a node marked dead) on the driver's stdout,
+    # which belongs to the caller (``--json``): they go to stderr instead.
+    with contextlib.redirect_stdout(sys.stderr):
+        ray = connect(address)
+        try:
+            return _drive(ray, store, settings, batch_id, tasks, tasks_dir=tasks_dir, model_urls=model_urls,
+                          options=options, on_attempt=on_attempt)
+        finally:
+            ray.shutdown()
 
 
 def _drive(ray: Any, store: Store, settings: Settings, batch_id: str, tasks: list[BatchTask], *, tasks_dir: Path,

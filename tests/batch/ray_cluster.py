@@ -103,9 +103,14 @@ class RayCluster:
             "--runtime-env-agent-port", str(free_port()), "--metrics-export-port", str(free_port()),
         ]
         env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-        done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
-        if done.returncode != 0:
-            raise RuntimeError(f"ray start failed ({done.returncode}): {done.stderr[-2000:]}")
+        for _ in range(3):  # Ray gives a raylet 30 s to register: a loaded machine may need another go
+            done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
+            if done.returncode == 0:
+                return
+            kill_all(node_processes(temp_dir))
+            if "timed out during startup" not in done.stderr:
+                break
+        raise RuntimeError(f"ray start failed ({done.returncode}): {done.stderr[-2000:]}")
 
     def start(self) -> RayCluster:
         try:

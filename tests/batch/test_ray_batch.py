@@ -78,9 +78,12 @@ def lease_owners(store: Store) -> dict[str, str]:
         return {run_id: owner for run_id, owner in conn.execute(select(bstore.RL.c.run_id, bstore.RL.c.owner))}
 
 
-def watch_owners(store: Store, label: str, into: set[tuple[str, str]], done: threading.Event) -> None:
-    """Who holds each run's lease while the batch runs: which process ran it."""
+def watch_owners(store: Store, label: str, into: set[tuple[str, str]], node: set[int], cluster: RayCluster,
+                 done: threading.Event) -> None:
+    """Who holds each run's lease while the batch runs (which process ran it),
+    and the worker node's processes meanwhile (task workers end with the batch)."""
     while not done.wait(0.2):
+        node.update(cluster.worker_pids())
         into.update((label, owner) for owner in lease_owners(store).values())
 
 
@@ -115,7 +118,7 @@ def test_ray_gives_the_local_pools_verdicts_and_runs_on_both_nodes(tmp_path, ray
     url = f"http://127.0.0.1:{fault_server.port}/k/{{task_id}}/v1"
     options = PoolOptions(workers=4, start_slots=2, infra_retries=1, deadlines=Deadlines(lease_s=5))
     tasks = list(subset().tasks)
-    verdicts, owners = {}, set()
+    verdicts, owners, node = {}, set(), set()
     with Store.open(postgres.url) as store:
         for name, execute in (("local", run_pool), ("ray", run_ray)):
             for task_id, steps in scripts.items():
@@ -124,7 +127,7 @@ def test_ray_gives_the_local_pools_verdicts_and_runs_on_both_nodes(tmp_path, ray
                                                               options=options))
             extra = {"address": ray_cluster.address} if name == "ray" else {}
             done = threading.Event()
-            watcher = threading.Thread(target=watch_owners, args=(store, name, owners, done))
+            watcher = threading.Thread(target=watch_owners, args=(store, name, owners, node, ray_cluster, done))
             watcher.start()
             try:
                 results = execute(store, settings, batch_id, tasks, tasks_dir=EXAMPLES, model_urls=[url],
@@ -143,7 +146,7 @@ def test_ray_gives_the_local_pools_verdicts_and_runs_on_both_nodes(tmp_path, ray
     ray_pids = {owner_pid(o) for n, o in owners if n == "ray"}
     assert local_pids == {os.getpid()}
     assert ray_pids and os.getpid() not in ray_pids
-    assert ray_pids & ray_cluster.worker_pids() and ray_pids - ray_cluster.worker_pids()
+    assert ray_pids & node and ray_pids - node
 
 
 def test_kill_9_of_the_worker_node_mid_batch_loses_and_double_counts_nothing(tmp_path, ray_cluster, postgres,
@@ -164,8 +167,7 @@ def test_kill_9_of_the_worker_node_mid_batch_loses_and_double_counts_nothing(tmp
                     "cl100k_base", "--max-turns", "6", "--json")
     with Store.open(postgres.url) as store:
         try:
-            node = ray_cluster.worker_pids()
-            wait_for(lambda: any(owner_pid(o) in node for o in lease_owners(store).values()),
+            wait_for(lambda: any(owner_pid(o) in ray_cluster.worker_pids() for o in lease_owners(store).values()),
                      "a run on the worker node", proc=driver)
             owners = lease_owners(store)
             killed = ray_cluster.kill_worker_node()
