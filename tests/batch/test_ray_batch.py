@@ -153,18 +153,10 @@ def test_kill_9_of_the_worker_node_mid_batch_loses_and_double_counts_nothing(tmp
                                                                              fault_server, fix_scripts):
     for task_id in CHOSEN:
         fault_server.script_for(task_id, paced(fix_scripts[task_id]))
-    tasks_file = tmp_path / "tasks.jsonl"
-    tasks_file.write_text("".join(line for line in (EXAMPLES / "tasks.jsonl").read_text().splitlines(True)
-                                  if json.loads(line)["instance_id"] in CHOSEN))
-    for task_id in CHOSEN:  # the micro-repositories sit next to the task file
-        (tmp_path / task_id).symlink_to(EXAMPLES / task_id)
-    url = f"http://127.0.0.1:{fault_server.port}/k/{{task_id}}/v1"
     with Store.open(postgres.url) as store:
         before = set(_batch_ids(store))
-    driver = escrow(tmp_path / "home", "batch", str(tasks_file), "--executor", "ray", "--address",
-                    ray_cluster.address, "--db", postgres.url, "--model-url", url, "--workers", "4",
-                    "--lease", "2", "--infra-retries", "2", "--context-window", "8192", "--tokenizer",
-                    "cl100k_base", "--max-turns", "6", "--json")
+    driver = escrow(tmp_path / "home", "batch", str(task_file(tmp_path)), "--model-url", fault_url(fault_server),
+                    *on_ray(ray_cluster, postgres))
     with Store.open(postgres.url) as store:
         try:
             wait_for(lambda: any(owner_pid(o) in ray_cluster.worker_pids() for o in lease_owners(store).values()),
@@ -199,6 +191,71 @@ def test_kill_9_of_the_worker_node_mid_batch_loses_and_double_counts_nothing(tmp
     listed = subprocess.run([str(ESCROW), "runs", "--json", "--limit", "100", "--db", postgres.url],
                             capture_output=True, text=True, check=True)
     assert on_node <= {r["id"] for r in json.loads(listed.stdout) if r["status"] == "crashed"}
+    subprocess.run([str(ESCROW), "sandbox", "gc"], capture_output=True)
+
+
+def task_file(where: Path) -> Path:
+    """A task file of the CHOSEN tasks, their micro-repositories beside it."""
+    path = where / "tasks.jsonl"
+    path.write_text("".join(line for line in (EXAMPLES / "tasks.jsonl").read_text().splitlines(True)
+                            if json.loads(line)["instance_id"] in CHOSEN))
+    for task_id in CHOSEN:
+        (where / task_id).symlink_to(EXAMPLES / task_id)
+    return path
+
+
+def fault_url(fault_server) -> str:
+    return f"http://127.0.0.1:{fault_server.port}/k/{{task_id}}/v1"
+
+
+def on_ray(cluster: RayCluster, postgres: PostgresServer) -> list[str]:
+    return ["--executor", "ray", "--address", cluster.address, "--db", postgres.url, "--workers", "4",
+            "--lease", "2", "--infra-retries", "2", "--context-window", "8192", "--tokenizer", "cl100k_base",
+            "--max-turns", "6", "--json"]
+
+
+def test_postgresql_stopped_mid_ray_batch_is_a_clean_error_then_resume_finishes(tmp_path, ray_cluster, postgres,
+                                                                                 fault_server, fix_scripts):
+    for task_id in CHOSEN:
+        fault_server.script_for(task_id, paced(fix_scripts[task_id]))
+    with Store.open(postgres.url) as store:
+        before = set(_batch_ids(store))
+    driver = escrow(tmp_path / "home", "batch", str(task_file(tmp_path)), "--model-url", fault_url(fault_server),
+                    *on_ray(ray_cluster, postgres))
+    try:
+        with Store.open(postgres.url) as store:
+            wait_for(lambda: lease_owners(store), "a run in flight", proc=driver)
+            (batch_id,) = set(_batch_ids(store)) - before
+        postgres.stop()
+        try:
+            out, err = driver.communicate(timeout=600)
+        finally:
+            postgres.start()
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 3, err  # StoreLost: documented exit code
+    assert "Traceback" not in err and out == ""
+    assert f"error: the store went away during batch {batch_id}" in err
+    assert f"escrow batch --resume {batch_id[:12]}" in err
+
+    with Store.open(postgres.url) as store:
+        view = bstore.load_batch(store, batch_id)
+        done = {a.task_id for a in view.attempts if a.outcome == bstore.MODEL}
+        assert set(view.pending()) == set(CHOSEN) - done and view.pending()
+    for task_id in set(CHOSEN) - done:  # their runs were cut short; the resumed ones play the script whole
+        fault_server.script_for(task_id, paced(fix_scripts[task_id]))
+    resumed = escrow(tmp_path / "home", "batch", "--resume", batch_id[:12], *on_ray(ray_cluster, postgres))
+    out, err = resumed.communicate(timeout=900)
+    assert resumed.returncode == 0, err
+    report = json.loads(out)
+    assert report["n_tasks"] == report["done"] == report["passed"] == len(CHOSEN)
+    with Store.open(postgres.url) as store:
+        view = bstore.load_batch(store, batch_id)
+        model = [a for a in view.attempts if a.outcome == bstore.MODEL]
+        assert sorted(a.task_id for a in model) == sorted(CHOSEN)  # nothing counted twice
+        for attempt in model:
+            assert store.run(attempt.run_id).verdict == "PASS" and store.verify(attempt.run_id).ok
     subprocess.run([str(ESCROW), "sandbox", "gc"], capture_output=True)
 
 
