@@ -17,7 +17,7 @@ from orchestrator.batch.driver import BatchPlan, pending_tasks, run_batch, start
 from orchestrator.batch.errors import BatchNotFound
 from orchestrator.batch.pool import PoolOptions
 from orchestrator.batch.progress import BatchProgress
-from orchestrator.batch.ray_executor import run_batch_on_ray
+from orchestrator.batch.ray_executor import require_shared_store, run_batch_on_ray
 from orchestrator.batch.report import BatchReport, batch_report
 from orchestrator.batch.runner import Deadlines
 from orchestrator.batch.tasks import load_task_file
@@ -93,6 +93,8 @@ def batch(
                           deadlines=Deadlines(task_s=task_timeout, lease_s=lease))
     err = Console(stderr=True)
     with Store.open(settings.store_url) as store:
+        if address is not None:
+            require_shared_store(store)  # before a batch is recorded
         if resume is not None:
             batch_id = _resolve(store, resume)
         else:
