@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 import sys
 from collections import deque
 from collections.abc import Callable
@@ -59,9 +60,15 @@ def _ray() -> Any:
     return ray
 
 
-def connect(address: str) -> Any:
+def connect(address: str, *, probe_s: float = 10.0) -> Any:
     """Join the running cluster at ``address`` as its driver."""
     ray = _ray()
+    host, _, port = address.rpartition(":")
+    if host and port.isdigit():  # ray.init waits minutes on an address where nothing listens
+        try:
+            socket.create_connection((host, int(port)), timeout=probe_s).close()
+        except OSError as exc:
+            raise RayUnavailable(f"no Ray cluster answers at {address}: {exc}", address=address) from exc
     try:
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING, namespace="escrow")
     except (ConnectionError, RuntimeError, ValueError) as exc:
