@@ -224,8 +224,11 @@ def test_postgresql_stopped_mid_ray_batch_is_a_clean_error_then_resume_finishes(
                     *on_ray(ray_cluster, postgres))
     try:
         with Store.open(postgres.url) as store:
-            wait_for(lambda: lease_owners(store), "a run in flight", proc=driver)
-            (batch_id,) = set(_batch_ids(store)) - before
+            (batch_id,) = wait_for(lambda: set(_batch_ids(store)) - before, "the batch", proc=driver)
+            # Leases of other batches' dead runs linger: wait for one of this batch's runs.
+            wait_for(lambda: {a.run_id for a in bstore.load_batch(store, batch_id).attempts
+                              if a.outcome == bstore.STARTED} & set(lease_owners(store)), "a run in flight",
+                     proc=driver)
         postgres.stop()
         try:
             out, err = driver.communicate(timeout=600)
