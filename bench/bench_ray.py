@@ -54,6 +54,7 @@ def one_executor(execute: Callable[..., list], store: Store, server: FaultServer
                       options=options, **extra)
     wall = time.monotonic() - started
     view = bstore.load_batch(store, batch_id)
+    assert view is not None
     spans = [a.finished_at - a.started_at for a in view.attempts if a.finished_at is not None]
     return wall, sum(spans) / max(len(spans), 1), sum(r.verdict == "PASS" for r in results)
 
