@@ -4,6 +4,8 @@ local worker pool; ``escrow batch status|report BATCH`` shows where a batch stan
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import typer
@@ -12,20 +14,22 @@ from orchestrator.exit_codes import ExitCode
 from rich.console import Console
 from rich.markup import escape
 
+from cli.store_cmd import CONFIG_HELP, DB_HELP, emit_json
 from orchestrator.batch.driver import BatchPlan, pending_tasks, run_batch, start_batch
 from orchestrator.batch.errors import BatchNotFound
 from orchestrator.batch.pool import PoolOptions
 from orchestrator.batch.progress import BatchProgress
+from orchestrator.batch.ray_executor import require_shared_store, run_batch_on_ray
 from orchestrator.batch.report import BatchReport, batch_report
 from orchestrator.batch.runner import Deadlines
 from orchestrator.batch.tasks import load_task_file
-from cli.store_cmd import CONFIG_HELP, DB_HELP, emit_json
 from orchestrator.errors import ConfigError
 from orchestrator.settings import Settings, load_settings
 from store import Store
 from store import batches as bstore
 
 VIEWS = ("status", "report")
+EXECUTORS = ("local", "ray")
 
 
 def register(app: typer.Typer) -> None:
@@ -42,7 +46,8 @@ def batch(
     infra_retries: int = typer.Option(2, "--infra-retries", min=0, help="Retries of an infrastructure failure."),
     task_timeout: float = typer.Option(1800.0, "--task-timeout", min=1, help="Seconds for a whole task."),
     lease: float = typer.Option(30.0, "--lease", min=1, help="Seconds after which a silent run reads as crashed."),
-    executor: str = typer.Option("local", "--executor", help="local (a worker pool here)."),
+    executor: str = typer.Option("local", "--executor", help="local (a worker pool here) or ray (--address)."),
+    address: str = typer.Option(None, "--address", help="The Ray cluster, HOST:PORT (with --executor ray)."),
     model_url: list[str] = typer.Option(None, "--model-url", help="Model server base URL; repeat for replicas. "
                                         "{task_id} in it is replaced by the task's id."),
     model: str = typer.Option(None, "--model", help="Model id sent to the server."),
@@ -61,13 +66,15 @@ def batch(
 
     \b
     escrow batch TASKS.jsonl --workers 4   start a batch
+    escrow batch TASKS.jsonl --executor ray --address HOST:PORT --db PG_URL
     escrow batch --resume BATCH            rerun tasks without a model verdict
     escrow batch status BATCH [--json]     where it stands
     escrow batch report BATCH [--json]     pass rate, cost, tokens, failures
 
     Exit code: 0 when every task ended with a model verdict (passing or
     not), 1 when some did not (infrastructure or task errors: resume them),
-    2 for a usage error."""
+    2 for a usage error, 3 when the store went away mid-batch (resume it
+    once the store is back)."""
     settings = load_settings(
         config, db_url=db, model_url=model_url[0] if model_url else None, model=model, max_turns=max_turns,
         max_output_tokens=max_tokens, context_window=context_window, tool_protocol=tool_protocol,
@@ -78,14 +85,18 @@ def batch(
             raise ConfigError(f"escrow batch {target} needs a batch id")
         show(settings, target, batch_ref, as_json)
         return
-    if executor != "local":
-        raise ConfigError(f"--executor {executor!r} is not available; use local")
+    if executor not in EXECUTORS:
+        raise ConfigError(f"--executor {executor!r} is not one of: {', '.join(EXECUTORS)}")
+    if (executor == "ray") != (address is not None):
+        raise ConfigError("--address HOST:PORT goes with --executor ray, and only with it")
     if (target is None) == (resume is None):
         raise ConfigError("give a task file or --resume BATCH (not both)")
     options = PoolOptions(workers=workers, start_slots=start_slots, infra_retries=infra_retries,
                           deadlines=Deadlines(task_s=task_timeout, lease_s=lease))
     err = Console(stderr=True)
     with Store.open(settings.store_url) as store:
+        if address is not None:
+            require_shared_store(store)  # before a batch is recorded
         if resume is not None:
             batch_id = _resolve(store, resume)
         else:
@@ -97,14 +108,15 @@ def batch(
             batch_id = start_batch(store, task_file, plan)
         err.print(f"batch [bold]{batch_id}[/]")
         _, pending = pending_tasks(store, batch_id)
-        _run_with_progress(store, settings, batch_id, len(pending), options, err)
+        run = run_batch if address is None else partial(run_batch_on_ray, address=address)
+        _run_with_progress(store, settings, batch_id, len(pending), options, err, run)
         report = _report(store, batch_id)
     _render(report, as_json)
     raise typer.Exit(ExitCode.OK if report.done == report.n_tasks else ExitCode.FINDING)
 
 
 def _run_with_progress(store: Store, settings: Settings, batch_id: str, total: int, options: PoolOptions,
-                       err: Console) -> None:
+                       err: Console, run: Callable[..., object] = run_batch) -> None:
     progress = BatchProgress(total)
     finished = threading.Event()
     with err.status(progress.line(min(options.workers, total)), spinner="dots") as status:
@@ -115,7 +127,7 @@ def _run_with_progress(store: Store, settings: Settings, batch_id: str, total: i
         ticker = threading.Thread(target=tick, daemon=True)
         ticker.start()
         try:
-            run_batch(store, settings, batch_id, on_attempt=progress.attempt, options=options)
+            run(store, settings, batch_id, on_attempt=progress.attempt, options=options)
         finally:
             finished.set()
             ticker.join()

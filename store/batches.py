@@ -173,3 +173,25 @@ def batches_of_runs(store: Store, run_ids: list[str]) -> list[str]:
     with store.read() as conn:
         return list(conn.execute(select(B.c.id).where(B.c.id.in_(select(BA.c.batch_id).where(BA.c.run_id.in_(run_ids))))
                                  .order_by(B.c.created_at.desc(), B.c.id.desc())).scalars())
+
+
+def settle_lost(store: Store, batch_id: str, task_id: str, *, after: int, verdict: str, error: str,
+                replica: str | None = None) -> AttemptView:
+    """The attempt of a task whose worker process was lost, numbered above
+    ``after``: a model verdict it recorded before dying stands (the task is not
+    run again); one still ``started`` becomes an infrastructure failure; when
+    the worker died before recording anything, that failure is recorded."""
+    now = time.time()
+    latest = select(BA).where((BA.c.batch_id == batch_id) & (BA.c.task_id == task_id) & (BA.c.number > after)
+                              ).order_by(BA.c.number.desc()).limit(1)
+    with store.write() as conn:
+        row = conn.execute(latest).mappings().first()
+        if row is None:
+            conn.execute(insert(BA).values(id=uuid.uuid4().hex, batch_id=batch_id, task_id=task_id, number=after + 1,
+                                           outcome=INFRASTRUCTURE, verdict=verdict, error=error, replica=replica,
+                                           started_at=now, finished_at=now))
+        elif row["outcome"] == STARTED:
+            conn.execute(update(BA).where(BA.c.id == row["id"]).values(
+                outcome=INFRASTRUCTURE, verdict=verdict, error=error, finished_at=now))
+        row = conn.execute(latest).mappings().one()
+    return AttemptView(**{k: row[k] for k in AttemptView.model_fields})

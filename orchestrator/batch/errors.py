@@ -23,3 +23,16 @@ class RepoError(EscrowError):
 
 class BatchNotFound(EscrowError):
     """No batch with that id in the store."""
+
+
+class RayUnavailable(EscrowError):
+    """``--executor ray`` cannot be used: Ray is not installed, the cluster
+    at the address does not answer, or the store is not one every node reaches."""
+
+
+class StoreLost(EscrowError):
+    """The store went away in the middle of a batch; what was recorded stands
+    and ``escrow batch --resume`` finishes the batch once the store is back."""
+
+    exit_code = 3
+

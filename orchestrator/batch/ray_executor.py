@@ -1,0 +1,179 @@
+"""The Ray executor: ``--executor ray --address ADDR``, one Ray task per
+trajectory on a Ray cluster, the store on PostgreSQL so every node records
+into it.
+
+Each Ray task runs one attempt through the same per-task runner as the local
+pool (``runner.run_attempt``, which starts the run only through the library
+entry point). Ray's own retries are off: the driver here retries, so that each
+attempt is recorded. A Ray task lost with its worker or its node becomes an
+``infrastructure`` attempt (its run, left ``running``, reads as crashed once
+its lease lapses) and is retried up to ``infra_retries``; an attempt that had
+recorded a model verdict before its worker died stands and is not rerun.
+The store going away ends the batch with ``StoreLost``: resume it later.
+
+Ray is imported only when a batch runs on it (the ``ray`` extra).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import sys
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from orchestrator.batch.driver import pending_tasks
+from orchestrator.batch.errors import RayUnavailable, StoreLost
+from orchestrator.batch.placement import ReplicaPool
+from orchestrator.batch.pool import REPLICA_LOST, PoolOptions, moved_off
+from orchestrator.batch.runner import INFRASTRUCTURE_FAILURE, AttemptResult, Deadlines, run_attempt
+from orchestrator.batch.tasks import BatchTask
+from orchestrator.settings import Settings
+from store import Store
+from store import batches as bstore
+from store.errors import StoreError
+
+# How long in-flight Ray tasks get to end on their own once the batch stops.
+DRAIN_S = 30.0
+
+
+def attempt_on_worker(settings: Settings, batch_id: str, task: BatchTask, tasks_dir: str, model_url: str,
+                      deadlines: Deadlines) -> dict[str, Any]:
+    """The body of one Ray task, in a worker process on any node."""
+    try:
+        with Store.open(settings.store_url) as store:
+            result = run_attempt(store, settings, batch_id, task, tasks_dir=Path(tasks_dir), model_url=model_url,
+                                 deadlines=deadlines, replica=model_url)
+    except StoreError as exc:  # plain text back: the driver ends the batch with StoreLost
+        return {"store_lost": str(exc)}
+    return result.model_dump(mode="json")
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise RayUnavailable("--executor ray needs Ray: pip install 'escrow[ray]'") from exc
+    return ray
+
+
+def connect(address: str, *, probe_s: float = 10.0) -> Any:
+    """Join the running cluster at ``address`` as its driver."""
+    ray = _ray()
+    host, _, port = address.rpartition(":")
+    if host and port.isdigit():  # ray.init waits minutes on an address where nothing listens
+        try:
+            socket.create_connection((host, int(port)), timeout=probe_s).close()
+        except OSError as exc:
+            raise RayUnavailable(f"no Ray cluster answers at {address}: {exc}", address=address) from exc
+    try:
+        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING, namespace="escrow")
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise RayUnavailable(f"no Ray cluster answers at {address}: {exc}", address=address) from exc
+    return ray
+
+
+def require_shared_store(store: Store) -> None:
+    if store.dialect != "postgresql":
+        raise RayUnavailable(
+            f"--executor ray records from every node into one store, which must be PostgreSQL "
+            f"(--db postgresql+psycopg://USER@HOST/DB); {store.url} is {store.dialect}", store=store.url)
+
+
+class _Submitted:
+    """A Ray task in flight: which task, on which replica, above which attempt number."""
+
+    def __init__(self, task: BatchTask, url: str, after: int) -> None:
+        self.task, self.url, self.after = task, url, after
+
+
+def run_ray(
+    store: Store, settings: Settings, batch_id: str, tasks: list[BatchTask], *, tasks_dir: Path,
+    model_urls: list[str], options: PoolOptions, address: str,
+    on_attempt: Callable[[AttemptResult], None] = lambda r: None,
+) -> list[AttemptResult]:
+    """Run ``tasks`` on the Ray cluster at ``address``, at most ``options.workers`` at once."""
+    require_shared_store(store)
+    # Ray prints cluster events (a node marked dead) on the driver's stdout,
+    # which belongs to the caller (``--json``): they go to stderr instead.
+    with contextlib.redirect_stdout(sys.stderr):
+        ray = connect(address)
+        try:
+            return _drive(ray, store, settings, batch_id, tasks, tasks_dir=tasks_dir, model_urls=model_urls,
+                          options=options, on_attempt=on_attempt)
+        finally:
+            ray.shutdown()
+
+
+def _drive(ray: Any, store: Store, settings: Settings, batch_id: str, tasks: list[BatchTask], *, tasks_dir: Path,
+           model_urls: list[str], options: PoolOptions,
+           on_attempt: Callable[[AttemptResult], None]) -> list[AttemptResult]:
+    # SPREAD puts tasks on every node; a task retried after its node died lands on a live one.
+    remote = ray.remote(attempt_on_worker).options(num_cpus=1, max_retries=0, scheduling_strategy="SPREAD")
+    replicas = ReplicaPool(model_urls)
+    view = bstore.load_batch(store, batch_id)
+    numbers = {t.id: sum(a.task_id == t.id for a in view.attempts) for t in tasks} if view else {}
+    queue, tries = deque(tasks), {t.id: 0 for t in tasks}
+    in_flight: dict[Any, _Submitted] = {}
+    results: dict[str, AttemptResult] = {}
+    try:
+        while queue or in_flight:
+            while queue and len(in_flight) < options.workers:
+                task = queue.popleft()
+                url = replicas.acquire()
+                ref = remote.remote(settings, batch_id, task, str(tasks_dir), url, options.deadlines)
+                in_flight[ref] = _Submitted(task, url, numbers.get(task.id, 0))
+            (ref,), _ = ray.wait(list(in_flight), num_returns=1)
+            sent = in_flight.pop(ref)
+            replicas.release(sent.url)
+            result = _collect(ray, store, batch_id, ref, sent)
+            numbers[sent.task.id] = sent.after + 1
+            if result.verdict == REPLICA_LOST and replicas.live() > 1:
+                result = moved_off(store, replicas, sent.url, result)
+            on_attempt(result)
+            if result.outcome == bstore.INFRASTRUCTURE and tries[sent.task.id] < options.infra_retries:
+                tries[sent.task.id] += 1
+                queue.append(sent.task)
+            else:
+                results[sent.task.id] = result
+    except (StoreError, StoreLost) as exc:
+        _drain(ray, list(in_flight))
+        raise StoreLost(f"the store went away during batch {batch_id} ({exc}); what was recorded stands: "
+                        f"escrow batch --resume {batch_id[:12]} once it is back", batch=batch_id) from exc
+    return [results[t.id] for t in tasks if t.id in results]
+
+
+def _collect(ray: Any, store: Store, batch_id: str, ref: Any, sent: _Submitted) -> AttemptResult:
+    """The attempt's result, or, for a Ray task that was lost, what the store says of it."""
+    try:
+        payload = ray.get(ref)
+    except ray.exceptions.RayError as exc:
+        lost = f"Ray task lost ({type(exc).__name__}): {str(exc).splitlines()[0][:300]}"
+        seen = bstore.settle_lost(store, batch_id, sent.task.id, after=sent.after, verdict=INFRASTRUCTURE_FAILURE,
+                                  error=lost, replica=sent.url)
+        return AttemptResult(task_id=sent.task.id, outcome=seen.outcome, verdict=seen.verdict, run_id=seen.run_id,
+                             error=seen.error)
+    if "store_lost" in payload:
+        raise StoreLost(payload["store_lost"])
+    return AttemptResult.model_validate(payload)
+
+
+def _drain(ray: Any, refs: list[Any]) -> None:
+    """Stop the Ray tasks still in flight; each run's own clean-up removes its sandbox."""
+    for ref in refs:
+        ray.cancel(ref)
+    if refs:
+        ray.wait(refs, num_returns=len(refs), timeout=DRAIN_S)
+
+
+def run_batch_on_ray(store: Store, settings: Settings, batch_id: str, *, address: str,
+                     on_attempt: Callable[[AttemptResult], None] = lambda r: None,
+                     options: PoolOptions | None = None) -> list[AttemptResult]:
+    """Run every task of the batch that has no model verdict yet, on Ray."""
+    plan, tasks = pending_tasks(store, batch_id)
+    return run_ray(store, settings, batch_id, tasks, tasks_dir=Path(plan.tasks_dir),
+                   model_urls=list(plan.model_urls), options=options or plan.options, address=address,
+                   on_attempt=on_attempt)

@@ -1,0 +1,166 @@
+"""A real two-node Ray cluster on this machine, for the Ray executor's tests
+and bench: ``ray start --head`` and a second ``ray start --address``, each
+node with its own temporary directory and its own ports, so that stopping
+it (or killing its worker node) touches no other cluster on the machine."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RAY = Path(sys.executable).parent / "ray"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ports_free(first: int, count: int) -> bool:
+    for port in range(first, first + count):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+    return True
+
+
+def worker_port_block(count: int = 40) -> tuple[int, int]:
+    """A block of free ports for one node's worker processes."""
+    for _ in range(50):
+        first = random.randrange(30000, 45000)
+        if _ports_free(first, count):
+            return first, first + count - 1
+    raise RuntimeError("no free block of ports for Ray workers")
+
+
+def _processes() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, command line) of every process on the machine."""
+    out: dict[int, tuple[int, str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        out[int(entry)] = (ppid, cmdline)
+    return out
+
+
+def node_processes(temp_dir: Path) -> set[int]:
+    """The processes of the node whose temporary directory is ``temp_dir``:
+    those naming it on their command line, and all their descendants."""
+    procs = _processes()
+    marker = str(temp_dir)
+    found = {pid for pid, (_, cmd) in procs.items() if marker in cmd and pid != os.getpid()}
+    grew = True
+    while grew:
+        more = {pid for pid, (ppid, _) in procs.items() if ppid in found} - found
+        found |= more
+        grew = bool(more)
+    return found
+
+
+def kill_all(pids: set[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+class RayCluster:
+    """Head and worker node; ``address`` is what ``--address`` takes."""
+
+    def __init__(self, *, head_cpus: int = 2, worker_cpus: int = 2) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="escrow-ray-", dir="/tmp"))
+        self.head_dir, self.worker_dir = self.root / "head", self.root / "worker"
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.head_cpus, self.worker_cpus = head_cpus, worker_cpus
+
+    def _start(self, temp_dir: Path, *args: str) -> None:
+        low, high = worker_port_block()
+        command = [
+            str(RAY), "start", *args, "--node-ip-address", "127.0.0.1", "--temp-dir", str(temp_dir),
+            "--object-store-memory", str(80 * 1024 * 1024), "--disable-usage-stats",
+            "--node-manager-port", str(free_port()), "--object-manager-port", str(free_port()),
+            "--min-worker-port", str(low), "--max-worker-port", str(high),
+            "--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
+            "--runtime-env-agent-port", str(free_port()), "--metrics-export-port", str(free_port()),
+        ]
+        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+        for _ in range(3):  # Ray gives a raylet 30 s to register: a loaded machine may need another go
+            done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
+            if done.returncode == 0:
+                return
+            kill_all(node_processes(temp_dir))
+            if "timed out during startup" not in done.stderr:
+                break
+        raise RuntimeError(f"ray start failed ({done.returncode}): {done.stderr[-2000:]}")
+
+    def start(self) -> RayCluster:
+        try:
+            self._start(self.head_dir, "--head", "--port", str(self.port), "--num-cpus", str(self.head_cpus),
+                        "--include-dashboard", "false", "--dashboard-port", str(free_port()))
+            self._start(self.worker_dir, "--address", self.address, "--num-cpus", str(self.worker_cpus))
+            self.wait_for_nodes(2)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def alive_nodes(self) -> int:
+        probe = ("import ray; ray.init(address=%r, logging_level='ERROR', log_to_driver=False); "
+                 "print(sum(n['Alive'] for n in ray.nodes()))" % self.address)
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+        return int(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 and done.stdout.strip() else -1
+
+    def wait_for_nodes(self, count: int, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while (alive := self.alive_nodes()) != count:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the Ray cluster has {alive} live nodes, not {count}")
+            time.sleep(1.0)
+
+    def worker_pids(self) -> set[int]:
+        """The worker node's process tree: its raylet, agents and task workers."""
+        return node_processes(self.worker_dir)
+
+    def kill_worker_node(self) -> set[int]:
+        """kill -9 of the worker node's whole process tree (a node lost)."""
+        pids = self.worker_pids()
+        kill_all(pids)
+        return pids
+
+    def ensure_worker(self) -> None:
+        """A worker node again after a test killed it (in a fresh directory)."""
+        if self.worker_pids():
+            return
+        self.worker_dir = self.root / f"worker{len(list(self.root.glob('worker*')))}"
+        self._start(self.worker_dir, "--address", self.address, "--num-cpus", str(self.worker_cpus))
+        self.wait_for_nodes(2)
+
+    def stop(self) -> None:
+        """Ends this cluster's processes only (``ray stop`` would end every
+        cluster on the machine), then removes its directories."""
+        for _ in range(3):
+            pids = node_processes(self.root)
+            if not pids:
+                break
+            kill_all(pids)
+            time.sleep(0.5)
+        shutil.rmtree(self.root, ignore_errors=True)
