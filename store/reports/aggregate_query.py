@@ -23,7 +23,7 @@ from orchestrator.costing.aggregate import DAY_FORMAT, ESCROW_SOURCE, NO_BATCH, 
 from orchestrator.interop.records import IMPORT_MODE
 from policies.price_table import PriceTable
 from store.batch_tables import BatchAttemptRow
-from store.cells import check_numbers
+from store.cells import check_numbers, not_a_number
 from store.store import Store
 from store.tables import CallAttempt, ModelCall, ModelResponse, Run, ToolExecution
 
@@ -42,6 +42,7 @@ CACHED = RESPONSES.c["gen_ai.usage.cache_read.input_tokens"]
 OUTPUT = RESPONSES.c["gen_ai.usage.output_tokens"]
 SUMMED = ("gen_ai.usage.input_tokens", "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.output_tokens",
           "total_s", "decode_s", "ttft_s", "n_attempts")
+ATTEMPT_SUMMED = ("duration_s", "backoff_s")
 
 
 # Runs whose model calls were served from a recording: no spend of their own.
@@ -98,6 +99,7 @@ def slices_query(since: float | None, until: float | None, by: str = "model",
             # a call recorded without attempts counts its whole duration.
             func.sum(case((RESPONSES.c.n_attempts == 0, RESPONSES.c.total_s), else_=0.0)),
             func.coalesce(func.sum(RESPONSES.c.decode_s), 0.0), func.sum(RESPONSES.c.n_attempts - 1), engine,
+            _damage(RESPONSES, SUMMED, dialect),
         )
         .select_from(joins)
         .where(window(since, until, RESPONSES, include_replays))
@@ -105,13 +107,24 @@ def slices_query(since: float | None, until: float | None, by: str = "model",
     )
 
 
+def _damage(table: Any, columns: tuple[str, ...], dialect: str) -> Any:
+    """1 when a summed cell is not a number (SQLite would sum it as 0): the
+    check rides on the aggregate's own scan; ``_stop_if_damaged`` names it."""
+    return func.max(case((not_a_number(table, columns), 1), else_=0)) if dialect == "sqlite" else literal(0)
+
+
+def _stop_if_damaged(conn: Connection, table: Any, columns: tuple[str, ...], since: float | None,
+                     until: float | None) -> None:
+    check_numbers(conn, table, table.c.run_id.in_(select(RUNS.c.id).where(window(since, until))), columns)
+
+
 def attempt_time_query(since: float | None, until: float | None, include_replays: bool = False,
-                       joined: bool = False) -> Select[Any]:
+                       joined: bool = False, dialect: str = "sqlite") -> Select[Any]:
     """Per (run, model): seconds inside HTTP attempts, and backoff slept between them."""
     joins, model = _with_model(ATTEMPTS, joined)
     return (
         select(RUNS.c.id, model, func.coalesce(func.sum(ATTEMPTS.c.duration_s), 0.0),
-               func.coalesce(func.sum(ATTEMPTS.c.backoff_s), 0.0))
+               func.coalesce(func.sum(ATTEMPTS.c.backoff_s), 0.0), _damage(ATTEMPTS, ATTEMPT_SUMMED, dialect))
         .select_from(joins)
         .where(window(since, until, ATTEMPTS, include_replays))
         .group_by(RUNS.c.id, model)
@@ -167,8 +180,13 @@ def ttft_query(since: float | None, until: float | None, by: str = "model", dial
 def run_slices(conn: Connection, since: float | None, until: float | None, by: str = "model",
                include_replays: bool = False, joined: bool = False) -> list[RunSlice]:
     tool_s = dict(conn.execute(tool_time_query(since, until, include_replays)).all())
-    attempts = {(run_id, model): (http, wait)
-                for run_id, model, http, wait in conn.execute(attempt_time_query(since, until, include_replays, joined))}
+    attempt_rows = conn.execute(attempt_time_query(since, until, include_replays, joined, conn.dialect.name)).all()
+    if any(row[-1] for row in attempt_rows):
+        _stop_if_damaged(conn, ATTEMPTS, ATTEMPT_SUMMED, since, until)
+    attempts = {(run_id, model): (http, wait) for run_id, model, http, wait, _ in attempt_rows}
+    rows = conn.execute(slices_query(since, until, by, include_replays, conn.dialect.name, joined)).all()
+    if any(row[-1] for row in rows):
+        _stop_if_damaged(conn, RESPONSES, SUMMED, since, until)
     batch_of = dict(conn.execute(select(BATCH_ATTEMPTS.c.run_id, BATCH_ATTEMPTS.c.batch_id)
                                  .where(BATCH_ATTEMPTS.c.run_id.is_not(None))).all())
     return [
@@ -180,8 +198,8 @@ def run_slices(conn: Connection, since: float | None, until: float | None, by: s
             decode_s=decode or 0.0, retries=retries or 0, tool_s=tool_s.get(run_id, 0.0), engine=engine,
             batch=batch_of.get(run_id),
         )
-        for run_id, created, status, verdict, model, source, n, prompt, cached, output, total, decode, retries, engine
-        in conn.execute(slices_query(since, until, by, include_replays, conn.dialect.name, joined))
+        for run_id, created, status, verdict, model, source, n, prompt, cached, output, total, decode, retries, engine, _
+        in rows
     ]
 
 
@@ -196,10 +214,6 @@ def report_runs(store: Store, *, by: str, since: float | None, until: float | No
     """Real spend only, unless ``include_replays`` (see ``window``). ``joined``:
     the schema-6 queries (the bench's comparison)."""
     with store.read() as conn:
-        check_numbers(conn, RESPONSES, RESPONSES.c.run_id.in_(select(RUNS.c.id).where(window(since, until))),
-                      SUMMED)
-        check_numbers(conn, ATTEMPTS, ATTEMPTS.c.run_id.in_(select(RUNS.c.id).where(window(since, until))),
-                      ("duration_s", "backoff_s"))
         pieces = run_slices(conn, since, until, by, include_replays, joined)
         ttfts = list(ttft_histogram(conn, since, until, by, include_replays, joined))
     return aggregate(pieces, ttfts, by=by, prices=prices.lookup, price_version=prices.version, since=since, until=until,
@@ -217,7 +231,7 @@ def query_plans(store: Store, since: float | None, until: float | None, joined: 
     }
     with store.read() as conn:
         for name, query in queries.items():
-            compiled = query.compile(conn)
+            compiled = query.compile(conn, compile_kwargs={"render_postcompile": True})
             params = tuple(compiled.params[key] for key in compiled.positiontup or ())
             rows = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {compiled}", params).all()
             plans[name] = [str(row[-1]) for row in rows]
