@@ -207,7 +207,7 @@ def main() -> None:
         print(f"\n   {'query':<28} {'in-process':>11}")
         for name, fn in cases.items():
             print(f"   {name:<28} {timed(fn) * 1000:9.1f} ms")
-    print(f"\n   real command (includes interpreter start-up):")
+    print("\n   real command (includes interpreter start-up):")
     baseline = timed(lambda: subprocess.run([str(Path(sys.executable).with_name("escrow")), "--version"], check=True, capture_output=True), repeat=3)
     print(f"   escrow --version          {baseline * 1000:9.0f} ms (start-up alone)")
     for label, cmd in (("escrow runs", ["runs"]), ("escrow show RUN", ["show", sample[:12]]), ("escrow verify RUN", ["verify", sample])):
