@@ -7,7 +7,7 @@ generator and cached; each run of this bench works on a copy of it:
 
 1. before: the EXPLAIN QUERY PLAN of each aggregate query in its schema-6
    form (model from ``model_calls`` through a join) and ``report --by
-   model|day`` over 7 days, 30 days and all time, best of 3;
+   model|day`` over 7 days, 30 days and all time, best of --repeat (3);
 2. ``escrow migrate`` to schema 7 (the resumable backfill and its indexes), timed;
 3. after: the same plans and times with the copied model and its covering
    indexes; then the ratio before/after per query, side by side;
@@ -93,14 +93,14 @@ def plans(store: Store, joined: bool) -> list[str]:
     return lines
 
 
-def times(store: Store, newest: float, joined: bool) -> dict[tuple[str, str], tuple[float, int]]:
+def times(store: Store, newest: float, joined: bool, repeat: int) -> dict[tuple[str, str], tuple[float, int]]:
     prices = load_price_table(None)
     out = {}
     for label, days in WINDOWS:
         since = None if days is None else newest - days * 86400
         for by in ("model", "day"):
             seconds, report = timed(lambda since=since, by=by: report_runs(
-                store, by=by, since=since, until=None, prices=prices, joined=joined))
+                store, by=by, since=since, until=None, prices=prices, joined=joined), repeat)
             out[(label, by)] = (seconds, report.total.calls if report.total else 0)
     return out
 
@@ -109,6 +109,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=1_000_000)
     parser.add_argument("--cache-dir", type=Path, default=Path("/var/tmp"))
+    parser.add_argument("--repeat", type=int, default=3, help="best of this many runs of each report")
     args = parser.parse_args()
     cached = args.cache_dir / f"escrow-bench-report-s6-{args.calls}.db"
     schema6_store(cached, args.calls)
@@ -116,14 +117,15 @@ def main() -> None:
     shutil.copyfile(cached, work)
     try:
         with closing(sqlite3.connect(work)) as conn:
-            runs, calls, newest = conn.execute("SELECT count(*), sum(chain_seq) / 4, max(created_at) FROM runs").fetchone()
+            runs, newest = conn.execute("SELECT count(*), max(created_at) FROM runs").fetchone()
+            calls = conn.execute("SELECT count(*) FROM model_calls").fetchone()[0]
             sample = conn.execute(f"SELECT id FROM runs ORDER BY created_at LIMIT 1 OFFSET {runs // 2}").fetchone()[0]
         print(f"store: {runs} runs, {calls} model calls, {work.stat().st_size / 1e9:.2f} GB\n")
 
         print("1. before (schema 6: the model from model_calls, through a join)")
         with open_at(work, 6) as store:
             print("\n".join(plans(store, joined=True)))
-            before = times(store, newest, joined=True)
+            before = times(store, newest, joined=True, repeat=args.repeat)
 
         print("\n2. escrow migrate to schema 7 (copy the model onto responses and attempts, build the indexes)")
         engine = make_engine(make_url(f"sqlite:///{work}"), readonly=False, synchronous="NORMAL")
@@ -137,7 +139,7 @@ def main() -> None:
         print("\n3. after (schema 7: the copied model, covering indexes)")
         with Store.open(f"sqlite:///{work}", readonly=True) as store:
             print("\n".join(plans(store, joined=False)))
-            after = times(store, newest, joined=False)
+            after = times(store, newest, joined=False, repeat=args.repeat)
             print(f"\n   {'report':<28} {'calls':>9} {'before ms':>10} {'after ms':>10} {'ratio':>7}")
             for (label, by), (seconds, covered) in after.items():
                 was, covered_before = before[(label, by)]
