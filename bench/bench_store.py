@@ -34,6 +34,7 @@ from store.chain import genesis, link
 from store.render import runs_table, trajectory_text
 from store.rows import new_run_id
 
+ROWS_PER_TURN = 4
 RUNS, CALLS_PER_RUN, MODELS = int(__import__("os").environ.get("ESCROW_BENCH_RUNS", "10000")), 100, ("gemma-3-270m", "qwen2.5-coder-7b", "llama-3.1-8b")
 
 
@@ -72,15 +73,17 @@ def template_rows(path: Path) -> dict[str, dict]:
     with closing(sqlite3.connect(path)) as conn:
         conn.row_factory = sqlite3.Row
         out = {t: dict(conn.execute(f"SELECT * FROM {t} WHERE run_id = ? LIMIT 1", (run_id,)).fetchone())
-               for t in ("model_calls", "model_responses", "turns")}
+               for t in ("model_calls", "model_responses", "call_attempts", "turns")}
         out["runs"] = dict(conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone())
         out["events"] = dict(conn.execute("SELECT * FROM events WHERE run_id = ? AND kind = 'verdict'", (run_id,)).fetchone())
         # Compact payloads keep the generated file near 1 GB; real requests carry the whole history.
         small = ModelRequest(model=MODELS[0], messages=(Message(role="user", content="fix the failing test"),), max_tokens=256)
         envelope = Envelope(status=Status.COMPLETED, finish_reason="stop", usage=Usage(prompt_tokens=900, completion_tokens=50))
-        out["model_calls"].update(request_json=small.canonical(), request_sha256=small.sha256())
+        out["model_calls"].update(request_json=small.canonical(), request_sha256=small.sha256(),
+                                  request_body=None, request_refs=None, request_hashed_as=None)  # inline text
         out["model_responses"].update(envelope_json=envelope.model_dump_json(), n_attempts=0)
         out["turns"].update(messages_json="[]", n_rows=1)
+        out["call_attempts"].update(number=1, status="COMPLETED", http_status=200, duration_s=0.4, backoff_s=0.0)
         for table in ("call_attempts", "tool_executions", "escrow_transitions", "candidates", "events",
                       "model_responses", "turns", "model_calls", "runs"):
             conn.execute(f"DELETE FROM {table}")
@@ -88,9 +91,18 @@ def template_rows(path: Path) -> dict[str, dict]:
     return out
 
 
-def generate(path: Path) -> None:
-    """10,000 runs x 100 turns, each turn a call, its response and the turn row."""
-    templates = template_rows(path)
+COPY = "gen_ai.request.model"  # the call's model copied onto responses and attempts (schema 7)
+
+
+def generate(path: Path, *, copies: bool = True) -> None:
+    """10,000 runs x 100 turns, each turn a call, its response, its HTTP
+    attempt and the turn row. ``copies=False`` writes the rows of a schema-6
+    store (no model copies; the caller has dropped those columns)."""
+    with tempfile.TemporaryDirectory() as tmp:  # not in ``path``: its schema is the caller's
+        templates = template_rows(Path(tmp) / "templates.db")
+    if not copies:
+        for table in ("model_responses", "call_attempts"):
+            templates[table].pop(COPY, None)
     rng = random.Random(7)
     start = time.time() - 90 * 86400
     with closing(sqlite3.connect(path)) as conn:
@@ -103,24 +115,27 @@ def generate(path: Path) -> None:
             run = {**templates["runs"], "id": new_run_id(), "created_at": created, "finished_at": created + 600,
                    "gen_ai.request.model": MODELS[r % len(MODELS)], "task": f"task {r}",
                    "verdict": rng.choice(("PASS", "BUDGET_EXHAUSTED", "FAULTED")), "verdict_detail": "generated", "status": "finished"}
-            head, batch = genesis(run), {"model_calls": [], "model_responses": [], "turns": []}
+            head, batch = genesis(run), {"model_calls": [], "model_responses": [], "call_attempts": [], "turns": []}
+            model = {COPY: run[COPY]}
             for turn in range(CALLS_PER_RUN):
                 call_id = f"{r:06d}{turn:04d}c{rng.getrandbits(64):016x}"
                 for order, (table, extra) in enumerate((
-                    ("model_calls", {"id": call_id, "created_at": created + turn}),
+                    ("model_calls", {"id": call_id, "created_at": created + turn, **model}),
                     ("model_responses", {"id": call_id + "r", "call_id": call_id, "recorded_at": created + turn + 0.5,
-                                         "gen_ai.usage.input_tokens": 900 + 150 * turn, "gen_ai.usage.output_tokens": rng.randrange(20, 200)}),
+                                         "gen_ai.usage.input_tokens": 900 + 150 * turn, "gen_ai.usage.output_tokens": rng.randrange(20, 200),
+                                         "n_attempts": 1, **(model if copies else {})}),
+                    ("call_attempts", {"id": call_id + "a", "call_id": call_id, **(model if copies else {})}),
                     ("turns", {"id": call_id + "t", "committed_at": created + turn + 0.9}),
                 )):
-                    row = {**templates[table], **extra, "run_id": run["id"], "turn": turn, "seq": 3 * turn + order + 1}
+                    row = {**templates[table], **extra, "run_id": run["id"], "turn": turn, "seq": ROWS_PER_TURN * turn + order + 1}
                     row["chain_hash"] = head = link(head, table, row)
                     batch[table].append(tuple(row[c] for c in tables[table]))
             verdict = {**templates["events"], "id": run["id"][:20] + "verdict", "run_id": run["id"], "turn": CALLS_PER_RUN,
-                       "seq": 3 * CALLS_PER_RUN + 1, "at": run["finished_at"],
+                       "seq": ROWS_PER_TURN * CALLS_PER_RUN + 1, "at": run["finished_at"],
                        "data_json": canonical_json({"verdict": run["verdict"], "detail": run["verdict_detail"]})}
             verdict["chain_hash"] = head = link(head, "events", verdict)
             conn.execute(inserts["events"], tuple(verdict[c] for c in tables["events"]))
-            run.update(chain_seq=3 * CALLS_PER_RUN + 1, chain_head=head)
+            run.update(chain_seq=ROWS_PER_TURN * CALLS_PER_RUN + 1, chain_head=head)
             conn.execute(inserts["runs"], tuple(run[c] for c in tables["runs"]))
             for table, rows in batch.items():
                 conn.executemany(inserts[table], rows)
@@ -187,12 +202,12 @@ def main() -> None:
             "runs --model": lambda: runs_table(store.runs(model=MODELS[1])),
             "runs --verdict --since 7d": lambda: runs_table(store.runs(verdict="PASS", since=time.time() - 7 * 86400)),
             "show RUN (100 turns)": lambda: trajectory_text(store.trajectory(sample[:12])),
-            "verify RUN (301 rows)": lambda: store.verify(sample),
+            "verify RUN (401 rows)": lambda: store.verify(sample),
         }
         print(f"\n   {'query':<28} {'in-process':>11}")
         for name, fn in cases.items():
             print(f"   {name:<28} {timed(fn) * 1000:9.1f} ms")
-    print(f"\n   real command (includes interpreter start-up):")
+    print("\n   real command (includes interpreter start-up):")
     baseline = timed(lambda: subprocess.run([str(Path(sys.executable).with_name("escrow")), "--version"], check=True, capture_output=True), repeat=3)
     print(f"   escrow --version          {baseline * 1000:9.0f} ms (start-up alone)")
     for label, cmd in (("escrow runs", ["runs"]), ("escrow show RUN", ["show", sample[:12]]), ("escrow verify RUN", ["verify", sample])):

@@ -1,32 +1,101 @@
 """The ``escrow`` command. Each sub-module registers its own commands; this
-module only assembles them and turns typed errors into clear messages."""
+module only assembles them and turns typed errors into clear messages.
+
+Start-up stays light: a sub-command's module (and what it imports: the
+store, the loop, Docker, HTTP) is imported only when that command runs.
+``COMMANDS`` lists every command in help order with its module and the first
+paragraph of its help, so ``escrow --help`` is printed without importing any
+of them; tests/test_cli_lazy.py keeps the list equal to what the modules
+register and the help pages equal to the eagerly built ones."""
 
 from __future__ import annotations
 
+import importlib
 import sys
+from typing import Any
 
 import typer
-from rich.console import Console
-from rich.text import Text
+from typer.core import TyperCommand, TyperGroup
 
-from orchestrator import __version__
-from orchestrator.errors import EscrowError
-from orchestrator.terminal_text import printable
+# (command, module under cli/, first paragraph of its help)
+COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ('run', 'run_cmd', 'Run the agent on TASK in a sandboxed copy of --repo; prints the verdict, the diff and the run id.'),
+    ('call', 'call_cmd', 'Make one model call and print its Envelope. Exits 0 only when the status is COMPLETED.'),
+    ('fault-server', 'call_cmd', 'Serve a scripted OpenAI-compatible model with injected faults until Ctrl-C.'),
+    ('runs', 'store_cmd', 'List recorded runs, newest first, with token and cost totals.'),
+    ('show', 'store_cmd', "Show one run turn by turn: the model's words, its tool calls and what they returned."),
+    ('verify', 'store_cmd', 'Recompute the hash chain of a run (or all runs) and report the first broken link, then check every page of the store file. Exits 1 when any chain is broken, 4 when the store is damaged.'),
+    ('migrate', 'store_cmd', "Bring an existing store to this Escrow's schema version."),
+    ('gc', 'store_cmd', 'Delete whole runs older than a span, and the blobs no other run uses. Each deletion is recorded in the deletions table.'),
+    ('report', 'report_cmd', 'Cost of one run per turn (tokens cached/prefilled/re-sent, $, TTFT, decode, tool time, retries) with the cache comparison, or an aggregate over runs with p50/p95 (all runs by model when neither RUN nor a window is given). Prices come from `escrow price`.'),
+    ('export', 'export_cmd', 'Export runs as JSON lines. messages-jsonl: one TRL conversational example per run (messages, tools, tool-call arguments as objects, truncation flags, tokenizer id), verified-PASS runs only unless --include-unverified. events-jsonl: every recorded row, in chain order. atif: an ATIF-v1.6 trajectory (one JSON document; JSON lines with --all). otel: OpenTelemetry GenAI spans as OTLP JSON, or sent to --otlp-endpoint.'),
+    ('import', 'import_cmd', 'Import trajectories recorded by other agents as runs (mode import), one transaction per file, for `escrow report`, `show` and `export`.'),
+    ('replay', 'replay_cmd', "Replay RUN through today's loop and report the first divergence."),
+    ('parity', 'parity_cmd', "Re-send every recorded request of RUN unchanged and compare each answer with the record: the first divergent token, and whether it is a near tie (each side's token in the other's top-k) or a real difference; also the tool calls that would be released, and the status. Exits 1 when any call differs for real (divergent or status changed), 0 otherwise."),
+    ('view', 'view_cmd', 'Browse recorded runs in a web browser: runs, each run turn by turn, and two runs compared. The store is opened read-only.'),
+    ('batch', 'batch_cmd', 'Run every task of a task file, or show a batch.'),
+    ('sandbox', 'sandbox_cmd', 'Build, check and clean up the hardened Docker sandbox.'),
+    ('policy', 'policy_cmd', 'Validate and explain capability policies.'),
+    ('price', 'price_cmd', 'Show the price table and edit local price overrides.'),
+)
+MODULES = tuple(dict.fromkeys(module for _, module, _ in COMMANDS))
+SETTINGS: dict[str, Any] = {
+    # click's help layout: the option column is capped at 30 characters, so
+    # descriptions keep at least 44 of 80 columns instead of a squeezed table.
+    "rich_markup_mode": None,
+    "pretty_exceptions_enable": False,
+    "add_completion": False,
+}
+
+
+def commands_of(module: str) -> dict[str, Any]:
+    """The click commands ``cli.<module>`` registers, built as the root app
+    would build them."""
+    holder = typer.Typer(**SETTINGS)
+    holder.callback()(lambda: None)  # a group even when the module registers one command
+    importlib.import_module(f"cli.{module}").register(holder)
+    return dict(typer.main.get_group(holder).commands)
+
+
+class LazyGroup(TyperGroup):
+    """Lists ``COMMANDS`` and imports a command's module on first use."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return [name for name, _, _ in COMMANDS]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name not in self.commands:
+            module = next((m for name, m, _ in COMMANDS if name == cmd_name), None)
+            if module is None:
+                return None
+            self.commands.update(commands_of(module))
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """click's own layout; a command not loaded yet is shortened from its
+        ``COMMANDS`` paragraph by the same rule (typer's click's)."""
+        limit = formatter.width - 6 - max(len(name) for name, _, _ in COMMANDS)
+        rows = []
+        for name, _, first_paragraph in COMMANDS:
+            command = self.commands.get(name) or TyperCommand(name=name, help=first_paragraph)
+            rows.append((name, command.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
 
 app = typer.Typer(
     name="escrow",
     help="Run coding agents against self-hosted models, record every step, replay and price them.",
     no_args_is_help=True,
-    # click's help layout: the option column is capped at 30 characters, so
-    # descriptions keep at least 44 of 80 columns instead of a squeezed table.
-    rich_markup_mode=None,
-    pretty_exceptions_enable=False,
-    add_completion=False,
+    cls=LazyGroup,
+    **SETTINGS,
 )
 
 
 def _version(value: bool) -> None:
     if value:
+        from orchestrator import __version__
+
         typer.echo(f"escrow {__version__}")
         raise typer.Exit()
 
@@ -38,29 +107,26 @@ def root(
     """Escrow: agent-loop orchestrator with deterministic replay."""
 
 
-def _register() -> None:
-    from cli import (
-        batch_cmd, call_cmd, export_cmd, import_cmd, parity_cmd, policy_cmd, price_cmd, replay_cmd, report_cmd,
-        run_cmd, sandbox_cmd, store_cmd, view_cmd,
-    )
-
-    for module in (run_cmd, call_cmd, store_cmd, sandbox_cmd, policy_cmd, report_cmd, export_cmd, import_cmd, price_cmd,
-                   replay_cmd, parity_cmd, view_cmd, batch_cmd):
-        module.register(app)
-
-
-_register()
-
-
 def main() -> None:
     """Console entry point: a user mistake never ends in a traceback."""
     try:
         app()
-    except EscrowError as exc:
+    except KeyboardInterrupt:
+        from rich.console import Console
+
+        Console(stderr=True).print("[yellow]interrupted[/]")
+        sys.exit(130)
+    except Exception as exc:
+        from orchestrator.errors import EscrowError
+
+        if not isinstance(exc, EscrowError):
+            raise
+        from rich.console import Console
+        from rich.text import Text
+
+        from orchestrator.terminal_text import printable
+
         # The message may quote a file, a task or a model's words: text, never markup, controls escaped.
         line = Text("error:", style="bold red").append(f" {printable(exc.message)}", style="")
         Console(stderr=True, soft_wrap=True).print(line, highlight=False)
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        Console(stderr=True).print("[yellow]interrupted[/]")
-        sys.exit(130)

@@ -64,8 +64,18 @@ def check_numbers(conn: Connection, table: Table, where: Any, columns: Sequence[
     a cell that is not a number. Only SQLite stores such cells."""
     if conn.dialect.name != "sqlite":
         return
-    numeric = [c for c in table.columns if _expected(table)[c.name] is not _TEXT and (columns is None or c.name in columns)]
-    bad = or_(*(func.typeof(c).not_in(("integer", "real", "null")) for c in numeric))
-    found = conn.execute(select(table.c.id, *numeric).where(where, bad).limit(1)).mappings().first()
+    numeric = _numeric(table, columns)
+    found = conn.execute(select(table.c.id, *numeric).where(where, not_a_number(table, columns)).limit(1)).mappings().first()
     if found is not None:
         check_row(table, found)
+
+
+def _numeric(table: Table, columns: Sequence[str] | None) -> list[Any]:
+    return [c for c in table.columns if _expected(table)[c.name] is not _TEXT and (columns is None or c.name in columns)]
+
+
+def not_a_number(table: Table, columns: Sequence[str] | None = None) -> Any:
+    """SQLite: true for a row one of whose numeric ``columns`` holds something
+    else. An aggregate query folds it into its own scan (``max`` of it), then
+    calls ``check_numbers`` for the details only when it is set."""
+    return or_(*(func.typeof(c).not_in(("integer", "real", "null")) for c in _numeric(table, columns)))

@@ -4,8 +4,8 @@ h_0 = sha256(canonical({"table": "runs", "row": genesis columns}))
 h_i = sha256(h_{i-1} || canonical({"table": T, "row": R}))
 
 where h is lower-case hex, ``||`` is byte concatenation, and R is the row
-keyed by column name with ``chain_hash`` and NULL columns left out (so a
-nullable column added by a later migration keeps old chains valid). Rows are
+keyed by column name with ``chain_hash``, NULL columns (so a nullable column
+added by a later migration keeps old chains valid) and ``COPIES`` left out. Rows are
 chained in ``seq`` order across all chained tables; the run row holds the head
 (``chain_seq``, ``chain_head``).
 """
@@ -27,8 +27,18 @@ GENESIS_EVENT = "genesis"
 """The event ``start_run`` chains first (seq 1): the genesis columns as data."""
 
 
+# Columns copied from another chained row for reports (schema 7): not hashed,
+# so rows written before the copy existed keep their links; verify checks
+# each copy against the row it was copied from instead (store.model_column).
+COPIES: dict[str, frozenset[str]] = {
+    "model_responses": frozenset({"gen_ai.request.model"}),
+    "call_attempts": frozenset({"gen_ai.request.model"}),
+}
+
+
 def hashed_form(table: str, row: Mapping[str, Any]) -> str:
-    kept = {k: v for k, v in row.items() if k != "chain_hash" and v is not None}
+    copies = COPIES.get(table, frozenset())
+    kept = {k: v for k, v in row.items() if k != "chain_hash" and v is not None and k not in copies}
     return canonical_json({"table": table, "row": kept})
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from sqlalchemy import Column, Connection, Engine, Float, Index, Integer, MetaData, String, Table, inspect, select
 from sqlmodel import SQLModel
 
-from store import batch_tables, content_migration, tables
+from store import batch_tables, content_migration, model_column, tables
 
 migration_log_metadata = MetaData()
 MIGRATION_LOG = Table(
@@ -116,6 +116,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "batches, batch tasks and attempts, run leases", _batch_tables),
     Migration(6, "content-addressed requests: blobs table, request columns by reference; deletions",
               content_migration.add_columns, content_migration.convert_requests),
+    Migration(7, "the call's model copied onto responses and attempts, with covering indexes for aggregate reports",
+              model_column.add_columns, model_column.backfill),
 )
 LATEST = MIGRATIONS[-1].version
 

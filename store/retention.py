@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, LargeBinary, Table, Text, case, cast, delete, func, select
+from sqlalchemy import Connection, LargeBinary, Table, Text, TypeDecorator, case, cast, delete, func, select
 from sqlalchemy import String as SAString
 
 from orchestrator.contract import Frozen
@@ -89,7 +89,7 @@ def _size(conn: Connection, table: Table, where: object) -> int:
     sqlite = conn.dialect.name == "sqlite"
     parts: list[Any] = []
     for c in table.columns:
-        if isinstance(c.type, (Text, SAString)):
+        if isinstance(c.type, (Text, SAString, TypeDecorator)):  # escaped text columns too
             parts.append(func.coalesce(func.length(cast(c, LargeBinary)) if sqlite else func.octet_length(c), 0))
         else:
             parts.append(case((c.is_(None), 0), else_=8))

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Index, Text, UniqueConstraint
+from sqlalchemy import Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
+
+from store.text_escape import EscapedString, EscapedText
 
 
 def otel(name: str, **kwargs: Any) -> Any:
@@ -25,7 +27,13 @@ def otel(name: str, **kwargs: Any) -> Any:
 
 
 def text(**kwargs: Any) -> Any:
-    return Field(sa_type=Text, **kwargs)
+    """Free text, escaped where PostgreSQL could not hold it (store.text_escape)."""
+    return Field(sa_type=EscapedText, **kwargs)
+
+
+def outside(**kwargs: Any) -> Any:
+    """A short text from outside Escrow (a model, a server, a tool): escaped alike."""
+    return Field(sa_type=EscapedString, **kwargs)
 
 
 class Run(SQLModel, table=True):
@@ -43,9 +51,9 @@ class Run(SQLModel, table=True):
     created_at: float
     finished_at: float | None = None
     task: str = text()
-    repo: str
+    repo: str = outside()
     mode: str
-    request_model: str = otel("gen_ai.request.model")
+    request_model: str = otel("gen_ai.request.model", sa_type=EscapedString)
     config_json: str = text()
     policy_json: str = text()
     parent_run_id: str | None = Field(default=None, foreign_key="runs.id")
@@ -92,13 +100,13 @@ class ModelCall(Chained, table=True):
     created_at: float
     attempt_of: str | None = Field(default=None, foreign_key="model_calls.id")
     operation_name: str = otel("gen_ai.operation.name")
-    request_model: str = otel("gen_ai.request.model")
+    request_model: str = otel("gen_ai.request.model", sa_type=EscapedString)
     max_tokens: int = otel("gen_ai.request.max_tokens")
     temperature: float | None = otel("gen_ai.request.temperature", default=None)
     top_p: float | None = otel("gen_ai.request.top_p", default=None)
     top_k: int | None = otel("gen_ai.request.top_k", default=None)
     seed: int | None = otel("gen_ai.request.seed", default=None)
-    stop_sequences: str = otel("gen_ai.request.stop_sequences", sa_type=Text)
+    stop_sequences: str = otel("gen_ai.request.stop_sequences", sa_type=EscapedText)
     sampling_json: str = text()
     deadline_s: float
     max_payload_bytes: int
@@ -150,16 +158,22 @@ class ModelResponse(Chained, table=True):
             "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.output_tokens", "total_s", "decode_s",
             "ttft_s", "n_attempts",
         ),
+        # Schema 7, covering the aggregates by (run, model) with no join to model_calls.
+        Index(
+            "ix_model_responses_run_model", "run_id", "gen_ai.request.model", "turn", "gen_ai.usage.input_tokens",
+            "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.output_tokens", "total_s", "decode_s",
+            "n_attempts", "ttft_s",
+        ),
     )
 
     call_id: str = Field(foreign_key="model_calls.id", unique=True)
     recorded_at: float
     status: str = Field(index=True)
-    finish_reasons: str | None = otel("gen_ai.response.finish_reasons", default=None, sa_type=Text)
+    finish_reasons: str | None = otel("gen_ai.response.finish_reasons", default=None, sa_type=EscapedText)
     http_status: int | None = None
-    response_model: str | None = otel("gen_ai.response.model", default=None)
-    system_fingerprint: str | None = otel("openai.response.system_fingerprint", default=None)
-    engine: str | None = None
+    response_model: str | None = otel("gen_ai.response.model", default=None, sa_type=EscapedString)
+    system_fingerprint: str | None = otel("openai.response.system_fingerprint", default=None, sa_type=EscapedString)
+    engine: str | None = outside(default=None)
     input_tokens: int = otel("gen_ai.usage.input_tokens")
     cached_input_tokens: int = otel("gen_ai.usage.cache_read.input_tokens")
     output_tokens: int = otel("gen_ai.usage.output_tokens")
@@ -180,13 +194,18 @@ class ModelResponse(Chained, table=True):
     reasoning: str | None = text(default=None)
     reasoning_tokens: int | None = None
     reasoning_convention: str | None = None
+    # Schema 7: the call's requested model, copied for reports (not hashed; verified against the call).
+    call_model: str | None = otel("gen_ai.request.model", default=None, sa_type=EscapedString)
 
 
 class CallAttempt(Chained, table=True):
     """One HTTP attempt inside a call (the client's own retries)."""
 
     __tablename__ = "call_attempts"
-    __table_args__ = chained_args("call_attempts", UniqueConstraint("call_id", "number", name="uq_call_attempts_number"))
+    __table_args__ = chained_args(
+        "call_attempts", UniqueConstraint("call_id", "number", name="uq_call_attempts_number"),
+        Index("ix_call_attempts_run_model", "run_id", "gen_ai.request.model", "turn", "duration_s", "backoff_s"),
+    )
 
     call_id: str = Field(foreign_key="model_calls.id")
     number: int
@@ -196,6 +215,8 @@ class CallAttempt(Chained, table=True):
     error_message: str | None = text(default=None)
     duration_s: float
     backoff_s: float
+    # Schema 7: the call's requested model, copied for reports (not hashed; verified against the call).
+    call_model: str | None = otel("gen_ai.request.model", default=None, sa_type=EscapedString)
 
 
 class CandidateRow(Chained, table=True):
@@ -208,8 +229,8 @@ class CandidateRow(Chained, table=True):
 
     call_id: str = Field(foreign_key="model_calls.id")
     candidate_index: int
-    tool_call_id: str | None = otel("gen_ai.tool.call.id", default=None)
-    tool_name: str | None = otel("gen_ai.tool.name", default=None)
+    tool_call_id: str | None = otel("gen_ai.tool.call.id", default=None, sa_type=EscapedString)
+    tool_name: str | None = otel("gen_ai.tool.name", default=None, sa_type=EscapedString)
     tool_call_json: str = text()
     created_at: float
 
@@ -236,8 +257,8 @@ class ToolExecution(Chained, table=True):
     __table_args__ = chained_args("tool_executions", Index("ix_tool_executions_candidate", "candidate_id"))
 
     candidate_id: str = Field(foreign_key="candidates.id")
-    tool_name: str = otel("gen_ai.tool.name")
-    arguments_json: str | None = otel("gen_ai.tool.call.arguments", default=None, sa_type=Text)
+    tool_name: str = otel("gen_ai.tool.name", sa_type=EscapedString)
+    arguments_json: str | None = otel("gen_ai.tool.call.arguments", default=None, sa_type=EscapedText)
     decision: str | None = None
     rule: str | None = None
     reason: str | None = text(default=None)
@@ -250,7 +271,7 @@ class ToolExecution(Chained, table=True):
     stderr_bytes: int
     stderr_sha256: str
     duration_s: float | None = None
-    observation: str = otel("gen_ai.tool.call.result", sa_type=Text)
+    observation: str = otel("gen_ai.tool.call.result", sa_type=EscapedText)
     observation_sha256: str
     detail_json: str | None = text(default=None)
     at: float

@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, select
 
-from store import blob_check
+from store import blob_check, model_column
 from store.cells import check_row
 from store.chain import ChainCheck, ChainRow, check_chain
 from store.recorder import VERDICT_EVENT
@@ -30,14 +30,17 @@ def check_run(run_row: Mapping[str, Any], rows: list[ChainRow]) -> ChainCheck:
 
 
 def check_records(run_rows: Iterable[Mapping[str, Any]], rows: Iterable[ChainRow]) -> list[ChainCheck]:
-    """Every run's chain, then rows whose run row is gone (a deleted or renamed run)."""
+    """Every run's chain and the models copied from its calls, then rows whose
+    run row is gone (a deleted or renamed run)."""
+    rows = list(rows)
+    copies = model_column.problems(rows)
     by_run: dict[Any, list[ChainRow]] = defaultdict(list)
     for item in rows:
         by_run[item.row.get("run_id")].append(item)
     checks, known = [], set()
     for run_row in run_rows:
         known.add(run_row["id"])
-        checks.append(check_run(run_row, by_run.get(run_row["id"], [])))
+        checks += model_column.flag([check_run(run_row, by_run.get(run_row["id"], []))], copies)
     for run_id, left in by_run.items():
         if run_id not in known:
             tables = sorted({r.table for r in left})

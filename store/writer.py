@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, select, update
 
+from store import model_column
 from store.chain import link
 from store.errors import RecordingError
 from store.rows import Pending, normalise
@@ -45,6 +46,7 @@ def append(
         grouped.setdefault(table, []).append(row)
         written.append(row)
     for table, rows in grouped.items():
+        model_column.fill(conn, table, rows, written)  # a copy, outside the hashed form
         conn.execute(table.insert(), rows)
     conn.execute(update(RUNS).where(RUNS.c.id == run_id).values(chain_seq=seq, chain_head=head, **(run_update or {})))
     return written

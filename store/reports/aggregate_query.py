@@ -2,8 +2,10 @@
 model) and the calls' TTFTs, for runs started in a time window.
 
 Each query starts from ``runs`` through ``ix_runs_created_at`` and reaches a
-run's rows through the ``(run_id, seq)`` unique index of each chained table,
-and a response's call through the ``model_calls`` primary key. Only answered
+run's responses and attempts through their ``(run_id, model, ...)`` covering
+indexes (schema 7): the model is the copy of the call's on each row, so no
+call row is read. ``joined=True`` gives the schema-6 form, which joins
+``model_calls`` for the model, for the bench to compare. Only answered
 calls (with a response row) are counted; cached tokens are clamped to each
 call's prompt tokens in SQL, so sums can be priced linearly. TTFTs come
 back as a per-group histogram at millisecond resolution.
@@ -19,7 +21,7 @@ from sqlalchemy import JSON, Connection, Integer, Select, and_, case, cast, func
 from orchestrator.costing.figures import DAY_FORMAT, ESCROW_SOURCE, NO_BATCH, NO_ENGINE, NO_VERDICT, RunSlice
 from orchestrator.interop.records import IMPORT_MODE
 from store.batch_tables import BatchAttemptRow
-from store.cells import check_numbers
+from store.cells import check_numbers, not_a_number
 from store.store import Store
 from store.tables import CallAttempt, ModelCall, ModelResponse, Run, ToolExecution
 
@@ -30,12 +32,15 @@ TOOLS = ToolExecution.__table__  # type: ignore[attr-defined]
 ATTEMPTS = CallAttempt.__table__  # type: ignore[attr-defined]
 BATCH_ATTEMPTS = BatchAttemptRow.__table__  # type: ignore[attr-defined]
 
-MODEL = CALLS.c["gen_ai.request.model"]
+MODEL = RESPONSES.c["gen_ai.request.model"]
+ATTEMPT_MODEL = ATTEMPTS.c["gen_ai.request.model"]
+CALL_MODEL = CALLS.c["gen_ai.request.model"]
 PROMPT = RESPONSES.c["gen_ai.usage.input_tokens"]
 CACHED = RESPONSES.c["gen_ai.usage.cache_read.input_tokens"]
 OUTPUT = RESPONSES.c["gen_ai.usage.output_tokens"]
 SUMMED = ("gen_ai.usage.input_tokens", "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.output_tokens",
           "total_s", "decode_s", "ttft_s", "n_attempts")
+ATTEMPT_SUMMED = ("duration_s", "backoff_s")
 
 
 # Runs whose model calls were served from a recording: no spend of their own.
@@ -67,36 +72,60 @@ def source_sql(dialect: str) -> Any:
     return case((RUNS.c.mode == IMPORT_MODE, func.coalesce(fmt, IMPORT_MODE)), else_=ESCROW_SOURCE)
 
 
+def _with_model(rows: Any, joined: bool) -> tuple[Any, Any]:
+    """(the FROM clause runs-to-rows, the model column): the copy on the rows,
+    or, ``joined``, the call's through a join."""
+    base = RUNS.join(rows, rows.c.run_id == RUNS.c.id)
+    if joined:
+        return base.join(CALLS, CALLS.c.id == rows.c.call_id), CALL_MODEL
+    return base, rows.c["gen_ai.request.model"]
+
+
 def slices_query(since: float | None, until: float | None, by: str = "model",
-                 include_replays: bool = False, dialect: str = "sqlite") -> Select[Any]:
+                 include_replays: bool = False, dialect: str = "sqlite", joined: bool = False) -> Select[Any]:
     """Sums per (run, model), and per engine too when grouping by it (only
     then, so the other groupings keep reading the covering index)."""
     clamped = case((CACHED > PROMPT, PROMPT), else_=CACHED)
     engine = func.coalesce(RESPONSES.c.engine, NO_ENGINE) if by == "engine" else literal(None)
-    keys = (RUNS.c.id, MODEL) + ((engine,) if by == "engine" else ())
+    joins, model = _with_model(RESPONSES, joined)
+    keys = (RUNS.c.id, model) + ((engine,) if by == "engine" else ())
     return (
         select(
-            RUNS.c.id, RUNS.c.created_at, RUNS.c.status, RUNS.c.verdict, MODEL, source_sql(dialect), func.count(),
+            RUNS.c.id, RUNS.c.created_at, RUNS.c.status, RUNS.c.verdict, model, source_sql(dialect), func.count(),
             func.sum(PROMPT), func.sum(clamped), func.sum(OUTPUT),
             # GPU time is the server's: the attempts' HTTP time (attempt_time_query);
             # a call recorded without attempts counts its whole duration.
             func.sum(case((RESPONSES.c.n_attempts == 0, RESPONSES.c.total_s), else_=0.0)),
             func.coalesce(func.sum(RESPONSES.c.decode_s), 0.0), func.sum(RESPONSES.c.n_attempts - 1), engine,
+            _damage(RESPONSES, SUMMED, dialect),
         )
-        .select_from(RUNS.join(RESPONSES, RESPONSES.c.run_id == RUNS.c.id).join(CALLS, CALLS.c.id == RESPONSES.c.call_id))
+        .select_from(joins)
         .where(window(since, until, RESPONSES, include_replays))
         .group_by(*keys)
     )
 
 
-def attempt_time_query(since: float | None, until: float | None, include_replays: bool = False) -> Select[Any]:
+def _damage(table: Any, columns: tuple[str, ...], dialect: str) -> Any:
+    """1 when a summed cell is not a number (SQLite would sum it as 0): the
+    check rides on the aggregate's own scan; ``_stop_if_damaged`` names it."""
+    return func.max(case((not_a_number(table, columns), 1), else_=0)) if dialect == "sqlite" else literal(0)
+
+
+def _stop_if_damaged(conn: Connection, table: Any, columns: tuple[str, ...], since: float | None,
+                     until: float | None) -> None:
+    check_numbers(conn, table, table.c.run_id.in_(select(RUNS.c.id).where(window(since, until))), columns)
+
+
+def attempt_time_query(since: float | None, until: float | None, include_replays: bool = False,
+                       joined: bool = False, dialect: str = "sqlite") -> Select[Any]:
     """Per (run, model): seconds inside HTTP attempts, and backoff slept between them."""
+    joins, model = _with_model(ATTEMPTS, joined)
     return (
-        select(RUNS.c.id, MODEL, func.coalesce(func.sum(ATTEMPTS.c.duration_s), 0.0),
-               func.coalesce(func.sum(ATTEMPTS.c.backoff_s), 0.0))
-        .select_from(RUNS.join(ATTEMPTS, ATTEMPTS.c.run_id == RUNS.c.id).join(CALLS, CALLS.c.id == ATTEMPTS.c.call_id))
+        select(RUNS.c.id, model, func.coalesce(func.sum(ATTEMPTS.c.duration_s), 0.0),
+               func.coalesce(func.sum(ATTEMPTS.c.backoff_s), 0.0), _damage(ATTEMPTS, ATTEMPT_SUMMED, dialect))
+        .select_from(joins)
         .where(window(since, until, ATTEMPTS, include_replays))
-        .group_by(RUNS.c.id, MODEL)
+        .group_by(RUNS.c.id, model)
     )
 
 
@@ -109,10 +138,10 @@ def tool_time_query(since: float | None, until: float | None, include_replays: b
     )
 
 
-def group_key_sql(by: str, dialect: str) -> Any:
+def group_key_sql(by: str, dialect: str, model: Any = MODEL) -> Any:
     """The SQL twin of ``orchestrator.costing.aggregate.group_key``."""
     if by == "model":
-        return MODEL
+        return model
     if by == "status":
         return RUNS.c.status
     if by == "verdict":
@@ -131,26 +160,31 @@ def group_key_sql(by: str, dialect: str) -> Any:
 
 
 def ttft_query(since: float | None, until: float | None, by: str = "model", dialect: str = "sqlite",
-               include_replays: bool = False) -> Select[Any]:
+               include_replays: bool = False, joined: bool = False) -> Select[Any]:
     """TTFTs to the millisecond, counted per group: a histogram, not a million rows."""
-    key = group_key_sql(by, dialect)
+    joins, model = _with_model(RESPONSES, joined)
+    key = group_key_sql(by, dialect, model)
     millis = cast(func.round(RESPONSES.c.ttft_s * 1000), Integer)
-    joined = RUNS.join(RESPONSES, RESPONSES.c.run_id == RUNS.c.id).join(CALLS, CALLS.c.id == RESPONSES.c.call_id)
     if by == "batch":
-        joined = joined.outerjoin(BATCH_ATTEMPTS, BATCH_ATTEMPTS.c.run_id == RUNS.c.id)
+        joins = joins.outerjoin(BATCH_ATTEMPTS, BATCH_ATTEMPTS.c.run_id == RUNS.c.id)
     return (
         select(key, millis, func.count())
-        .select_from(joined)
+        .select_from(joins)
         .where(window(since, until, RESPONSES, include_replays), RESPONSES.c.ttft_s.is_not(None))
         .group_by(key, millis)
     )
 
 
 def run_slices(conn: Connection, since: float | None, until: float | None, by: str = "model",
-               include_replays: bool = False) -> list[RunSlice]:
+               include_replays: bool = False, joined: bool = False) -> list[RunSlice]:
     tool_s = dict(conn.execute(tool_time_query(since, until, include_replays)).all())
-    attempts = {(run_id, model): (http, wait)
-                for run_id, model, http, wait in conn.execute(attempt_time_query(since, until, include_replays))}
+    attempt_rows = conn.execute(attempt_time_query(since, until, include_replays, joined, conn.dialect.name)).all()
+    if any(row[-1] for row in attempt_rows):
+        _stop_if_damaged(conn, ATTEMPTS, ATTEMPT_SUMMED, since, until)
+    attempts = {(run_id, model): (http, wait) for run_id, model, http, wait, _ in attempt_rows}
+    rows = conn.execute(slices_query(since, until, by, include_replays, conn.dialect.name, joined)).all()
+    if any(row[-1] for row in rows):
+        _stop_if_damaged(conn, RESPONSES, SUMMED, since, until)
     batch_of = dict(conn.execute(select(BATCH_ATTEMPTS.c.run_id, BATCH_ATTEMPTS.c.batch_id)
                                  .where(BATCH_ATTEMPTS.c.run_id.is_not(None))).all())
     return [
@@ -162,39 +196,42 @@ def run_slices(conn: Connection, since: float | None, until: float | None, by: s
             decode_s=decode or 0.0, retries=retries or 0, tool_s=tool_s.get(run_id, 0.0), engine=engine,
             batch=batch_of.get(run_id),
         )
-        for run_id, created, status, verdict, model, source, n, prompt, cached, output, total, decode, retries, engine
-        in conn.execute(slices_query(since, until, by, include_replays, conn.dialect.name))
+        for run_id, created, status, verdict, model, source, n, prompt, cached, output, total, decode, retries, engine, _
+        in rows
     ]
 
 
 def ttft_histogram(conn: Connection, since: float | None, until: float | None, by: str,
-                   include_replays: bool = False) -> Iterator[tuple[str, float, int]]:
-    for key, millis, n in conn.execute(ttft_query(since, until, by, conn.dialect.name, include_replays)):
+                   include_replays: bool = False, joined: bool = False) -> Iterator[tuple[str, float, int]]:
+    for key, millis, n in conn.execute(ttft_query(since, until, by, conn.dialect.name, include_replays, joined)):
         yield str(key), millis / 1000.0, n
 
 
 def read_slices(store: Store, *, by: str, since: float | None, until: float | None,
-                include_replays: bool = False) -> tuple[list[RunSlice], list[tuple[str, float, int]]]:
+                include_replays: bool = False, joined: bool = False,
+                ) -> tuple[list[RunSlice], list[tuple[str, float, int]]]:
     """The figures an aggregate report is computed from: one slice per (run,
     model) and the TTFT histogram per group. Real spend only, unless
-    ``include_replays`` (see ``window``)."""
+    ``include_replays`` (see ``window``). ``joined``: the schema-6 queries
+    (the bench's comparison)."""
     with store.read() as conn:
-        check_numbers(conn, RESPONSES, RESPONSES.c.run_id.in_(select(RUNS.c.id).where(window(since, until))),
-                      SUMMED)
-        check_numbers(conn, ATTEMPTS, ATTEMPTS.c.run_id.in_(select(RUNS.c.id).where(window(since, until))),
-                      ("duration_s", "backoff_s"))
-        pieces = run_slices(conn, since, until, by, include_replays)
-        ttfts = list(ttft_histogram(conn, since, until, by, include_replays))
+        pieces = run_slices(conn, since, until, by, include_replays, joined)
+        ttfts = list(ttft_histogram(conn, since, until, by, include_replays, joined))
     return pieces, ttfts
 
 
-def query_plans(store: Store, since: float | None, until: float | None) -> dict[str, list[str]]:
+def query_plans(store: Store, since: float | None, until: float | None, joined: bool = False,
+                by: str = "model") -> dict[str, list[str]]:
     """SQLite's EXPLAIN QUERY PLAN of each report query (for the bench)."""
     plans = {}
+    queries: dict[str, Any] = {
+        "slices": slices_query(since, until, by, joined=joined),
+        "attempt_time": attempt_time_query(since, until, joined=joined),
+        "tool_time": tool_time_query(since, until), "ttft": ttft_query(since, until, by, joined=joined),
+    }
     with store.read() as conn:
-        for name, query in (("slices", slices_query), ("attempt_time", attempt_time_query), ("tool_time", tool_time_query),
-                            ("ttft", ttft_query)):
-            compiled = query(since, until).compile(conn)
+        for name, query in queries.items():
+            compiled = query.compile(conn, compile_kwargs={"render_postcompile": True})
             params = tuple(compiled.params[key] for key in compiled.positiontup or ())
             rows = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {compiled}", params).all()
             plans[name] = [str(row[-1]) for row in rows]
