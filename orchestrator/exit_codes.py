@@ -15,7 +15,7 @@ class ExitCode(IntEnum):
     OK = 0  # success; replay identical; a run's verdict PASS
     FINDING = 1  # a negative finding: a verdict other than PASS, a divergence or drift, a broken chain, a failed check
     USAGE = 2  # bad arguments, settings, price file or request; an unusable recording
-    STORE_MISSING = 3  # no store at that location
+    STORE_MISSING = 3  # no store at that location, or it stopped answering in the middle of a batch
     STORE_DAMAGED = 4  # not a store, or a damaged one (corrupt page, wrong-typed cell, foreign schema)
     SCHEMA_MISMATCH = 5  # the store's schema is too new, or too old for a read-only command
     RUN_NOT_FOUND = 6  # no run matches the id or prefix

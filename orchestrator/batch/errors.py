@@ -1,8 +1,10 @@
-"""Typed errors of batch runs (exit code 2: the user can fix them)."""
+"""Typed errors of batch runs (exit code 2: the user can fix them; 3: the
+store went away)."""
 
 from __future__ import annotations
 
 from orchestrator.errors import EscrowError
+from orchestrator.exit_codes import ExitCode
 
 
 class TaskFileError(EscrowError):
@@ -34,5 +36,5 @@ class StoreLost(EscrowError):
     """The store went away in the middle of a batch; what was recorded stands
     and ``escrow batch --resume`` finishes the batch once the store is back."""
 
-    exit_code = 3
+    exit_code = ExitCode.STORE_MISSING
 
