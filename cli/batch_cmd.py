@@ -39,6 +39,8 @@ def batch(
     start_slots: int = typer.Option(2, "--start-slots", min=1, help="Sandboxes starting at once."),
     infra_retries: int = typer.Option(2, "--infra-retries", min=0, help="Retries of an infrastructure failure."),
     task_timeout: float = typer.Option(1800.0, "--task-timeout", min=1, help="Seconds for a whole task."),
+    start_timeout: float = typer.Option(300.0, "--start-timeout", min=1,
+                                        help="Seconds for a sandbox to start (then an infrastructure failure)."),
     lease: float = typer.Option(30.0, "--lease", min=1, help="Seconds after which a silent run reads as crashed."),
     executor: str = typer.Option("local", "--executor", help="local (a worker pool here)."),
     model_url: list[str] = typer.Option(None, "--model-url", help="Model server base URL; repeat for replicas. "
@@ -81,7 +83,7 @@ def batch(
     if (target is None) == (resume is None):
         raise ConfigError("give a task file or --resume BATCH (not both)")
     options = PoolOptions(workers=workers, start_slots=start_slots, infra_retries=infra_retries,
-                          deadlines=Deadlines(task_s=task_timeout, lease_s=lease))
+                          deadlines=Deadlines(task_s=task_timeout, start_s=start_timeout, lease_s=lease))
     err = Console(stderr=True)
     with Store.open(settings.store_url) as store:
         if resume is not None:
@@ -149,7 +151,8 @@ def _render(report: BatchReport, as_json: bool, *, full: bool = True) -> None:
     typer.echo(f"batch {report.batch_id}  ({report.task_file})")
     typer.echo(f"tasks {report.n_tasks} · done {report.done} · passed {report.passed} ({rate}) · running "
                f"{report.running} · not started {report.not_started} · infrastructure failures "
-               f"{report.infra_failures} · task errors {report.task_errors}")
+               f"{report.infra_failures} (sandbox start timeouts {report.start_timeouts}) · task errors "
+               f"{report.task_errors}")
     times = " · ".join(f"{k} {v:.1f}s" for k, v in (("p50", report.p50_s), ("p95", report.p95_s)) if v is not None)
     typer.echo(f"cost ${report.cost_usd:.4f} · tokens {report.tokens:,}" + (f" · {times}" if times else ""))
     if report.verdicts:
