@@ -17,6 +17,7 @@ from orchestrator.batch.progress import BatchProgress
 from orchestrator.batch.report import BatchReport, batch_report
 from orchestrator.batch.runner import Deadlines
 from orchestrator.batch.tasks import load_task_file
+from cli.display.batch_html import batch_html
 from cli.store_cmd import CONFIG_HELP, DB_HELP, emit_json
 from orchestrator.errors import ConfigError
 from orchestrator.settings import Settings, load_settings
@@ -54,6 +55,7 @@ def batch(
     tokenizer: str = typer.Option(None, "--tokenizer", help="auto, server, or cl100k_base."),
     stream: bool = typer.Option(None, "--stream/--no-stream", help="Stream responses (SSE) or not."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
+    html: Path = typer.Option(None, "--html", help="Also write the report as one self-contained HTML file."),
     db: str = typer.Option(None, "--db", help=DB_HELP),
     config: Path = typer.Option(None, "--config", help=CONFIG_HELP),
 ) -> None:
@@ -64,10 +66,12 @@ def batch(
     escrow batch --resume BATCH            rerun tasks without a model verdict
     escrow batch status BATCH [--json]     where it stands
     escrow batch report BATCH [--json]     pass rate, cost, tokens, failures
+    escrow batch report BATCH --html FILE  the same as one HTML page
 
     Exit code: 0 when every task ended with a model verdict (passing or
     not), 1 when some did not (infrastructure or task errors: resume them),
-    2 for a usage error."""
+    2 for a usage error, 3 when the store went away mid-batch (resume it
+    once the store is back)."""
     settings = load_settings(
         config, db_url=db, model_url=model_url[0] if model_url else None, model=model, max_turns=max_turns,
         max_output_tokens=max_tokens, context_window=context_window, tool_protocol=tool_protocol,
@@ -76,7 +80,7 @@ def batch(
     if target in VIEWS:
         if not batch_ref:
             raise ConfigError(f"escrow batch {target} needs a batch id")
-        show(settings, target, batch_ref, as_json)
+        show(settings, target, batch_ref, as_json, html)
         return
     if executor != "local":
         raise ConfigError(f"--executor {executor!r} is not available; use local")
@@ -137,9 +141,14 @@ def _report(store: Store, batch_id: str) -> BatchReport:
     return batch_report(view, summaries, bstore.crashed_runs(store))
 
 
-def show(settings: Settings, what: str, ref: str, as_json: bool) -> None:
+def show(settings: Settings, what: str, ref: str, as_json: bool, html: Path | None = None) -> None:
     with Store.open(settings.store_url, readonly=True, create=False) as store:
         report = _report(store, _resolve(store, ref))
+    if html is not None:
+        try:
+            html.write_text(batch_html(report), encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot write the HTML report to {html}: {exc.strerror}", path=str(html)) from exc
     _render(report, as_json, full=what == "report")
 
 
