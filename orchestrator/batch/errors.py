@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from orchestrator.errors import EscrowError
+from store.errors import StoreError
 
 
 class TaskFileError(EscrowError):
@@ -23,3 +24,9 @@ class RepoError(EscrowError):
 
 class BatchNotFound(EscrowError):
     """No batch with that id in the store."""
+
+
+class BatchStoreLost(StoreError):
+    """The store went away during a batch (exit code 3, as any store error):
+    the batch stops; ``escrow batch --resume BATCH`` finishes it once the store
+    is back, rerunning only the tasks without a model verdict."""
