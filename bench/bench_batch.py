@@ -1,9 +1,15 @@
 """Batch throughput: the same example tasks run with 1 worker and with N
-workers, against the fault server paced so runs are model-bound (each reply
-streams at --tokens-per-s). Printed: wall time and tasks per minute for each
-pool size, and the speed-up ratio measured side by side in this one run.
+workers, against the fault server paced so runs are model-bound like real
+ones. Printed: wall time and tasks per minute for each pool size, and the
+speed-up ratio measured side by side in this one run.
 
-    .venv/bin/python bench/bench_batch.py [--workers 1 4] [--tasks 8] [--tokens-per-s 20]
+The pacing of every reply (each task's known fix, 2 to 3 turns): the headers
+wait --ttft-s (prompt processing), then --reasoning-tokens of reasoning and
+the tool call's arguments stream at --tokens-per-s (one 4-character chunk a
+token). The defaults, 1.5 s and 150 tokens at 30 tokens/s, are a mid-size
+model on one GPU: about 7 s a turn, of which the orchestrator spends little.
+
+    .venv/bin/python bench/bench_batch.py [--workers 1 8] [--tasks 13] [--tokens-per-s 30]
 
 Needs dockerd and the sandbox image (the runs are real, in sandboxes).
 """
@@ -26,10 +32,16 @@ from store import Store
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "tasks"
 
 
-def one_pool(workers: int, n_tasks: int, tokens_per_s: float, image: str) -> tuple[float, int]:
+def paced_scripts(tokens_per_s: float, ttft_s: float, reasoning_tokens: int) -> dict[str, list]:
+    """Each task's fix, every reply paced as the module docstring says."""
+    pace = {"delay_s": ttft_s, "reasoning": "tok " * reasoning_tokens, "chunk_chars": 4}
+    return {task: [step.model_copy(update=pace) for step in steps]
+            for task, steps in example_scripts(EXAMPLES, tokens_per_s=tokens_per_s).items()}
+
+
+def one_pool(workers: int, n_tasks: int, scripts: dict[str, list], image: str) -> tuple[float, int]:
     task_file = load_task_file(EXAMPLES / "tasks.jsonl")
     chosen = task_file.model_copy(update={"tasks": task_file.tasks[:n_tasks]})
-    scripts = example_scripts(EXAMPLES, tokens_per_s=tokens_per_s)
     with tempfile.TemporaryDirectory() as home, FaultServer() as server:
         for task in chosen.tasks:
             server.script_for(task.id, scripts[task.id])
@@ -38,7 +50,7 @@ def one_pool(workers: int, n_tasks: int, tokens_per_s: float, image: str) -> tup
         url = f"http://127.0.0.1:{server.port}/k/{{task_id}}/v1"
         with Store.open(settings.store_url) as store:
             plan = BatchPlan(tasks_dir=str(EXAMPLES), model_urls=(url,),
-                             options=PoolOptions(workers=workers, start_slots=2))
+                             options=PoolOptions(workers=workers, start_slots=2, infra_retries=0))
             batch_id = start_batch(store, chosen, plan)
             started = time.monotonic()
             results = run_batch(store, settings, batch_id)
@@ -48,16 +60,20 @@ def one_pool(workers: int, n_tasks: int, tokens_per_s: float, image: str) -> tup
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 4])
-    parser.add_argument("--tasks", type=int, default=8)
-    parser.add_argument("--tokens-per-s", type=float, default=20.0)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--tasks", type=int, default=13)
+    parser.add_argument("--tokens-per-s", type=float, default=30.0)
+    parser.add_argument("--ttft-s", type=float, default=1.5, help="Stall before each reply (prompt processing).")
+    parser.add_argument("--reasoning-tokens", type=int, default=150, help="Reasoning streamed before each call.")
     parser.add_argument("--image", default="escrow-sandbox:bookworm-1")
     args = parser.parse_args()
     walls = {}
-    print(f"{args.tasks} example tasks, replies paced at {args.tokens_per_s} chunks/s")
+    scripts = paced_scripts(args.tokens_per_s, args.ttft_s, args.reasoning_tokens)
+    print(f"{args.tasks} example tasks; each reply: {args.ttft_s:g} s to first token, then "
+          f"{args.reasoning_tokens} reasoning tokens and the call at {args.tokens_per_s:g} tokens/s")
     print(f"{'workers':>8} {'wall s':>8} {'tasks/min':>10} {'passed':>7} {'speed-up':>9}")
     for workers in args.workers:
-        wall, passed = one_pool(workers, args.tasks, args.tokens_per_s, args.image)
+        wall, passed = one_pool(workers, args.tasks, scripts, args.image)
         walls[workers] = wall
         base = walls[args.workers[0]]
         print(f"{workers:>8} {wall:>8.1f} {args.tasks / wall * 60:>10.1f} {passed:>7} {base / wall:>8.2f}x")
