@@ -19,12 +19,11 @@ import statistics
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_loop import IMAGE, Clock, live_loop, reply, start_server  # noqa: E402
+from bench_loop import IMAGE, Clock, live_loop, reply, start_server, timed_step  # noqa: E402
 
 from sandbox import connect, require_image  # noqa: E402
 from store import Recorder, Store  # noqa: E402
@@ -34,14 +33,8 @@ def one_run(store: Store, url: str, turns: int, ready: threading.Barrier, out: l
     with live_loop(connect(None), store, url, turns, Clock()) as (agent, tools, model, run_id):
         ready.wait()  # every sandbox is up: only the turns are timed, all at once
         for _ in range(turns):
-            tools.outcomes.clear()
-            model.envelopes.clear()
-            start = time.perf_counter()
-            agent.step()
-            wall = time.perf_counter() - start
-            (envelope,) = model.envelopes
-            assert envelope.status.value == "COMPLETED", envelope.error
-            model_s, tool_s = envelope.timings.total_s, sum(o.duration_s for o in tools.outcomes)
+            wall, envelope, tool_s = timed_step(agent, tools, model)
+            model_s = envelope.timings.total_s
             out.append({"wall": wall, "model": model_s, "tool": tool_s, "overhead": wall - model_s - tool_s})
         Recorder(store).finish_run(run_id, "CANCELED", "bench")
 

@@ -130,6 +130,18 @@ def live_loop(docker_client, store: Store, url: str, turns: int, clock: Clock) -
         yield agent, tools, model, run_id
 
 
+def timed_step(agent, tools: TimedTools, model: TimedModel) -> tuple[float, object, float]:
+    """One turn: its wall time, its envelope, and the tool time inside it."""
+    tools.outcomes.clear()
+    model.envelopes.clear()
+    start = time.perf_counter()
+    agent.step()
+    wall = time.perf_counter() - start
+    (envelope,) = model.envelopes
+    assert envelope.status.value == "COMPLETED", envelope.error
+    return wall, envelope, sum(o.duration_s for o in tools.outcomes)
+
+
 def measure(turns: int, tokens: int, tokens_per_s: float) -> list[dict[str, float]]:
     docker_client = connect(None)
     require_image(docker_client, IMAGE)
@@ -142,15 +154,8 @@ def measure(turns: int, tokens: int, tokens_per_s: float) -> list[dict[str, floa
         with live_loop(docker_client, store, url, turns, clock) as (agent, tools, model, _):
             for _ in range(turns):
                 clock.spent.clear()
-                tools.outcomes.clear()
-                model.envelopes.clear()
-                start = time.perf_counter()
-                agent.step()
-                wall = time.perf_counter() - start
-                (envelope,) = model.envelopes
-                assert envelope.status.value == "COMPLETED", envelope.error
+                wall, envelope, tool_s = timed_step(agent, tools, model)
                 model_s = envelope.timings.total_s
-                tool_s = sum(o.duration_s for o in tools.outcomes)
                 rows.append({
                     "wall": wall, "model": model_s, "tool": tool_s, "overhead": wall - model_s - tool_s,
                     "recording": clock.spent["recording"],
