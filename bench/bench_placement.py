@@ -10,8 +10,11 @@ replayed by --workers workers, one run at a time each:
 
   sticky       each run gets a replica from the batch's ReplicaPool (least
                loaded) and keeps it for its whole trajectory
-  round-robin  every request goes to the next replica in turn, as a
-               load balancer without affinity sends it
+  round-robin  a run's requests alternate between the replicas, as a
+               load balancer without affinity spreads one client's requests
+               (a global request counter shared by the workers can fall
+               into step with them and stay on one replica by chance: with
+               2 workers it switched only 2 of 12 times)
 
 Each request asks for one output token, so its time is essentially prompt
 processing. llama-cpp-python keeps one prefix (the previous request's) per
@@ -26,7 +29,6 @@ one, prompt tokens, and the ratio.
 from __future__ import annotations
 
 import argparse
-import itertools
 import queue
 import subprocess
 import threading
@@ -86,7 +88,7 @@ def one_arm(urls: list[str], runs: list[list[dict]], workers: int, sticky: bool)
     todo: queue.Queue[int] = queue.Queue()
     for index in range(len(runs)):
         todo.put(index)
-    pool, turn_robin, lock = ReplicaPool(urls), itertools.cycle(urls), threading.Lock()
+    pool, lock = ReplicaPool(urls), threading.Lock()
     out = {"seconds": 0.0, "switches": 0, "prompt_tokens": 0, "requests": 0}
 
     def worker() -> None:
@@ -98,9 +100,8 @@ def one_arm(urls: list[str], runs: list[list[dict]], workers: int, sticky: bool)
                     return
                 mine = pool.acquire() if sticky else None
                 previous = None
-                for body in runs[index]:
-                    with lock:
-                        url = mine or next(turn_robin)
+                for turn, body in enumerate(runs[index]):
+                    url = mine or urls[(index + turn) % len(urls)]
                     started = time.perf_counter()
                     response = http.post(f"{url}/v1/chat/completions", json=body)
                     spent = time.perf_counter() - started
