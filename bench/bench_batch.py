@@ -1,9 +1,17 @@
 """Batch throughput: the same example tasks run with 1 worker and with N
-workers, against the fault server paced so runs are model-bound (each reply
-streams at --tokens-per-s). Printed: wall time and tasks per minute for each
-pool size, and the speed-up ratio measured side by side in this one run.
+workers, against the fault server paced so runs are model-bound like real
+ones. Printed: wall time and tasks per minute for each pool size, and the
+speed-up ratio measured side by side in this one run.
 
-    .venv/bin/python bench/bench_batch.py [--workers 1 4] [--tasks 8] [--tokens-per-s 20]
+Each task's script: --explore-turns turns reading the file to fix (as an
+agent looks before it edits), then its known fix (1 or 2 write_file calls and
+submit). The pacing of every reply: the headers wait --ttft-s (prompt
+processing), then --reasoning-tokens of reasoning and the tool call's
+arguments stream at --tokens-per-s (one 4-character chunk a token). The
+defaults, 1.5 s and 150 tokens at 30 tokens/s, are a mid-size model on one
+GPU: 6.5 s and more a turn, of which the orchestrator spends little.
+
+    .venv/bin/python bench/bench_batch.py [--workers 1 8] [--tasks 13] [--tokens-per-s 30]
 
 Needs dockerd and the sandbox image (the runs are real, in sandboxes).
 """
@@ -11,56 +19,77 @@ Needs dockerd and the sandbox image (the runs are real, in sandboxes).
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import time
 from pathlib import Path
 
 from orchestrator.batch.driver import BatchPlan, run_batch, start_batch
 from orchestrator.batch.pool import PoolOptions
-from orchestrator.batch.scripted import example_scripts
+from orchestrator.batch.scripted import example_scripts, fixed_files
 from orchestrator.batch.tasks import load_task_file
-from orchestrator.fault_server import FaultServer
+from orchestrator.fault_server import FaultServer, Reply, ScriptedToolCall
 from orchestrator.settings import load_settings
 from store import Store
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "tasks"
 
 
-def one_pool(workers: int, n_tasks: int, tokens_per_s: float, image: str) -> tuple[float, int]:
+def paced_scripts(tokens_per_s: float, ttft_s: float, reasoning_tokens: int, explore: int) -> dict[str, list]:
+    """Each task's reads and fix, every reply paced as the module docstring says."""
+    pace = {"delay_s": ttft_s, "reasoning": "tok " * reasoning_tokens, "chunk_chars": 4}
+    scripts = {}
+    for task, steps in example_scripts(EXAMPLES, tokens_per_s=tokens_per_s).items():
+        target = next(iter(fixed_files(EXAMPLES / task)))
+        read = Reply(tool_calls=(ScriptedToolCall(name="read_file", arguments=json.dumps({"path": target})),),
+                     tokens_per_s=tokens_per_s)
+        scripts[task] = [step.model_copy(update=pace) for step in [read] * explore + steps]
+    return scripts
+
+
+def one_pool(workers: int, n_tasks: int, scripts: dict[str, list], image: str) -> tuple[float, list]:
     task_file = load_task_file(EXAMPLES / "tasks.jsonl")
     chosen = task_file.model_copy(update={"tasks": task_file.tasks[:n_tasks]})
-    scripts = example_scripts(EXAMPLES, tokens_per_s=tokens_per_s)
     with tempfile.TemporaryDirectory() as home, FaultServer() as server:
         for task in chosen.tasks:
             server.script_for(task.id, scripts[task.id])
         settings = load_settings(None, home=Path(home), sandbox_image=image, context_window=8192,
-                                 tokenizer="cl100k_base", model="fault-model", max_turns=6)
+                                 tokenizer="cl100k_base", model="fault-model", max_turns=30)
         url = f"http://127.0.0.1:{server.port}/k/{{task_id}}/v1"
         with Store.open(settings.store_url) as store:
             plan = BatchPlan(tasks_dir=str(EXAMPLES), model_urls=(url,),
-                             options=PoolOptions(workers=workers, start_slots=2))
+                             options=PoolOptions(workers=workers, start_slots=2, infra_retries=0))
             batch_id = start_batch(store, chosen, plan)
             started = time.monotonic()
             results = run_batch(store, settings, batch_id)
             wall = time.monotonic() - started
-    return wall, sum(r.verdict == "PASS" for r in results)
+    return wall, results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 4])
-    parser.add_argument("--tasks", type=int, default=8)
-    parser.add_argument("--tokens-per-s", type=float, default=20.0)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--tasks", type=int, default=13)
+    parser.add_argument("--tokens-per-s", type=float, default=30.0)
+    parser.add_argument("--ttft-s", type=float, default=1.5, help="Stall before each reply (prompt processing).")
+    parser.add_argument("--reasoning-tokens", type=int, default=150, help="Reasoning streamed before each call.")
+    parser.add_argument("--explore-turns", type=int, default=4, help="Turns reading the file before the fix.")
     parser.add_argument("--image", default="escrow-sandbox:bookworm-1")
     args = parser.parse_args()
     walls = {}
-    print(f"{args.tasks} example tasks, replies paced at {args.tokens_per_s} chunks/s")
+    scripts = paced_scripts(args.tokens_per_s, args.ttft_s, args.reasoning_tokens, args.explore_turns)
+    print(f"{args.tasks} example tasks, {args.explore_turns} reads then the fix; each reply: {args.ttft_s:g} s to "
+          f"first token, then {args.reasoning_tokens} reasoning tokens and the call at {args.tokens_per_s:g} tokens/s")
     print(f"{'workers':>8} {'wall s':>8} {'tasks/min':>10} {'passed':>7} {'speed-up':>9}")
     for workers in args.workers:
-        wall, passed = one_pool(workers, args.tasks, args.tokens_per_s, args.image)
+        wall, results = one_pool(workers, args.tasks, scripts, args.image)
+        passed = sum(r.verdict == "PASS" for r in results)
         walls[workers] = wall
         base = walls[args.workers[0]]
         print(f"{workers:>8} {wall:>8.1f} {args.tasks / wall * 60:>10.1f} {passed:>7} {base / wall:>8.2f}x")
+        for r in results:
+            if r.verdict != "PASS":
+                print(f"         not passed: {r.task_id} {r.outcome} {r.verdict} {r.error or ''}")
 
 
 if __name__ == "__main__":

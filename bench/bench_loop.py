@@ -26,12 +26,14 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from orchestrator.context import TiktokenCounter
 from orchestrator.model_client.client import ModelClient
 from orchestrator.fault_server import Reply, Script, ScriptedToolCall
 from orchestrator.runspec import RunSpec, build_agent
-from orchestrator.context import TiktokenCounter
 from policies import default_policy
 from orchestrator.perimeter import acl_of
 from orchestrator.toolset import tool_specs
@@ -112,9 +114,37 @@ def start_server(step: Reply) -> tuple[subprocess.Popen, str]:
     return proc, json.loads(proc.stdout.readline())["base_url"]
 
 
-def measure(turns: int, tokens: int, tokens_per_s: float) -> list[dict[str, float]]:
+@contextmanager
+def live_loop(docker_client, store: Store, url: str, turns: int, clock: Clock) -> Iterator[tuple]:
+    """One run's live loop (its own sandbox, client and recorder): yields
+    (agent, timed tools, timed model, run id)."""
     policy = default_policy()
     policy = policy.model_copy(update={"limits": policy.limits.model_copy(update={"max_turns": turns + 1})})
+    recorder = Recorder(store)
+    run_id = recorder.start_run(task="bench", repo=str(EXAMPLE), model="bench-model", policy={}, config={})
+    spec = RunSpec(task="Fix mean() in calc.py.", verifier="python3 -m pytest -q", tool_specs=tool_specs(),
+                   model="bench-model", s_max=131072, k_max=512, limits=policy.limits)
+    with Sandbox.start(docker_client, IMAGE, policy, EXAMPLE, run_id=run_id) as sandbox, ModelClient(url) as client:
+        tools = TimedTools(SandboxTools(ToolBox(sandbox, policy, verifier_command=spec.verifier), policy), clock)
+        model = TimedModel(client, clock)
+        agent = build_agent(spec, counter=TiktokenCounter("cl100k_base"), model=model, tools=tools,
+                            acl=acl_of(policy), journal=TimedJournal(RunJournal(recorder, run_id), clock))
+        yield agent, tools, model, run_id
+
+
+def timed_step(agent, tools: TimedTools, model: TimedModel) -> tuple[float, object, float]:
+    """One turn: its wall time, its envelope, and the tool time inside it."""
+    tools.outcomes.clear()
+    model.envelopes.clear()
+    start = time.perf_counter()
+    agent.step()
+    wall = time.perf_counter() - start
+    (envelope,) = model.envelopes
+    assert envelope.status.value == "COMPLETED", envelope.error
+    return wall, envelope, sum(o.duration_s for o in tools.outcomes)
+
+
+def measure(turns: int, tokens: int, tokens_per_s: float) -> list[dict[str, float]]:
     docker_client = connect(None)
     require_image(docker_client, IMAGE)
     server, url = start_server(reply(tokens, tokens_per_s))
@@ -123,26 +153,11 @@ def measure(turns: int, tokens: int, tokens_per_s: float) -> list[dict[str, floa
     clock = Clock()
     rows: list[dict[str, float]] = []
     try:
-        recorder = Recorder(store)
-        run_id = recorder.start_run(task="bench", repo=str(EXAMPLE), model="bench-model", policy={}, config={})
-        spec = RunSpec(task="Fix mean() in calc.py.", verifier="python3 -m pytest -q", tool_specs=tool_specs(),
-                       model="bench-model", s_max=131072, k_max=512, limits=policy.limits)
-        with Sandbox.start(docker_client, IMAGE, policy, EXAMPLE, run_id=run_id) as sandbox, ModelClient(url) as client:
-            tools = TimedTools(SandboxTools(ToolBox(sandbox, policy, verifier_command=spec.verifier), policy), clock)
-            model = TimedModel(client, clock)
-            agent = build_agent(spec, counter=TiktokenCounter("cl100k_base"), model=model, tools=tools,
-                                acl=acl_of(policy), journal=TimedJournal(RunJournal(recorder, run_id), clock))
+        with live_loop(docker_client, store, url, turns, clock) as (agent, tools, model, _):
             for _ in range(turns):
                 clock.spent.clear()
-                tools.outcomes.clear()
-                model.envelopes.clear()
-                start = time.perf_counter()
-                agent.step()
-                wall = time.perf_counter() - start
-                (envelope,) = model.envelopes
-                assert envelope.status.value == "COMPLETED", envelope.error
+                wall, envelope, tool_s = timed_step(agent, tools, model)
                 model_s = envelope.timings.total_s
-                tool_s = sum(o.duration_s for o in tools.outcomes)
                 rows.append({
                     "wall": wall, "model": model_s, "tool": tool_s, "overhead": wall - model_s - tool_s,
                     "recording": clock.spent["recording"],

@@ -23,6 +23,7 @@ from orchestrator.batch.ray_executor import require_shared_store, run_batch_on_r
 from orchestrator.batch.report import BatchReport, batch_report
 from orchestrator.batch.runner import Deadlines
 from orchestrator.batch.tasks import load_task_file
+from cli.display.batch_html import batch_html
 from orchestrator.errors import ConfigError
 from orchestrator.settings import Settings, load_settings
 from store import Store
@@ -45,6 +46,8 @@ def batch(
     start_slots: int = typer.Option(2, "--start-slots", min=1, help="Sandboxes starting at once."),
     infra_retries: int = typer.Option(2, "--infra-retries", min=0, help="Retries of an infrastructure failure."),
     task_timeout: float = typer.Option(1800.0, "--task-timeout", min=1, help="Seconds for a whole task."),
+    start_timeout: float = typer.Option(300.0, "--start-timeout", min=1,
+                                        help="Seconds for a sandbox to start (then an infrastructure failure)."),
     lease: float = typer.Option(30.0, "--lease", min=1, help="Seconds after which a silent run reads as crashed."),
     executor: str = typer.Option("local", "--executor", help="local (a worker pool here) or ray (--address)."),
     address: str = typer.Option(None, "--address", help="The Ray cluster, HOST:PORT (with --executor ray)."),
@@ -59,6 +62,7 @@ def batch(
     tokenizer: str = typer.Option(None, "--tokenizer", help="auto, server, or cl100k_base."),
     stream: bool = typer.Option(None, "--stream/--no-stream", help="Stream responses (SSE) or not."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
+    html: Path = typer.Option(None, "--html", help="Also write the report as one self-contained HTML file."),
     db: str = typer.Option(None, "--db", help=DB_HELP),
     config: Path = typer.Option(None, "--config", help=CONFIG_HELP),
 ) -> None:
@@ -70,6 +74,7 @@ def batch(
     escrow batch --resume BATCH            rerun tasks without a model verdict
     escrow batch status BATCH [--json]     where it stands
     escrow batch report BATCH [--json]     pass rate, cost, tokens, failures
+    escrow batch report BATCH --html FILE  the same as one HTML page
 
     Exit code: 0 when every task ended with a model verdict (passing or
     not), 1 when some did not (infrastructure or task errors: resume them),
@@ -83,7 +88,7 @@ def batch(
     if target in VIEWS:
         if not batch_ref:
             raise ConfigError(f"escrow batch {target} needs a batch id")
-        show(settings, target, batch_ref, as_json)
+        show(settings, target, batch_ref, as_json, html)
         return
     if executor not in EXECUTORS:
         raise ConfigError(f"--executor {executor!r} is not one of: {', '.join(EXECUTORS)}")
@@ -92,7 +97,7 @@ def batch(
     if (target is None) == (resume is None):
         raise ConfigError("give a task file or --resume BATCH (not both)")
     options = PoolOptions(workers=workers, start_slots=start_slots, infra_retries=infra_retries,
-                          deadlines=Deadlines(task_s=task_timeout, lease_s=lease))
+                          deadlines=Deadlines(task_s=task_timeout, start_s=start_timeout, lease_s=lease))
     err = Console(stderr=True)
     with Store.open(settings.store_url) as store:
         if address is not None:
@@ -149,9 +154,14 @@ def _report(store: Store, batch_id: str) -> BatchReport:
     return batch_report(view, summaries, bstore.crashed_runs(store))
 
 
-def show(settings: Settings, what: str, ref: str, as_json: bool) -> None:
+def show(settings: Settings, what: str, ref: str, as_json: bool, html: Path | None = None) -> None:
     with Store.open(settings.store_url, readonly=True, create=False) as store:
         report = _report(store, _resolve(store, ref))
+    if html is not None:
+        try:
+            html.write_text(batch_html(report), encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot write the HTML report to {html}: {exc.strerror}", path=str(html)) from exc
     _render(report, as_json, full=what == "report")
 
 
@@ -163,7 +173,8 @@ def _render(report: BatchReport, as_json: bool, *, full: bool = True) -> None:
     typer.echo(f"batch {report.batch_id}  ({report.task_file})")
     typer.echo(f"tasks {report.n_tasks} · done {report.done} · passed {report.passed} ({rate}) · running "
                f"{report.running} · not started {report.not_started} · infrastructure failures "
-               f"{report.infra_failures} · task errors {report.task_errors}")
+               f"{report.infra_failures} (sandbox start timeouts {report.start_timeouts}) · task errors "
+               f"{report.task_errors}")
     times = " · ".join(f"{k} {v:.1f}s" for k, v in (("p50", report.p50_s), ("p95", report.p95_s)) if v is not None)
     typer.echo(f"cost ${report.cost_usd:.4f} · tokens {report.tokens:,}" + (f" · {times}" if times else ""))
     if report.verdicts:

@@ -27,12 +27,12 @@ The one tree (exit code in brackets)::
     │   ├── NotAStore [4], StoreDamaged [4]
     │   ├── SchemaTooNew, SchemaTooOld [5]
     │   ├── RunNotFound [6], RecordingError [7]
+    │   ├── StoreLost [3]            orchestrator/batch/errors.py: the store went away during a batch
     │   └── ChainBroken [1], BlobMissing [1]
     ├── SandboxError [71]            sandbox/errors.py
     │   ├── DaemonUnavailable [69], ImageMissing [67], ImageBuildError [70], ExecError [71]
     │   └── WorkspaceError [71]: ExportRefused, GitTimeout [71], ApplyRefused [77]
-    ├── TaskFileError, TaskRowError, RepoError, BatchNotFound, RayUnavailable [2]   orchestrator/batch/errors.py
-    └── StoreLost [3]                the store went away in the middle of a batch
+    └── TaskFileError, TaskRowError, RepoError, BatchNotFound, RayUnavailable [2]   orchestrator/batch/errors.py
 
 Model-call failures are *not* exceptions: the client turns every outcome into an
 Envelope with a Status, so that the loop routes on data rather than on ``except``.

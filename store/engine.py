@@ -7,13 +7,22 @@ own transaction handling is switched off so that SQLAlchemy emits the BEGIN:
 of failing with SQLITE_BUSY when a read turns into a write. Readers use
 ``mode=ro`` connections and a plain BEGIN.
 
+SQLite's busy handler is not fair: with dozens of processes writing one file
+on few cores, one writer can wait past the busy timeout while others take the
+lock again and again. So a writer's BEGIN IMMEDIATE that still finds the file
+locked is retried, ``write_retries`` times, after a random (jittered), growing
+pause. Only the BEGIN is retried: nothing of the transaction has run yet.
+
 The same models run on PostgreSQL; there writers lock the run row instead.
 """
 
 from __future__ import annotations
 
 import os
+import random
+import sqlite3
 import struct
+import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -85,7 +94,7 @@ def _wal_has_frames(path: Path) -> bool:
 
 
 def make_engine(
-    url: URL, *, readonly: bool, synchronous: str = "FULL", busy_timeout_ms: int = 30_000
+    url: URL, *, readonly: bool, synchronous: str = "FULL", busy_timeout_ms: int = 30_000, write_retries: int = 8
 ) -> Engine:
     path = sqlite_path(url)
     if path is None:
@@ -111,9 +120,25 @@ def make_engine(
 
     @event.listens_for(engine, "begin")
     def _begin(conn) -> None:  # type: ignore[no-untyped-def]
-        conn.exec_driver_sql(begin)
+        if readonly or not begin_immediate(conn.connection.driver_connection, write_retries):
+            conn.exec_driver_sql(begin)  # the last try: its error reaches the caller as a StoreError
 
     return engine
+
+
+def begin_immediate(connection: sqlite3.Connection, tries: int) -> bool:
+    """Up to ``tries`` BEGIN IMMEDIATEs, each after a jittered, growing pause
+    while the file stays locked past the busy timeout. False when all found
+    it locked (the caller makes the last try)."""
+    for attempt in range(tries):
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+            return True
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            time.sleep(random.uniform(0.0, min(2.0, 0.05 * 2**attempt)))
+    return False
 
 
 def parse_url(url: str) -> URL:

@@ -36,7 +36,7 @@ class Store:
     @classmethod
     def open(
         cls, url: str, *, create: bool = True, readonly: bool = False,
-        synchronous: str = "FULL", busy_timeout_ms: int = 30_000,
+        synchronous: str = "FULL", busy_timeout_ms: int = 30_000, write_retries: int = 8,
     ) -> "Store":
         """Open (and, when allowed, create or migrate) the store at ``url``.
 
@@ -50,7 +50,9 @@ class Store:
         if path is not None and not probe_file(path, create=may_create):
             ensure_parent(path)
         reader_engine = make_engine(parsed, readonly=readonly, busy_timeout_ms=busy_timeout_ms)
-        writer_engine = None if readonly else make_engine(parsed, readonly=False, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms)
+        writer_engine = None if readonly else make_engine(
+            parsed, readonly=False, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms,
+            write_retries=write_retries)
         try:
             version = _prepare(writer_engine or reader_engine, shown, may_create=may_create, readonly=readonly)
         except BaseException:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from orchestrator.batch.errors import BatchNotFound
+from orchestrator.batch.errors import BatchNotFound, StoreLost
 from orchestrator.batch.pool import PoolOptions, run_pool
 from orchestrator.batch.runner import AttemptResult
 from orchestrator.batch.tasks import BatchTask, TaskFile
@@ -14,6 +14,7 @@ from orchestrator.contract import Frozen
 from orchestrator.settings import Settings
 from store import Store
 from store import batches as bstore
+from store.errors import StoreError
 
 
 class BatchPlan(Frozen):
@@ -42,5 +43,9 @@ def run_batch(store: Store, settings: Settings, batch_id: str, *,
               options: PoolOptions | None = None) -> list[AttemptResult]:
     """Run every task of the batch that has no model verdict yet."""
     plan, tasks = pending_tasks(store, batch_id)
-    return run_pool(store, settings, batch_id, tasks, tasks_dir=Path(plan.tasks_dir), model_urls=list(plan.model_urls),
-                    options=options or plan.options, on_attempt=on_attempt)
+    try:
+        return run_pool(store, settings, batch_id, tasks, tasks_dir=Path(plan.tasks_dir),
+                        model_urls=list(plan.model_urls), options=options or plan.options, on_attempt=on_attempt)
+    except StoreError as exc:
+        raise StoreLost(f"{' '.join(str(exc).split())} -- batch {batch_id} stopped; once the store is back, finish it with "
+                             f"`escrow batch --resume {batch_id}`", batch_id=batch_id, location=store.url) from exc

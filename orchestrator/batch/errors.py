@@ -1,10 +1,10 @@
-"""Typed errors of batch runs (exit code 2: the user can fix them; 3: the
-store went away)."""
+"""Typed errors of batch runs (exit code 2: the user can fix them; 3, as
+any store error: the store went away)."""
 
 from __future__ import annotations
 
 from orchestrator.errors import EscrowError
-from orchestrator.exit_codes import ExitCode
+from store.errors import StoreError
 
 
 class TaskFileError(EscrowError):
@@ -32,9 +32,7 @@ class RayUnavailable(EscrowError):
     at the address does not answer, or the store is not one every node reaches."""
 
 
-class StoreLost(EscrowError):
-    """The store went away in the middle of a batch; what was recorded stands
-    and ``escrow batch --resume`` finishes the batch once the store is back."""
-
-    exit_code = ExitCode.STORE_MISSING
-
+class StoreLost(StoreError):
+    """The store went away during a batch (exit code 3, as any store error):
+    the batch stops; ``escrow batch --resume BATCH`` finishes it once the store
+    is back, rerunning only the tasks without a model verdict."""

@@ -40,6 +40,19 @@ def moved_off(store: Store, replicas: ReplicaPool, url: str, result: AttemptResu
                                      "error": error})
 
 
+class StartSlot:
+    """One held sandbox-start slot, given back exactly once."""
+
+    def __init__(self, starts: threading.Semaphore) -> None:
+        self.starts, self.held, self.lock = starts, True, threading.Lock()
+
+    def release(self) -> None:
+        with self.lock:
+            if self.held:
+                self.held = False
+                self.starts.release()
+
+
 def run_task_with_retries(
     store: Store, settings: Settings, batch_id: str, task: BatchTask, *, tasks_dir: Path, replicas: ReplicaPool,
     options: PoolOptions, starts: threading.Semaphore, on_attempt: Callable[[AttemptResult], None],
@@ -52,11 +65,13 @@ def run_task_with_retries(
         except NoReplica:
             starts.release()
             raise
+        slot = StartSlot(starts)
         try:
             result = run_attempt(store, settings, batch_id, task, tasks_dir=tasks_dir, model_url=url,
-                                 deadlines=options.deadlines, admitted=starts.release, replica=url)
+                                 deadlines=options.deadlines, admitted=slot.release, replica=url)
         finally:
             replicas.release(url)
+            slot.release()  # also when the attempt failed before its run (the store away): no slot is lost
         if result.verdict == REPLICA_LOST and replicas.live() > 1:
             result = moved_off(store, replicas, url, result)
         on_attempt(result)

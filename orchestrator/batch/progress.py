@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+from orchestrator.batch.report import start_timed_out
 from orchestrator.batch.runner import AttemptResult
 from store.batches import INFRASTRUCTURE, MODEL
 
@@ -13,7 +14,7 @@ class BatchProgress:
     def __init__(self, total: int, *, clock=time.monotonic) -> None:
         self.total, self.clock = total, clock
         self.started = clock()
-        self.passed = self.failed = self.infra = self.task_errors = 0
+        self.passed = self.failed = self.infra = self.start_timeouts = self.task_errors = 0
         self.cost_usd = 0.0
         self.lock = threading.Lock()
 
@@ -25,6 +26,7 @@ class BatchProgress:
                 self.cost_usd += result.cost_usd
             elif result.outcome == INFRASTRUCTURE:
                 self.infra += 1
+                self.start_timeouts += start_timed_out(result.error)
             else:
                 self.task_errors += 1
 
@@ -41,5 +43,5 @@ class BatchProgress:
     def line(self, running: int) -> str:
         eta = self.eta_s()
         return (f"{self.finished}/{self.total} done · running {running} · passed {self.passed} · failed {self.failed}"
-                f" · infra errors {self.infra} · ${self.cost_usd:.4f}"
+                f" · infra errors {self.infra} (start timeouts {self.start_timeouts}) · ${self.cost_usd:.4f}"
                 + (f" · ETA {eta:.0f}s" if eta is not None else ""))

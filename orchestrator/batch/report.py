@@ -10,6 +10,14 @@ from orchestrator.contract import Frozen
 from store.batches import INFRASTRUCTURE, MODEL, STARTED, BatchView
 from orchestrator.trajectory import RunSummary
 
+# How an attempt whose sandbox missed ``--start-timeout`` is recorded: its
+# error names the exception (``SandboxStartTimeout`` in start_deadline.py).
+START_TIMEOUT = "SandboxStartTimeout"
+
+
+def start_timed_out(error: str | None) -> bool:
+    return bool(error) and error.startswith(START_TIMEOUT + ":")  # type: ignore[union-attr]
+
 
 class TaskLine(Frozen):
     task_id: str
@@ -18,6 +26,7 @@ class TaskLine(Frozen):
     run_id: str | None
     attempts: int
     infra_failures: int
+    start_timeouts: int
     seconds: float | None
     tokens: int
     cost_usd: float
@@ -35,6 +44,7 @@ class BatchReport(Frozen):
     running: int
     not_started: int
     infra_failures: int
+    start_timeouts: int
     task_errors: int
     verdicts: dict[str, int]
     cost_usd: float
@@ -72,7 +82,9 @@ def batch_report(view: BatchView, summaries: dict[str, RunSummary], crashed: fro
         lines.append(TaskLine(
             task_id=task_id, outcome=outcome, verdict=last.verdict if last else None,
             run_id=last.run_id if last else None, attempts=len(tries),
-            infra_failures=sum(a.outcome == INFRASTRUCTURE for a in tries), seconds=seconds,
+            infra_failures=sum(a.outcome == INFRASTRUCTURE for a in tries),
+            start_timeouts=sum(a.outcome == INFRASTRUCTURE and start_timed_out(a.error) for a in tries),
+            seconds=seconds,
             tokens=(totals.input_tokens + totals.output_tokens) if totals else 0,
             cost_usd=(totals.cost_usd or 0.0) if totals else 0.0, replica=last.replica if last else None,
             error=last.error if last else None,
@@ -86,6 +98,7 @@ def batch_report(view: BatchView, summaries: dict[str, RunSummary], crashed: fro
         running=sum(line.outcome == STARTED for line in lines),
         not_started=sum(line.outcome == "not started" for line in lines),
         infra_failures=sum(line.infra_failures for line in lines),
+        start_timeouts=sum(line.start_timeouts for line in lines),
         task_errors=sum(line.outcome == "task" for line in lines),
         verdicts=dict(Counter(line.verdict or "" for line in done)),
         cost_usd=sum(line.cost_usd for line in lines), tokens=sum(line.tokens for line in lines),

@@ -20,6 +20,7 @@ from pathlib import Path
 from orchestrator.launch import RunRequest, run_agent
 from orchestrator.batch.errors import RepoError
 from orchestrator.batch.repos import prepare_repo
+from orchestrator.batch.start_deadline import BoundedStart
 from orchestrator.batch.tasks import BatchTask
 from orchestrator.agent import Verdict
 from orchestrator.contract import Frozen
@@ -38,6 +39,7 @@ class Deadlines(Frozen):
     """Separate limits: each command is bounded by the policy; these bound the rest."""
 
     task_s: float = 1800.0
+    start_s: float = 300.0  # the sandbox start alone: past it, an infrastructure failure
     lease_s: float = 30.0
 
 
@@ -131,7 +133,8 @@ def run_attempt(
                 timer.start()
                 outcome = run_agent(task_settings(settings, task, model_url),
                                     RunRequest(task=task.task, repo=repo, verify=task.verify),
-                                    progress=admit, cancel=cancel, on_start=started)
+                                    progress=admit, cancel=cancel, on_start=started,
+                                    start_sandbox=BoundedStart(deadlines.start_s))
             except (RepoError, ConfigError) as exc:
                 return _finish(store, attempt_id, task, TASK_ERROR, heartbeat.run_id, None, exc)
             except Exception as exc:  # the run could not happen: infrastructure, retried by the executor

@@ -118,11 +118,12 @@ class PatchRecorder:
 def run_agent(
     settings: Settings, request: RunRequest, *, progress: Progress | None = None,
     cancel: threading.Event | None = None, observer: RunObserver | None = None,
-    on_start: Callable[[str], None] | None = None,
+    on_start: Callable[[str], None] | None = None, start_sandbox: Callable[..., Sandbox] = Sandbox.start,
 ) -> RunOutcome:
     """Run the agent once. Raises typed errors (ConfigError, SandboxError,
     StoreError) for what fails before the run is recorded; after that every
-    ending is a recorded verdict."""
+    ending is a recorded verdict. ``start_sandbox`` stands in for
+    ``Sandbox.start`` (a batch bounds it with its start deadline)."""
     task, repo, verifier, apply = request.task, request.repo, request.verify, request.apply
     repo_path = resolve_repo(repo)
     policy = resolve_policy(settings)
@@ -154,7 +155,7 @@ def run_agent(
         # ``cancel``, also while the sandbox starts, and the run ends CANCELED.
         with sigint_cancels(cancel):
             try:
-                sandbox = Sandbox.start(docker_client, settings.sandbox_image, policy, repo_path, run_id=run_id)
+                sandbox = start_sandbox(docker_client, settings.sandbox_image, policy, repo_path, run_id=run_id)
             except BaseException as exc:
                 verdict = Verdict.CANCELED if isinstance(exc, KeyboardInterrupt) else Verdict.INFRA_ERROR
                 recorder.finish_run(run_id, verdict.value, f"sandbox did not start: {exc!r}")

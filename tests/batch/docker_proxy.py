@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -40,15 +41,48 @@ class FlakyDockerProxy:
                 continue
             upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             upstream.connect(self.upstream)
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
+            threading.Thread(target=self._requests, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
+
+    def _requests(self, client: socket.socket, upstream: socket.socket) -> None:
+        _pipe(client, upstream)
 
 
-def _pipe(src: socket.socket, dst: socket.socket) -> None:
+class StallingDockerProxy(FlakyDockerProxy):
+    """Holds the first ``stall`` container-create requests until ``release``
+    is set (or ``safety_s`` passes): dockerd that accepts a sandbox start and
+    does not get to it, as under a start storm."""
+
+    def __init__(self, path: Path, *, stall: int, safety_s: float = 120.0) -> None:
+        super().__init__(path, refuse=0)
+        self.stall, self.safety_s = stall, safety_s
+        self.stalled = 0
+        self.release = threading.Event()
+        self.lock = threading.Lock()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release.set()
+        super().__exit__(*exc)
+
+    def _requests(self, client: socket.socket, upstream: socket.socket) -> None:
+        _pipe(client, upstream, before=self._hold_create)
+
+    def _hold_create(self, data: bytes) -> None:
+        if b"/containers/create" not in data.split(b"\r\n", 1)[0]:
+            return
+        with self.lock:
+            hold = self.stalled < self.stall
+            self.stalled += hold
+        if hold:
+            self.release.wait(self.safety_s)
+
+
+def _pipe(src: socket.socket, dst: socket.socket, before: Callable[[bytes], None] = lambda data: None) -> None:
     """Copy one direction; at its end pass the half-close on (SHUT_WR), as
     Docker's attached exec streams need: stdin ends, the output keeps coming."""
     try:
         while data := src.recv(65536):
+            before(data)
             dst.sendall(data)
     except OSError:
         pass
