@@ -139,7 +139,7 @@ def parity_bench(model_url: str | None, rounds: int) -> None:
     if model_url is not None:
         base = model_url.rstrip("/") + ("" if model_url.rstrip("/").endswith("/v1") else "/v1")
         try:
-            httpx.get(base + "/models", timeout=5).raise_for_status()
+            httpx.get(base + "/models", timeout=60).raise_for_status()  # a busy one-slot server answers late
         except httpx.HTTPError as exc:
             print(f"parity: skipped, no server at {base} ({type(exc).__name__})")
             return
