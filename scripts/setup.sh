@@ -112,7 +112,11 @@ escrow_setup_llama_server() {
     # Idempotent: the binary is kept once it reports the pinned build. It is never
     # started here (the test fixture starts its own on a free port), so the shared
     # llama-cpp-python server above is left alone.
-    if "$ESCROW_TEST_LLAMA_SERVER_BIN" --version 2>&1 | grep -q "(build $LLAMA_SERVER_BUILD,"; then
+    # Read whole, not piped into grep -q: an early exit there would SIGPIPE the
+    # binary and, under pipefail, force a rebuild.
+    local version
+    version="$("$ESCROW_TEST_LLAMA_SERVER_BIN" --version 2>&1 || true)"
+    if [[ "$version" == *"(build $LLAMA_SERVER_BUILD,"* ]]; then
         return 0
     fi
     apt_install cmake g++ ninja-build
