@@ -3,26 +3,28 @@
 1. recording logprobs at K=5 per token against not recording them, on a
    streamed answer of 2,000 tokens (fault server in its own process; both
    the whole call and the client's pure per-chunk pipeline on captured bytes);
-2. ``escrow parity`` per call (re-send + comparison with the record) against
-   a plain re-send, on the llama.cpp server (skipped, and said so, when it
-   does not answer).
+2. ``escrow parity`` on a recorded run, per call, against a plain re-send of
+   the same requests, on llama.cpp's own llama-server started for the bench
+   (or on ``--model-url``; skipped, and said so, when neither is there).
 
-    .venv/bin/python bench/bench_engine.py [--tokens 2000] [--calls 20] [--model-url URL]
+    .venv/bin/python bench/bench_engine.py [--tokens 2000] [--calls 20] [--model-url URL] [--parity-only]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
+import random
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.llama_server
 from bench_client import capture, start_server, timed  # noqa: E402
 
 from orchestrator.model_client.accumulate import ResponseAccumulator  # noqa: E402
@@ -31,9 +33,9 @@ from orchestrator.contract import Message, ModelRequest, Sampling  # noqa: E402
 from orchestrator.envelope import Status  # noqa: E402
 from orchestrator.fault_server import Reply  # noqa: E402
 from orchestrator.model_client.monitor import StreamMonitor  # noqa: E402
-from orchestrator.parity import compare  # noqa: E402
 from orchestrator.model_client.sse import SSEParser  # noqa: E402
 from orchestrator.model_client.wire import WireCompletion  # noqa: E402
+from store import Recorder, Store, synthetic  # noqa: E402
 
 
 def request(logprobs: int | None, *, model: str = "bench", max_tokens: int = 10_000, prompt: str = "Count from one to twenty.") -> ModelRequest:
@@ -80,43 +82,88 @@ def logprobs_overhead(tokens: int, calls: int) -> None:
     print(f"  client pipeline ms plain {pp:>9.1f}   K=5 {pk:>9.1f}   ratio {pk / pp:.2f}   +{(pk - pp) * 1e3 / tokens:.1f} us/token")
 
 
-def parity_cost(model_url: str, calls: int) -> None:
-    base = model_url.rstrip("/") + ("" if model_url.rstrip("/").endswith("/v1") else "/v1")
-    try:
-        httpx.get(base + "/models", timeout=5).raise_for_status()
-    except httpx.HTTPError as exc:
-        print(f"parity against llama.cpp: skipped, no server at {base} ({type(exc).__name__})")
+PROMPTS = ("Say hi in three words.", "Name three colours.", "Count to five.", "What is two plus two?")
+
+
+def record_run(db: Path, base: str, requests: list[ModelRequest]) -> str:
+    """Make each call for real and record it as one turn of a run."""
+    with Store.open(f"sqlite:///{db}") as store, ModelClient(base) as client:
+        recorder = Recorder(store)
+        run_id = synthetic.start(recorder, random.Random(16))
+        recorder.record_event(run_id, None, "engine", client.engine_info().model_dump(mode="json"))
+        for turn, req in enumerate(requests):
+            envelope = client.call(req)
+            with recorder.turn(run_id, turn) as tx:
+                tx.envelope(tx.request(req), envelope)
+                tx.commit([Message(role="assistant", content=envelope.payload.text)])
+        recorder.finish_run(run_id, "PASS", "ok", turn=len(requests))
+    return run_id
+
+
+def parity_cost(base: str, rounds: int) -> None:
+    """``escrow parity`` on a recorded run (in process, as the CLI runs it:
+    store read, engine probe, re-send, comparison, report) against plain
+    re-sends of the same requests, per call, interleaved round by round."""
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    requests = [request(5, model="gemma-3-270m", max_tokens=12, prompt=p) for p in PROMPTS]
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "escrow.db"
+        run_id = record_run(db, base, requests)
+        plain_s, parity_s, in_command_s, verdicts = [], [], [], {}
+        with ModelClient(base) as client:
+            for _ in range(rounds):
+                plain_s += [sum(timed(lambda: [client.call(r) for r in requests], 1)) / len(requests)]
+                t0 = time.perf_counter()
+                args = ["parity", run_id, "--model-url", base, "--db", f"sqlite:///{db}", "--json"]
+                result = CliRunner().invoke(app, args)
+                parity_s.append((time.perf_counter() - t0) / len(requests))
+                report = json.loads(result.stdout)
+                in_command_s += [c["seconds"] for c in report["calls"]]
+                for c in report["calls"]:
+                    verdicts[c["comparison"]["verdict"]] = verdicts.get(c["comparison"]["verdict"], 0) + 1
+        engine = report["engine"]
+    r, q, c = (statistics.median(x) * 1e3 for x in (plain_s, parity_s, in_command_s))
+    print(f"escrow parity on a recorded run of {len(requests)} calls against {engine} at {base}"
+          f" (top-5 logprobs, 12 tokens max, {rounds} rounds, medians)")
+    print(f"  plain re-send ms/call {r:.1f}   escrow parity ms/call {q:.1f}   ratio {q / r:.3f}"
+          f"   (re-send inside parity {c:.1f} ms/call)")
+    print(f"  verdicts: {verdicts}")
+
+
+def parity_bench(model_url: str | None, rounds: int) -> None:
+    """Against ``--model-url`` if given, else llama.cpp's own llama-server
+    (tests/llama_server.py, built by scripts/setup.sh) started for the bench."""
+    if model_url is not None:
+        base = model_url.rstrip("/") + ("" if model_url.rstrip("/").endswith("/v1") else "/v1")
+        try:
+            httpx.get(base + "/models", timeout=60).raise_for_status()  # a busy one-slot server answers late
+        except httpx.HTTPError as exc:
+            print(f"parity: skipped, no server at {base} ({type(exc).__name__})")
+            return
+        parity_cost(base, rounds)
         return
-    req = request(5, model="gemma", max_tokens=12, prompt="Say hi in three words.")
-    with ModelClient(base) as client:
-        recorded = client.call(req)  # timed whatever its status: parity re-sends faulted calls too
-        resend_s, parity_s, verdicts = [], [], []
-        for _ in range(calls):
-            resend_s += timed(lambda: client.call(req), 1)
-            t0 = time.perf_counter()
-            verdicts.append(compare(recorded, client.call(req)).verdict)
-            parity_s.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        for _ in range(1000):
-            compare(recorded, recorded)
-        compare_us = (time.perf_counter() - t0) * 1e3
-    r, q = statistics.median(resend_s) * 1e3, statistics.median(parity_s) * 1e3
-    print(f"parity against {base} ({calls} calls per side, medians, {len(recorded.logprobs or [])} tokens with top-5,"
-          f" recorded status {recorded.status.value})")
-    print(f"  plain re-send ms {r:.1f}   parity call ms {q:.1f}   ratio {q / r:.3f}   compare alone {compare_us:.1f} us")
-    print(f"  verdicts: {dict((v, verdicts.count(v)) for v in set(verdicts))}")
+    from tests.llama_server import BINARY, available, llama_server
+
+    if not available():
+        print(f"parity: skipped, no llama-server at {BINARY} (scripts/setup.sh escrow_setup_llama_server)")
+        return
+    with tempfile.TemporaryDirectory() as tmp, llama_server(Path(tmp) / "server.log") as url:
+        parity_cost(f"{url}/v1", rounds)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=2000)
     parser.add_argument("--calls", type=int, default=20)
-    parser.add_argument("--model-url", default=os.environ.get("ESCROW_TEST_LLAMA_URL", "http://127.0.0.1:8088"))
+    parser.add_argument("--model-url", default=None, help="compare against this server (default: start llama-server)")
     parser.add_argument("--parity-only", action="store_true", help="skip the logprobs part")
     opts = parser.parse_args()
     if not opts.parity_only:
         logprobs_overhead(opts.tokens, opts.calls)
-    parity_cost(opts.model_url, max(3, opts.calls // 4))
+    parity_bench(opts.model_url, max(3, opts.calls // 4))
 
 
 if __name__ == "__main__":

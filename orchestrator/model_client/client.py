@@ -22,7 +22,7 @@ from orchestrator.model_client.call_usage import TokenEstimator, default_estimat
 from orchestrator.canonical import canonical_bytes
 from orchestrator.contract import ModelRequest
 from orchestrator.envelope import Attempt, Envelope, ErrorDetail, Status, Timings, Usage
-from orchestrator.logprobs import read_logprobs, token_ids
+from orchestrator.logprobs import logprobs_mode, read_logprobs, token_ids
 from orchestrator.model_client.monitor import StreamMonitor
 from orchestrator.model_client.provenance import EngineInfo, probe
 from orchestrator.model_client.normalize import Cause, is_retried, status_of
@@ -148,6 +148,11 @@ class ModelClient:
             body_cap=request.max_payload_bytes + FRAMING_ALLOWANCE, clock=self._clock,
         )
 
+    def _reported(self, setting: str) -> str | None:
+        """A setting the engine reported, once it has been probed."""
+        value = self._engine.settings.get(setting) if self._engine is not None else None
+        return value if isinstance(value, str) else None
+
     def _wait(self, delay: float, cancel: threading.Event | None) -> bool:
         """Back off; True if the caller cancelled meanwhile."""
         if self._sleep is not None:
@@ -189,6 +194,8 @@ class ModelClient:
                 out.headers.get("x-inference-engine") or out.headers.get("server")),
             logprobs=acc.logprobs if request.sampling.logprobs else None,
             top_logprobs=request.sampling.top_logprobs if request.sampling.logprobs else None,
+            logprobs_mode=logprobs_mode(request.sampling.extra, self._reported("logprobs_mode"))
+            if request.sampling.logprobs else None,
             prompt_token_ids=acc.prompt_token_ids,
             completion_token_ids=_completion_ids(acc),
             error=None if status is Status.COMPLETED else ErrorDetail(kind=out.cause.value, message=out.message),

@@ -17,6 +17,7 @@ import httpx
 from pydantic import Field
 
 from orchestrator.contract import Frozen
+from orchestrator.logprobs import LLAMA_POST_SAMPLING, llama_mode
 
 PROBES = {"vllm_version": "/version", "llama_props": "/props", "sglang_info": "/get_server_info",
           "ollama_version": "/api/version", "models": "/v1/models"}
@@ -66,9 +67,11 @@ def identify(answers: Mapping[str, Any], headers: Mapping[str, str] | None = Non
     if props and ("default_generation_settings" in props or "build_info" in props):
         defaults = _dict(props.get("default_generation_settings"))
         params = _dict(defaults.get("params"))
+        post_sampling = params.get(LLAMA_POST_SAMPLING)
         return EngineInfo(engine="llama.cpp", version=props.get("build_info") or fingerprint, evidence=("/props",), settings=_kept(
             context_length=defaults.get("n_ctx") or props.get("n_ctx"), slots=props.get("total_slots"),
             prefix_caching=params.get("cache_prompt"),
+            logprobs_mode=llama_mode(post_sampling) if isinstance(post_sampling, bool) else None,
         ))
     ollama = _dict(answers.get("ollama_version"))
     if ollama.get("version"):

@@ -32,5 +32,6 @@ def token_lines(trajectory: Trajectory) -> Iterator[dict[str, Any]]:
                 "completion_logprobs": [t.logprob for t in tokens] or None,
                 "top_logprobs": [[{"token": a.token, "id": a.token_id, "logprob": a.logprob} for a in t.top] for t in tokens] or None,
                 "top_k": envelope.top_logprobs,
+                "logprobs_mode": envelope.logprobs_mode,
                 "token_faithful": completion_ids is not None,
             }

@@ -144,3 +144,15 @@ def test_the_engines_doc_shows_the_table():
 def test_bare_json_ends_at_the_next_field_line_even_without_a_blank_line():
     events = sse_events('{"error": {"message": "boom"}}\ndata: [DONE]\n\n')
     assert [(e.event, e.data) for e in events] == [("bare", '{"error": {"message": "boom"}}'), (None, "[DONE]")]
+
+
+def test_quirk_post_sampling_probs():
+    import math
+
+    from orchestrator.logprobs import logprobs_mode, read_logprobs
+
+    entry = {"id": 5, "token": "a", "prob": 0.8, "top_probs": [{"id": 5, "token": "a", "prob": 0.8}]}
+    (token,) = read_logprobs([entry])
+    assert (token.logprob, token.top[0].logprob) == (math.log(0.8), math.log(0.8))
+    assert logprobs_mode({"post_sampling_probs": True}, "raw") == "post_sampling (request)"
+    assert logprobs_mode({}, "raw") == "raw (engine)" and logprobs_mode({}, None) is None

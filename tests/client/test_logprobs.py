@@ -88,3 +88,44 @@ def test_logprobs_setting_flows_from_flags_env_and_file_into_the_run_sampling(tm
     assert sampling_of(load_settings(logprobs=5)).top_logprobs == 5  # a flag wins over the environment
     with pytest.raises(ConfigError, match="logprobs"):
         load_settings(logprobs=99)
+
+
+LLAMA_PROPS = {"build_info": "b11434-unknown", "total_slots": 1, "default_generation_settings": {
+    "n_ctx": 2048, "params": {"cache_prompt": True, "post_sampling_probs": False}}}
+
+
+def test_the_logprobs_mode_is_the_engines_report_once_probed():
+    from orchestrator.fault_server import FaultServer
+
+    with FaultServer(endpoints={"/props": LLAMA_PROPS}) as server:
+        server.script([Fault.raw_stream(llama_answer()), Fault.raw_stream(llama_answer())])
+        with ModelClient(server.base_url) as client:
+            unprobed = client.call(request(0))
+            assert client.engine_info().settings["logprobs_mode"] == "raw"
+            probed = client.call(request(1))
+    assert (unprobed.logprobs_mode, probed.logprobs_mode) == (None, "raw (engine)")
+    assert "logprobs_mode" not in unprobed.model_dump(mode="json")  # old envelopes hash as before
+
+
+def test_a_mode_the_request_set_wins_over_the_engines_default(srv):
+    srv.script([Fault.raw_stream(llama_answer())])
+    req = request(0)
+    req = req.model_copy(update={"sampling": req.sampling.model_copy(update={"extra": {"post_sampling_probs": True}})})
+    with ModelClient(srv.base_url) as client:
+        env = client.call(req)
+    assert srv.requests[0].json["post_sampling_probs"] is True and env.logprobs_mode == "post_sampling (request)"
+
+
+def test_post_sampling_probabilities_are_read_as_logprobs():
+    """llama.cpp with ``post_sampling_probs`` sends ``prob`` and ``top_probs``."""
+    import math
+
+    from orchestrator.logprobs import read_logprobs
+
+    entry = {"id": 17534, "token": "Hi", "prob": 0.5, "bytes": [72, 105],
+             "top_probs": [{"id": 17534, "token": "Hi", "prob": 0.5}, {"id": 9259, "token": "Hello", "prob": 0.25}]}
+    (token,) = read_logprobs([entry])
+    assert token.logprob == math.log(0.5)
+    assert [(a.token_id, a.logprob) for a in token.top] == [(17534, math.log(0.5)), (9259, math.log(0.25))]
+    (zero,) = read_logprobs([{**entry, "prob": 0.0}])
+    assert zero.logprob == float("-inf")

@@ -20,6 +20,9 @@ CASES = {
     "vllm-models-only": ({"models": {"data": [{"id": "m", "owned_by": "vllm"}]}}, None, ("vllm", None, {})),
     "llama.cpp": ({"llama_props": LLAMA_PROPS}, None,
                   ("llama.cpp", "b6510-703f9e32", {"context_length": 4096, "slots": 1, "prefix_caching": True})),
+    "llama.cpp-logprobs-mode": ({"llama_props": {"build_info": "b11434-unknown", "default_generation_settings": {
+        "n_ctx": 2048, "params": {"post_sampling_probs": True}}}}, None,
+        ("llama.cpp", "b11434-unknown", {"context_length": 2048, "logprobs_mode": "post_sampling"})),
     "llama.cpp-fingerprint": ({}, "b6097-9515c613", ("llama.cpp", "b6097-9515c613", {})),
     "sglang": ({"sglang_info": {"version": "0.4.9", "context_length": 8192, "disable_radix_cache": True},
                 "vllm_version": {"version": "0.4.9"}}, None, ("sglang", "0.4.9", {"context_length": 8192, "prefix_caching": False})),
