@@ -74,7 +74,9 @@ def parity(
         if not engine.reachable:
             raise ConfigError(f"--model-url {model_url}: no server answered", model_url=model_url)
         for n, call in enumerate(calls, start=1):
-            request, recorded = call.request(), call.response.envelope()  # type: ignore[union-attr]
+            if call.response is None:  # filtered out above
+                continue
+            request, recorded = call.request(), call.response.envelope()
             started = time.monotonic()
             first = client.call(request)
             noise = sum(1 for _ in range(repeat - 1) if compare(first, client.call(request)).verdict != "identical")

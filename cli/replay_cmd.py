@@ -12,7 +12,7 @@ import typer
 from orchestrator.exit_codes import ExitCode
 from orchestrator.errors import ConfigError
 from orchestrator.terminal_text import printable
-from orchestrator.launch.replay import ReplayRequest, replay_run
+from orchestrator.launch.replay import ReplayMode, ReplayRequest, replay_run
 from orchestrator.replay import ForkOverrides, ReplayReport
 from orchestrator.settings import load_settings
 
@@ -60,7 +60,7 @@ def replay(
     if fork_at is None and (any(v is not None for v in fork_flags) or allow_drift):
         raise ConfigError("--model-url, --model, --allow-drift and the sampling flags apply to --fork-at only")
     settings = load_settings(config, db_url=db)
-    mode = "fork" if fork_at is not None else "reexecute" if reexecute else "replay"
+    mode: ReplayMode = "fork" if fork_at is not None else "reexecute" if reexecute else "replay"
     overrides = ForkOverrides(model=model, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                               max_tokens=max_tokens)
     report = replay_run(settings, ReplayRequest(

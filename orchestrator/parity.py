@@ -80,9 +80,9 @@ def token_divergence(recorded: Sequence[TokenLogprob], replayed: Sequence[TokenL
             return Divergence(position=i, unit="token", recorded=a.token, replayed=b.token, near_tie=near)
     if len(recorded) != len(replayed):
         i = min(len(recorded), len(replayed))
-        a = recorded[i].token if i < len(recorded) else None
-        b = replayed[i].token if i < len(replayed) else None
-        return Divergence(position=i, unit="token", recorded=a, replayed=b, near_tie=False)
+        recorded_token = recorded[i].token if i < len(recorded) else None
+        replayed_token = replayed[i].token if i < len(replayed) else None
+        return Divergence(position=i, unit="token", recorded=recorded_token, replayed=replayed_token, near_tie=False)
     return None
 
 

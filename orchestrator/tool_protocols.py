@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Protocol
+from typing import Any, Protocol
 
 from orchestrator.contract import Message, ToolCall, ToolSpec
 from orchestrator.envelope import Payload
@@ -68,7 +68,7 @@ _EDIT_BLOCK = re.compile(
 )
 
 
-def _signature(schema: dict) -> str:
+def _signature(schema: dict[str, Any]) -> str:
     """A compact argument list from a JSON schema: small models read it better
     than the schema itself, and it costs far fewer prompt tokens. Required
     first, then by name: never dict order, which the store's canonical JSON

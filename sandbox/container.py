@@ -65,7 +65,7 @@ class Sandbox:
         run_id = run_id or uuid.uuid4().hex
         spec = Hardening.from_policy(image, policy)
         own = state_dir is None
-        state = Path(tempfile.mkdtemp(prefix=f"escrow-{run_id[:12]}-")) if own else state_dir
+        state = Path(tempfile.mkdtemp(prefix=f"escrow-{run_id[:12]}-")) if state_dir is None else state_dir
         state.mkdir(parents=True, exist_ok=True)
         if own:
             claim_state_dir(state, run_id)

@@ -64,10 +64,11 @@ def build_image(
     if not force:
         try:
             image = client.images.get(tag)
+        except docker.errors.ImageNotFound:
+            image = None
+        if image is not None and image.id is not None:  # the SDK types the id optional
             progress(f"image {tag} already present ({image.short_id}); reusing it")
             return _result(tag, image.id, True, True, source, started)
-        except docker.errors.ImageNotFound:
-            pass
     digest = recipe_digest(source)
     tarball = cache_dir / f"rootfs-{source.suite}-{digest}.tar"
     reused_rootfs = tarball.is_file() and not force
@@ -162,6 +163,9 @@ def _import(client: docker.DockerClient, tarball: Path, tag: str, source: AptSou
     ]
     try:
         client.api.import_image(src=str(tarball), repository=repository, tag=version, changes=changes)
-        return client.images.get(tag).id
+        image_id = client.images.get(tag).id
     except docker.errors.DockerException as exc:
         raise ImageBuildError(f"docker import of {tarball} failed: {exc}", tag=tag) from exc
+    if image_id is None:  # the SDK types the id optional; the daemon always reports one
+        raise ImageBuildError(f"docker import of {tarball} left no image id", tag=tag)
+    return image_id

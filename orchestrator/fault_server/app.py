@@ -72,8 +72,10 @@ class FaultState:
 
     def record(self, item: Any) -> None:
         with self.changed:
-            target = {RecordedRequest: self.requests, StreamRecord: self.streams, Disconnect: self.disconnects}[type(item)]
-            target.append(item)
+            targets: dict[type, list[Any]] = {
+                RecordedRequest: self.requests, StreamRecord: self.streams, Disconnect: self.disconnects
+            }
+            targets[type(item)].append(item)
             self.changed.notify_all()
 
 
@@ -242,7 +244,7 @@ def _hang_up(send) -> None:
     runs uvicorn's h11 protocol, pinned)."""
     cycle = getattr(send, "__self__", None)
     transport = getattr(cycle, "transport", None)
-    if transport is None:
+    if cycle is None or transport is None:
         raise RuntimeError("hang-up needs uvicorn's h11 protocol (send is not bound to a request cycle)")
     transport.close()
     cycle.disconnected = True

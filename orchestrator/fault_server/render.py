@@ -68,7 +68,8 @@ def stream_plan(reply: Reply, body: dict[str, Any], index: int) -> list[Step]:
     """The SSE events of a streamed reply, with its faults spliced in."""
     head = _envelope(reply, body, index, "chat.completion.chunk")
     want_logprobs = bool(body.get("logprobs"))
-    top_k = body.get("top_logprobs") if isinstance(body.get("top_logprobs"), int) else 0
+    requested_top = body.get("top_logprobs")
+    top_k = requested_top if isinstance(requested_top, int) else 0
 
     def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
         choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}

@@ -28,7 +28,7 @@ def open_store(settings: Settings, *, readonly: bool = False, create: bool = Tru
 def resolve_policy(settings: Settings) -> Policy:
     policy = load_policy(settings.policy) if settings.policy else default_policy()
     limits = policy.limits
-    updates = {}
+    updates: dict[str, float] = {}
     if settings.max_turns is not None:
         updates["max_turns"] = settings.max_turns
     if settings.budget_usd is not None:

@@ -189,7 +189,7 @@ class ModelClient:
                 out.headers.get("x-inference-engine") or out.headers.get("server")),
             logprobs=acc.logprobs if request.sampling.logprobs else None,
             top_logprobs=request.sampling.top_logprobs if request.sampling.logprobs else None,
-            prompt_token_ids=acc.prompt_token_ids,
+            prompt_token_ids=None if acc.prompt_token_ids is None else tuple(acc.prompt_token_ids),
             completion_token_ids=_completion_ids(acc),
             error=None if status is Status.COMPLETED else ErrorDetail(kind=out.cause.value, message=out.message),
             attempts=tuple(attempts),
@@ -199,11 +199,10 @@ class ModelClient:
         )
 
 
-def _completion_ids(acc: ResponseAccumulator) -> list[int] | None:
+def _completion_ids(acc: ResponseAccumulator) -> tuple[int, ...] | None:
     """The choice's ``token_ids`` if sent, else the ids on the logprob entries."""
-    if acc.token_ids is not None:
-        return acc.token_ids
-    return token_ids(read_logprobs(acc.logprobs)) if acc.logprobs else None
+    ids = acc.token_ids if acc.token_ids is not None else token_ids(read_logprobs(acc.logprobs)) if acc.logprobs else None
+    return None if ids is None else tuple(ids)
 
 
 def _wants_json(request: ModelRequest) -> bool:

@@ -100,7 +100,7 @@ def _outcome(row: ToolExecutionView) -> ToolOutcome:
 def _turn(record: Any) -> RecordedTurn:
     call = next(c for c in record.calls if c.attempt_of is None)
     states = {c.id: (c.candidate_index, c.state) for c in record.candidates}
-    tools = []
+    tools: list[RecordedTool] = []
     for row in record.tool_executions:
         index, state = states.get(row.candidate_id, (len(tools), None))
         tools.append(RecordedTool(

@@ -34,7 +34,7 @@ class TurnCheck(Frozen):
     recorded_sha256: str
     replayed_sha256: str
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # mypy cannot type a decorator over a property
     @property
     def identical(self) -> bool:
         return self.recorded_sha256 == self.replayed_sha256
