@@ -109,7 +109,7 @@ class ContextAssembler:
             raise ContractError("history is append-only: turns must not go backwards", turn=turn)
         flags = elidable if elidable is not None else [m.role == "tool" for m in messages]
         self._state = self._state.appended(
-            [self._entry(m, turn=turn, elidable=f) for m, f in zip(messages, flags)]
+            [self._entry(m, turn=turn, elidable=f) for m, f in zip(messages, flags, strict=False)]
         )
 
     def _raw(self, state: ContextState, tail_tokens: int) -> int:

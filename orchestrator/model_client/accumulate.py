@@ -18,8 +18,8 @@ from typing import Any
 from orchestrator.contract import ToolCall
 from orchestrator.envelope import Payload
 from orchestrator.model_client.monitor import StreamMonitor, Trip
-from orchestrator.observer import StreamObserver
 from orchestrator.model_client.wire import WireCompletion, WireMessage, WireTimings, WireUsage
+from orchestrator.observer import StreamObserver
 
 
 class _ToolCallParts:

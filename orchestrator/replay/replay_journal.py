@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from orchestrator.canonical import canonical_json
 from orchestrator.candidate import Transition
+from orchestrator.canonical import canonical_json
 from orchestrator.contract import Message, ModelRequest, ToolCall
 from orchestrator.envelope import Envelope
 from orchestrator.ports import DecisionLike, Journal, ToolOutcome
@@ -117,9 +117,15 @@ def check_staged(turn: int, recorded: tuple[str, ...], replayed: tuple[str, ...]
             continue
         field = f"candidates[{index}]"
         if after is None:
-            diff = f"the recording staged candidate {index} ({before.get('name')}); today's loop did not\n- {recorded[index]}\n"
+            diff = (
+                f"the recording staged candidate {index} ({before.get('name')}); today's loop did not\n"
+                f"- {recorded[index]}\n"
+            )
         elif before is None:
-            diff = f"today's loop staged candidate {index} ({after.get('name')}); the recording has none\n+ {replayed[index]}\n"
+            diff = (
+                f"today's loop staged candidate {index} ({after.get('name')}); the recording has none\n"
+                f"+ {replayed[index]}\n"
+            )
         else:
             paths, diff = compare(before, after)
             field = f"{field}.{paths[0]}"
