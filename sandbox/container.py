@@ -128,7 +128,9 @@ class Sandbox:
         stream is still open, and dockerd may not report the reaper done until
         that stream is drained (a flood). ``reap`` confirms it afterwards."""
         try:
-            exec_id = self.client.api.exec_create(self.container.id, ["/bin/bash", "-c", REAP], user=self.spec.user)["Id"]
+            exec_id = self.client.api.exec_create(self.container.id, ["/bin/bash", "-c", REAP], user=self.spec.user)[
+                "Id"
+            ]
             self.client.api.exec_start(exec_id, detach=True)
         except docker.errors.APIError:
             pass  # e.g. the pids limit is saturated; the confirming reap retries

@@ -95,7 +95,12 @@ def run_exec(
             sock.sendall(stdin)
             sock.shutdown(socket.SHUT_WR)
         reaped_at: float | None = None
-        for frame_type, payload in _frames(sock, lambda: reaped_at or deadline, cancel):
+
+        def read_until() -> float:
+            """The deadline, brought forward once a flood is being reaped."""
+            return reaped_at or deadline
+
+        for frame_type, payload in _frames(sock, read_until, cancel):
             (out if frame_type != 2 else err).feed(payload)
             if out.total + err.total > flood_limit and not flooded:
                 flooded = True

@@ -81,7 +81,9 @@ def build_image(
     return _result(tag, image_id, False, reused_rootfs, source, started)
 
 
-def _result(tag: str, image_id: str, reused: bool, reused_rootfs: bool, source: AptSource, started: float) -> BuildResult:
+def _result(
+    tag: str, image_id: str, reused: bool, reused_rootfs: bool, source: AptSource, started: float
+) -> BuildResult:
     return BuildResult(
         tag=tag, image_id=image_id, reused_image=reused, reused_rootfs=reused_rootfs,
         mirror=source.uri, suite=source.suite, seconds=round(time.monotonic() - started, 1),
