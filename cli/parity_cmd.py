@@ -49,8 +49,12 @@ def report_text(report: RunParity) -> str:
 def parity(
     run: str = typer.Argument(..., help="Run id, or a unique prefix of one."),
     model_url: str = typer.Option(..., "--model-url", help="Base URL of the server to compare, ending in /v1."),
-    repeat: int = typer.Option(1, "--repeat", min=1, max=100, help="Send each request N times to measure the engine's own noise."),
-    api_key: str | None = typer.Option(None, "--api-key", envvar="ESCROW_API_KEY", help="Bearer token for the server, if any."),
+    repeat: int = typer.Option(
+        1, "--repeat", min=1, max=100, help="Send each request N times to measure the engine's own noise."
+    ),
+    api_key: str | None = typer.Option(
+        None, "--api-key", envvar="ESCROW_API_KEY", help="Bearer token for the server, if any."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     config: Path | None = typer.Option(None, "--config", help=CONFIG_HELP),
@@ -85,7 +89,9 @@ def parity(
                                       repeats=repeat, noise=noise, seconds=elapsed))
             if not as_json:
                 err.print(f"[{n}/{len(calls)}] turn {call.turn}: {results[-1].comparison.verdict}")
-    report = summarize(trajectory.run.id, model_url, results, engine=engine.label, recorded_engines=recorded_engines(calls))
+    report = summarize(
+        trajectory.run.id, model_url, results, engine=engine.label, recorded_engines=recorded_engines(calls)
+    )
     if as_json:
         emit_json({**report.model_dump(mode="json"), "real_differences": report.real_differences})
     else:
