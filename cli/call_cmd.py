@@ -7,8 +7,6 @@ import json
 from pathlib import Path
 
 import typer
-
-from orchestrator.exit_codes import ExitCode
 from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
@@ -16,8 +14,9 @@ from rich.table import Table
 from orchestrator.contract import Message, ModelRequest, Sampling
 from orchestrator.envelope import Envelope, Status
 from orchestrator.errors import ConfigError
-from orchestrator.settings import load_settings
+from orchestrator.exit_codes import ExitCode
 from orchestrator.model_client.engines import SCHEMA_STYLES, response_format
+from orchestrator.settings import load_settings
 
 _STYLE = {Status.COMPLETED: "green", Status.TRUNCATED: "yellow", Status.REFUSED: "magenta", Status.CANCELED: "cyan"}
 

@@ -7,13 +7,12 @@ import time
 from pathlib import Path
 
 import typer
-
-from orchestrator.exit_codes import ExitCode
 from rich.console import Console
 
 from cli.store_cmd import CONFIG_HELP, DB_HELP, emit_json, open_store
 from orchestrator.costing import NothingToReport
 from orchestrator.errors import ConfigError
+from orchestrator.exit_codes import ExitCode
 from orchestrator.parity import CallParity, Comparison, RunParity, compare, summarize
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import typer
 
-from orchestrator.exit_codes import ExitCode
 from orchestrator.errors import ConfigError
+from orchestrator.exit_codes import ExitCode
 from orchestrator.launch.replay import ReplayMode, ReplayRequest, replay_run
 from orchestrator.replay import ForkOverrides, ReplayReport
 from orchestrator.settings import load_settings

@@ -10,8 +10,6 @@ from pathlib import Path
 
 import structlog
 import typer
-
-from orchestrator.exit_codes import ExitCode
 from rich.console import Console
 from rich.panel import Panel
 from rich.syntax import Syntax
@@ -21,6 +19,7 @@ from cli.display.live import LiveScreen, PlainScreen, RunDisplay
 from cli.logging_setup import configure_logging
 from orchestrator.agent import Verdict
 from orchestrator.envelope import Envelope
+from orchestrator.exit_codes import ExitCode
 from orchestrator.launch import RunOutcome, RunRequest, run_agent
 from orchestrator.launch.compose import resolve_policy
 from orchestrator.limits import Tally

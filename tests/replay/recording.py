@@ -17,10 +17,10 @@ from orchestrator.context import TiktokenCounter
 from orchestrator.contract import Sampling, ToolSpec
 from orchestrator.fault_server import FaultServer, Reply, ScriptedToolCall
 from orchestrator.model_client.client import ModelClient
+from orchestrator.perimeter import acl_of
 from orchestrator.ports import ToolOutcome
 from orchestrator.runspec import RunSpec, build_agent
 from orchestrator.settings import Settings
-from orchestrator.perimeter import acl_of
 from orchestrator.toolset import TOOLS, tool_specs
 from policies import Policy, default_policy
 from store import Recorder, RunJournal, Store
