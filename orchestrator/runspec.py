@@ -11,7 +11,15 @@ import threading
 from collections.abc import Callable
 
 from orchestrator.agent import Agent
-from orchestrator.context import Budget, CompactionPolicy, ContextAssembler, Margin, RecordingCounter, TiktokenCounter, TokenCounter
+from orchestrator.context import (
+    Budget,
+    CompactionPolicy,
+    ContextAssembler,
+    Margin,
+    RecordingCounter,
+    TiktokenCounter,
+    TokenCounter,
+)
 from orchestrator.context.budget import WindowSource
 from orchestrator.contract import Frozen, Role, Sampling, ToolSpec
 from orchestrator.envelope import Envelope

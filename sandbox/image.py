@@ -45,7 +45,9 @@ class BuildResult(Frozen):
 
 def recipe_digest(source: AptSource) -> str:
     """Identifies what a rootfs tarball was built from (mirror, suite, packages, user)."""
-    text = "|".join([RECIPE_VERSION, source.uri, source.suite, ",".join(PACKAGES), f"{SANDBOX_USER_NAME}:{SANDBOX_UID}"])
+    text = "|".join(
+        [RECIPE_VERSION, source.uri, source.suite, ",".join(PACKAGES), f"{SANDBOX_USER_NAME}:{SANDBOX_UID}"]
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

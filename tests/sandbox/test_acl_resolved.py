@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from policies import Effect, decide, default_policy
 from orchestrator.toolset import TOOLS
+from policies import Effect, decide, default_policy
 from sandbox import Sandbox, ToolBox
 from sandbox.loop_tools import outcome_of
 from tests.sandbox.conftest import assert_hardened

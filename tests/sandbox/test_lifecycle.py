@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from policies import Effect, decide, default_policy
 from orchestrator.toolset import TOOLS, tool_specs
+from policies import Effect, decide, default_policy
 from sandbox import ExecLimits, ToolBox, apply_patch, remove_orphans
 from sandbox.hardening import LABEL_HOST, LABEL_PID, LABEL_PID_START, LABEL_ROLE, LABEL_RUN
 

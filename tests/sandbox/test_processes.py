@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from policies import Effect, decide, default_policy
 from orchestrator.toolset import TOOLS
+from policies import Effect, decide, default_policy
 from sandbox import Sandbox, ToolBox
 from tests.sandbox.conftest import assert_hardened
 
