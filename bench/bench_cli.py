@@ -36,7 +36,9 @@ def wall(code: str, argv: list[str]) -> float:
 
 def import_time(code: str) -> tuple[float, list[tuple[int, str]]]:
     """Cumulative microseconds of the whole import, and the slowest imports."""
-    out = subprocess.run([sys.executable, "-X", "importtime", "-c", code], cwd=ROOT, check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", code], cwd=ROOT, check=True, capture_output=True, text=True
+    )
     rows = []
     for line in out.stderr.splitlines():
         if not line.startswith("import time:") or "cumulative" in line:

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import httpx
 
-from orchestrator.model_client.accumulate import ResponseAccumulator
-from orchestrator.model_client.client import ModelClient
 from orchestrator.contract import Message, ModelRequest
 from orchestrator.envelope import Status
 from orchestrator.fault_server import Reply, Script, ScriptedToolCall
+from orchestrator.model_client.accumulate import ResponseAccumulator
+from orchestrator.model_client.client import ModelClient
 from orchestrator.model_client.monitor import StreamMonitor
 from orchestrator.model_client.sse import SSEParser
 from orchestrator.model_client.wire import WireCompletion
@@ -35,7 +35,9 @@ def scenarios(chunks: int) -> dict[str, Reply]:
     args = json.dumps({"content": "y" * (chunks * 4 - 16)})  # one valid JSON value, chunks*4 characters
     return {
         "text": Reply(text="word " * (chunks * 4 // 5), chunk_chars=4, usage="none"),
-        "tool-call": Reply(tool_calls=(ScriptedToolCall(name="write_file", arguments=args),), chunk_chars=4, usage="none"),
+        "tool-call": Reply(
+            tool_calls=(ScriptedToolCall(name="write_file", arguments=args),), chunk_chars=4, usage="none"
+        ),
     }
 
 
@@ -58,7 +60,9 @@ def raw_httpx(http: httpx.Client, url: str, body: bytes) -> int:
 
 
 def capture(http: httpx.Client, url: str, body: bytes) -> list[bytes]:
-    with http.stream("POST", url + "/chat/completions", content=body, headers={"content-type": "application/json"}) as r:
+    with http.stream(
+        "POST", url + "/chat/completions", content=body, headers={"content-type": "application/json"}
+    ) as r:
         return list(r.iter_bytes())
 
 

@@ -25,21 +25,28 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_client import capture, start_server, timed  # noqa: E402
 
-from orchestrator.model_client.accumulate import ResponseAccumulator  # noqa: E402
-from orchestrator.model_client.client import ModelClient  # noqa: E402
 from orchestrator.contract import Message, ModelRequest, Sampling  # noqa: E402
 from orchestrator.envelope import Status  # noqa: E402
 from orchestrator.fault_server import Reply  # noqa: E402
+from orchestrator.model_client.accumulate import ResponseAccumulator  # noqa: E402
+from orchestrator.model_client.client import ModelClient  # noqa: E402
 from orchestrator.model_client.monitor import StreamMonitor  # noqa: E402
-from orchestrator.parity import compare  # noqa: E402
 from orchestrator.model_client.sse import SSEParser  # noqa: E402
 from orchestrator.model_client.wire import WireCompletion  # noqa: E402
+from orchestrator.parity import compare  # noqa: E402
 
 
-def request(logprobs: int | None, *, model: str = "bench", max_tokens: int = 10_000, prompt: str = "Count from one to twenty.") -> ModelRequest:
-    return ModelRequest(model=model, messages=(Message(role="user", content=prompt),), max_tokens=max_tokens,
-                        max_payload_bytes=10_000_000, deadline_s=120,
-                        sampling=Sampling(temperature=0.0, seed=1, logprobs=logprobs is not None, top_logprobs=logprobs))
+def request(
+    logprobs: int | None, *, model: str = "bench", max_tokens: int = 10_000, prompt: str = "Count from one to twenty."
+) -> ModelRequest:
+    return ModelRequest(
+        model=model,
+        messages=(Message(role="user", content=prompt),),
+        max_tokens=max_tokens,
+        max_payload_bytes=10_000_000,
+        deadline_s=120,
+        sampling=Sampling(temperature=0.0, seed=1, logprobs=logprobs is not None, top_logprobs=logprobs),
+    )
 
 
 def pipeline(pieces: list[bytes], keep_logprobs: bool) -> int:
@@ -61,7 +68,10 @@ def logprobs_overhead(tokens: int, calls: int) -> None:
                 assert env.status is Status.COMPLETED, env.error
             got = client.call(k5).logprobs or []
             assert len(got) == tokens and len(got[0]["top_logprobs"]) == 5, len(got)
-            captured = {name: capture(http, url, json.dumps(r.wire_body()).encode()) for name, r in (("plain", plain), ("k5", k5))}
+            captured = {
+                name: capture(http, url, json.dumps(r.wire_body()).encode())
+                for name, r in (("plain", plain), ("k5", k5))
+            }
             plain_s, k5_s = [], []
             for _ in range(calls):  # interleaved: drift on a shared machine hits both sides
                 plain_s += timed(lambda: client.call(plain), 1)
@@ -75,9 +85,18 @@ def logprobs_overhead(tokens: int, calls: int) -> None:
     p, k = statistics.median(plain_s) * 1e3, statistics.median(k5_s) * 1e3
     pp, pk = statistics.median(pure_plain) * 1e3, statistics.median(pure_k5) * 1e3
     print(f"logprobs K=5 on a streamed {tokens}-token answer ({calls} calls per side, medians)")
-    print(f"  stream bytes       plain {sizes['plain']:>9}   K=5 {sizes['k5']:>9}   ratio {sizes['k5'] / sizes['plain']:.2f}")
-    print(f"  whole call ms      plain {p:>9.1f}   K=5 {k:>9.1f}   ratio {k / p:.2f}   +{(k - p) * 1e3 / tokens:.1f} us/token")
-    print(f"  client pipeline ms plain {pp:>9.1f}   K=5 {pk:>9.1f}   ratio {pk / pp:.2f}   +{(pk - pp) * 1e3 / tokens:.1f} us/token")
+    print(
+        f"  stream bytes       plain {sizes['plain']:>9}   K=5 {sizes['k5']:>9}   ratio "
+        f"{sizes['k5'] / sizes['plain']:.2f}"
+    )
+    print(
+        f"  whole call ms      plain {p:>9.1f}   K=5 {k:>9.1f}   ratio {k / p:.2f}   +{(k - p) * 1e3 / tokens:.1f} "
+        "us/token"
+    )
+    print(
+        f"  client pipeline ms plain {pp:>9.1f}   K=5 {pk:>9.1f}   ratio {pk / pp:.2f}   "
+        f"+{(pk - pp) * 1e3 / tokens:.1f} us/token"
+    )
 
 
 def parity_cost(model_url: str, calls: int) -> None:
@@ -103,7 +122,9 @@ def parity_cost(model_url: str, calls: int) -> None:
     r, q = statistics.median(resend_s) * 1e3, statistics.median(parity_s) * 1e3
     print(f"parity against {base} ({calls} calls per side, medians, {len(recorded.logprobs or [])} tokens with top-5,"
           f" recorded status {recorded.status.value})")
-    print(f"  plain re-send ms {r:.1f}   parity call ms {q:.1f}   ratio {q / r:.3f}   compare alone {compare_us:.1f} us")
+    print(
+        f"  plain re-send ms {r:.1f}   parity call ms {q:.1f}   ratio {q / r:.3f}   compare alone {compare_us:.1f} us"
+    )
     print(f"  verdicts: {dict((v, verdicts.count(v)) for v in set(verdicts))}")
 
 

@@ -21,11 +21,11 @@ from orchestrator.envelope import Envelope
 from orchestrator.errors import BudgetExhausted, LoopAbort
 from orchestrator.escrow import release_from_escrow
 from orchestrator.limits import Tally
-from policies.model import RunLimits
+from orchestrator.observations import no_tool_call, perimeter_rejection, stream_rejection, truncation_notice
 from orchestrator.perimeter import Approve, Decide, check_candidate, deny_all_asks
 from orchestrator.ports import Context, Journal, Model, ToolOutcome, Tools
-from orchestrator.observations import no_tool_call, perimeter_rejection, stream_rejection, truncation_notice
 from orchestrator.tool_protocols import NativeProtocol, ToolProtocol
+from policies.model import RunLimits
 from policies.routing import Action, route
 
 
@@ -188,7 +188,9 @@ class Agent:
         action = route(envelope.status)
         self.journal.event(turn, "route", {"status": envelope.status.value, "action": action.value})
         if action in _ENDINGS:
-            reason = envelope.payload.refusal or (envelope.error.message if envelope.error else "") or envelope.status.value
+            reason = (
+                envelope.payload.refusal or (envelope.error.message if envelope.error else "") or envelope.status.value
+            )
             raise RunEnded(_ENDINGS[action], reason)
         if action is Action.COMPACT:
             # Quarantined: the cut-off payload is never executed nor shown again;

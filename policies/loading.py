@@ -8,8 +8,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from orchestrator.exit_codes import ExitCode
 from orchestrator.errors import ConfigError
+from orchestrator.exit_codes import ExitCode
 from policies.model import TOOL_NAMES, Policy
 
 

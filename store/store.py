@@ -19,9 +19,19 @@ from store import browse, migrations, reader, verify
 from store.chain import ChainCheck
 from store.engine import ensure_parent, make_engine, parse_url, probe_file, sqlite_path, use_wal
 from store.errors import NotAStore, RecordingError, RunNotFound, SchemaTooNew, SchemaTooOld, StoreDamaged, StoreError
+
 if TYPE_CHECKING:
     from store.recorder import Recorder
-from orchestrator.trajectory import CallView, CandidateView, EventView, RunSummary, RunView, ToolExecutionView, Trajectory, TurnView
+from orchestrator.trajectory import (
+    CallView,
+    CandidateView,
+    EventView,
+    RunSummary,
+    RunView,
+    ToolExecutionView,
+    Trajectory,
+    TurnView,
+)
 
 T = TypeVar("T")
 
@@ -103,7 +113,9 @@ class Store:
     def runs(self, *, status: str | None = None, verdict: str | None = None, model: str | None = None,
              since: float | None = None, until: float | None = None, limit: int = 50) -> list[RunSummary]:
         with self.read() as conn:
-            return reader.list_runs(conn, status=status, verdict=verdict, model=model, since=since, until=until, limit=limit)
+            return reader.list_runs(
+                conn, status=status, verdict=verdict, model=model, since=since, until=until, limit=limit
+            )
 
     def browse(self, wanted: browse.RunFilter) -> browse.RunPage:
         """One filtered, sorted page of runs with their totals (``escrow view``)."""
@@ -216,8 +228,10 @@ def _prepare(engine: Engine, shown: str, *, may_create: bool, readonly: bool) ->
             return migrations.LATEST
         if version > migrations.LATEST:
             raise SchemaTooNew(
-                f"{shown} has schema version {version}, newer than this Escrow's {migrations.LATEST}; upgrade Escrow to read it",
-                location=shown, version=version,
+                f"{shown} has schema version {version}, newer than this Escrow's {migrations.LATEST}; upgrade Escrow "
+                "to read it",
+                location=shown,
+                version=version,
             )
         if version < migrations.LATEST and readonly:
             raise SchemaTooOld(

@@ -36,6 +36,16 @@ def outside(**kwargs: Any) -> Any:
     return Field(sa_type=EscapedString, **kwargs)
 
 
+def table_of(model: type[SQLModel]) -> Table:
+    """The Core table of a table model. SQLAlchemy sets ``__table__`` on every
+    ``table=True`` class; SQLModel's types do not declare it, so it is read
+    through the mapper."""
+    table = sa_inspect(model).local_table
+    if not isinstance(table, Table):
+        raise TypeError(f"{model.__name__} is not mapped to a table")
+    return table
+
+
 class Run(SQLModel, table=True):
     __tablename__ = "runs"
     # Filters of `escrow runs` are followed by the newest-first order, so the

@@ -25,7 +25,9 @@ def bundle_runs(store: Store, refs: list[str]) -> list[str]:
     return [s.run.id for s in found.runs]
 
 
-def export_bundle(store: Store, dest: Path, refs: list[str], progress: Callable[[str], None] = lambda _: None) -> list[Path]:
+def export_bundle(
+    store: Store, dest: Path, refs: list[str], progress: Callable[[str], None] = lambda _: None
+) -> list[Path]:
     """Write index.html, a page and a chain page per run, a compare page for
     each run whose parent is in the bundle, and batches.html with a page per
     batch that any bundled run belongs to. Returns the files written."""

@@ -17,14 +17,14 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from orchestrator.launch import RunRequest, run_agent
+from orchestrator.agent import Verdict
 from orchestrator.batch.errors import RepoError
 from orchestrator.batch.repos import prepare_repo
 from orchestrator.batch.start_deadline import BoundedStart
 from orchestrator.batch.tasks import BatchTask
-from orchestrator.agent import Verdict
 from orchestrator.contract import Frozen
 from orchestrator.errors import ConfigError, EscrowError
+from orchestrator.launch import RunRequest, run_agent
 from orchestrator.settings import Settings
 from store import Store
 from store import batches as bstore

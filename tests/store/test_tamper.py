@@ -9,7 +9,8 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from cli.main import app
@@ -175,7 +176,9 @@ def test_escrow_verify_reports_any_single_row_tampering(pristine, tmp_path_facto
 def test_verify_names_the_first_broken_link(pristine, tmp_path):
     positions = sorted(p for p in chained_positions(pristine) if p[3] == 5)
     run_id, table, rowid, _ = positions[0]
-    path = tampered_copy(pristine, tmp_path, [(f'UPDATE "{table}" SET chain_hash = ? WHERE rowid = ?', ("0" * 64, rowid))])
+    path = tampered_copy(
+        pristine, tmp_path, [(f'UPDATE "{table}" SET chain_hash = ? WHERE rowid = ?', ("0" * 64, rowid))]
+    )
     result = CliRunner().invoke(app, ["verify", run_id[:8], "--db", f"sqlite:///{path}", "--json"])
     assert result.exit_code == 1
     with Store.open(f"sqlite:///{path}", readonly=True) as store:
