@@ -25,7 +25,10 @@ from store import Store
 ROOT = Path(__file__).resolve().parents[1]
 LAZY = "from cli.main import main; main()"
 # The former cli/main.py imported every sub-command module at import time.
-EAGER = "import importlib; from cli.main import MODULES, main; [importlib.import_module(f'cli.{m}') for m in MODULES]; main()"
+EAGER = (
+    "import importlib; from cli.main import MODULES, main; "
+    "[importlib.import_module(f'cli.{m}') for m in MODULES]; main()"
+)
 
 
 def wall(code: str, argv: list[str]) -> float:

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -109,9 +110,9 @@ def main() -> None:
                     client.call(request)
                 raw_s, client_s = [], []
                 for _ in range(opts.calls):  # interleave, so drift on a shared machine hits both sides
-                    raw_s += timed(lambda: raw_httpx(http, url, body), 1)
+                    raw_s += timed(partial(raw_httpx, http, url, body), 1)
                     client_s += timed(lambda: client.call(request), 1)
-                pure_s = timed(lambda: offline_pipeline(pieces, 10_000_000), opts.calls)
+                pure_s = timed(partial(offline_pipeline, pieces, 10_000_000), opts.calls)
         finally:
             proc.terminate()
             proc.wait(timeout=10)

@@ -119,7 +119,8 @@ def generate(path: Path, *, copies: bool = True) -> None:
         conn.execute("PRAGMA synchronous = OFF")
         tables = {t: list(row) for t, row in templates.items()}
         inserts = {
-            t: f"INSERT INTO {t} ({', '.join(chr(34) + c + chr(34) for c in cols)}) VALUES ({', '.join('?' * len(cols))})"
+            t: f"INSERT INTO {t} ({', '.join(chr(34) + c + chr(34) for c in cols)}) "
+            f"VALUES ({', '.join('?' * len(cols))})"
             for t, cols in tables.items()
         }
         for r in range(RUNS):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from enum import Enum
+from typing import Any
 
 from orchestrator.candidate import Candidate, CandidateState, stage
 from orchestrator.contract import Frozen, Message, ToolCall
@@ -143,7 +144,7 @@ class Agent:
                          patch_sha256=self.passed_patch if verdict is Verdict.PASS else None)
 
     def _infra_error(self, exc: Exception, where: str) -> tuple[Verdict, str]:
-        error = {"type": type(exc).__name__, "message": str(exc)[:2000], "where": where,
+        error: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)[:2000], "where": where,
                  "context": {k: str(v)[:500] for k, v in getattr(exc, "context", {}).items()}}
         self.journal.event(None, "infra_error", error)
         return Verdict.INFRA_ERROR, f"{where}: {error['type']}: {error['message'][:500]}"

@@ -1,9 +1,9 @@
 """Capability policies: the policy file model, loading, and the pure ACL decision."""
 
-from policies.decision import Decision, Effect, HasPathAccesses, PathAccess, decide
+from orchestrator.toolset import TOOL_NAMES, PathAccess
+from policies.decision import Decision, Effect, HasPathAccesses, decide
 from policies.loading import PolicyError, default_policy, explain, load_policy, parse_policy
 from policies.model import (
-    TOOL_NAMES,
     ApplyGrants,
     Approval,
     NetworkGrant,

@@ -10,7 +10,8 @@ from pydantic import ValidationError
 
 from orchestrator.errors import ConfigError
 from orchestrator.exit_codes import ExitCode
-from policies.model import TOOL_NAMES, Policy
+from orchestrator.toolset import TOOL_NAMES
+from policies.model import Policy
 
 
 class PolicyError(ConfigError):

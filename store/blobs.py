@@ -14,7 +14,7 @@ the referenced keys put back, which gives the recorded bytes exactly
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Table, select
@@ -175,7 +175,7 @@ def request_text(row: Mapping[str, Any], bodies: Mapping[str, str], parsed: dict
     return assemble(row["request_body"], row["request_refs"], bodies, parsed)
 
 
-def expand(conn: Connection, call_rows: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def expand(conn: Connection, call_rows: Sequence[Mapping[Any, Any]]) -> list[dict[str, Any]]:
     """Request rows with ``request_json`` reassembled from their blobs."""
     bodies = load_for(conn, call_rows)
     parsed: dict[str, Any] = {}

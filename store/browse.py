@@ -15,7 +15,21 @@ from collections.abc import Callable, Collection
 from functools import cache
 from typing import Any, Literal, TypeVar
 
-from sqlalchemy import Connection, MetaData, Select, String, Table, func, inspect, literal, or_, select, union_all
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    MetaData,
+    Select,
+    String,
+    Table,
+    func,
+    inspect,
+    literal,
+    or_,
+    select,
+    union_all,
+)
+from sqlmodel import SQLModel
 
 from orchestrator.contract import Frozen
 from orchestrator.trajectory import (
@@ -153,7 +167,10 @@ def page_runs(conn: Connection, f: RunFilter) -> RunPage:
     otherwise only the page's runs are aggregated."""
     ids = _filtered(select(RUNS.c.id), f)
     keyed = _per_run_totals() if f.needs_totals else {}
-    bounds = ((keyed.get("cost"), f.min_cost, f.max_cost), (keyed.get("turns"), f.min_turns, f.max_turns))
+    bounds: tuple[tuple[Any, float | None, float | None], ...] = (
+        (keyed.get("cost"), f.min_cost, f.max_cost),
+        (keyed.get("turns"), f.min_turns, f.max_turns),
+    )
     for column, low, high in bounds:
         if low is not None:
             ids = ids.where(column >= low)
@@ -263,7 +280,7 @@ def _table(model: type) -> Table:
 
 
 @cache
-def _attrs(model: type) -> dict[str, str]:
+def _attrs(model: type[SQLModel]) -> dict[str, str]:
     """Python attribute names of a table's columns, by column name."""
     return {column.name: attr for attr, column in inspect(model).columns.items()}
 
@@ -296,7 +313,7 @@ def turn_slice(conn: Connection, run_id: str, first: int | None = None, last: in
     def rows(model: type, *columns: Any, loose: bool = False) -> Any:
         t = _table(model)
         stmt = select(*(columns or (t,))).where(t.c.run_id == run_id)
-        bounded = t.c.turn.is_not(None)
+        bounded: ColumnElement[bool] = t.c.turn.is_not(None)
         if first is not None:
             bounded = bounded & (t.c.turn >= first)
         if last is not None:

@@ -44,7 +44,7 @@ def _kind(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
-def check_row(table: Table, row: Mapping[str, Any]) -> None:
+def check_row(table: Table, row: Mapping[Any, Any]) -> None:
     """Raise StoreDamaged for the first cell whose value its column cannot hold."""
     expected = _expected(table)
     for name, value in row.items():

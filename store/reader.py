@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from sqlalchemy import Connection, Table, func, inspect, select
+from sqlmodel import SQLModel
 
 from orchestrator.trajectory import (
     AttemptView,
@@ -47,11 +48,11 @@ V = TypeVar("V", bound=BaseModel)
 
 
 @cache
-def _attr_of_column(model: type) -> dict[str, str]:
+def _attr_of_column(model: type[SQLModel]) -> dict[str, str]:
     return {column.name: attr for attr, column in inspect(model).columns.items()}
 
 
-def view(view_cls: type[V], model: type, row: Mapping[str, Any], **extra: Any) -> V:
+def view(view_cls: type[V], model: type, row: Mapping[Any, Any], **extra: Any) -> V:
     check_row(_table(model), row)
     names, fields = _attr_of_column(model), view_cls.model_fields
     values = {names[k]: v for k, v in row.items() if names.get(k) in fields}
@@ -62,7 +63,7 @@ def _table(model: type) -> Table:
     return table_of(model)
 
 
-def _rows(conn: Connection, model: type, run_id: str) -> list[Mapping[str, Any]]:
+def _rows(conn: Connection, model: type, run_id: str) -> list[Mapping[Any, Any]]:
     t = _table(model)
     return list(conn.execute(select(t).where(t.c.run_id == run_id).order_by(t.c.seq)).mappings())
 

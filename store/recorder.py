@@ -100,7 +100,14 @@ class Recorder:
                 run_id,
                 [
                     build.transition_row(
-                        run_id, turn, candidate_id, _state(from_state), _state(to_state), reason, layer, self.clock()
+                        run_id,
+                        turn,
+                        candidate_id,
+                        _state(from_state),
+                        _state_name(to_state),
+                        reason,
+                        layer,
+                        self.clock(),
                     )
                 ],
             )
@@ -259,7 +266,7 @@ class TurnWriter:
                 self.turn,
                 candidate_id,
                 _state(from_state),
-                _state(to_state),
+                _state_name(to_state),
                 reason,
                 layer,
                 self.recorder.clock(),
@@ -318,7 +325,12 @@ class TurnWriter:
 
 
 def _state(value: Any) -> str | None:
-    return None if value is None else str(getattr(value, "value", value))
+    return None if value is None else _state_name(value)
+
+
+def _state_name(value: Any) -> str:
+    """A state (an enum member or its value) as stored."""
+    return str(getattr(value, "value", value))
 
 
 def check_transition(candidate_id: str, current: str | None, from_state: Any, to_state: Any) -> None:

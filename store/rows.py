@@ -186,7 +186,7 @@ def candidate_row(
     except ValueError:
         parsed = None
     fields = parsed if isinstance(parsed, dict) else {}
-    function = fields.get("function") if isinstance(fields.get("function"), dict) else {}
+    function: dict[str, Any] = fields["function"] if isinstance(fields.get("function"), dict) else {}
     name = fields.get("name", function.get("name"))
     return table_of(CandidateRow), {
         "id": candidate_id, "run_id": run_id, "turn": turn, "call_id": call_id, "candidate_index": index,

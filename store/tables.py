@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Index, UniqueConstraint
+from sqlalchemy import Index, Table, UniqueConstraint
+from sqlalchemy import inspect as sa_inspect
 from sqlmodel import Field, SQLModel
 
 from store.text_escape import EscapedString, EscapedText

@@ -84,7 +84,7 @@ def load(conn: Connection, run_id: str | None = None) -> tuple[list[dict[str, An
     return run_rows, rows
 
 
-def checked(table: Table, row: Mapping[str, Any]) -> dict[str, Any]:
+def checked(table: Table, row: Mapping[Any, Any]) -> dict[str, Any]:
     check_row(table, row)
     return dict(row)
 

@@ -81,7 +81,7 @@ def _request(record: TurnRecord) -> Any:
 
 
 def _answer(record: TurnRecord) -> Any:
-    out = []
+    out: list[dict[str, Any] | None] = []
     for call in record.calls:
         if call.response is None:
             out.append(None)

@@ -155,7 +155,10 @@ def content_security_policy(scripts: dict[str, str]) -> str:
     hashes = " ".join(
         f"'sha256-{base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()}'" for text in scripts.values()
     )
-    return f"default-src 'none'; style-src 'unsafe-inline'; script-src {hashes}; img-src data:; frame-src 'self'; form-action 'self'"
+    return (
+        f"default-src 'none'; style-src 'unsafe-inline'; script-src {hashes}; img-src data:; frame-src 'self'; "
+        "form-action 'self'"
+    )
 
 
 class Renderer:

@@ -222,7 +222,8 @@ class Site:
         the same first differing field without reading the histories."""
         pairs = request_pairs(left, right)
         # A turn where one run made no call compares a request with nothing: read whole.
-        whole = ({first_divergent_turn(left, right)} | {t for t, p in pairs.items() if None in p}) & set(pairs)
+        divergent = first_divergent_turn(left, right)
+        whole = {t for t, p in pairs.items() if t == divergent or None in p}
         while True:
             outlined = [(x, y) for t, (x, y) in pairs.items() if t not in whole and x is not None and y is not None]
             texts = {**self.store.request_outlines(outlined),

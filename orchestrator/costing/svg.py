@@ -69,7 +69,7 @@ def bar_chart(
     every = max(1, slots // 20)
     for i, label in enumerate(labels):
         x = LEFT + i * slot_w + (slot_w - bar_w) / 2
-        base = TOP + plot_h
+        base: float = TOP + plot_h
         for series in stacks:
             h = plot_h * series.values[i] / top
             base -= h

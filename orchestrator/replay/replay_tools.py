@@ -60,7 +60,9 @@ def in_flight(turns: Mapping[int, RecordedTurn], turn: int, recorded: RecordedTo
         raise recording_ends(turn, "the run died before this turn's tool calls were committed")
 
 
-def check_call(turn: int, index: int, recorded: RecordedTool | None, name: str, args: BaseModel | None) -> None:
+def check_call(
+    turn: int, index: int, recorded: RecordedTool | None, name: str, args: BaseModel | None
+) -> RecordedTool:
     """The tool call reaching the sandbox must be the recorded one."""
     field = f"tool_calls[{index}]"
     if recorded is None:
@@ -75,6 +77,7 @@ def check_call(turn: int, index: int, recorded: RecordedTool | None, name: str, 
     if paths:
         raise Divergence(turn=turn, kind="tool_call", field=f"{field}.arguments.{paths[0]}".rstrip(".$"),
                          fields=paths, diff=diff)
+    return recorded
 
 
 class ReplayTools:
@@ -108,7 +111,7 @@ class ReplayTools:
         if recorded is None and self.cursor.turn not in self.turns:
             return decision  # a live (forked) turn
         turn, index = self.cursor.turn, self.cursor.candidate
-        check_call(turn, index, recorded, name, args)
+        recorded = check_call(turn, index, recorded, name, args)
         if (recorded.decision, recorded.rule) != (decision.effect, decision.rule):
             raise Divergence(
                 turn=turn,

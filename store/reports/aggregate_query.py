@@ -177,7 +177,7 @@ def ttft_query(since: float | None, until: float | None, by: str = "model", dial
 
 def run_slices(conn: Connection, since: float | None, until: float | None, by: str = "model",
                include_replays: bool = False, joined: bool = False) -> list[RunSlice]:
-    tool_s = dict(conn.execute(tool_time_query(since, until, include_replays)).all())
+    tool_s: dict[str, float] = dict(conn.execute(tool_time_query(since, until, include_replays)).all())
     attempt_rows = conn.execute(attempt_time_query(since, until, include_replays, joined, conn.dialect.name)).all()
     if any(row[-1] for row in attempt_rows):
         _stop_if_damaged(conn, ATTEMPTS, ATTEMPT_SUMMED, since, until)
@@ -185,7 +185,7 @@ def run_slices(conn: Connection, since: float | None, until: float | None, by: s
     rows = conn.execute(slices_query(since, until, by, include_replays, conn.dialect.name, joined)).all()
     if any(row[-1] for row in rows):
         _stop_if_damaged(conn, RESPONSES, SUMMED, since, until)
-    batch_of = dict(conn.execute(select(BATCH_ATTEMPTS.c.run_id, BATCH_ATTEMPTS.c.batch_id)
+    batch_of: dict[str, str] = dict(conn.execute(select(BATCH_ATTEMPTS.c.run_id, BATCH_ATTEMPTS.c.batch_id)
                                  .where(BATCH_ATTEMPTS.c.run_id.is_not(None))).all())
     return [
         RunSlice(
@@ -207,7 +207,10 @@ def run_slices(conn: Connection, since: float | None, until: float | None, by: s
             engine=engine,
             batch=batch_of.get(run_id),
         )
-        for run_id, created, status, verdict, model, source, n, prompt, cached, output, total, decode, retries, engine, _ in rows
+        for (
+            run_id, created, status, verdict, model, source, n, prompt, cached, output, total, decode, retries, engine,
+            _,
+        ) in rows
     ]
 
 

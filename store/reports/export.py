@@ -106,7 +106,7 @@ def conversation(trajectory: Trajectory, *, reasoning: bool = False) -> dict[str
     chat = [chat_message(m, tool_names, bad_arguments) for m in messages]
     if reasoning:
         recorded = reasoning_by_message(trajectory)
-        for message, out in zip(messages, chat):
+        for message, out in zip(messages, chat, strict=True):
             key = (message.content or "", tuple(c.id for c in message.tool_calls))
             if message.role == "assistant" and key in recorded:
                 out["reasoning_content"] = recorded[key]

@@ -64,7 +64,7 @@ def test_an_exception_inside_a_turn_discards_its_actions_like_a_crash(store):
             call_id = tx.request(synthetic.request_for(0, []))
             tx.envelope(call_id, Envelope(status=Status.COMPLETED))
             tx.event("route", {"status": "COMPLETED"})
-            1 / 0
+            raise ZeroDivisionError("a failure inside the turn")
     record = store.trajectory(run_id).turns[0]
     # The call and its envelope were committed as they happened; the turn's actions were not.
     assert record.committed is None and record.calls[0].response is not None

@@ -46,7 +46,7 @@ def inventory(path: Path) -> list[tuple[str, int, str, object]]:
         for table in TABLES:
             names = [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')]
             for row in conn.execute(f'SELECT rowid, * FROM "{table}"'):
-                cells += [(table, row[0], name, value) for name, value in zip(names, row[1:])]
+                cells += [(table, row[0], name, value) for name, value in zip(names, row[1:], strict=True)]
     return cells
 
 
@@ -126,7 +126,7 @@ def test_every_single_cell_alteration_and_row_deletion_is_detected(pristine):
     assert all(c.ok for c in verify.check_records(run_rows, rows))
     records = [("runs", r) for r in run_rows] + [(item.table, item.row) for item in rows]
     assert len(records) > 40 and {t for t, _ in records} == set(TABLES)
-    for index, (table, row) in enumerate(records):
+    for table, row in records:
         for column, value in row.items():
             changed = {**row, column: altered(value)}
             new_runs = [changed if table == "runs" and r is row else r for r in run_rows]

@@ -23,4 +23,6 @@ with Store.open(f"sqlite:///{path}") as store:
         attempt_of=first,
     )
 with closing(sqlite3.connect(path)) as conn:
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)"); conn.execute("PRAGMA journal_mode=DELETE"); conn.execute("VACUUM")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.execute("VACUUM")
