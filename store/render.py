@@ -111,10 +111,10 @@ def in_flight_lines(record: TurnRecord) -> list[str]:
     """What a turn the run died in has recorded, and why the rest is missing."""
     if not record.calls or record.committed:
         return []
-    answered = [c for c in record.calls if c.response is not None]
+    answered = [c.response for c in record.calls if c.response is not None]
     lines = [IN_FLIGHT_AFTER_RESPONSE if answered else IN_FLIGHT_NO_RESPONSE]
-    for call in answered:
-        for index, proposed in enumerate(call.response.envelope().payload.tool_calls):  # type: ignore[union-attr]
+    for response in answered:
+        for index, proposed in enumerate(response.envelope().payload.tool_calls):
             lines.append(f"  proposed tool call {index} (never committed): {clip(proposed.name, 60)} "
                          f"{clip(proposed.arguments, 70)}")
     return lines

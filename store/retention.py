@@ -10,7 +10,19 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, LargeBinary, Table, Text, TypeDecorator, case, cast, delete, func, select
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    LargeBinary,
+    Table,
+    Text,
+    TypeDecorator,
+    case,
+    cast,
+    delete,
+    func,
+    select,
+)
 from sqlalchemy import String as SAString
 
 from orchestrator.contract import Frozen
@@ -104,18 +116,18 @@ def collect(
                     blobs_deleted=len(unused), bytes_freed=freed)
 
 
-def _reached(conn: Connection, where: object) -> set[str]:
+def _reached(conn: Connection, where: ColumnElement[bool]) -> set[str]:
     """Every blob the selected requests reach (node bodies are read; message
     bodies are not needed to know their hashes)."""
     found: set[str] = set()
-    refs = [r for (r,) in conn.execute(select(CALLS.c.request_refs).where(where)) if r]  # type: ignore[arg-type]
+    refs = [r for (r,) in conn.execute(select(CALLS.c.request_refs).where(where)) if r]
     bodies = blobs.load_for(conn, [{"request_refs": r} for r in refs], messages=False)
     for r in refs:
         blobs.reached(r, bodies, found)
     return found
 
 
-def _size(conn: Connection, table: Table, where: object) -> int:
+def _size(conn: Connection, table: Table, where: ColumnElement[bool]) -> int:
     """Bytes in the selected rows: text cells by their UTF-8 length, other
     non-NULL cells as 8."""
     sqlite = conn.dialect.name == "sqlite"
@@ -128,4 +140,4 @@ def _size(conn: Connection, table: Table, where: object) -> int:
     total = parts[0]
     for part in parts[1:]:
         total = total + part
-    return int(conn.execute(select(func.coalesce(func.sum(total), 0)).where(where)).scalar() or 0)  # type: ignore[arg-type]
+    return int(conn.execute(select(func.coalesce(func.sum(total), 0)).where(where)).scalar() or 0)

@@ -302,4 +302,4 @@ class EventRow(Chained, table=True):
 CHAINED: tuple[type[Chained], ...] = (
     Turn, ModelCall, ModelResponse, CallAttempt, CandidateRow, TransitionRow, ToolExecution, EventRow,
 )
-CHAINED_TABLES: tuple[str, ...] = tuple(model.__tablename__ for model in CHAINED)  # type: ignore[misc]
+CHAINED_TABLES: tuple[str, ...] = tuple(table_of(model).name for model in CHAINED)

@@ -3,7 +3,7 @@ server (app.py) and the static bundle (export.py), so both show the same."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from urllib.parse import urlencode
@@ -44,12 +44,12 @@ def parse_filter(params: Mapping[str, str]) -> tuple[RunFilter, list[str]]:
     problems: list[str] = []
     values: dict[str, object] = {}
 
-    def take(key: str, convert: type | object, target: str) -> None:
+    def take(key: str, convert: Callable[[str], object], target: str) -> None:
         raw = (params.get(key) or "").strip()
         if not raw:
             return
         try:
-            values[target] = convert(raw)  # type: ignore[operator]
+            values[target] = convert(raw)
         except ValueError:
             problems.append(f"ignored {key}={raw!r}: not a valid value")
 
@@ -69,7 +69,7 @@ def parse_filter(params: Mapping[str, str]) -> tuple[RunFilter, list[str]]:
         sort = "started"
     values["sort"] = sort
     values["descending"] = params.get("order", "desc") != "asc"
-    return RunFilter(**values, per_page=PER_PAGE), problems  # type: ignore[arg-type]
+    return RunFilter.model_validate({**values, "per_page": PER_PAGE}), problems
 
 
 @dataclass(frozen=True)

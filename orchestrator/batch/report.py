@@ -16,7 +16,7 @@ START_TIMEOUT = "SandboxStartTimeout"
 
 
 def start_timed_out(error: str | None) -> bool:
-    return bool(error) and error.startswith(START_TIMEOUT + ":")  # type: ignore[union-attr]
+    return bool(error and error.startswith(START_TIMEOUT + ":"))
 
 
 class TaskLine(Frozen):

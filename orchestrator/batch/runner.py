@@ -81,13 +81,13 @@ class Heartbeat:
     def started(self, run_id: str) -> None:
         self.run_id = run_id
         bstore.take_lease(self.store, run_id, owner_id(), self.lease_s)
-        self.thread = threading.Thread(target=self._beat, name=f"lease-{run_id[:8]}", daemon=True)
+        self.thread = threading.Thread(target=self._beat, args=(run_id,), name=f"lease-{run_id[:8]}", daemon=True)
         self.thread.start()
 
-    def _beat(self) -> None:
+    def _beat(self, run_id: str) -> None:
         while not self.stop.wait(self.lease_s / 3):
             try:
-                bstore.renew_lease(self.store, self.run_id, self.lease_s)  # type: ignore[arg-type]
+                bstore.renew_lease(self.store, run_id, self.lease_s)
             except EscrowError:
                 pass  # the store is away; the lease lapses and the run reads as crashed, which is then true
 
