@@ -18,9 +18,9 @@ import statistics
 import threading
 import time
 
-from orchestrator.model_client.client import ModelClient
 from orchestrator.contract import Message, ModelRequest
 from orchestrator.fault_server import FaultServer, Reply, ScriptedToolCall
+from orchestrator.model_client.client import ModelClient
 from orchestrator.model_client.retry import RetryPolicy
 
 CHUNKS = 5000

@@ -25,7 +25,10 @@ from store import Store
 ROOT = Path(__file__).resolve().parents[1]
 LAZY = "from cli.main import main; main()"
 # The former cli/main.py imported every sub-command module at import time.
-EAGER = "import importlib; from cli.main import MODULES, main; [importlib.import_module(f'cli.{m}') for m in MODULES]; main()"
+EAGER = (
+    "import importlib; from cli.main import MODULES, main; "
+    "[importlib.import_module(f'cli.{m}') for m in MODULES]; main()"
+)
 
 
 def wall(code: str, argv: list[str]) -> float:
@@ -36,7 +39,9 @@ def wall(code: str, argv: list[str]) -> float:
 
 def import_time(code: str) -> tuple[float, list[tuple[int, str]]]:
     """Cumulative microseconds of the whole import, and the slowest imports."""
-    out = subprocess.run([sys.executable, "-X", "importtime", "-c", code], cwd=ROOT, check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", code], cwd=ROOT, check=True, capture_output=True, text=True
+    )
     rows = []
     for line in out.stderr.splitlines():
         if not line.startswith("import time:") or "cumulative" in line:

@@ -17,15 +17,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import httpx
 
-from orchestrator.model_client.accumulate import ResponseAccumulator
-from orchestrator.model_client.client import ModelClient
 from orchestrator.contract import Message, ModelRequest
 from orchestrator.envelope import Status
 from orchestrator.fault_server import Reply, Script, ScriptedToolCall
+from orchestrator.model_client.accumulate import ResponseAccumulator
+from orchestrator.model_client.client import ModelClient
 from orchestrator.model_client.monitor import StreamMonitor
 from orchestrator.model_client.sse import SSEParser
 from orchestrator.model_client.wire import WireCompletion
@@ -35,7 +36,9 @@ def scenarios(chunks: int) -> dict[str, Reply]:
     args = json.dumps({"content": "y" * (chunks * 4 - 16)})  # one valid JSON value, chunks*4 characters
     return {
         "text": Reply(text="word " * (chunks * 4 // 5), chunk_chars=4, usage="none"),
-        "tool-call": Reply(tool_calls=(ScriptedToolCall(name="write_file", arguments=args),), chunk_chars=4, usage="none"),
+        "tool-call": Reply(
+            tool_calls=(ScriptedToolCall(name="write_file", arguments=args),), chunk_chars=4, usage="none"
+        ),
     }
 
 
@@ -58,7 +61,9 @@ def raw_httpx(http: httpx.Client, url: str, body: bytes) -> int:
 
 
 def capture(http: httpx.Client, url: str, body: bytes) -> list[bytes]:
-    with http.stream("POST", url + "/chat/completions", content=body, headers={"content-type": "application/json"}) as r:
+    with http.stream(
+        "POST", url + "/chat/completions", content=body, headers={"content-type": "application/json"}
+    ) as r:
         return list(r.iter_bytes())
 
 
@@ -105,9 +110,9 @@ def main() -> None:
                     client.call(request)
                 raw_s, client_s = [], []
                 for _ in range(opts.calls):  # interleave, so drift on a shared machine hits both sides
-                    raw_s += timed(lambda: raw_httpx(http, url, body), 1)
+                    raw_s += timed(partial(raw_httpx, http, url, body), 1)
                     client_s += timed(lambda: client.call(request), 1)
-                pure_s = timed(lambda: offline_pipeline(pieces, 10_000_000), opts.calls)
+                pure_s = timed(partial(offline_pipeline, pieces, 10_000_000), opts.calls)
         finally:
             proc.terminate()
             proc.wait(timeout=10)

@@ -22,13 +22,21 @@ import time
 from orchestrator.context import Budget, ContextAssembler, MessageCounter, TiktokenCounter
 from orchestrator.contract import Message, ToolCall, ToolSpec
 
-TOOLS = (ToolSpec(name="bash", description="Run a command.", parameters={"type": "object", "properties": {"cmd": {"type": "string"}}}),)
+TOOLS = (
+    ToolSpec(
+        name="bash",
+        description="Run a command.",
+        parameters={"type": "object", "properties": {"cmd": {"type": "string"}}},
+    ),
+)
 SIZES = (1_000, 10_000, 100_000)
 
 
 def observation(t: int) -> str:
-    lines = [f"tests/test_mod{t}.py::test_case_{i} FAILED  src/mod{t}.py:{i * 7 + t}: AssertionError: {i * t:#x} != {i + t}"
-             for i in range(18)]
+    lines = [
+        f"tests/test_mod{t}.py::test_case_{i} FAILED  src/mod{t}.py:{i * 7 + t}: AssertionError: {i * t:#x} != {i + t}"
+        for i in range(18)
+    ]
     return "\n".join(lines)
 
 
@@ -94,10 +102,15 @@ def main() -> None:
         rows.append((size, start, ctx.state.message_tokens, medians))
     print(f"per-turn median over {args.turns} turns (ms); history tokens at the start and end of the timed turns;"
           f" tokenizer {counter.name}")
-    print(f"{'history':>9} {'start':>8} {'end':>8} {'incremental':>12} {'hash-cache':>11} {'full':>9} {'full/incr':>10} {'hash/incr':>10}")
+    print(
+        f"{'history':>9} {'start':>8} {'end':>8} {'incremental':>12} {'hash-cache':>11} {'full':>9} {'full/incr':>10} "
+        f"{'hash/incr':>10}"
+    )
     for size, start, end, m in rows:
-        print(f"{size:>9,} {start:>8,} {end:>8,} {m['incremental'] * 1e3:>12.3f} {m['hash-cache'] * 1e3:>11.3f} "
-              f"{m['full'] * 1e3:>9.3f} {m['full'] / m['incremental']:>9.1f}x {m['hash-cache'] / m['incremental']:>9.1f}x")
+        print(
+            f"{size:>9,} {start:>8,} {end:>8,} {m['incremental'] * 1e3:>12.3f} {m['hash-cache'] * 1e3:>11.3f} "
+            f"{m['full'] * 1e3:>9.3f} {m['full'] / m['incremental']:>9.1f}x {m['hash-cache'] / m['incremental']:>9.1f}x"
+        )
     first, last = rows[0][3]["incremental"], rows[-1][3]["incremental"]
     print(f"incremental per-turn cost, {SIZES[-1]:,} vs {SIZES[0]:,} tokens of history: {last / first:.2f}x")
 

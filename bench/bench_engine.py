@@ -27,21 +27,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.llama_server
 from bench_client import capture, start_server, timed  # noqa: E402
 
-from orchestrator.model_client.accumulate import ResponseAccumulator  # noqa: E402
-from orchestrator.model_client.client import ModelClient  # noqa: E402
 from orchestrator.contract import Message, ModelRequest, Sampling  # noqa: E402
 from orchestrator.envelope import Status  # noqa: E402
 from orchestrator.fault_server import Reply  # noqa: E402
+from orchestrator.model_client.accumulate import ResponseAccumulator  # noqa: E402
+from orchestrator.model_client.client import ModelClient  # noqa: E402
 from orchestrator.model_client.monitor import StreamMonitor  # noqa: E402
 from orchestrator.model_client.sse import SSEParser  # noqa: E402
 from orchestrator.model_client.wire import WireCompletion  # noqa: E402
 from store import Recorder, Store, synthetic  # noqa: E402
 
 
-def request(logprobs: int | None, *, model: str = "bench", max_tokens: int = 10_000, prompt: str = "Count from one to twenty.") -> ModelRequest:
-    return ModelRequest(model=model, messages=(Message(role="user", content=prompt),), max_tokens=max_tokens,
-                        max_payload_bytes=10_000_000, deadline_s=120,
-                        sampling=Sampling(temperature=0.0, seed=1, logprobs=logprobs is not None, top_logprobs=logprobs))
+def request(
+    logprobs: int | None, *, model: str = "bench", max_tokens: int = 10_000, prompt: str = "Count from one to twenty."
+) -> ModelRequest:
+    return ModelRequest(
+        model=model,
+        messages=(Message(role="user", content=prompt),),
+        max_tokens=max_tokens,
+        max_payload_bytes=10_000_000,
+        deadline_s=120,
+        sampling=Sampling(temperature=0.0, seed=1, logprobs=logprobs is not None, top_logprobs=logprobs),
+    )
 
 
 def pipeline(pieces: list[bytes], keep_logprobs: bool) -> int:
@@ -63,7 +70,10 @@ def logprobs_overhead(tokens: int, calls: int) -> None:
                 assert env.status is Status.COMPLETED, env.error
             got = client.call(k5).logprobs or []
             assert len(got) == tokens and len(got[0]["top_logprobs"]) == 5, len(got)
-            captured = {name: capture(http, url, json.dumps(r.wire_body()).encode()) for name, r in (("plain", plain), ("k5", k5))}
+            captured = {
+                name: capture(http, url, json.dumps(r.wire_body()).encode())
+                for name, r in (("plain", plain), ("k5", k5))
+            }
             plain_s, k5_s = [], []
             for _ in range(calls):  # interleaved: drift on a shared machine hits both sides
                 plain_s += timed(lambda: client.call(plain), 1)
@@ -77,9 +87,18 @@ def logprobs_overhead(tokens: int, calls: int) -> None:
     p, k = statistics.median(plain_s) * 1e3, statistics.median(k5_s) * 1e3
     pp, pk = statistics.median(pure_plain) * 1e3, statistics.median(pure_k5) * 1e3
     print(f"logprobs K=5 on a streamed {tokens}-token answer ({calls} calls per side, medians)")
-    print(f"  stream bytes       plain {sizes['plain']:>9}   K=5 {sizes['k5']:>9}   ratio {sizes['k5'] / sizes['plain']:.2f}")
-    print(f"  whole call ms      plain {p:>9.1f}   K=5 {k:>9.1f}   ratio {k / p:.2f}   +{(k - p) * 1e3 / tokens:.1f} us/token")
-    print(f"  client pipeline ms plain {pp:>9.1f}   K=5 {pk:>9.1f}   ratio {pk / pp:.2f}   +{(pk - pp) * 1e3 / tokens:.1f} us/token")
+    print(
+        f"  stream bytes       plain {sizes['plain']:>9}   K=5 {sizes['k5']:>9}   ratio "
+        f"{sizes['k5'] / sizes['plain']:.2f}"
+    )
+    print(
+        f"  whole call ms      plain {p:>9.1f}   K=5 {k:>9.1f}   ratio {k / p:.2f}   +{(k - p) * 1e3 / tokens:.1f} "
+        "us/token"
+    )
+    print(
+        f"  client pipeline ms plain {pp:>9.1f}   K=5 {pk:>9.1f}   ratio {pk / pp:.2f}   "
+        f"+{(pk - pp) * 1e3 / tokens:.1f} us/token"
+    )
 
 
 PROMPTS = ("Say hi in three words.", "Name three colours.", "Count to five.", "What is two plus two?")

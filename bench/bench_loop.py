@@ -31,12 +31,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from orchestrator.context import TiktokenCounter
-from orchestrator.model_client.client import ModelClient
 from orchestrator.fault_server import Reply, Script, ScriptedToolCall
-from orchestrator.runspec import RunSpec, build_agent
-from policies import default_policy
+from orchestrator.model_client.client import ModelClient
 from orchestrator.perimeter import acl_of
+from orchestrator.runspec import RunSpec, build_agent
 from orchestrator.toolset import tool_specs
+from policies import default_policy
 from sandbox import Sandbox, ToolBox, connect, require_image
 from sandbox.loop_tools import SandboxTools
 from store import Recorder, RunJournal, Store

@@ -32,8 +32,8 @@ from orchestrator.context import (
     prefix_report,
     resent_tokens_no_cache,
 )
-from orchestrator.model_client.server_tokenizer import counter_for
 from orchestrator.contract import Message
+from orchestrator.model_client.server_tokenizer import counter_for
 
 PREAMBLE = ("You are a coding agent in a sandboxed copy of a Python repository. Each turn, propose one "
             "shell command, read its output, and continue until the test suite passes. ") * 4
@@ -91,8 +91,13 @@ def main() -> None:
         nonce = uuid.uuid4().hex[:12]
         runs = {"stable": run(http, args, counter, nonce, False), "timestamped": run(http, args, counter, nonce, True)}
     s, ts = runs["stable"], runs["timestamped"]
-    print(f"{args.turns}-turn trajectory, {args.model} at {args.url}, 1 output token per call, tokenizer {counter.name}")
-    print(f"{'turn':>4} {'prompt tok':>10} {'stable s':>9} {'stamped s':>10} {'stable shared B':>16} {'stamped shared B':>17}")
+    print(
+        f"{args.turns}-turn trajectory, {args.model} at {args.url}, 1 output token per call, tokenizer {counter.name}"
+    )
+    print(
+        f"{'turn':>4} {'prompt tok':>10} {'stable s':>9} {'stamped s':>10} {'stable shared B':>16} "
+        f"{'stamped shared B':>17}"
+    )
     reports = {name: prefix_report(r["prompts"]).turns for name, r in runs.items()}
     for t in range(args.turns):
         print(f"{t:>4} {s['prompt_tokens'][t]:>10} {s['seconds'][t]:>9.2f} {ts['seconds'][t]:>10.2f} "
@@ -102,15 +107,20 @@ def main() -> None:
           f"ratio timestamped/stable {total_ts / total_s:.1f}x")
     print(f"later turns (1..{args.turns - 1}) mean: stable {sum(s['seconds'][1:]) / (args.turns - 1):.2f} s, "
           f"timestamped {sum(ts['seconds'][1:]) / (args.turns - 1):.2f} s")
-    print(f"server-reported prompt tokens: stable {sum(s['prompt_tokens']):,}, timestamped {sum(ts['prompt_tokens']):,}")
+    print(
+        f"server-reported prompt tokens: stable {sum(s['prompt_tokens']):,}, timestamped {sum(ts['prompt_tokens']):,}"
+    )
     print(f"server-reported cached share: stable {share(s['cached_tokens'], s['prompt_tokens'])}, "
           f"timestamped {share(ts['cached_tokens'], ts['prompt_tokens'])}")
     print(f"byte prefix shared with the previous request: stable {prefix_report(s['prompts']).shared_share:.1%}, "
           f"timestamped {prefix_report(ts['prompts']).shared_share:.1%}")
     s0 = s["prompt_tokens"][0]
     delta = round((s["prompt_tokens"][-1] - s0) / (args.turns - 1))
-    print(f"accounting for S0={s0}, delta={delta}, N={args.turns}: no cache {resent_tokens_no_cache(s0, delta, args.turns):,} "
-          f"prompt tokens, ideal prefix cache {prefill_tokens_ideal_cache(s0, delta, args.turns):,}")
+    print(
+        f"accounting for S0={s0}, delta={delta}, N={args.turns}: no cache "
+        f"{resent_tokens_no_cache(s0, delta, args.turns):,} "
+        f"prompt tokens, ideal prefix cache {prefill_tokens_ideal_cache(s0, delta, args.turns):,}"
+    )
 
 
 if __name__ == "__main__":

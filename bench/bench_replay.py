@@ -84,8 +84,10 @@ def main() -> None:
     with Store.open(f"sqlite:///{db}", synchronous="FULL") as store:
         replayer = Replayer(store)
         full = timed("replay, recorded FULL", turns, lambda: replayer.offline(replayer.load(run_id)), 1)
-    print(f"ratios: no-record / live = {bare * live_s / turns:.1f}x, no-record / recorded NORMAL = {bare / normal:.1f}x, "
-          f"NORMAL / FULL = {normal / full:.1f}x")
+    print(
+        f"ratios: no-record / live = {bare * live_s / turns:.1f}x, no-record / recorded NORMAL = {bare / normal:.1f}x, "
+        f"NORMAL / FULL = {normal / full:.1f}x"
+    )
     if args.profile:
         with Store.open(f"sqlite:///{db}") as store:
             replayer = Replayer(store)

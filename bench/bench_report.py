@@ -31,9 +31,9 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
+from orchestrator.launch.reports import report_run, report_runs
 from policies.price_table import load_price_table
 from store import Store
-from orchestrator.launch.reports import report_run, report_runs
 from store.engine import make_engine
 from store.migrations import upgrade
 from store.reports import query_plans

@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from policies import default_policy
 from orchestrator.toolset import ReadFileArgs
+from policies import default_policy
 from sandbox import ExecLimits, Hardening, Sandbox, ToolBox, connect
 from sandbox.execution import run_exec, wrap_command
 from sandbox.hardening import SANDBOX_ENV, WORKSPACE
@@ -72,7 +72,9 @@ def main() -> None:
     for name, samples in results.items():
         med = statistics.median(samples)
         p90 = sorted(samples)[int(0.9 * (len(samples) - 1))]
-        print(f"{name:28} {len(samples):>4} {med * 1e3:>10.2f} {p90 * 1e3:>8.2f} {med / base:>13.1f} {med / warm:>15.2f}")
+        print(
+            f"{name:28} {len(samples):>4} {med * 1e3:>10.2f} {p90 * 1e3:>8.2f} {med / base:>13.1f} {med / warm:>15.2f}"
+        )
 
 
 if __name__ == "__main__":

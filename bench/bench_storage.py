@@ -70,7 +70,10 @@ class Layout:
                 call_id = tx.request(synthetic.request_for(turn, self.history))
             took = time.perf_counter() - started
             tx.envelope(call_id, synthetic.envelope_for(self.rng, turn, ()))
-            added = [Message(role="assistant", content=f"turn {turn}"), Message(role="user", content=observation(self.rng))]
+            added = [
+                Message(role="assistant", content=f"turn {turn}"),
+                Message(role="user", content=observation(self.rng)),
+            ]
             tx.commit(added)
         self.history.extend(added)
         return took
@@ -125,9 +128,14 @@ def main() -> None:
         for turns in args.turns:
             sizes = storage(turns, folder)
             inline, ref = sizes["inline"], sizes["by-reference"]
-            print(f"{turns:>6} {inline:>14,} {ref:>14,} {inline // turns:>10,} {ref // turns:>10,} {inline / ref:>6.1f}x")
+            print(
+                f"{turns:>6} {inline:>14,} {ref:>14,} {inline // turns:>10,} {ref // turns:>10,} {inline / ref:>6.1f}x"
+            )
         samples = latency(args.latency_turns, folder)
-        print(f"\nwrite-ahead request commit at synchronous=FULL, {args.latency_turns} turns, context +{CHARS_PER_TURN} chars a turn")
+        print(
+            f"\nwrite-ahead request commit at synchronous=FULL, {args.latency_turns} turns, context +{CHARS_PER_TURN} "
+            "chars a turn"
+        )
         print(f"{'layout':>14} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8}")
         for name, values in samples.items():
             ms = [v * 1000 for v in values]

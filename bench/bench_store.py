@@ -35,7 +35,11 @@ from store.render import runs_table, trajectory_text
 from store.rows import new_run_id
 
 ROWS_PER_TURN = 4
-RUNS, CALLS_PER_RUN, MODELS = int(__import__("os").environ.get("ESCROW_BENCH_RUNS", "10000")), 100, ("gemma-3-270m", "qwen2.5-coder-7b", "llama-3.1-8b")
+RUNS, CALLS_PER_RUN, MODELS = (
+    int(__import__("os").environ.get("ESCROW_BENCH_RUNS", "10000")),
+    100,
+    ("gemma-3-270m", "qwen2.5-coder-7b", "llama-3.1-8b"),
+)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -75,10 +79,16 @@ def template_rows(path: Path) -> dict[str, dict]:
         out = {t: dict(conn.execute(f"SELECT * FROM {t} WHERE run_id = ? LIMIT 1", (run_id,)).fetchone())
                for t in ("model_calls", "model_responses", "call_attempts", "turns")}
         out["runs"] = dict(conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone())
-        out["events"] = dict(conn.execute("SELECT * FROM events WHERE run_id = ? AND kind = 'verdict'", (run_id,)).fetchone())
+        out["events"] = dict(
+            conn.execute("SELECT * FROM events WHERE run_id = ? AND kind = 'verdict'", (run_id,)).fetchone()
+        )
         # Compact payloads keep the generated file near 1 GB; real requests carry the whole history.
-        small = ModelRequest(model=MODELS[0], messages=(Message(role="user", content="fix the failing test"),), max_tokens=256)
-        envelope = Envelope(status=Status.COMPLETED, finish_reason="stop", usage=Usage(prompt_tokens=900, completion_tokens=50))
+        small = ModelRequest(
+            model=MODELS[0], messages=(Message(role="user", content="fix the failing test"),), max_tokens=256
+        )
+        envelope = Envelope(
+            status=Status.COMPLETED, finish_reason="stop", usage=Usage(prompt_tokens=900, completion_tokens=50)
+        )
         out["model_calls"].update(request_json=small.canonical(), request_sha256=small.sha256(),
                                   request_body=None, request_refs=None, request_hashed_as=None)  # inline text
         out["model_responses"].update(envelope_json=envelope.model_dump_json(), n_attempts=0)
@@ -108,31 +118,65 @@ def generate(path: Path, *, copies: bool = True) -> None:
     with closing(sqlite3.connect(path)) as conn:
         conn.execute("PRAGMA synchronous = OFF")
         tables = {t: list(row) for t, row in templates.items()}
-        inserts = {t: f'INSERT INTO {t} ({", ".join(chr(34) + c + chr(34) for c in cols)}) VALUES ({", ".join("?" * len(cols))})'
-                   for t, cols in tables.items()}
+        inserts = {
+            t: f"INSERT INTO {t} ({', '.join(chr(34) + c + chr(34) for c in cols)}) "
+            f"VALUES ({', '.join('?' * len(cols))})"
+            for t, cols in tables.items()
+        }
         for r in range(RUNS):
             created = start + r * (90 * 86400 / RUNS)
-            run = {**templates["runs"], "id": new_run_id(), "created_at": created, "finished_at": created + 600,
-                   "gen_ai.request.model": MODELS[r % len(MODELS)], "task": f"task {r}",
-                   "verdict": rng.choice(("PASS", "BUDGET_EXHAUSTED", "FAULTED")), "verdict_detail": "generated", "status": "finished"}
+            run = {
+                **templates["runs"],
+                "id": new_run_id(),
+                "created_at": created,
+                "finished_at": created + 600,
+                "gen_ai.request.model": MODELS[r % len(MODELS)],
+                "task": f"task {r}",
+                "verdict": rng.choice(("PASS", "BUDGET_EXHAUSTED", "FAULTED")),
+                "verdict_detail": "generated",
+                "status": "finished",
+            }
             head, batch = genesis(run), {"model_calls": [], "model_responses": [], "call_attempts": [], "turns": []}
             model = {COPY: run[COPY]}
             for turn in range(CALLS_PER_RUN):
                 call_id = f"{r:06d}{turn:04d}c{rng.getrandbits(64):016x}"
-                for order, (table, extra) in enumerate((
-                    ("model_calls", {"id": call_id, "created_at": created + turn, **model}),
-                    ("model_responses", {"id": call_id + "r", "call_id": call_id, "recorded_at": created + turn + 0.5,
-                                         "gen_ai.usage.input_tokens": 900 + 150 * turn, "gen_ai.usage.output_tokens": rng.randrange(20, 200),
-                                         "n_attempts": 1, **(model if copies else {})}),
-                    ("call_attempts", {"id": call_id + "a", "call_id": call_id, **(model if copies else {})}),
-                    ("turns", {"id": call_id + "t", "committed_at": created + turn + 0.9}),
-                )):
-                    row = {**templates[table], **extra, "run_id": run["id"], "turn": turn, "seq": ROWS_PER_TURN * turn + order + 1}
+                for order, (table, extra) in enumerate(
+                    (
+                        ("model_calls", {"id": call_id, "created_at": created + turn, **model}),
+                        (
+                            "model_responses",
+                            {
+                                "id": call_id + "r",
+                                "call_id": call_id,
+                                "recorded_at": created + turn + 0.5,
+                                "gen_ai.usage.input_tokens": 900 + 150 * turn,
+                                "gen_ai.usage.output_tokens": rng.randrange(20, 200),
+                                "n_attempts": 1,
+                                **(model if copies else {}),
+                            },
+                        ),
+                        ("call_attempts", {"id": call_id + "a", "call_id": call_id, **(model if copies else {})}),
+                        ("turns", {"id": call_id + "t", "committed_at": created + turn + 0.9}),
+                    )
+                ):
+                    row = {
+                        **templates[table],
+                        **extra,
+                        "run_id": run["id"],
+                        "turn": turn,
+                        "seq": ROWS_PER_TURN * turn + order + 1,
+                    }
                     row["chain_hash"] = head = link(head, table, row)
                     batch[table].append(tuple(row[c] for c in tables[table]))
-            verdict = {**templates["events"], "id": run["id"][:20] + "verdict", "run_id": run["id"], "turn": CALLS_PER_RUN,
-                       "seq": ROWS_PER_TURN * CALLS_PER_RUN + 1, "at": run["finished_at"],
-                       "data_json": canonical_json({"verdict": run["verdict"], "detail": run["verdict_detail"]})}
+            verdict = {
+                **templates["events"],
+                "id": run["id"][:20] + "verdict",
+                "run_id": run["id"],
+                "turn": CALLS_PER_RUN,
+                "seq": ROWS_PER_TURN * CALLS_PER_RUN + 1,
+                "at": run["finished_at"],
+                "data_json": canonical_json({"verdict": run["verdict"], "detail": run["verdict_detail"]}),
+            }
             verdict["chain_hash"] = head = link(head, "events", verdict)
             conn.execute(inserts["events"], tuple(verdict[c] for c in tables["events"]))
             run.update(chain_seq=ROWS_PER_TURN * CALLS_PER_RUN + 1, chain_head=head)
@@ -171,10 +215,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         results = recording_latency(("FULL", "NORMAL"), args.turns, Path(tmp))
     for mode, samples in results.items():
-        print(f"   synchronous={mode:<6}  p50 {percentile(samples, 0.5) * 1000:7.2f} ms   p99 {percentile(samples, 0.99) * 1000:7.2f} ms"
-              f"   mean {statistics.mean(samples) * 1000:7.2f} ms")
+        print(
+            f"   synchronous={mode:<6}  p50 {percentile(samples, 0.5) * 1000:7.2f} ms   p99 "
+            f"{percentile(samples, 0.99) * 1000:7.2f} ms"
+            f"   mean {statistics.mean(samples) * 1000:7.2f} ms"
+        )
     full, normal = results["FULL"], results["NORMAL"]
-    print(f"   FULL/NORMAL ratio: p50 {percentile(full, 0.5) / percentile(normal, 0.5):.2f}x, p99 {percentile(full, 0.99) / percentile(normal, 0.99):.2f}x")
+    print(
+        f"   FULL/NORMAL ratio: p50 {percentile(full, 0.5) / percentile(normal, 0.5):.2f}x, p99 "
+        f"{percentile(full, 0.99) / percentile(normal, 0.99):.2f}x"
+    )
 
     url = f"sqlite:///{args.cache}"
     if not args.cache.exists():
@@ -190,7 +240,10 @@ def main() -> None:
         print(f"\n2. store of {runs} runs and {calls} model calls ({args.cache.stat().st_size / 1e6:.0f} MB)")
         for name, sql in (
             ("runs", "SELECT * FROM runs ORDER BY created_at DESC LIMIT 50"),
-            ("runs --model", "SELECT * FROM runs WHERE \"gen_ai.request.model\" = 'x' ORDER BY created_at DESC LIMIT 50"),
+            (
+                "runs --model",
+                "SELECT * FROM runs WHERE \"gen_ai.request.model\" = 'x' ORDER BY created_at DESC LIMIT 50",
+            ),
             ("totals", "SELECT run_id, sum(cost_usd) FROM model_responses WHERE run_id IN ('a') GROUP BY run_id"),
             ("show", "SELECT * FROM model_calls WHERE run_id = 'a' ORDER BY seq"),
         ):
@@ -208,9 +261,18 @@ def main() -> None:
         for name, fn in cases.items():
             print(f"   {name:<28} {timed(fn) * 1000:9.1f} ms")
     print("\n   real command (includes interpreter start-up):")
-    baseline = timed(lambda: subprocess.run([str(Path(sys.executable).with_name("escrow")), "--version"], check=True, capture_output=True), repeat=3)
+    baseline = timed(
+        lambda: subprocess.run(
+            [str(Path(sys.executable).with_name("escrow")), "--version"], check=True, capture_output=True
+        ),
+        repeat=3,
+    )
     print(f"   escrow --version          {baseline * 1000:9.0f} ms (start-up alone)")
-    for label, cmd in (("escrow runs", ["runs"]), ("escrow show RUN", ["show", sample[:12]]), ("escrow verify RUN", ["verify", sample])):
+    for label, cmd in (
+        ("escrow runs", ["runs"]),
+        ("escrow show RUN", ["show", sample[:12]]),
+        ("escrow verify RUN", ["verify", sample]),
+    ):
         print(f"   {label:<25} {cli_time(cmd, url) * 1000:9.0f} ms")
 
 

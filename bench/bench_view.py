@@ -52,9 +52,17 @@ def clone_runs(path: Path, total: int) -> None:
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA synchronous = OFF")
         runs = [dict(r) for r in conn.execute("SELECT * FROM runs ORDER BY created_at")]
-        chained = {r["id"]: sorted(
-            ((t, dict(row)) for t in CHAINED_TABLES for row in conn.execute(f"SELECT * FROM {t} WHERE run_id = ?", (r["id"],))),
-            key=lambda item: item[1]["seq"]) for r in runs}
+        chained = {
+            r["id"]: sorted(
+                (
+                    (t, dict(row))
+                    for t in CHAINED_TABLES
+                    for row in conn.execute(f"SELECT * FROM {t} WHERE run_id = ?", (r["id"],))
+                ),
+                key=lambda item: item[1]["seq"],
+            )
+            for r in runs
+        }
         last = runs[-1]["created_at"]
         for n in range(total - len(runs)):
             template = runs[n % len(runs)]
@@ -89,7 +97,9 @@ def insert(conn: sqlite3.Connection, table: str, row: dict) -> None:
     conn.execute(f"INSERT INTO {table} ({columns}) VALUES ({', '.join('?' * len(row))})", tuple(row.values()))
 
 
-def timed(client: TestClient, url: str, repeat: int, fresh: Callable[[], TestClient] | None = None) -> tuple[float, float, float, int]:
+def timed(
+    client: TestClient, url: str, repeat: int, fresh: Callable[[], TestClient] | None = None
+) -> tuple[float, float, float, int]:
     """Best and median wall time, median CPU time of this process, and size;
     with ``fresh``, each request goes to a new application (nothing cached)."""
     samples, cpu = [], []
@@ -110,7 +120,9 @@ def first_run_page(site: Site, run_id: str) -> str:
     """The run page as first built: the whole trajectory with every request's
     text, all turns on one page."""
     trajectory = site.store.trajectory(run_id)
-    return site.render_run(trajectory, run_shown(trajectory), None, index=site.store.turn_index(run_id), pages=[], page=1)
+    return site.render_run(
+        trajectory, run_shown(trajectory), None, index=site.store.turn_index(run_id), pages=[], page=1
+    )
 
 
 def first_compare_page(site: Site, a: str, b: str) -> str:
@@ -150,12 +162,16 @@ def side_by_side(store: Store, run_id: str, other: str, turns: int, repeat: int)
     variants = {
         "first view as before (chain verified, then the page)": lambda: cold_page_as_before(store, run_id),
         "first view now: the page (new application)": lambda: Site(store, Links(static=False)).run_page(run_id),
-        "first view now: its chain frame (new application)": lambda: Site(store, Links(static=False)).chain_status_page(run_id),
+        "first view now: its chain frame (new application)": lambda: Site(store, Links(static=False)).chain_status_page(
+            run_id
+        ),
         "search 'pytest -k t1' as before (every turn read)": lambda: whole_search_page(served, run_id, "pytest -k t1"),
         "search 'pytest -k t1' now (candidates, 50 a page)": lambda: served.run_page(run_id, "pytest -k t1"),
         "search 'denied' as before (every turn read)": lambda: whole_search_page(served, run_id, "denied"),
         "search 'denied' now": lambda: served.run_page(run_id, "denied"),
-        "compare, parted at turn 0, as before (all requests read)": lambda: whole_requests_compare_page(served, run_id, other),
+        "compare, parted at turn 0, as before (all requests read)": lambda: whole_requests_compare_page(
+            served, run_id, other
+        ),
         "compare, parted at turn 0, now (outlines)": lambda: served.compare_page(run_id, other),
         f"run page as first built (full rows, {turns} turns)": lambda: first_run_page(served, run_id),
         f"run page now, all {turns} turns (the bundle's page)": lambda: bundle.run_page(run_id),
@@ -196,8 +212,11 @@ def main() -> None:
     with Store.open(f"sqlite:///{path}", synchronous="OFF") as store:
         long_run = synthetic.record_run(Recorder(store), turns=args.turns, seed=9)
         other_run = synthetic.record_run(Recorder(store), turns=args.turns, seed=10)
-    print(f"store: {args.runs} runs ({args.turns}-turn run {long_run[:12]}) generated in {time.perf_counter() - started:.1f} s, "
-          f"{path.stat().st_size / 1e6:.1f} MB at {path}\n")
+    print(
+        f"store: {args.runs} runs ({args.turns}-turn run {long_run[:12]}) generated in "
+        f"{time.perf_counter() - started:.1f} s, "
+        f"{path.stat().st_size / 1e6:.1f} MB at {path}\n"
+    )
     goal = 0.300
     with Store.open(f"sqlite:///{path}", create=False, readonly=True) as store:
         client = TestClient(create_app(store))

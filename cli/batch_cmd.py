@@ -9,11 +9,10 @@ from functools import partial
 from pathlib import Path
 
 import typer
-
-from orchestrator.exit_codes import ExitCode
 from rich.console import Console
 from rich.markup import escape
 
+from cli.display.batch_html import batch_html
 from cli.store_cmd import CONFIG_HELP, DB_HELP, emit_json
 from orchestrator.batch.driver import BatchPlan, pending_tasks, run_batch, start_batch
 from orchestrator.batch.errors import BatchNotFound
@@ -23,8 +22,8 @@ from orchestrator.batch.ray_executor import require_shared_store, run_batch_on_r
 from orchestrator.batch.report import BatchReport, batch_report
 from orchestrator.batch.runner import Deadlines
 from orchestrator.batch.tasks import load_task_file
-from cli.display.batch_html import batch_html
 from orchestrator.errors import ConfigError
+from orchestrator.exit_codes import ExitCode
 from orchestrator.settings import Settings, load_settings
 from store import Store
 from store import batches as bstore

@@ -7,8 +7,6 @@ import json
 from pathlib import Path
 
 import typer
-
-from orchestrator.exit_codes import ExitCode
 from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
@@ -16,8 +14,9 @@ from rich.table import Table
 from orchestrator.contract import Message, ModelRequest, Sampling
 from orchestrator.envelope import Envelope, Status
 from orchestrator.errors import ConfigError
-from orchestrator.settings import load_settings
+from orchestrator.exit_codes import ExitCode
 from orchestrator.model_client.engines import SCHEMA_STYLES, response_format
+from orchestrator.settings import load_settings
 
 _STYLE = {Status.COMPLETED: "green", Status.TRUNCATED: "yellow", Status.REFUSED: "magenta", Status.CANCELED: "cyan"}
 
@@ -44,22 +43,31 @@ def render_envelope(envelope: Envelope, console: Console) -> None:
     table.add_row("http", str(envelope.http_status))
     table.add_row("model", f"{envelope.model} (engine {envelope.engine}, fingerprint {envelope.system_fingerprint})")
     u = envelope.usage
-    table.add_row("usage", f"prompt {u.prompt_tokens} ({u.prompt_source}), cached {u.cached_prompt_tokens} "
-                           f"({u.cached_source}), completion {u.completion_tokens} ({u.completion_source})"
-                           + (f", from {u.server_block}" if u.server_block else "")
-                           + (f", reasoning {u.reasoning_tokens} ({u.reasoning_convention})" if u.reasoning_tokens is not None else ""))
+    table.add_row(
+        "usage",
+        f"prompt {u.prompt_tokens} ({u.prompt_source}), cached {u.cached_prompt_tokens} "
+        f"({u.cached_source}), completion {u.completion_tokens} ({u.completion_source})"
+        + (f", from {u.server_block}" if u.server_block else "")
+        + (f", reasoning {u.reasoning_tokens} ({u.reasoning_convention})" if u.reasoning_tokens is not None else ""),
+    )
     t = envelope.timings
     ttft = "-" if t.ttft_s is None else f"{t.ttft_s * 1000:.0f} ms"
     decode = "-" if t.decode_s is None else f"{t.decode_s * 1000:.0f} ms"
     table.add_row("timings", f"ttft {ttft}, decode {decode}, total {t.total_s * 1000:.0f} ms")
-    table.add_row("attempts", ", ".join(
-        f"#{a.number} {a.status.value}" + (f" {a.http_status}" if a.http_status else "") + (f" then wait {a.backoff_s:.2f}s" if a.backoff_s else "")
-        for a in envelope.attempts
-    ))
+    table.add_row(
+        "attempts",
+        ", ".join(
+            f"#{a.number} {a.status.value}"
+            + (f" {a.http_status}" if a.http_status else "")
+            + (f" then wait {a.backoff_s:.2f}s" if a.backoff_s else "")
+            for a in envelope.attempts
+        ),
+    )
     if envelope.logprobs is not None:
         ids = "with" if envelope.completion_token_ids is not None else "without"
         mode = f", mode {envelope.logprobs_mode}" if envelope.logprobs_mode else ""
-        table.add_row("logprobs", f"{len(envelope.logprobs)} tokens, top-{envelope.top_logprobs}, {ids} token ids{mode}")
+        summary = f"{len(envelope.logprobs)} tokens, top-{envelope.top_logprobs}, {ids} token ids{mode}"
+        table.add_row("logprobs", summary)
     console.print(table)
     payload = envelope.payload
     if payload.reasoning:
@@ -76,17 +84,29 @@ def render_envelope(envelope: Envelope, console: Console) -> None:
 
 def call(
     prompt: str = typer.Argument(..., help="The user message to send."),
-    model_url: str = typer.Option(None, "--model-url", help="OpenAI-compatible base URL ending in /v1 (settings: model_url)."),
+    model_url: str = typer.Option(
+        None, "--model-url", help="OpenAI-compatible base URL ending in /v1 (settings: model_url)."
+    ),
     model: str = typer.Option(None, "--model", help="Model id to ask for (settings: model)."),
-    max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="K_max: most output tokens (settings: max_output_tokens)."),
+    max_tokens: int = typer.Option(
+        None, "--max-tokens", min=1, help="K_max: most output tokens (settings: max_output_tokens)."
+    ),
     stream: bool = typer.Option(True, "--stream/--no-stream", help="Stream over SSE (default) or ask for one body."),
     system: str = typer.Option(None, "--system", help="An optional system message."),
     json_schema: Path = typer.Option(None, "--json-schema", help="Constrain the output to this JSON Schema file."),
-    schema_style: str = typer.Option("json_schema", "--schema-style", help="How to send the schema: json_schema (OpenAI, vLLM) or json_object (llama-cpp-python)."),
+    schema_style: str = typer.Option(
+        "json_schema",
+        "--schema-style",
+        help="How to send the schema: json_schema (OpenAI, vLLM) or json_object (llama-cpp-python).",
+    ),
     deadline: float = typer.Option(120.0, "--deadline", min=0.001, help="T_max in seconds, for the whole call."),
     temperature: float = typer.Option(None, "--temperature", help="Sampling temperature (settings: temperature)."),
-    logprobs: int = typer.Option(None, "--logprobs", min=0, max=20, help="Record per-token logprobs with the K most likely alternatives."),
-    token_ids: bool = typer.Option(False, "--token-ids", help="Ask for token ids too (vLLM return_token_ids; llama.cpp sends them with logprobs)."),
+    logprobs: int = typer.Option(
+        None, "--logprobs", min=0, max=20, help="Record per-token logprobs with the K most likely alternatives."
+    ),
+    token_ids: bool = typer.Option(
+        False, "--token-ids", help="Ask for token ids too (vLLM return_token_ids; llama.cpp sends them with logprobs)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the Envelope as JSON."),
 ) -> None:
     """Make one model call and print its Envelope. Exits 0 only when the status is COMPLETED."""
@@ -122,9 +142,15 @@ def call(
 
 
 def fault_server(
-    script: Path = typer.Option(None, "--script", help='JSON script: {"steps": [{"kind": "reply", "text": "hi"}, ...], "cycle": false}.'),
-    fixes: Path = typer.Option(None, "--fixes", help="A task directory (examples/tasks): play each task's fix.patch "
-                               "under /k/TASK_ID/v1, for `escrow batch --model-url .../k/{task_id}/v1`."),
+    script: Path = typer.Option(
+        None, "--script", help='JSON script: {"steps": [{"kind": "reply", "text": "hi"}, ...], "cycle": false}.'
+    ),
+    fixes: Path = typer.Option(
+        None,
+        "--fixes",
+        help="A task directory (examples/tasks): play each task's fix.patch "
+        "under /k/TASK_ID/v1, for `escrow batch --model-url .../k/{task_id}/v1`.",
+    ),
     port: int = typer.Option(8099, "--port", min=0, max=65535, help="Port to listen on (0 picks a free one)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; loopback unless you mean otherwise."),
     model: str = typer.Option("fault-model", "--model", help="Model id listed at /v1/models."),

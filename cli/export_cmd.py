@@ -17,8 +17,8 @@ from orchestrator.costing import NothingToReport
 from orchestrator.errors import ConfigError
 from store import Store
 from store.reports import FORMATS, ExportError, conversation, event_lines, is_verified_pass, run_ids
-from store.reports.tokens import token_lines
 from store.reports.atif_export import to_atif
+from store.reports.tokens import token_lines
 
 
 @contextmanager
@@ -71,12 +71,29 @@ def export(
     run: str | None = typer.Argument(None, help="Run id or unique prefix; or use --all."),
     all_runs: bool = typer.Option(False, "--all", help="Export every run in the store."),
     fmt: str = typer.Option("messages-jsonl", "--format", help=f"One of: {', '.join(FORMATS)}."),
-    include_unverified: bool = typer.Option(False, "--include-unverified", help="messages-jsonl: also runs without a PASS verdict."),
-    tokens: bool = typer.Option(False, "--tokens", help="One token-faithful line per call (token ids, tokens, logprobs as the engine sent them) instead of one conversation per run."),
-    reasoning: bool = typer.Option(False, "--reasoning", help="messages-jsonl: add the recorded reasoning to assistant messages as reasoning_content."),
+    include_unverified: bool = typer.Option(
+        False, "--include-unverified", help="messages-jsonl: also runs without a PASS verdict."
+    ),
+    tokens: bool = typer.Option(
+        False,
+        "--tokens",
+        help=(
+            "One token-faithful line per call (token ids, tokens, logprobs as the engine sent them) instead of one "
+            "conversation per run."
+        ),
+    ),
+    reasoning: bool = typer.Option(
+        False,
+        "--reasoning",
+        help="messages-jsonl: add the recorded reasoning to assistant messages as reasoning_content.",
+    ),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
-    otlp_endpoint: str | None = typer.Option(None, "--otlp-endpoint", help="otel: send to this OTLP/HTTP traces URL instead of writing JSON."),
-    otel_project: str = typer.Option("escrow", "--otel-project", help="otel: the project (openinference.project.name) resource attribute."),
+    otlp_endpoint: str | None = typer.Option(
+        None, "--otlp-endpoint", help="otel: send to this OTLP/HTTP traces URL instead of writing JSON."
+    ),
+    otel_project: str = typer.Option(
+        "escrow", "--otel-project", help="otel: the project (openinference.project.name) resource attribute."
+    ),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     config: Path | None = typer.Option(None, "--config", help=CONFIG_HELP),
 ) -> None:
@@ -105,16 +122,23 @@ def export(
         skipped: list[str] = []
         with sink(output) as out:
             for run_id in ids:
-                reason = export_run(store, run_id, fmt, include_unverified, out, single=not all_runs, reasoning=reasoning, tokens=tokens)
+                reason = export_run(
+                    store, run_id, fmt, include_unverified, out, single=not all_runs, reasoning=reasoning, tokens=tokens
+                )
                 if reason:
                     skipped.append(reason)
     written = len(ids) - len(skipped)
-    err.print(f"exported {written} run(s) as {fmt}" + (f"; skipped {len(skipped)}: {skipped[0]}{' ...' if len(skipped) > 1 else ''}" if skipped else ""))
+    err.print(
+        f"exported {written} run(s) as {fmt}"
+        + (f"; skipped {len(skipped)}: {skipped[0]}{' ...' if len(skipped) > 1 else ''}" if skipped else "")
+    )
     if written == 0:
         raise NothingToReport("nothing exported: no verified-PASS runs (--include-unverified exports the others)")
 
 
-def export_otel(store: Store, ids: list[str], output: Path | None, endpoint: str | None, project: str, err: Console) -> None:
+def export_otel(
+    store: Store, ids: list[str], output: Path | None, endpoint: str | None, project: str, err: Console
+) -> None:
     from store.reports import otel_export
 
     spans = otel_export.collect((store.trajectory(run_id) for run_id in ids), project)

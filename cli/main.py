@@ -19,24 +19,68 @@ from typer.core import TyperCommand, TyperGroup
 
 # (command, module under cli/, first paragraph of its help)
 COMMANDS: tuple[tuple[str, str, str], ...] = (
-    ('run', 'run_cmd', 'Run the agent on TASK in a sandboxed copy of --repo; prints the verdict, the diff and the run id.'),
-    ('call', 'call_cmd', 'Make one model call and print its Envelope. Exits 0 only when the status is COMPLETED.'),
-    ('fault-server', 'call_cmd', 'Serve a scripted OpenAI-compatible model with injected faults until Ctrl-C.'),
-    ('runs', 'store_cmd', 'List recorded runs, newest first, with token and cost totals.'),
-    ('show', 'store_cmd', "Show one run turn by turn: the model's words, its tool calls and what they returned."),
-    ('verify', 'store_cmd', 'Recompute the hash chain of a run (or all runs) and report the first broken link, then check every page of the store file. Exits 1 when any chain is broken, 4 when the store is damaged.'),
-    ('migrate', 'store_cmd', "Bring an existing store to this Escrow's schema version."),
-    ('gc', 'store_cmd', 'Delete whole runs older than a span, and the blobs no other run uses. Each deletion is recorded in the deletions table.'),
-    ('report', 'report_cmd', 'Cost of one run per turn (tokens cached/prefilled/re-sent, $, TTFT, decode, tool time, retries) with the cache comparison, or an aggregate over runs with p50/p95 (all runs by model when neither RUN nor a window is given). Prices come from `escrow price`.'),
-    ('export', 'export_cmd', 'Export runs as JSON lines. messages-jsonl: one TRL conversational example per run (messages, tools, tool-call arguments as objects, truncation flags, tokenizer id), verified-PASS runs only unless --include-unverified. events-jsonl: every recorded row, in chain order. atif: an ATIF-v1.6 trajectory (one JSON document; JSON lines with --all). otel: OpenTelemetry GenAI spans as OTLP JSON, or sent to --otlp-endpoint.'),
-    ('import', 'import_cmd', 'Import trajectories recorded by other agents as runs (mode import), one transaction per file, for `escrow report`, `show` and `export`.'),
-    ('replay', 'replay_cmd', "Replay RUN through today's loop and report the first divergence."),
-    ('parity', 'parity_cmd', "Re-send every recorded request of RUN unchanged and compare each answer with the record: the first divergent token, and whether it is a near tie (each side's token in the other's top-k) or a real difference; also the tool calls that would be released, and the status. Exits 1 when any call differs for real (divergent or status changed), 0 otherwise."),
-    ('view', 'view_cmd', 'Browse recorded runs in a web browser: runs, each run turn by turn, and two runs compared. The store is opened read-only.'),
-    ('batch', 'batch_cmd', 'Run every task of a task file, or show a batch.'),
-    ('sandbox', 'sandbox_cmd', 'Build, check and clean up the hardened Docker sandbox.'),
-    ('policy', 'policy_cmd', 'Validate and explain capability policies.'),
-    ('price', 'price_cmd', 'Show the price table and edit local price overrides.'),
+    (
+        "run",
+        "run_cmd",
+        "Run the agent on TASK in a sandboxed copy of --repo; prints the verdict, the diff and the run id.",
+    ),
+    ("call", "call_cmd", "Make one model call and print its Envelope. Exits 0 only when the status is COMPLETED."),
+    ("fault-server", "call_cmd", "Serve a scripted OpenAI-compatible model with injected faults until Ctrl-C."),
+    ("runs", "store_cmd", "List recorded runs, newest first, with token and cost totals."),
+    ("show", "store_cmd", "Show one run turn by turn: the model's words, its tool calls and what they returned."),
+    (
+        "verify",
+        "store_cmd",
+        "Recompute the hash chain of a run (or all runs) and report the first broken link, then check every page of "
+        "the store file. Exits 1 when any chain is broken, 4 when the store is damaged.",
+    ),
+    ("migrate", "store_cmd", "Bring an existing store to this Escrow's schema version."),
+    (
+        "gc",
+        "store_cmd",
+        "Delete whole runs older than a span, and the blobs no other run uses. Each deletion is recorded in the "
+        "deletions table.",
+    ),
+    (
+        "report",
+        "report_cmd",
+        "Cost of one run per turn (tokens cached/prefilled/re-sent, $, TTFT, decode, tool time, retries) with the "
+        "cache comparison, or an aggregate over runs with p50/p95 (all runs by model when neither RUN nor a window is "
+        "given). Prices come from `escrow price`.",
+    ),
+    (
+        "export",
+        "export_cmd",
+        "Export runs as JSON lines. messages-jsonl: one TRL conversational example per run (messages, tools, tool-call "
+        "arguments as objects, truncation flags, tokenizer id), verified-PASS runs only unless --include-unverified. "
+        "events-jsonl: every recorded row, in chain order. atif: an ATIF-v1.6 trajectory (one JSON document; JSON "
+        "lines with --all). otel: OpenTelemetry GenAI spans as OTLP JSON, or sent to --otlp-endpoint.",
+    ),
+    (
+        "import",
+        "import_cmd",
+        "Import trajectories recorded by other agents as runs (mode import), one transaction per file, for `escrow "
+        "report`, `show` and `export`.",
+    ),
+    ("replay", "replay_cmd", "Replay RUN through today's loop and report the first divergence."),
+    (
+        "parity",
+        "parity_cmd",
+        "Re-send every recorded request of RUN unchanged and compare each answer with the record: the first divergent "
+        "token, and whether it is a near tie (each side's token in the other's top-k) or a real difference; also the "
+        "tool calls that would be released, and the status. Exits 1 when any call differs for real (divergent or "
+        "status changed), 0 otherwise.",
+    ),
+    (
+        "view",
+        "view_cmd",
+        "Browse recorded runs in a web browser: runs, each run turn by turn, and two runs compared. The store is "
+        "opened read-only.",
+    ),
+    ("batch", "batch_cmd", "Run every task of a task file, or show a batch."),
+    ("sandbox", "sandbox_cmd", "Build, check and clean up the hardened Docker sandbox."),
+    ("policy", "policy_cmd", "Validate and explain capability policies."),
+    ("price", "price_cmd", "Show the price table and edit local price overrides."),
 )
 MODULES = tuple(dict.fromkeys(module for _, module, _ in COMMANDS))
 SETTINGS: dict[str, Any] = {
@@ -102,7 +146,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def root(
-    version: bool = typer.Option(False, "--version", help="Print the version and exit.", callback=_version, is_eager=True),
+    version: bool = typer.Option(
+        False, "--version", help="Print the version and exit.", callback=_version, is_eager=True
+    ),
 ) -> None:
     """Escrow: agent-loop orchestrator with deterministic replay."""
 

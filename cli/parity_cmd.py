@@ -7,13 +7,12 @@ import time
 from pathlib import Path
 
 import typer
-
-from orchestrator.exit_codes import ExitCode
 from rich.console import Console
 
 from cli.store_cmd import CONFIG_HELP, DB_HELP, emit_json, open_store
 from orchestrator.costing import NothingToReport
 from orchestrator.errors import ConfigError
+from orchestrator.exit_codes import ExitCode
 from orchestrator.parity import CallParity, Comparison, RunParity, compare, summarize
 
 
@@ -49,8 +48,12 @@ def report_text(report: RunParity) -> str:
 def parity(
     run: str = typer.Argument(..., help="Run id, or a unique prefix of one."),
     model_url: str = typer.Option(..., "--model-url", help="Base URL of the server to compare, ending in /v1."),
-    repeat: int = typer.Option(1, "--repeat", min=1, max=100, help="Send each request N times to measure the engine's own noise."),
-    api_key: str | None = typer.Option(None, "--api-key", envvar="ESCROW_API_KEY", help="Bearer token for the server, if any."),
+    repeat: int = typer.Option(
+        1, "--repeat", min=1, max=100, help="Send each request N times to measure the engine's own noise."
+    ),
+    api_key: str | None = typer.Option(
+        None, "--api-key", envvar="ESCROW_API_KEY", help="Bearer token for the server, if any."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     config: Path | None = typer.Option(None, "--config", help=CONFIG_HELP),
@@ -74,7 +77,9 @@ def parity(
         if not engine.reachable:
             raise ConfigError(f"--model-url {model_url}: no server answered", model_url=model_url)
         for n, call in enumerate(calls, start=1):
-            request, recorded = call.request(), call.response.envelope()  # type: ignore[union-attr]
+            if call.response is None:  # filtered out above
+                continue
+            request, recorded = call.request(), call.response.envelope()
             started = time.monotonic()
             first = client.call(request)
             noise = sum(1 for _ in range(repeat - 1) if compare(first, client.call(request)).verdict != "identical")
@@ -83,7 +88,9 @@ def parity(
                                       repeats=repeat, noise=noise, seconds=elapsed))
             if not as_json:
                 err.print(f"[{n}/{len(calls)}] turn {call.turn}: {results[-1].comparison.verdict}")
-    report = summarize(trajectory.run.id, model_url, results, engine=engine.label, recorded_engines=recorded_engines(calls))
+    report = summarize(
+        trajectory.run.id, model_url, results, engine=engine.label, recorded_engines=recorded_engines(calls)
+    )
     if as_json:
         emit_json({**report.model_dump(mode="json"), "real_differences": report.real_differences})
     else:

@@ -15,7 +15,9 @@ from cli.store_cmd import emit_json
 from orchestrator.settings import load_settings
 from policies.price_table import PRICE_FIELDS, PriceTable, load_price_table, local_price_path, set_price, unset_price
 
-price_app = typer.Typer(help="Show the price table and edit local price overrides.", no_args_is_help=True, rich_markup_mode=None)
+price_app = typer.Typer(
+    help="Show the price table and edit local price overrides.", no_args_is_help=True, rich_markup_mode=None
+)
 
 CONFIG_HELP = "Config file (default: ESCROW_HOME/config.toml)."
 
@@ -68,9 +70,13 @@ def show(
 def set_(
     model: str = typer.Argument(..., help="Model id as requested (e.g. gemma-3-270m)."),
     input_: float | None = typer.Option(None, "--input", help="$ per million input (prompt) tokens."),
-    cached_input: float | None = typer.Option(None, "--cached-input", help="$ per million cached prompt tokens (default: the input price)."),
+    cached_input: float | None = typer.Option(
+        None, "--cached-input", help="$ per million cached prompt tokens (default: the input price)."
+    ),
     output: float | None = typer.Option(None, "--output", help="$ per million output tokens."),
-    gpu_hour: float | None = typer.Option(None, "--gpu-hour", help="GPU $ per hour, charged on each call's measured seconds."),
+    gpu_hour: float | None = typer.Option(
+        None, "--gpu-hour", help="GPU $ per hour, charged on each call's measured seconds."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the model's effective price as JSON."),
     config: Path | None = typer.Option(None, "--config", help=CONFIG_HELP),
 ) -> None:

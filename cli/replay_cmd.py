@@ -9,12 +9,12 @@ from pathlib import Path
 
 import typer
 
-from orchestrator.exit_codes import ExitCode
 from orchestrator.errors import ConfigError
-from orchestrator.terminal_text import printable
-from orchestrator.launch.replay import ReplayRequest, replay_run
+from orchestrator.exit_codes import ExitCode
+from orchestrator.launch.replay import ReplayMode, ReplayRequest, replay_run
 from orchestrator.replay import ForkOverrides, ReplayReport
 from orchestrator.settings import load_settings
+from orchestrator.terminal_text import printable
 
 # Exit codes of `escrow replay`, from the one table (orchestrator.exit_codes).
 EXIT_IDENTICAL = ExitCode.OK
@@ -30,16 +30,28 @@ def register(app: typer.Typer) -> None:
 
 def replay(
     run: str = typer.Argument(..., help="Run id, or a unique prefix of one."),
-    reexecute: bool = typer.Option(False, "--reexecute", help="Recorded model outputs; tools re-run live in a fresh sandbox on the recorded repo; report drift."),
-    fork_at: int = typer.Option(None, "--fork-at", min=0, help="Replay turns before N (tools live), then continue live as a new run."),
-    model_url: str = typer.Option(None, "--model-url", help="Fork: the live server's base URL (default: the recorded one)."),
+    reexecute: bool = typer.Option(
+        False,
+        "--reexecute",
+        help="Recorded model outputs; tools re-run live in a fresh sandbox on the recorded repo; report drift.",
+    ),
+    fork_at: int = typer.Option(
+        None, "--fork-at", min=0, help="Replay turns before N (tools live), then continue live as a new run."
+    ),
+    model_url: str = typer.Option(
+        None, "--model-url", help="Fork: the live server's base URL (default: the recorded one)."
+    ),
     model: str = typer.Option(None, "--model", help="Fork: model id from the fork turn on."),
-    temperature: float = typer.Option(None, "--temperature", min=0, help="Fork: sampling temperature from the fork turn on."),
+    temperature: float = typer.Option(
+        None, "--temperature", min=0, help="Fork: sampling temperature from the fork turn on."
+    ),
     top_p: float = typer.Option(None, "--top-p", min=0, max=1, help="Fork: top_p from the fork turn on."),
     top_k: int = typer.Option(None, "--top-k", min=0, help="Fork: top_k from the fork turn on."),
     seed: int = typer.Option(None, "--seed", help="Fork: sampling seed from the fork turn on."),
     max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="Fork: K_max from the fork turn on."),
-    allow_drift: bool = typer.Option(False, "--allow-drift", help="Fork: continue even if the re-executed prefix differs from the parent's."),
+    allow_drift: bool = typer.Option(
+        False, "--allow-drift", help="Fork: continue even if the re-executed prefix differs from the parent's."
+    ),
     force: bool = typer.Option(False, "--force", help="Replay even if the run's hash chain does not verify."),
     no_record: bool = typer.Option(False, "--no-record", help="Offline replay only: check, record no replay run."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
@@ -60,7 +72,7 @@ def replay(
     if fork_at is None and (any(v is not None for v in fork_flags) or allow_drift):
         raise ConfigError("--model-url, --model, --allow-drift and the sampling flags apply to --fork-at only")
     settings = load_settings(config, db_url=db)
-    mode = "fork" if fork_at is not None else "reexecute" if reexecute else "replay"
+    mode: ReplayMode = "fork" if fork_at is not None else "reexecute" if reexecute else "replay"
     overrides = ForkOverrides(model=model, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                               max_tokens=max_tokens)
     report = replay_run(settings, ReplayRequest(
@@ -122,7 +134,11 @@ def render(report: ReplayReport) -> str:
         lines.append(f"  note: {note}")
     lines.append(f"verdict: {report.verdict} (recorded: {report.recorded_verdict})")
     if report.digest:
-        match = "identical to the recording" if report.digest == report.recorded_digest else f"recorded {report.recorded_digest}"
+        match = (
+            "identical to the recording"
+            if report.digest == report.recorded_digest
+            else f"recorded {report.recorded_digest}"
+        )
         lines.append(f"content digest: {report.digest} ({match})")
     elif report.recorded_digest:
         lines.append(f"recorded content digest: {report.recorded_digest}")

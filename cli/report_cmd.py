@@ -17,16 +17,26 @@ from rich.text import Text
 
 from cli.store_cmd import CONFIG_HELP, DB_HELP, emit_json
 from orchestrator.costing import (
-    GROUP_BY, AggregateReport, NothingToReport, RunCost, aggregate_html, aggregate_json, aggregate_rows,
-    comparison_lines, line_rows, run_html, run_json, to_csv,
+    GROUP_BY,
+    AggregateReport,
+    NothingToReport,
+    RunCost,
+    aggregate_html,
+    aggregate_json,
+    aggregate_rows,
+    comparison_lines,
+    line_rows,
+    run_html,
+    run_json,
+    to_csv,
 )
 from orchestrator.errors import ConfigError
+from orchestrator.launch.reports import report_run, report_runs
 from orchestrator.settings import load_settings
 from orchestrator.terminal_text import printable
 from policies.price_table import PriceTable, load_price_table
 from store import Store
 from store.render import parse_since
-from orchestrator.launch.reports import report_run, report_runs
 
 TURN_COLUMNS = (
     ("turn", "turn"), ("calls", "calls"), ("statuses", "status"), ("prompt_tokens", "prompt"),
@@ -64,10 +74,15 @@ def rich_table(title: str, rows: list[dict[str, Any]], columns: tuple[tuple[str,
     columns = columns or tuple((k, k) for k in rows[0])
     table = Table(title=title, title_justify="left")
     for key, header in columns:
-        table.add_column(header, justify="left" if key in ("statuses", "model", "day", "status", "verdict", "source") else "right")
+        table.add_column(
+            header, justify="left" if key in ("statuses", "model", "day", "status", "verdict", "source") else "right"
+        )
     for row in rows:
         # Cells are text, never markup, with terminal controls escaped (a task, a model name).
-        table.add_row(*(Text(printable(cell(row[k]), newlines=False)) for k, _ in columns), style="bold" if "total" in (row.get("turn"), str(row.get(columns[0][0])).lower()) else None)
+        table.add_row(
+            *(Text(printable(cell(row[k]), newlines=False)) for k, _ in columns),
+            style="bold" if "total" in (row.get("turn"), str(row.get(columns[0][0])).lower()) else None,
+        )
     return table
 
 
@@ -124,10 +139,16 @@ def load_context(db: str | None, config: Path | None) -> tuple[Store, PriceTable
 
 def report(
     run: str | None = typer.Argument(None, help="Run id or unique prefix; omit for an aggregate over runs."),
-    since: str | None = typer.Option(None, "--since", help="Aggregate runs started since: a span (7d, 24h) or ISO date."),
+    since: str | None = typer.Option(
+        None, "--since", help="Aggregate runs started since: a span (7d, 24h) or ISO date."
+    ),
     until: str | None = typer.Option(None, "--until", help="Aggregate runs started before: a span ago or ISO date."),
     by: str = typer.Option("model", "--by", help=f"Group an aggregate by: {', '.join(GROUP_BY)}."),
-    include_replays: bool = typer.Option(False, "--include-replays", help="Aggregate: also count replays, re-executions and forks' shared prefixes (no spend of their own)."),
+    include_replays: bool = typer.Option(
+        False,
+        "--include-replays",
+        help="Aggregate: also count replays, re-executions and forks' shared prefixes (no spend of their own).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     as_csv: bool = typer.Option(False, "--csv", help="Print CSV (per turn, or per group)."),
     html: Path | None = typer.Option(None, "--html", help="Also write a self-contained HTML report with charts."),
@@ -143,7 +164,9 @@ def report(
     if by not in GROUP_BY:
         raise ConfigError(f"--by takes one of {', '.join(GROUP_BY)}, not {by!r}")
     if run is not None and (since or until or by != "model" or include_replays):
-        raise ConfigError("--since, --until, --by and --include-replays aggregate over runs; they do not apply to one RUN")
+        raise ConfigError(
+            "--since, --until, --by and --include-replays aggregate over runs; they do not apply to one RUN"
+        )
     now = time.time()
     since_ts, until_ts = parse_moment("--since", since, now), parse_moment("--until", until, now)
     store, prices = load_context(db, config)
@@ -163,7 +186,9 @@ def report(
         write_html(html, aggregate_html(many))
 
 
-def emit(report: RunCost | AggregateReport, as_dict: dict[str, Any], rows: list[dict[str, Any]], as_json: bool, as_csv: bool) -> None:
+def emit(
+    report: RunCost | AggregateReport, as_dict: dict[str, Any], rows: list[dict[str, Any]], as_json: bool, as_csv: bool
+) -> None:
     if as_json:
         emit_json(as_dict)
     elif as_csv:

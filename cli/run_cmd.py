@@ -3,31 +3,28 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
-
 import logging
+import sys
 from contextlib import nullcontext
+from pathlib import Path
 
 import structlog
 import typer
-
-from orchestrator.exit_codes import ExitCode
 from rich.console import Console
 from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.text import Text
 
+from cli.display.live import LiveScreen, PlainScreen, RunDisplay
+from cli.logging_setup import configure_logging
 from orchestrator.agent import Verdict
 from orchestrator.envelope import Envelope
+from orchestrator.exit_codes import ExitCode
+from orchestrator.launch import RunOutcome, RunRequest, run_agent
+from orchestrator.launch.compose import resolve_policy
 from orchestrator.limits import Tally
 from orchestrator.settings import load_settings
 from orchestrator.terminal_text import one_line, printable
-
-from orchestrator.launch.compose import resolve_policy
-from cli.display.live import LiveScreen, PlainScreen, RunDisplay
-from cli.logging_setup import configure_logging
-from orchestrator.launch import RunOutcome, RunRequest, run_agent
 from sandbox.errors import ApplyRefused
 
 
@@ -37,20 +34,34 @@ def register(app: typer.Typer) -> None:
 
 def run(
     task: str = typer.Argument(..., help="What the agent should do, in words."),
-    repo: Path = typer.Option(..., "--repo", help="The repository to work on (copied into the sandbox; never modified unless --apply)."),
-    verify: str = typer.Option(..., "--verify", help='The verifier command run by submit, e.g. "python3 -m pytest -q". Only its pass counts.'),
+    repo: Path = typer.Option(
+        ..., "--repo", help="The repository to work on (copied into the sandbox; never modified unless --apply)."
+    ),
+    verify: str = typer.Option(
+        ..., "--verify", help='The verifier command run by submit, e.g. "python3 -m pytest -q". Only its pass counts.'
+    ),
     model_url: str = typer.Option(None, "--model-url", help="OpenAI-compatible base URL ending in /v1."),
     model: str = typer.Option(None, "--model", help="Model id sent to the server."),
-    policy: Path = typer.Option(None, "--policy", help="Capability policy file (TOML); default: the shipped safe policy."),
+    policy: Path = typer.Option(
+        None, "--policy", help="Capability policy file (TOML); default: the shipped safe policy."
+    ),
     max_turns: int = typer.Option(None, "--max-turns", min=1, help="Turn limit (overrides the policy)."),
     budget_usd: float = typer.Option(None, "--budget-usd", min=0, help="Cost limit in dollars (overrides the policy)."),
     max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="K_max: output ceiling per call."),
-    context_window: int = typer.Option(None, "--context-window", min=256, help="S_max when the server does not report it."),
+    context_window: int = typer.Option(
+        None, "--context-window", min=256, help="S_max when the server does not report it."
+    ),
     temperature: float = typer.Option(None, "--temperature", min=0, help="Sampling temperature."),
     seed: int = typer.Option(None, "--seed", help="Sampling seed, where the server honours one."),
-    logprobs: int = typer.Option(None, "--logprobs", min=0, max=20, help="Record per-token logprobs with the top K alternatives."),
-    tool_protocol: str = typer.Option(None, "--tool-protocol", help="native (OpenAI tools) or text (search/replace blocks)."),
-    system_role: str = typer.Option(None, "--system-role", help="system, or user for chat templates without a system turn."),
+    logprobs: int = typer.Option(
+        None, "--logprobs", min=0, max=20, help="Record per-token logprobs with the top K alternatives."
+    ),
+    tool_protocol: str = typer.Option(
+        None, "--tool-protocol", help="native (OpenAI tools) or text (search/replace blocks)."
+    ),
+    system_role: str = typer.Option(
+        None, "--system-role", help="system, or user for chat templates without a system turn."
+    ),
     tokenizer: str = typer.Option(None, "--tokenizer", help="auto, server, or cl100k_base."),
     stream: bool = typer.Option(None, "--stream/--no-stream", help="Stream responses (SSE) or not."),
     apply: bool = typer.Option(False, "--apply", help="Apply the patch to --repo when the verdict is PASS."),
@@ -65,9 +76,22 @@ def run(
     Exit code: 0 when the verifier passed, 1 for any other verdict, 2 for a usage or set-up error,
     77 when --apply refused the patch (flagged paths the policy's [apply] section does not allow)."""
     settings = load_settings(
-        config, model_url=model_url, model=model, policy=policy, max_turns=max_turns, budget_usd=budget_usd,
-        max_output_tokens=max_tokens, context_window=context_window, temperature=temperature, seed=seed, logprobs=logprobs,
-        tool_protocol=tool_protocol, system_role=system_role, tokenizer=tokenizer, log_json=log_json, stream=stream,
+        config,
+        model_url=model_url,
+        model=model,
+        policy=policy,
+        max_turns=max_turns,
+        budget_usd=budget_usd,
+        max_output_tokens=max_tokens,
+        context_window=context_window,
+        temperature=temperature,
+        seed=seed,
+        logprobs=logprobs,
+        tool_protocol=tool_protocol,
+        system_role=system_role,
+        tokenizer=tokenizer,
+        log_json=log_json,
+        stream=stream,
     )
     configure_logging(json_lines=settings.log_json, level=logging.WARNING if quiet else logging.INFO)
     err = Console(stderr=True)

@@ -10,7 +10,9 @@ import typer
 from orchestrator.exit_codes import ExitCode
 from orchestrator.settings import load_settings
 
-sandbox_app = typer.Typer(help="Build, check and clean up the hardened Docker sandbox.", no_args_is_help=True, rich_markup_mode=None)
+sandbox_app = typer.Typer(
+    help="Build, check and clean up the hardened Docker sandbox.", no_args_is_help=True, rich_markup_mode=None
+)
 
 _IMAGE = typer.Option(None, "--image", help="Image tag (default: settings sandbox_image).")
 _HOST = typer.Option(None, "--docker-host", help="Docker daemon URL (default: DOCKER_HOST or the local socket).")
@@ -29,7 +31,9 @@ def build(
     image: str | None = _IMAGE,
     docker_host: str | None = _HOST,
     force: bool = typer.Option(False, "--force", help="Rebuild even if the image (and cached rootfs) exist."),
-    cache_dir: Path = typer.Option(Path("/var/cache/escrow/sandbox"), "--cache-dir", help="Where .debs and the rootfs tarball are cached."),
+    cache_dir: Path = typer.Option(
+        Path("/var/cache/escrow/sandbox"), "--cache-dir", help="Where .debs and the rootfs tarball are cached."
+    ),
     as_json: bool = _JSON,
 ) -> None:
     """Build the sandbox image from a debootstrap rootfs (reused when the tag exists)."""
@@ -42,7 +46,9 @@ def build(
         typer.echo(json.dumps(result.model_dump(mode="json"), sort_keys=True))
     else:
         verb = "reused" if result.reused_image else "built"
-        typer.echo(f"{verb} {result.tag} ({result.image_id[:19]}) from {result.mirror} {result.suite} in {result.seconds}s")
+        typer.echo(
+            f"{verb} {result.tag} ({result.image_id[:19]}) from {result.mirror} {result.suite} in {result.seconds}s"
+        )
 
 
 @sandbox_app.command("doctor")
@@ -66,7 +72,9 @@ def doctor(image: str | None = _IMAGE, docker_host: str | None = _HOST, as_json:
 @sandbox_app.command("gc")
 def gc(
     docker_host: str | None = _HOST,
-    all_: bool = typer.Option(False, "--all", help="Also remove containers and state directories whose owner is still alive."),
+    all_: bool = typer.Option(
+        False, "--all", help="Also remove containers and state directories whose owner is still alive."
+    ),
     as_json: bool = _JSON,
 ) -> None:
     """Remove sandbox containers and /tmp/escrow-* state directories left

@@ -12,13 +12,12 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from cli.display.show import print_trajectory
 from orchestrator.errors import ConfigError
 from orchestrator.settings import load_settings
 from store import ChainBroken, Store
 from store.batches import crashed_runs, mark_crashed
 from store.render import check_line, parse_since, runs_json, runs_table
-
-from cli.display.show import print_trajectory
 
 DB_HELP = "Store URL (SQLAlchemy form); default ESCROW_DB_URL, else the SQLite file in ESCROW_HOME."
 CONFIG_HELP = "Config file (default: ESCROW_HOME/config.toml)."
@@ -39,7 +38,9 @@ def runs(
     status: str | None = typer.Option(None, "--status", help="running or finished."),
     verdict: str | None = typer.Option(None, "--verdict", help="e.g. PASS, BUDGET_EXHAUSTED, FAULTED."),
     model: str | None = typer.Option(None, "--model", help="Requested model id."),
-    since: str | None = typer.Option(None, "--since", help="Started within a span (7d, 24h, 30m) or since an ISO date."),
+    since: str | None = typer.Option(
+        None, "--since", help="Started within a span (7d, 24h, 30m) or since an ISO date."
+    ),
     limit: int = typer.Option(50, "--limit", min=1, max=100_000, help="Most runs to list, newest first."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
@@ -100,7 +101,9 @@ def verify(
             typer.echo(check_line(check))
     broken = [c for c in checks if not c.ok]
     if broken:
-        raise ChainBroken(f"{len(broken)} of {len(checks)} chains broken; first: {broken[0].run_id}: {broken[0].problem}")
+        raise ChainBroken(
+            f"{len(broken)} of {len(checks)} chains broken; first: {broken[0].run_id}: {broken[0].problem}"
+        )
 
 
 def migrate(

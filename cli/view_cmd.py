@@ -15,10 +15,14 @@ from store import Store
 
 
 def view(
-    runs: list[str] = typer.Argument(None, metavar="[RUN]...", help="With --export: the runs to bundle (ids or prefixes); default all."),
+    runs: list[str] = typer.Argument(
+        None, metavar="[RUN]...", help="With --export: the runs to bundle (ids or prefixes); default all."
+    ),
     port: int = typer.Option(8765, "--port", min=1, max=65535, help="Port to serve on."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to serve on; loopback unless you mean to share."),
-    export: Path | None = typer.Option(None, "--export", help="Write a static bundle to this folder instead of serving."),
+    export: Path | None = typer.Option(
+        None, "--export", help="Write a static bundle to this folder instead of serving."
+    ),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     config: Path | None = typer.Option(None, "--config", help=CONFIG_HELP),
 ) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from enum import Enum
+from typing import Any
 
 from orchestrator.candidate import Candidate, CandidateState, stage
 from orchestrator.contract import Frozen, Message, ToolCall
@@ -21,11 +22,11 @@ from orchestrator.envelope import Envelope
 from orchestrator.errors import BudgetExhausted, LoopAbort
 from orchestrator.escrow import release_from_escrow
 from orchestrator.limits import Tally
-from policies.model import RunLimits
+from orchestrator.observations import no_tool_call, perimeter_rejection, stream_rejection, truncation_notice
 from orchestrator.perimeter import Approve, Decide, check_candidate, deny_all_asks
 from orchestrator.ports import Context, Journal, Model, ToolOutcome, Tools
-from orchestrator.observations import no_tool_call, perimeter_rejection, stream_rejection, truncation_notice
 from orchestrator.tool_protocols import NativeProtocol, ToolProtocol
+from policies.model import RunLimits
 from policies.routing import Action, route
 
 
@@ -143,7 +144,7 @@ class Agent:
                          patch_sha256=self.passed_patch if verdict is Verdict.PASS else None)
 
     def _infra_error(self, exc: Exception, where: str) -> tuple[Verdict, str]:
-        error = {"type": type(exc).__name__, "message": str(exc)[:2000], "where": where,
+        error: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)[:2000], "where": where,
                  "context": {k: str(v)[:500] for k, v in getattr(exc, "context", {}).items()}}
         self.journal.event(None, "infra_error", error)
         return Verdict.INFRA_ERROR, f"{where}: {error['type']}: {error['message'][:500]}"
@@ -188,7 +189,9 @@ class Agent:
         action = route(envelope.status)
         self.journal.event(turn, "route", {"status": envelope.status.value, "action": action.value})
         if action in _ENDINGS:
-            reason = envelope.payload.refusal or (envelope.error.message if envelope.error else "") or envelope.status.value
+            reason = (
+                envelope.payload.refusal or (envelope.error.message if envelope.error else "") or envelope.status.value
+            )
             raise RunEnded(_ENDINGS[action], reason)
         if action is Action.COMPACT:
             # Quarantined: the cut-off payload is never executed nor shown again;

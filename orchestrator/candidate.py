@@ -45,13 +45,19 @@ class Candidate(Frozen):
     call: ToolCall
     state: CandidateState = CandidateState.STAGED
 
-    def to(self, state: CandidateState, *, layer: str | None = None, reason: str = "") -> tuple["Candidate", Transition]:
+    def to(
+        self, state: CandidateState, *, layer: str | None = None, reason: str = ""
+    ) -> tuple["Candidate", Transition]:
         if state not in _LEGAL[self.state]:
             raise IllegalTransition(f"candidate {self.index}: {self.state.value} -> {state.value} is not allowed")
         moved = self.model_copy(update={"state": state})
-        return moved, Transition(candidate_index=self.index, from_state=self.state, to_state=state, layer=layer, reason=reason)
+        return moved, Transition(
+            candidate_index=self.index, from_state=self.state, to_state=state, layer=layer, reason=reason
+        )
 
 
 def stage(index: int, call: ToolCall) -> tuple[Candidate, Transition]:
     candidate = Candidate(index=index, call=call)
-    return candidate, Transition(candidate_index=index, from_state=None, to_state=CandidateState.STAGED, reason="released from model escrow")
+    return candidate, Transition(
+        candidate_index=index, from_state=None, to_state=CandidateState.STAGED, reason="released from model escrow"
+    )

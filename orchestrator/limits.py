@@ -5,6 +5,7 @@ mistaken for done."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from orchestrator.envelope import Envelope
 from orchestrator.errors import BudgetExhausted
@@ -14,7 +15,7 @@ from policies.model import RunLimits
 class Tally:
     """Mutable counters of one run; the loop owns exactly one."""
 
-    def __init__(self, limits: RunLimits, clock=time.monotonic) -> None:
+    def __init__(self, limits: RunLimits, clock: Callable[[], float] = time.monotonic) -> None:
         self.limits = limits
         self._clock = clock
         self.started = clock()

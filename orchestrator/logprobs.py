@@ -109,5 +109,5 @@ def read_logprobs(entries: Sequence[Any] | None) -> list[TokenLogprob]:
 
 def token_ids(tokens: Sequence[TokenLogprob]) -> list[int] | None:
     """Completion token ids, when every token carries one."""
-    ids = [t.token_id for t in tokens]
-    return None if not ids or any(i is None for i in ids) else ids  # type: ignore[return-value]
+    ids = [t.token_id for t in tokens if t.token_id is not None]
+    return ids if ids and len(ids) == len(tokens) else None

@@ -62,7 +62,7 @@ def tool_call_difference(recorded: Sequence[ToolCall], replayed: Sequence[ToolCa
     """None when the same calls (by name and parsed arguments) would be
     released; otherwise the first difference, in words. Ids are not compared:
     engines mint them."""
-    for index, (a, b) in enumerate(zip(recorded, replayed)):
+    for index, (a, b) in enumerate(zip(recorded, replayed, strict=False)):
         ka, kb = _call_key(a), _call_key(b)
         if ka[0] != kb[0]:
             return f"call {index}: {ka[0]} became {kb[0]}"
@@ -74,22 +74,25 @@ def tool_call_difference(recorded: Sequence[ToolCall], replayed: Sequence[ToolCa
 
 
 def token_divergence(recorded: Sequence[TokenLogprob], replayed: Sequence[TokenLogprob]) -> Divergence | None:
-    for i, (a, b) in enumerate(zip(recorded, replayed)):
+    for i, (a, b) in enumerate(zip(recorded, replayed, strict=False)):
         if a.key != b.key:
             near = (a.key in b.top_keys() and b.key in a.top_keys()) if a.top and b.top else None
             return Divergence(position=i, unit="token", recorded=a.token, replayed=b.token, near_tie=near)
     if len(recorded) != len(replayed):
         i = min(len(recorded), len(replayed))
-        a = recorded[i].token if i < len(recorded) else None
-        b = replayed[i].token if i < len(replayed) else None
-        return Divergence(position=i, unit="token", recorded=a, replayed=b, near_tie=False)
+        recorded_token = recorded[i].token if i < len(recorded) else None
+        replayed_token = replayed[i].token if i < len(replayed) else None
+        return Divergence(position=i, unit="token", recorded=recorded_token, replayed=replayed_token, near_tie=False)
     return None
 
 
 def text_divergence(recorded: str, replayed: str) -> Divergence | None:
     if recorded == replayed:
         return None
-    i = next((n for n, (a, b) in enumerate(zip(recorded, replayed)) if a != b), min(len(recorded), len(replayed)))
+    i = next(
+        (n for n, (a, b) in enumerate(zip(recorded, replayed, strict=False)) if a != b),
+        min(len(recorded), len(replayed)),
+    )
     return Divergence(position=i, unit="char", recorded=recorded[i:i + 16] or None, replayed=replayed[i:i + 16] or None)
 
 

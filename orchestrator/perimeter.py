@@ -25,7 +25,6 @@ from orchestrator.ports import DecisionLike
 from orchestrator.toolset import ToolArgs
 from policies import Policy, decide
 
-
 Decide = Callable[[str, BaseModel], DecisionLike]
 Approve = Callable[[Candidate, DecisionLike], bool]
 

@@ -49,8 +49,6 @@ class Tools(Protocol):
 
     def arg_models(self) -> Mapping[str, type[BaseModel]]: ...
 
-    def decide(self, name: str, args: BaseModel) -> DecisionLike: ...
-
     def execute(self, name: str, args: BaseModel, *, time_left_s: float | None = None) -> ToolOutcome:
         """Run one committed call; a command may not run past ``time_left_s``,
         the run's remaining wall time."""

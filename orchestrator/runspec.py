@@ -11,9 +11,19 @@ import threading
 from collections.abc import Callable
 
 from orchestrator.agent import Agent
-from orchestrator.context import Budget, CompactionPolicy, ContextAssembler, Margin, RecordingCounter, TiktokenCounter, TokenCounter
+from orchestrator.context import (
+    Budget,
+    CompactionPolicy,
+    ContextAssembler,
+    Margin,
+    RecordingCounter,
+    TiktokenCounter,
+    TokenCounter,
+)
+from orchestrator.context.budget import WindowSource
 from orchestrator.contract import Frozen, Role, Sampling, ToolSpec
 from orchestrator.envelope import Envelope
+from orchestrator.limits import Tally
 from orchestrator.perimeter import Approve, Decide, deny_all_asks
 from orchestrator.ports import Journal, Model, Tools
 from orchestrator.tool_protocols import protocol_named
@@ -35,7 +45,7 @@ class RunSpec(Frozen):
     model: str
     s_max: int
     k_max: int
-    window_source: str = "config"
+    window_source: WindowSource = "config"
     deadline_s: float = 120.0
     max_payload_bytes: int = 1_000_000
     stop: tuple[str, ...] = ()
@@ -63,7 +73,7 @@ def build_agent(
     cost_of: Callable[[Envelope], float] = lambda envelope: 0.0,
     approve: Approve = deny_all_asks,
     cancel: threading.Event | None = None,
-    on_turn=None,
+    on_turn: Callable[[int, Envelope, Tally], None] | None = None,
 ) -> Agent:
     protocol = protocol_named(spec.protocol)
     # Local tiktoken counts are reproducible offline; anything else (a server's

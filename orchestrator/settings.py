@@ -42,7 +42,9 @@ class Settings(BaseModel):
     stream: bool = True
     temperature: float = 0.0
     seed: int | None = 0
-    logprobs: int | None = Field(default=None, ge=0, le=20, description="Top-k logprobs recorded per token; None: none.")
+    logprobs: int | None = Field(
+        default=None, ge=0, le=20, description="Top-k logprobs recorded per token; None: none."
+    )
     log_json: bool = False
 
     @property

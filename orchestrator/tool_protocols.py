@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Protocol
+from typing import Any, Protocol
 
 from orchestrator.contract import Message, ToolCall, ToolSpec
 from orchestrator.envelope import Payload
@@ -68,7 +68,7 @@ _EDIT_BLOCK = re.compile(
 )
 
 
-def _signature(schema: dict) -> str:
+def _signature(schema: dict[str, Any]) -> str:
     """A compact argument list from a JSON schema: small models read it better
     than the schema itself, and it costs far fewer prompt tokens. Required
     first, then by name: never dict order, which the store's canonical JSON
@@ -93,7 +93,8 @@ class TextProtocol:
 
     def system_addendum(self, specs: tuple[ToolSpec, ...]) -> str:
         lines = [
-            "You act only through tools. To call one, write the tool name and its arguments as one JSON object, for example:",
+            "You act only through tools. "
+            "To call one, write the tool name and its arguments as one JSON object, for example:",
             '<tool name="list_files">{"path": "."}</tool>',
             "To change a file, you may instead write an anchored edit:",
             "path/to/file.py",
@@ -117,7 +118,9 @@ class TextProtocol:
             args = {path_f: m.group(1).strip(), search_f: m.group(2), replace_f: m.group(3)}
             found.append((m.start(), self.edit_tool, json.dumps(args, ensure_ascii=False)))
         found.sort(key=lambda item: item[0])
-        return tuple(ToolCall(id=f"call_{turn}_{i}", name=name, arguments=args) for i, (_, name, args) in enumerate(found))
+        return tuple(
+            ToolCall(id=f"call_{turn}_{i}", name=name, arguments=args) for i, (_, name, args) in enumerate(found)
+        )
 
     def assistant_message(self, payload: Payload, calls: tuple[ToolCall, ...]) -> Message:
         return Message(role="assistant", content=payload.text)

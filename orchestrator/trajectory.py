@@ -16,6 +16,12 @@ from orchestrator.contract import Frozen, Message, ModelRequest
 from orchestrator.envelope import Envelope
 
 
+def _json_object(text: str) -> dict[str, Any]:
+    """A stored JSON object column, parsed."""
+    value: dict[str, Any] = json.loads(text)
+    return value
+
+
 class RunView(Frozen):
     id: str
     created_at: float
@@ -37,11 +43,11 @@ class RunView(Frozen):
 
     @property
     def config(self) -> dict[str, Any]:
-        return json.loads(self.config_json)
+        return _json_object(self.config_json)
 
     @property
     def policy(self) -> dict[str, Any]:
-        return json.loads(self.policy_json)
+        return _json_object(self.policy_json)
 
 
 class RunTotals(Frozen):
@@ -217,7 +223,7 @@ class EventView(Frozen):
 
     @property
     def data(self) -> dict[str, Any]:
-        return json.loads(self.data_json)
+        return _json_object(self.data_json)
 
 
 class TurnRecord(Frozen):

@@ -36,7 +36,9 @@ class RequestShape:
 
 
 class TurnContext:
-    def __init__(self, context: ContextAssembler, shape: RequestShape, recording: RecordingCounter | None = None) -> None:
+    def __init__(
+        self, context: ContextAssembler, shape: RequestShape, recording: RecordingCounter | None = None
+    ) -> None:
         """``recording``: the counter the context counts with, when its counts
         come from a server; new counts are emitted as events so that an offline
         replay can serve them."""

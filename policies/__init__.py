@@ -1,8 +1,18 @@
 """Capability policies: the policy file model, loading, and the pure ACL decision."""
 
-from policies.decision import Decision, HasPathAccesses, PathAccess, Effect, decide
+from orchestrator.toolset import TOOL_NAMES, PathAccess
+from policies.decision import Decision, Effect, HasPathAccesses, decide
 from policies.loading import PolicyError, default_policy, explain, load_policy, parse_policy
-from policies.model import TOOL_NAMES, ApplyGrants, Approval, NetworkGrant, PathGrants, Policy, Resources, RunLimits, ToolGrants
+from policies.model import (
+    ApplyGrants,
+    Approval,
+    NetworkGrant,
+    PathGrants,
+    Policy,
+    Resources,
+    RunLimits,
+    ToolGrants,
+)
 from policies.paths import WORKSPACE, PathRejected, canonical_path, glob_matches
 
 __all__ = [

@@ -8,9 +8,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from orchestrator.exit_codes import ExitCode
 from orchestrator.errors import ConfigError
-from policies.model import TOOL_NAMES, Policy
+from orchestrator.exit_codes import ExitCode
+from orchestrator.toolset import TOOL_NAMES
+from policies.model import Policy
 
 
 class PolicyError(ConfigError):

@@ -26,7 +26,9 @@ class Price(Frozen):
 
 
 def token_cost(usage: Usage, price: Price) -> float:
-    return cost_breakdown(usage.prompt_tokens, usage.cached_prompt_tokens, usage.completion_tokens, 0.0, price).total_usd
+    return cost_breakdown(
+        usage.prompt_tokens, usage.cached_prompt_tokens, usage.completion_tokens, 0.0, price
+    ).total_usd
 
 
 def gpu_cost(seconds: float, price: Price) -> float:

@@ -6,7 +6,12 @@ from sandbox.capture import CappedOutput
 from sandbox.container import Sandbox
 from sandbox.daemon import connect, require_image
 from sandbox.errors import (
-    DaemonUnavailable, ExecError, ImageBuildError, ImageMissing, SandboxError, WorkspaceError,
+    DaemonUnavailable,
+    ExecError,
+    ImageBuildError,
+    ImageMissing,
+    SandboxError,
+    WorkspaceError,
 )
 from sandbox.execution import ExecLimits, ExecOutcome
 from sandbox.hardening import Finding, Hardening, audit

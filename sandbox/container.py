@@ -65,7 +65,7 @@ class Sandbox:
         run_id = run_id or uuid.uuid4().hex
         spec = Hardening.from_policy(image, policy)
         own = state_dir is None
-        state = Path(tempfile.mkdtemp(prefix=f"escrow-{run_id[:12]}-")) if own else state_dir
+        state = Path(tempfile.mkdtemp(prefix=f"escrow-{run_id[:12]}-")) if state_dir is None else state_dir
         state.mkdir(parents=True, exist_ok=True)
         if own:
             claim_state_dir(state, run_id)
@@ -128,7 +128,9 @@ class Sandbox:
         stream is still open, and dockerd may not report the reaper done until
         that stream is drained (a flood). ``reap`` confirms it afterwards."""
         try:
-            exec_id = self.client.api.exec_create(self.container.id, ["/bin/bash", "-c", REAP], user=self.spec.user)["Id"]
+            exec_id = self.client.api.exec_create(self.container.id, ["/bin/bash", "-c", REAP], user=self.spec.user)[
+                "Id"
+            ]
             self.client.api.exec_start(exec_id, detach=True)
         except docker.errors.APIError:
             pass  # e.g. the pids limit is saturated; the confirming reap retries

@@ -36,14 +36,18 @@ def connect(docker_host: str | None = None, timeout: float = 30.0) -> docker.Doc
 
 def require_image(client: docker.DockerClient, tag: str) -> str:
     """The image id for ``tag``; ImageMissing with the build command if absent."""
+    missing = ImageMissing(
+        f"sandbox image {tag!r} is not present in the local Docker daemon. "
+        f"Build it with: escrow sandbox build --image {tag}",
+        image=tag,
+    )
     try:
-        return client.images.get(tag).id
+        image_id = client.images.get(tag).id
     except docker.errors.ImageNotFound as exc:
-        raise ImageMissing(
-            f"sandbox image {tag!r} is not present in the local Docker daemon. "
-            f"Build it with: escrow sandbox build --image {tag}",
-            image=tag,
-        ) from exc
+        raise missing from exc
+    if image_id is None:  # the SDK types the id optional; the daemon always reports one
+        raise missing
+    return image_id
 
 
 def _short(exc: BaseException) -> str:

@@ -12,15 +12,15 @@ from pathlib import Path
 import docker
 
 from orchestrator.contract import Frozen
+from orchestrator.toolset import ReadFileArgs
 from policies import default_policy
 from sandbox.container import Sandbox
 from sandbox.daemon import require_image
 from sandbox.errors import SandboxError
 from sandbox.execution import ExecLimits
 from sandbox.hardening import audit
-from sandbox.workspace import repo_files
 from sandbox.toolbox import ToolBox
-from orchestrator.toolset import ReadFileArgs
+from sandbox.workspace import repo_files
 
 # Each line: NAME=VALUE, judged on the host below.
 _PROBE = r"""
@@ -30,7 +30,8 @@ echo "nonewprivs=$(awk '/^NoNewPrivs/ {print $2}' /proc/self/status)"
 ( : > /etc/escrow-probe ) 2>/dev/null && echo "rootfs=writable" || echo "rootfs=read-only"
 ( : > /tmp/escrow-probe ) 2>/dev/null && echo "tmp=writable" || echo "tmp=read-only"
 echo "netdevs=$(ls /sys/class/net | tr '\n' ' ')"
-python3 -c "import socket; socket.create_connection(('192.0.2.1', 80), 2)" 2>/dev/null && echo "egress=open" || echo "egress=blocked"
+python3 -c "import socket; socket.create_connection(('192.0.2.1', 80), 2)" 2>/dev/null \
+  && echo "egress=open" || echo "egress=blocked"
 echo "env=$(env | cut -d= -f1 | sort | tr '\n' ' ')"
 """
 _EXPECT = {
@@ -65,10 +66,17 @@ def run_doctor(client: docker.DockerClient, image: str) -> DoctorReport:
         checks.append(Check(name="image", ok=False, detail=exc.message))
         return DoctorReport(ok=False, checks=tuple(checks))
     with tempfile.TemporaryDirectory(prefix="escrow-doctor-") as empty_repo:
-        with Sandbox.start(client, image, default_policy(), Path(empty_repo), run_id=f"doctor-{uuid.uuid4().hex[:12]}") as sandbox:
+        with Sandbox.start(
+            client, image, default_policy(), Path(empty_repo), run_id=f"doctor-{uuid.uuid4().hex[:12]}"
+        ) as sandbox:
             for finding in audit(sandbox.inspect(), sandbox.spec, sandbox.run_id):
-                checks.append(Check(name=f"inspect {finding.field}", ok=finding.ok,
-                                    detail=f"{finding.actual}" + ("" if finding.ok else f" (expected {finding.expected})")))
+                checks.append(
+                    Check(
+                        name=f"inspect {finding.field}",
+                        ok=finding.ok,
+                        detail=f"{finding.actual}" + ("" if finding.ok else f" (expected {finding.expected})"),
+                    )
+                )
             probe = sandbox.bash(_PROBE, ExecLimits(timeout_s=20, stdout_cap=8192, stderr_cap=2048))
             values = dict(line.split("=", 1) for line in probe.stdout.text().splitlines() if "=" in line)
             for name, judge in _EXPECT.items():
@@ -110,14 +118,27 @@ def exit_checks(sandbox: Sandbox) -> list[Check]:
         leftover = verifier.bash("ls -A /tmp", limits).stdout.text()
     skipped = {s.path for s in patch.skipped}
     return [
-        Check(name="exit export", ok=untouched and {"s", "h"} <= skipped,
-              detail="hard link to a symlink at a host file: host file " + ("untouched" if untouched else "CHANGED")),
-        Check(name="exit diff", ok="+plain" in patch.text and "GIT binary patch" not in patch.text,
-              detail="'* binary' in .gitattributes: the diff stays text"),
-        Check(name="exit verifier", ok="escrow-model-marker" not in leftover,
-              detail="the verifier's container " + ("shares /tmp with the model's" if "escrow-model-marker" in leftover else "starts fresh")),
-        Check(name="exit host git", ok=not fsmonitor_ran,
-              detail="core.fsmonitor in a repo's config " + ("RAN on the host" if fsmonitor_ran else "runs nothing")),
+        Check(
+            name="exit export",
+            ok=untouched and {"s", "h"} <= skipped,
+            detail="hard link to a symlink at a host file: host file " + ("untouched" if untouched else "CHANGED"),
+        ),
+        Check(
+            name="exit diff",
+            ok="+plain" in patch.text and "GIT binary patch" not in patch.text,
+            detail="'* binary' in .gitattributes: the diff stays text",
+        ),
+        Check(
+            name="exit verifier",
+            ok="escrow-model-marker" not in leftover,
+            detail="the verifier's container "
+            + ("shares /tmp with the model's" if "escrow-model-marker" in leftover else "starts fresh"),
+        ),
+        Check(
+            name="exit host git",
+            ok=not fsmonitor_ran,
+            detail="core.fsmonitor in a repo's config " + ("RAN on the host" if fsmonitor_ran else "runs nothing"),
+        ),
     ]
 
 

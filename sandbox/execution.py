@@ -17,6 +17,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import docker
 import docker.errors
@@ -83,7 +84,8 @@ def run_exec(
         raw = api.exec_start(exec_id, socket=True)
     except docker.errors.DockerException as exc:
         raise ExecError(f"docker exec failed to start: {exc}", container=container_id) from exc
-    sock: socket.socket = getattr(raw, "_sock", raw)
+    # The SDK hands back a SocketIO wrapping the socket (on some transports the socket itself).
+    sock = cast(socket.socket, getattr(raw, "_sock", raw))
     out, err = stdout_capture or StreamCapture(limits.stdout_cap), StreamCapture(limits.stderr_cap)
     deadline = started + limits.timeout_s + GRACE_S
     flood_limit = FLOOD_FACTOR * (limits.stdout_cap + limits.stderr_cap) + getattr(out, "limit", 0)
@@ -93,7 +95,12 @@ def run_exec(
             sock.sendall(stdin)
             sock.shutdown(socket.SHUT_WR)
         reaped_at: float | None = None
-        for frame_type, payload in _frames(sock, lambda: reaped_at or deadline, cancel):
+
+        def read_until() -> float:
+            """The deadline, brought forward once a flood is being reaped."""
+            return reaped_at or deadline
+
+        for frame_type, payload in _frames(sock, read_until, cancel):
             (out if frame_type != 2 else err).feed(payload)
             if out.total + err.total > flood_limit and not flooded:
                 flooded = True

@@ -49,7 +49,11 @@ def is_git_metadata(path: bytes) -> bool:
     """Any component git would take for ``.git`` (any case, NTFS/HFS forms)."""
     for part in path.split(b"/"):
         low = part.lower().rstrip(b". ")
-        if low == b".git" or low == b"git~1" or low.replace(b"\xe2\x80\x8c", b"").replace(b"\xe2\x80\x8d", b"") == b".git":
+        if (
+            low == b".git"
+            or low == b"git~1"
+            or low.replace(b"\xe2\x80\x8c", b"").replace(b"\xe2\x80\x8d", b"") == b".git"
+        ):
             return True
     return False
 
@@ -229,7 +233,9 @@ class ExportParser(StreamCapture):
         _check_path(path)
         self.records += 1
         if self.records > self.limits.max_files:
-            raise ExportRefused(f"the workspace has more than {self.limits.max_files} files", max_files=self.limits.max_files)
+            raise ExportRefused(
+                f"the workspace has more than {self.limits.max_files} files", max_files=self.limits.max_files
+            )
         if path in self._seen:
             raise ExportRefused(f"export stream names {path[:200]!r} twice")
         self._seen.add(path)
@@ -283,7 +289,9 @@ class ExportParser(StreamCapture):
             if link_stays_inside(path, data):
                 self.tree.put(path, LINK, self.tree.blob(data))
             else:
-                self.skipped.append(Skipped(path=text(path), reason=f"symlink to {text(data)!r} points outside the repo"))
+                self.skipped.append(
+                    Skipped(path=text(path), reason=f"symlink to {text(data)!r} points outside the repo")
+                )
         else:  # H: the same content as an earlier file, sent once
             if data not in self._blobs:
                 raise ExportRefused(f"hard link {path[:200]!r} refers to content not exported before it")

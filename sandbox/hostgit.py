@@ -103,7 +103,8 @@ class PrivateGit:
 def _read_capped(proc: subprocess.Popen[bytes], max_bytes: int, timeout_s: float) -> bytes:
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout_s
-    chunks, total = [], 0
+    chunks: list[bytes] = []
+    total = 0
     fd = proc.stdout.fileno()
     with selectors.DefaultSelector() as sel:
         sel.register(fd, selectors.EVENT_READ)

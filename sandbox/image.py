@@ -45,7 +45,9 @@ class BuildResult(Frozen):
 
 def recipe_digest(source: AptSource) -> str:
     """Identifies what a rootfs tarball was built from (mirror, suite, packages, user)."""
-    text = "|".join([RECIPE_VERSION, source.uri, source.suite, ",".join(PACKAGES), f"{SANDBOX_USER_NAME}:{SANDBOX_UID}"])
+    text = "|".join(
+        [RECIPE_VERSION, source.uri, source.suite, ",".join(PACKAGES), f"{SANDBOX_USER_NAME}:{SANDBOX_UID}"]
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -64,10 +66,11 @@ def build_image(
     if not force:
         try:
             image = client.images.get(tag)
+        except docker.errors.ImageNotFound:
+            image = None
+        if image is not None and image.id is not None:  # the SDK types the id optional
             progress(f"image {tag} already present ({image.short_id}); reusing it")
             return _result(tag, image.id, True, True, source, started)
-        except docker.errors.ImageNotFound:
-            pass
     digest = recipe_digest(source)
     tarball = cache_dir / f"rootfs-{source.suite}-{digest}.tar"
     reused_rootfs = tarball.is_file() and not force
@@ -80,7 +83,9 @@ def build_image(
     return _result(tag, image_id, False, reused_rootfs, source, started)
 
 
-def _result(tag: str, image_id: str, reused: bool, reused_rootfs: bool, source: AptSource, started: float) -> BuildResult:
+def _result(
+    tag: str, image_id: str, reused: bool, reused_rootfs: bool, source: AptSource, started: float
+) -> BuildResult:
     return BuildResult(
         tag=tag, image_id=image_id, reused_image=reused, reused_rootfs=reused_rootfs,
         mirror=source.uri, suite=source.suite, seconds=round(time.monotonic() - started, 1),
@@ -162,6 +167,9 @@ def _import(client: docker.DockerClient, tarball: Path, tag: str, source: AptSou
     ]
     try:
         client.api.import_image(src=str(tarball), repository=repository, tag=version, changes=changes)
-        return client.images.get(tag).id
+        image_id = client.images.get(tag).id
     except docker.errors.DockerException as exc:
         raise ImageBuildError(f"docker import of {tarball} failed: {exc}", tag=tag) from exc
+    if image_id is None:  # the SDK types the id optional; the daemon always reports one
+        raise ImageBuildError(f"docker import of {tarball} left no image id", tag=tag)
+    return image_id

@@ -20,13 +20,13 @@ import threading
 from importlib import resources
 
 from orchestrator.contract import Frozen, ToolSpec
-from policies import Policy, Effect, decide
+from orchestrator.toolset import FileToolArgs, ToolArgs, tool_specs
+from policies import Effect, Policy, decide
 from policies.paths import first_match
 from sandbox.capture import CappedOutput
 from sandbox.container import Sandbox
 from sandbox.errors import ExportRefused
 from sandbox.execution import ExecLimits, ExecOutcome
-from orchestrator.toolset import FileToolArgs, ToolArgs, tool_specs
 from sandbox.workspace import Patch
 
 _FILEOP = resources.files("sandbox").joinpath("fileop_script.py").read_text(encoding="utf-8")

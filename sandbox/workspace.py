@@ -22,7 +22,16 @@ from orchestrator.canonical import sha256_hex
 from orchestrator.contract import Frozen
 from sandbox.errors import ApplyRefused, ExportRefused, WorkspaceError
 from sandbox.export_stream import (
-    FILE, LINK, EXEC, ExportLimits, ExportParser, Skipped, TreeBuilder, is_build_artefact, is_git_metadata, text,
+    EXEC,
+    FILE,
+    LINK,
+    ExportLimits,
+    ExportParser,
+    Skipped,
+    TreeBuilder,
+    is_build_artefact,
+    is_git_metadata,
+    text,
 )
 from sandbox.hostgit import PrivateGit, run_git
 
@@ -115,7 +124,10 @@ def snapshot(repo: Path, git: PrivateGit, max_bytes: int) -> tuple[bytes, str]:
             real_repo = Path(os.path.realpath(repo))
             for name in repo_files(repo):
                 raw = name.encode("utf-8", errors="surrogateescape")
-                if is_git_metadata(raw) or Path(os.path.realpath((repo / name).parent)) != real_repo / Path(name).parent:
+                if (
+                    is_git_metadata(raw)
+                    or Path(os.path.realpath((repo / name).parent)) != real_repo / Path(name).parent
+                ):
                     continue  # git metadata, or a listed path reached through a symlinked directory
                 st = os.lstat(repo / name)
                 if stat.S_ISLNK(st.st_mode):
@@ -199,7 +211,9 @@ def patch_paths(patch_text: str) -> tuple[str, ...]:
     """Every path a patch text would touch, as git apply itself reads it."""
     with tempfile.TemporaryDirectory(prefix="escrow-apply-") as tmp:
         git = PrivateGit(Path(tmp)).init()
-        out = git.run("apply", "--numstat", "-z", "-", input=patch_text.encode("utf-8", errors="surrogateescape")).stdout
+        out = git.run(
+            "apply", "--numstat", "-z", "-", input=patch_text.encode("utf-8", errors="surrogateescape")
+        ).stdout
     paths: list[str] = []
     fields = out.decode("utf-8", errors="surrogateescape").split("\0")
     i = 0

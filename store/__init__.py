@@ -2,18 +2,36 @@
 PostgreSQL), a per-run hash chain, and frozen read views. The schema is a
 public interface, documented in docs/SCHEMA.md."""
 
+from orchestrator.trajectory import (
+    AttemptView,
+    CallView,
+    CandidateView,
+    EventView,
+    ResponseView,
+    RunSummary,
+    RunTotals,
+    RunView,
+    ToolExecutionView,
+    Trajectory,
+    TransitionView,
+    TurnRecord,
+    TurnView,
+)
 from store.chain import ChainCheck
 from store.errors import (
-    ChainBroken, NotAStore, RecordingError, RunNotFound, SchemaTooNew, SchemaTooOld, StoreError, StoreNotFound,
+    ChainBroken,
+    NotAStore,
+    RecordingError,
+    RunNotFound,
+    SchemaTooNew,
+    SchemaTooOld,
+    StoreError,
+    StoreNotFound,
 )
 from store.journal import RunJournal
 from store.migrations import LATEST as SCHEMA_VERSION
 from store.recorder import Recorder, TurnWriter
 from store.store import Store
-from orchestrator.trajectory import (
-    AttemptView, CallView, CandidateView, EventView, ResponseView, RunSummary, RunTotals, RunView,
-    ToolExecutionView, Trajectory, TransitionView, TurnRecord, TurnView,
-)
 
 __all__ = [
     "AttemptView", "CallView", "CandidateView", "ChainBroken", "ChainCheck", "EventView", "NotAStore",

@@ -15,20 +15,20 @@ from typing import Any
 from sqlalchemy import delete, func, insert, select, update
 
 from orchestrator.contract import Frozen
+from orchestrator.trajectory import RunSummary
 from store.batch_tables import BatchAttemptRow, BatchRow, BatchTaskRow, RunLease
 from store.store import Store
-from store.tables import Run
-from orchestrator.trajectory import RunSummary
+from store.tables import Run, table_of
 
 MODEL = "model"
 INFRASTRUCTURE = "infrastructure"
 STARTED = "started"
 
-B = BatchRow.__table__  # type: ignore[attr-defined]
-BT = BatchTaskRow.__table__  # type: ignore[attr-defined]
-BA = BatchAttemptRow.__table__  # type: ignore[attr-defined]
-RL = RunLease.__table__  # type: ignore[attr-defined]
-R = Run.__table__  # type: ignore[attr-defined]
+B = table_of(BatchRow)
+BT = table_of(BatchTaskRow)
+BA = table_of(BatchAttemptRow)
+RL = table_of(RunLease)
+R = table_of(Run)
 
 
 class AttemptView(Frozen):

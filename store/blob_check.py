@@ -14,9 +14,9 @@ from sqlalchemy import Connection, Table, select
 from orchestrator.canonical import sha256_hex
 from store import blobs
 from store.chain import ChainCheck, ChainRow
-from store.tables import ModelCall
+from store.tables import ModelCall, table_of
 
-CALLS: Table = ModelCall.__table__  # type: ignore[attr-defined]
+CALLS: Table = table_of(ModelCall)
 DAMAGE = (blobs.BlobMissing, ValueError, KeyError, TypeError, AttributeError)
 
 
@@ -58,7 +58,9 @@ def flag(checks: Iterable[ChainCheck], problems: dict[str, tuple[str, str]]) -> 
     for check in checks:
         found = problems.get(check.run_id)
         if found:
-            check = check.model_copy(update={"ok": False, "problem": found[1], "table": blobs.BLOBS.name, "row_id": found[0]})
+            check = check.model_copy(
+                update={"ok": False, "problem": found[1], "table": blobs.BLOBS.name, "row_id": found[0]}
+            )
         out.append(check)
     return out
 
@@ -67,7 +69,9 @@ def runs_using(conn: Connection, sha: str) -> set[str]:
     """Every run one of whose requests reaches the blob (a scan of the store,
     made only when a damaged blob was found)."""
     by_run: dict[str, list[Any]] = defaultdict(list)
-    for run_id, refs in conn.execute(select(CALLS.c.run_id, CALLS.c.request_refs).where(CALLS.c.request_refs.is_not(None))):
+    for run_id, refs in conn.execute(
+        select(CALLS.c.run_id, CALLS.c.request_refs).where(CALLS.c.request_refs.is_not(None))
+    ):
         by_run[run_id].append(refs)
     owners = set()
     for run_id, refs_list in by_run.items():

@@ -14,7 +14,7 @@ the referenced keys put back, which gives the recorded bytes exactly
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Table, select
@@ -24,9 +24,9 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from orchestrator.canonical import canonical_json, sha256_hex
 from orchestrator.exit_codes import ExitCode
 from store.errors import StoreError
-from store.tables import Blob
+from store.tables import Blob, table_of
 
-BLOBS: Table = Blob.__table__  # type: ignore[attr-defined]
+BLOBS: Table = table_of(Blob)
 MESSAGES, TOOLS = "messages", "tools"
 HASHED_AS_TEXT = "request_json"
 """``request_hashed_as`` of a row converted by the migration: its chain link
@@ -71,7 +71,9 @@ def split(request: Mapping[str, Any], previous: History | None = None) -> Split 
         history = previous
     else:
         shared = len(previous.hashes) if previous and hashes[: len(previous.hashes)] == previous.hashes else 0
-        node = canonical_json({"messages": list(hashes[shared:]), "parent": previous.node if previous and shared else None})
+        node = canonical_json(
+            {"messages": list(hashes[shared:]), "parent": previous.node if previous and shared else None}
+        )
         history = History(sha256_hex(node), hashes)
         blobs[history.node] = node
         blobs.update(zip(hashes[shared:], texts[shared:], strict=True))
@@ -138,7 +140,10 @@ def fetch(conn: Connection, shas: Iterable[str], into: dict[str, str]) -> None:
     wanted = sorted(set(shas) - into.keys())
     for start in range(0, len(wanted), BATCH):
         chunk = wanted[start : start + BATCH]
-        into.update((r.sha256, r.body) for r in conn.execute(select(BLOBS.c.sha256, BLOBS.c.body).where(BLOBS.c.sha256.in_(chunk))))
+        into.update(
+            (r.sha256, r.body)
+            for r in conn.execute(select(BLOBS.c.sha256, BLOBS.c.body).where(BLOBS.c.sha256.in_(chunk)))
+        )
 
 
 def load_for(conn: Connection, call_rows: Iterable[Mapping[str, Any]], *, messages: bool = True) -> dict[str, str]:
@@ -170,7 +175,7 @@ def request_text(row: Mapping[str, Any], bodies: Mapping[str, str], parsed: dict
     return assemble(row["request_body"], row["request_refs"], bodies, parsed)
 
 
-def expand(conn: Connection, call_rows: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def expand(conn: Connection, call_rows: Sequence[Mapping[Any, Any]]) -> list[dict[str, Any]]:
     """Request rows with ``request_json`` reassembled from their blobs."""
     bodies = load_for(conn, call_rows)
     parsed: dict[str, Any] = {}
@@ -186,7 +191,9 @@ def expand(conn: Connection, call_rows: list[Mapping[str, Any]]) -> list[dict[st
     return out
 
 
-def hashed_row(row: Mapping[str, Any], bodies: Mapping[str, str], parsed: dict[str, Any] | None = None) -> dict[str, Any]:
+def hashed_row(
+    row: Mapping[str, Any], bodies: Mapping[str, str], parsed: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """A request row as its chain link was computed: as stored, or, for a row
     converted by the migration, with its text reassembled in place of the
     reference columns."""

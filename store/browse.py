@@ -15,24 +15,23 @@ from collections.abc import Callable, Collection
 from functools import cache
 from typing import Any, Literal, TypeVar
 
-from sqlalchemy import Connection, MetaData, Select, String, Table, func, inspect, literal, or_, select, union_all
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    MetaData,
+    Select,
+    String,
+    Table,
+    func,
+    inspect,
+    literal,
+    or_,
+    select,
+    union_all,
+)
+from sqlmodel import SQLModel
 
 from orchestrator.contract import Frozen
-from store import blobs
-from store.batch_tables import BatchAttemptRow
-from store.reader import get_run, run_totals, view
-from store.tables import (
-    CHAINED,
-    CallAttempt,
-    CandidateRow,
-    EventRow,
-    ModelCall,
-    ModelResponse,
-    Run,
-    ToolExecution,
-    TransitionRow,
-    Turn,
-)
 from orchestrator.trajectory import (
     AttemptView,
     CallView,
@@ -48,15 +47,31 @@ from orchestrator.trajectory import (
     TurnRecord,
     TurnView,
 )
+from store import blobs
+from store.batch_tables import BatchAttemptRow
+from store.reader import get_run, run_totals, view
+from store.tables import (
+    CHAINED,
+    CallAttempt,
+    CandidateRow,
+    EventRow,
+    ModelCall,
+    ModelResponse,
+    Run,
+    ToolExecution,
+    TransitionRow,
+    Turn,
+    table_of,
+)
 
 V = TypeVar("V", bound=Frozen)
 SortKey = Literal["started", "cost", "turns", "tokens", "verdict", "model"]
 SORT_KEYS: tuple[str, ...] = ("started", "cost", "turns", "tokens", "verdict", "model")
 BATCH_TABLE = "batches"
 
-RUNS: Table = Run.__table__  # type: ignore[assignment]
-RESPONSES: Table = ModelResponse.__table__  # type: ignore[assignment]
-TURNS: Table = Turn.__table__  # type: ignore[assignment]
+RUNS: Table = table_of(Run)
+RESPONSES: Table = table_of(ModelResponse)
+TURNS: Table = table_of(Turn)
 
 
 class RunFilter(Frozen):
@@ -125,7 +140,9 @@ def _per_run_totals() -> dict[str, Any]:
     read off covering indexes, cost from the responses' rows."""
     tokens = RESPONSES.c["gen_ai.usage.input_tokens"] + RESPONSES.c["gen_ai.usage.output_tokens"]
     return {
-        "cost": select(func.coalesce(func.sum(RESPONSES.c.cost_usd), 0.0)).where(RESPONSES.c.run_id == RUNS.c.id).scalar_subquery(),
+        "cost": select(func.coalesce(func.sum(RESPONSES.c.cost_usd), 0.0))
+        .where(RESPONSES.c.run_id == RUNS.c.id)
+        .scalar_subquery(),
         "tokens": select(func.coalesce(func.sum(tokens), 0)).where(RESPONSES.c.run_id == RUNS.c.id).scalar_subquery(),
         "turns": select(func.count()).where(TURNS.c.run_id == RUNS.c.id).scalar_subquery(),
     }
@@ -150,14 +167,17 @@ def page_runs(conn: Connection, f: RunFilter) -> RunPage:
     otherwise only the page's runs are aggregated."""
     ids = _filtered(select(RUNS.c.id), f)
     keyed = _per_run_totals() if f.needs_totals else {}
-    bounds = ((keyed.get("cost"), f.min_cost, f.max_cost), (keyed.get("turns"), f.min_turns, f.max_turns))
+    bounds: tuple[tuple[Any, float | None, float | None], ...] = (
+        (keyed.get("cost"), f.min_cost, f.max_cost),
+        (keyed.get("turns"), f.min_turns, f.max_turns),
+    )
     for column, low, high in bounds:
         if low is not None:
             ids = ids.where(column >= low)
         if high is not None:
             ids = ids.where(column <= high)
     if f.batch:
-        attempts = BatchAttemptRow.__table__  # type: ignore[attr-defined]
+        attempts = table_of(BatchAttemptRow)
         ids = ids.where(RUNS.c.id.in_(select(attempts.c.run_id).where(attempts.c.batch_id == f.batch)))
     plain = {"verdict": RUNS.c.verdict, "model": RUNS.c["gen_ai.request.model"]}
     sort_column = keyed[f.sort] if f.sort in keyed else plain.get(f.sort, RUNS.c.created_at)
@@ -174,19 +194,25 @@ def page_runs(conn: Connection, f: RunFilter) -> RunPage:
 def summaries(conn: Connection, ids: list[str]) -> list[RunSummary]:
     if not ids:
         return []
-    rows = {row["id"]: view(RunView, Run, row) for row in conn.execute(select(RUNS).where(RUNS.c.id.in_(ids))).mappings()}
+    rows = {
+        row["id"]: view(RunView, Run, row) for row in conn.execute(select(RUNS).where(RUNS.c.id.in_(ids))).mappings()
+    }
     totals = run_totals(conn, ids)
     return [RunSummary(run=rows[i], totals=totals.get(i, RunTotals())) for i in ids if i in rows]
 
 
 def facets(conn: Connection) -> Facets:
     """Distinct verdicts and models, read off their indexes."""
-    verdicts = conn.execute(select(RUNS.c.verdict).where(RUNS.c.verdict.is_not(None)).distinct().order_by(RUNS.c.verdict)).scalars()
+    verdicts = conn.execute(
+        select(RUNS.c.verdict).where(RUNS.c.verdict.is_not(None)).distinct().order_by(RUNS.c.verdict)
+    ).scalars()
     model = RUNS.c["gen_ai.request.model"]
     models = conn.execute(select(model).distinct().order_by(model)).scalars()
     batches: tuple[str, ...] | None = None
     if has_batches(conn):
-        batches = tuple(str(b) for b in conn.execute(select(Table(BATCH_TABLE, MetaData(), autoload_with=conn).c.id)).scalars())
+        batches = tuple(
+            str(b) for b in conn.execute(select(Table(BATCH_TABLE, MetaData(), autoload_with=conn).c.id)).scalars()
+        )
     return Facets(verdicts=tuple(verdicts), models=tuple(models), batches=batches)
 
 
@@ -194,14 +220,18 @@ def chain_positions(conn: Connection, run_id: str) -> list[ChainPosition]:
     """Every chained row of a run, in chain order: table, id, turn and hash."""
     parts = []
     for model in CHAINED:
-        t: Table = model.__table__  # type: ignore[attr-defined]
-        parts.append(select(t.c.seq, literal(t.name).label("tbl"), t.c.id, t.c.turn, t.c.chain_hash).where(t.c.run_id == run_id))
+        t: Table = table_of(model)
+        parts.append(
+            select(t.c.seq, literal(t.name).label("tbl"), t.c.id, t.c.turn, t.c.chain_hash).where(t.c.run_id == run_id)
+        )
     stmt = union_all(*parts).order_by("seq")
-    return [ChainPosition(seq=r.seq, table=r.tbl, id=r.id, turn=r.turn, chain_hash=r.chain_hash) for r in conn.execute(stmt)]
+    return [
+        ChainPosition(seq=r.seq, table=r.tbl, id=r.id, turn=r.turn, chain_hash=r.chain_hash) for r in conn.execute(stmt)
+    ]
 
 
 
-CALLS: Table = ModelCall.__table__  # type: ignore[assignment]
+CALLS: Table = table_of(ModelCall)
 
 
 class TurnSlice(Frozen):
@@ -233,7 +263,9 @@ def turn_index(conn: Connection, run_id: str) -> list[TurnIndexEntry]:
     from the calls', responses' and turns' small columns."""
     committed = set(conn.execute(select(TURNS.c.turn).where(TURNS.c.run_id == run_id)).scalars())
     statuses: dict[int, set[str]] = defaultdict(set)
-    answered = select(CALLS.c.turn, RESPONSES.c.status).select_from(CALLS.outerjoin(RESPONSES, RESPONSES.c.call_id == CALLS.c.id))
+    answered = select(CALLS.c.turn, RESPONSES.c.status).select_from(
+        CALLS.outerjoin(RESPONSES, RESPONSES.c.call_id == CALLS.c.id)
+    )
     for turn, status in conn.execute(answered.where(CALLS.c.run_id == run_id, CALLS.c.turn.is_not(None))):
         statuses[turn].add(status or "NO RESPONSE")
     events = _table(EventRow)
@@ -244,11 +276,11 @@ def turn_index(conn: Connection, run_id: str) -> list[TurnIndexEntry]:
 
 
 def _table(model: type) -> Table:
-    return model.__table__  # type: ignore[attr-defined,no-any-return]
+    return table_of(model)
 
 
 @cache
-def _attrs(model: type) -> dict[str, str]:
+def _attrs(model: type[SQLModel]) -> dict[str, str]:
     """Python attribute names of a table's columns, by column name."""
     return {column.name: attr for attr, column in inspect(model).columns.items()}
 
@@ -281,7 +313,7 @@ def turn_slice(conn: Connection, run_id: str, first: int | None = None, last: in
     def rows(model: type, *columns: Any, loose: bool = False) -> Any:
         t = _table(model)
         stmt = select(*(columns or (t,))).where(t.c.run_id == run_id)
-        bounded = t.c.turn.is_not(None)
+        bounded: ColumnElement[bool] = t.c.turn.is_not(None)
         if first is not None:
             bounded = bounded & (t.c.turn >= first)
         if last is not None:
@@ -316,26 +348,40 @@ def turn_slice(conn: Connection, run_id: str, first: int | None = None, last: in
 
     def call_parts(values: dict[str, Any]) -> dict[str, Any]:
         i = values["id"]
-        return {"request_json": first_call[1] if first_call and i == first_call[0] else "", "response": responses.get(i),
-                "attempts": tuple(sorted(attempts[i], key=lambda a: a.number))}
+        return {
+            "request_json": first_call[1] if first_call and i == first_call[0] else "",
+            "response": responses.get(i),
+            "attempts": tuple(sorted(attempts[i], key=lambda a: a.number)),
+        }
 
     calls = [c for c, _ in views(CallView, ModelCall, *call_columns, extra=call_parts)]
     moves: dict[str, list[TransitionView]] = defaultdict(list)
     move_candidate = by(TransitionRow, "candidate_id")
     for move, raw in views(TransitionView, TransitionRow):
         moves[raw[move_candidate]].append(move)
-    candidates = [c for c, _ in views(CandidateView, CandidateRow, extra=lambda v: {"transitions": tuple(moves[v["id"]])})]
+    candidates = [
+        c for c, _ in views(CandidateView, CandidateRow, extra=lambda v: {"transitions": tuple(moves[v["id"]])})
+    ]
     executions = [v for v, _ in views(ToolExecutionView, ToolExecution)]
     events = [v for v, _ in views(EventView, EventRow, loose=True)]
     committed = {v.turn: v for v, _ in views(TurnView, Turn)}
-    groups: dict[str, dict[int, list[Any]]] = {k: defaultdict(list) for k in ("calls", "candidates", "tool_executions", "events")}
-    for name, items in (("calls", calls), ("candidates", candidates), ("tool_executions", executions), ("events", events)):
+    groups: dict[str, dict[int, list[Any]]] = {
+        k: defaultdict(list) for k in ("calls", "candidates", "tool_executions", "events")
+    }
+    for name, items in (
+        ("calls", calls),
+        ("candidates", candidates),
+        ("tool_executions", executions),
+        ("events", events),
+    ):
         for item in items:
             if item.turn is not None:
                 groups[name][item.turn].append(item)
     numbers = sorted(set(committed).union(*(g.keys() for g in groups.values())))
-    records = tuple(TurnRecord(turn=n, committed=committed.get(n), **{k: tuple(g.get(n, ())) for k, g in groups.items()})
-                    for n in numbers)
+    records = tuple(
+        TurnRecord(turn=n, committed=committed.get(n), **{k: tuple(g.get(n, ())) for k, g in groups.items()})
+        for n in numbers
+    )
     before = None
     if first is not None:
         before = conn.execute(select(TURNS.c.messages_json).where(TURNS.c.run_id == run_id, TURNS.c.turn < first)
@@ -387,7 +433,9 @@ def search_turns(conn: Connection, run_id: str, text: str) -> list[int] | None:
     numbers = [e.turn for e in turn_index(conn, run_id)]
     following = {n: numbers[i + 1] for i, n in enumerate(numbers[:-1])}
     # A turn's committed messages are shown as the next turn's new messages.
-    for turn in conn.execute(select(TURNS.c.turn).where(TURNS.c.run_id == run_id, TURNS.c.messages_json.ilike(pattern))).scalars():
+    for turn in conn.execute(
+        select(TURNS.c.turn).where(TURNS.c.run_id == run_id, TURNS.c.messages_json.ilike(pattern))
+    ).scalars():
         if turn in following:
             found.add(following[turn])
     calls = [dict(r._mapping) for r in conn.execute(
@@ -511,12 +559,16 @@ def request_outlines(conn: Connection, pairs: list[tuple[str, str]]) -> dict[str
         if a not in skeletons or b not in skeletons:
             continue
         (body_a, tools_a, msgs_a), (body_b, tools_b, msgs_b) = skeletons[a], skeletons[b]
-        first = next((i for i, (x, y) in enumerate(zip(msgs_a, msgs_b, strict=False)) if x != y), min(len(msgs_a), len(msgs_b)))
+        first = next(
+            (i for i, (x, y) in enumerate(zip(msgs_a, msgs_b, strict=False)) if x != y), min(len(msgs_a), len(msgs_b))
+        )
         for call_id, body, tools, msgs in ((a, body_a, tools_a, msgs_a), (b, body_b, tools_b, msgs_b)):
             outlines[call_id] = (body, tools if tools_a != tools_b else None, msgs[first:first + 1], first)
             if tools is not None and tools_a == tools_b:
                 outlines[call_id] = (body, "=", msgs[first:first + 1], first)
-    blobs.fetch(conn, [s for _, tools, spelled, _ in outlines.values() for s in (*spelled, tools) if s and s != "="], bodies)
+    blobs.fetch(
+        conn, [s for _, tools, spelled, _ in outlines.values() for s in (*spelled, tools) if s and s != "="], bodies
+    )
     for call_id, (body, tools, spelled, first) in outlines.items():
         outline = dict(body)
         if tools is not None:

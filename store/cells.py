@@ -44,7 +44,7 @@ def _kind(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
-def check_row(table: Table, row: Mapping[str, Any]) -> None:
+def check_row(table: Table, row: Mapping[Any, Any]) -> None:
     """Raise StoreDamaged for the first cell whose value its column cannot hold."""
     expected = _expected(table)
     for name, value in row.items():
@@ -65,13 +65,19 @@ def check_numbers(conn: Connection, table: Table, where: Any, columns: Sequence[
     if conn.dialect.name != "sqlite":
         return
     numeric = _numeric(table, columns)
-    found = conn.execute(select(table.c.id, *numeric).where(where, not_a_number(table, columns)).limit(1)).mappings().first()
+    found = (
+        conn.execute(select(table.c.id, *numeric).where(where, not_a_number(table, columns)).limit(1))
+        .mappings()
+        .first()
+    )
     if found is not None:
         check_row(table, found)
 
 
 def _numeric(table: Table, columns: Sequence[str] | None) -> list[Any]:
-    return [c for c in table.columns if _expected(table)[c.name] is not _TEXT and (columns is None or c.name in columns)]
+    return [
+        c for c in table.columns if _expected(table)[c.name] is not _TEXT and (columns is None or c.name in columns)
+    ]
 
 
 def not_a_number(table: Table, columns: Sequence[str] | None = None) -> Any:

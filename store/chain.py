@@ -82,7 +82,7 @@ def check_chain(run_row: Mapping[str, Any], rows: Iterable[ChainRow]) -> ChainCh
     head = genesis(run_row)
 
     def broken(problem: str, at: ChainRow | None = None) -> ChainCheck:
-        where = {"seq": at.seq, "table": at.table, "row_id": str(at.row.get("id"))} if at else {}
+        where: dict[str, Any] = {"seq": at.seq, "table": at.table, "row_id": str(at.row.get("id"))} if at else {}
         return ChainCheck(run_id=run_id, ok=False, rows=len(ordered), head=head, problem=problem, **where)
 
     for expected_seq, item in enumerate(ordered, start=1):

@@ -20,21 +20,25 @@ from sqlalchemy import Connection, Engine, Table, and_, inspect, or_, select, te
 from orchestrator.canonical import canonical_json
 from store import blobs
 from store.blobs import History
-from store.tables import Blob, Deletion, ModelCall
+from store.tables import Blob, Deletion, ModelCall, table_of
 
-CALLS: Table = ModelCall.__table__  # type: ignore[attr-defined]
+CALLS: Table = table_of(ModelCall)
 NEW_COLUMNS = ("request_body", "request_refs", "request_hashed_as")
 BATCH_ROWS = 200
 
 
 def add_columns(conn: Connection) -> None:
     """The blobs and deletions tables and the request's reference columns (all nullable)."""
-    Blob.__table__.create(conn, checkfirst=True)  # type: ignore[attr-defined]
-    Deletion.__table__.create(conn, checkfirst=True)  # type: ignore[attr-defined]
+    table_of(Blob).create(conn, checkfirst=True)
+    table_of(Deletion).create(conn, checkfirst=True)
     present = {c["name"] for c in inspect(conn).get_columns(CALLS.name)}
     for name in NEW_COLUMNS:
         if name not in present:
-            conn.execute(text(f'ALTER TABLE {CALLS.name} ADD COLUMN {name} {"VARCHAR" if name == "request_hashed_as" else "TEXT"}'))
+            conn.execute(
+                text(
+                    f"ALTER TABLE {CALLS.name} ADD COLUMN {name} {'VARCHAR' if name == 'request_hashed_as' else 'TEXT'}"
+                )
+            )
 
 
 def convert_requests(engine: Engine, batch_rows: int | None = None) -> None:
@@ -62,8 +66,12 @@ def _pending(conn: Connection, after: tuple[str, int], limit: int) -> Iterator[A
     run_id, seq = after
     stmt = (
         select(CALLS.c.id, CALLS.c.run_id, CALLS.c.seq, CALLS.c.request_json)
-        .where(CALLS.c.request_refs.is_(None), or_(CALLS.c.run_id > run_id, and_(CALLS.c.run_id == run_id, CALLS.c.seq > seq)))
-        .order_by(CALLS.c.run_id, CALLS.c.seq).limit(limit)
+        .where(
+            CALLS.c.request_refs.is_(None),
+            or_(CALLS.c.run_id > run_id, and_(CALLS.c.run_id == run_id, CALLS.c.seq > seq)),
+        )
+        .order_by(CALLS.c.run_id, CALLS.c.seq)
+        .limit(limit)
     )
     yield from conn.execute(stmt)
 
@@ -81,5 +89,10 @@ def _converted(row: Any, previous: History | None) -> tuple[dict[str, Any], dict
     parts = blobs.split(parsed, previous)
     if parts is None or parts.history is None:
         return None
-    values = {"request_json": "", "request_body": parts.body, "request_refs": parts.refs, "request_hashed_as": blobs.HASHED_AS_TEXT}
+    values = {
+        "request_json": "",
+        "request_body": parts.body,
+        "request_refs": parts.refs,
+        "request_hashed_as": blobs.HASHED_AS_TEXT,
+    }
     return values, parts.blobs, parts.history

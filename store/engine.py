@@ -107,7 +107,7 @@ def make_engine(
     begin = "BEGIN" if readonly else "BEGIN IMMEDIATE"
 
     @event.listens_for(engine, "connect")
-    def _connect(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+    def _connect(dbapi_connection, _record) -> None:
         dbapi_connection.isolation_level = None  # SQLAlchemy emits BEGIN below
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
@@ -119,7 +119,7 @@ def make_engine(
         cursor.close()
 
     @event.listens_for(engine, "begin")
-    def _begin(conn) -> None:  # type: ignore[no-untyped-def]
+    def _begin(conn) -> None:
         if readonly or not begin_immediate(conn.connection.driver_connection, write_retries):
             conn.exec_driver_sql(begin)  # the last try: its error reaches the caller as a StoreError
 

@@ -41,10 +41,10 @@ from store.blobs import put as put_blobs
 from store.recorder import VERDICT_EVENT
 from store.rows import Pending
 from store.store import Store
-from store.tables import Run
+from store.tables import Run, table_of
 from store.writer import append
 
-RUNS = Run.__table__  # type: ignore[attr-defined]
+RUNS = table_of(Run)
 
 IMPORT_EVENT = "import"
 IMPORTED_VERDICT = "IMPORTED"

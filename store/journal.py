@@ -48,9 +48,13 @@ class RunJournal:
     def transition(self, candidate_ref: Any, transition: Transition) -> None:
         if self.open is None:
             raise RecordingError(f"run {self.run_id}: a transition outside any turn", run_id=self.run_id)
-        self.open.transition(str(candidate_ref), transition.from_state, transition.to_state, transition.reason, transition.layer)
+        self.open.transition(
+            str(candidate_ref), transition.from_state, transition.to_state, transition.reason, transition.layer
+        )
 
-    def tool(self, candidate_ref: Any, name: str, args: BaseModel | None, decision: DecisionLike | None, outcome: ToolOutcome) -> None:
+    def tool(
+        self, candidate_ref: Any, name: str, args: BaseModel | None, decision: DecisionLike | None, outcome: ToolOutcome
+    ) -> None:
         if self.open is None:
             raise RecordingError(f"run {self.run_id}: a tool execution outside any turn", run_id=self.run_id)
         detail = dict(outcome.detail)

@@ -18,6 +18,7 @@ from sqlalchemy import Column, Connection, Engine, Float, Index, Integer, MetaDa
 from sqlmodel import SQLModel
 
 from store import batch_tables, content_migration, model_column, tables
+from store.tables import table_of
 
 migration_log_metadata = MetaData()
 MIGRATION_LOG = Table(
@@ -79,7 +80,7 @@ V4_COLUMNS = (
 def _batch_tables(conn: Connection) -> None:
     """Batches, their tasks and attempts, and run leases. Self-contained (it only
     creates new tables), so it can be renumbered when migrations are merged."""
-    SQLModel.metadata.create_all(conn, tables=[m.__table__ for m in batch_tables.BATCH_TABLES])  # type: ignore[attr-defined]
+    SQLModel.metadata.create_all(conn, tables=[table_of(m) for m in batch_tables.BATCH_TABLES])
 
 
 def _create_indexes(conn: Connection, specs: tuple[tuple[str, str, tuple[str, ...]], ...]) -> None:
@@ -109,24 +110,36 @@ def _reasoning_columns(conn: Connection) -> None:
 
 
 MIGRATIONS: tuple[Migration, ...] = (
-    Migration(1, "runs, turns, model calls and responses, attempts, candidates, transitions, tool executions, events", _baseline),
+    Migration(
+        1,
+        "runs, turns, model calls and responses, attempts, candidates, transitions, tool executions, events",
+        _baseline,
+    ),
     Migration(2, "indexes for listing runs, request look-up and reports", _listing_indexes),
     Migration(3, "covering index for aggregate reports", _report_indexes),
     Migration(4, "reasoning text and reasoning token columns on model responses", _reasoning_columns),
     Migration(5, "batches, batch tasks and attempts, run leases", _batch_tables),
-    Migration(6, "content-addressed requests: blobs table, request columns by reference; deletions",
-              content_migration.add_columns, content_migration.convert_requests),
-    Migration(7, "the call's model copied onto responses and attempts, with covering indexes for aggregate reports",
-              model_column.add_columns, model_column.backfill),
+    Migration(
+        6,
+        "content-addressed requests: blobs table, request columns by reference; deletions",
+        content_migration.add_columns,
+        content_migration.convert_requests,
+    ),
+    Migration(
+        7,
+        "the call's model copied onto responses and attempts, with covering indexes for aggregate reports",
+        model_column.add_columns,
+        model_column.backfill,
+    ),
 )
 LATEST = MIGRATIONS[-1].version
 
 
 def store_tables() -> list[Table]:
     return [
-        tables.Run.__table__, tables.Blob.__table__, tables.Deletion.__table__,  # type: ignore[attr-defined]
-        *(model.__table__ for model in tables.CHAINED),  # type: ignore[attr-defined]
-        *(model.__table__ for model in batch_tables.BATCH_TABLES),  # type: ignore[attr-defined]
+        table_of(tables.Run), table_of(tables.Blob), table_of(tables.Deletion),
+        *(table_of(model) for model in tables.CHAINED),
+        *(table_of(model) for model in batch_tables.BATCH_TABLES),
     ]
 
 
@@ -163,4 +176,6 @@ def upgrade(engine: Engine, from_version: int, to_version: int = LATEST) -> list
 
 def _stamp(conn: Connection, migrations: tuple[Migration, ...]) -> None:
     now = time.time()
-    conn.execute(MIGRATION_LOG.insert(), [{"version": m.version, "name": m.name, "applied_at": now} for m in migrations])
+    conn.execute(
+        MIGRATION_LOG.insert(), [{"version": m.version, "name": m.name, "applied_at": now} for m in migrations]
+    )

@@ -18,11 +18,11 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Index, MetaData, Table, inspect, select, update
 
 from store.chain import COPIES, ChainCheck, ChainRow
-from store.tables import CallAttempt, ModelCall, ModelResponse
+from store.tables import CallAttempt, ModelCall, ModelResponse, table_of
 
 MODEL = "gen_ai.request.model"
-CALLS: Table = ModelCall.__table__  # type: ignore[attr-defined]
-TABLES: tuple[Table, ...] = (ModelResponse.__table__, CallAttempt.__table__)  # type: ignore[attr-defined]
+CALLS: Table = table_of(ModelCall)
+TABLES: tuple[Table, ...] = (table_of(ModelResponse), table_of(CallAttempt))
 BATCH_ROWS = 5000
 assert all(MODEL in COPIES[t.name] for t in TABLES)
 
@@ -60,7 +60,9 @@ def backfill(engine: Engine, batch_rows: int | None = None) -> None:
                 if not ids:
                     break
                 of_call = select(CALLS.c[MODEL]).where(CALLS.c.id == table.c.call_id).scalar_subquery()
-                conn.execute(update(table).where(table.c.id.in_(ids), table.c[MODEL].is_(None)).values({MODEL: of_call}))
+                conn.execute(
+                    update(table).where(table.c.id.in_(ids), table.c[MODEL].is_(None)).values({MODEL: of_call})
+                )
                 after = ids[-1]
     with engine.begin() as conn:
         meta = MetaData()

@@ -11,25 +11,48 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from sqlalchemy import Connection, Table, func, inspect, select
+from sqlmodel import SQLModel
 
+from orchestrator.trajectory import (
+    AttemptView,
+    CallView,
+    CandidateView,
+    EventView,
+    ResponseView,
+    RunSummary,
+    RunTotals,
+    RunView,
+    ToolExecutionView,
+    Trajectory,
+    TransitionView,
+    TurnRecord,
+    TurnView,
+)
 from store import blobs
 from store.cells import check_numbers, check_row
 from store.errors import RunNotFound
-from store.tables import CallAttempt, CandidateRow, EventRow, ModelCall, ModelResponse, Run, ToolExecution, TransitionRow, Turn
-from orchestrator.trajectory import (
-    AttemptView, CallView, CandidateView, EventView, ResponseView, RunSummary, RunTotals, RunView,
-    ToolExecutionView, Trajectory, TransitionView, TurnRecord, TurnView,
+from store.tables import (
+    CallAttempt,
+    CandidateRow,
+    EventRow,
+    ModelCall,
+    ModelResponse,
+    Run,
+    ToolExecution,
+    TransitionRow,
+    Turn,
+    table_of,
 )
 
 V = TypeVar("V", bound=BaseModel)
 
 
 @cache
-def _attr_of_column(model: type) -> dict[str, str]:
+def _attr_of_column(model: type[SQLModel]) -> dict[str, str]:
     return {column.name: attr for attr, column in inspect(model).columns.items()}
 
 
-def view(view_cls: type[V], model: type, row: Mapping[str, Any], **extra: Any) -> V:
+def view(view_cls: type[V], model: type, row: Mapping[Any, Any], **extra: Any) -> V:
     check_row(_table(model), row)
     names, fields = _attr_of_column(model), view_cls.model_fields
     values = {names[k]: v for k, v in row.items() if names.get(k) in fields}
@@ -37,10 +60,10 @@ def view(view_cls: type[V], model: type, row: Mapping[str, Any], **extra: Any) -
 
 
 def _table(model: type) -> Table:
-    return model.__table__  # type: ignore[attr-defined,no-any-return]
+    return table_of(model)
 
 
-def _rows(conn: Connection, model: type, run_id: str) -> list[Mapping[str, Any]]:
+def _rows(conn: Connection, model: type, run_id: str) -> list[Mapping[Any, Any]]:
     t = _table(model)
     return list(conn.execute(select(t).where(t.c.run_id == run_id).order_by(t.c.seq)).mappings())
 
@@ -93,9 +116,13 @@ def run_totals(conn: Connection, run_ids: list[str]) -> dict[str, RunTotals]:
     calls, responses, turns = _table(ModelCall), _table(ModelResponse), _table(Turn)
     check_numbers(conn, responses, responses.c.run_id.in_(run_ids))
     counts: dict[str, dict[str, Any]] = defaultdict(dict)
-    for run_id, n in conn.execute(select(calls.c.run_id, func.count()).where(calls.c.run_id.in_(run_ids)).group_by(calls.c.run_id)):
+    for run_id, n in conn.execute(
+        select(calls.c.run_id, func.count()).where(calls.c.run_id.in_(run_ids)).group_by(calls.c.run_id)
+    ):
         counts[run_id]["calls"] = n
-    for run_id, n in conn.execute(select(turns.c.run_id, func.count()).where(turns.c.run_id.in_(run_ids)).group_by(turns.c.run_id)):
+    for run_id, n in conn.execute(
+        select(turns.c.run_id, func.count()).where(turns.c.run_id.in_(run_ids)).group_by(turns.c.run_id)
+    ):
         counts[run_id]["turns"] = n
     sums = select(
         responses.c.run_id,
@@ -105,7 +132,9 @@ def run_totals(conn: Connection, run_ids: list[str]) -> dict[str, RunTotals]:
         func.sum(responses.c.cost_usd),
     ).where(responses.c.run_id.in_(run_ids)).group_by(responses.c.run_id)
     for run_id, tin, tcached, tout, cost in conn.execute(sums):
-        counts[run_id].update(input_tokens=tin or 0, cached_input_tokens=tcached or 0, output_tokens=tout or 0, cost_usd=cost)
+        counts[run_id].update(
+            input_tokens=tin or 0, cached_input_tokens=tcached or 0, output_tokens=tout or 0, cost_usd=cost
+        )
     return {run_id: RunTotals(**values) for run_id, values in counts.items()}
 
 
@@ -122,7 +151,13 @@ def calls(conn: Connection, run_id: str) -> list[CallView]:
     for row in stored:  # the cells as stored, before the request is reassembled from them
         check_row(_table(ModelCall), row)
     return [
-        view(CallView, ModelCall, row, response=responses.get(row["id"]), attempts=tuple(sorted(attempts[row["id"]], key=lambda a: a.number)))
+        view(
+            CallView,
+            ModelCall,
+            row,
+            response=responses.get(row["id"]),
+            attempts=tuple(sorted(attempts[row["id"]], key=lambda a: a.number)),
+        )
         for row in blobs.expand(conn, stored)
     ]
 
@@ -131,7 +166,10 @@ def candidates(conn: Connection, run_id: str) -> list[CandidateView]:
     moves: dict[str, list[TransitionView]] = defaultdict(list)
     for row in _rows(conn, TransitionRow, run_id):
         moves[row["candidate_id"]].append(view(TransitionView, TransitionRow, row))
-    return [view(CandidateView, CandidateRow, row, transitions=tuple(moves[row["id"]])) for row in _rows(conn, CandidateRow, run_id)]
+    return [
+        view(CandidateView, CandidateRow, row, transitions=tuple(moves[row["id"]]))
+        for row in _rows(conn, CandidateRow, run_id)
+    ]
 
 
 def tool_executions(conn: Connection, run_id: str) -> list[ToolExecutionView]:
@@ -147,7 +185,9 @@ def trajectory(conn: Connection, run_id: str) -> Trajectory:
     """The whole run grouped by turn number, in recording order."""
     run = get_run(conn, run_id)
     committed = {t.turn: t for t in turns(conn, run_id)}
-    groups: dict[str, dict[int, list[Any]]] = {k: defaultdict(list) for k in ("calls", "candidates", "tool_executions", "events")}
+    groups: dict[str, dict[int, list[Any]]] = {
+        k: defaultdict(list) for k in ("calls", "candidates", "tool_executions", "events")
+    }
     loose: list[EventView] = []
     sources: Iterable[tuple[str, list[Any]]] = (
         ("calls", calls(conn, run_id)), ("candidates", candidates(conn, run_id)),

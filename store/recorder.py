@@ -25,7 +25,7 @@ from store.blobs import put as put_blobs
 from store.chain import GENESIS_EVENT
 from store.errors import RecordingError
 from store.rows import Output, Pending
-from store.tables import CandidateRow, ModelCall, Run, TransitionRow
+from store.tables import CandidateRow, ModelCall, Run, TransitionRow, table_of
 from store.writer import append
 
 if TYPE_CHECKING:
@@ -41,7 +41,9 @@ class Recorder:
     ``output_cap_bytes`` caps stored stdout/stderr (sizes and sha256 are of
     the full output)."""
 
-    def __init__(self, store: "Store", *, clock: Callable[[], float] = time.time, output_cap_bytes: int = DEFAULT_OUTPUT_CAP) -> None:
+    def __init__(
+        self, store: "Store", *, clock: Callable[[], float] = time.time, output_cap_bytes: int = DEFAULT_OUTPUT_CAP
+    ) -> None:
         self.store = store
         self.clock = clock
         self.output_cap_bytes = output_cap_bytes
@@ -61,7 +63,7 @@ class Recorder:
         # name the run row's column that was altered instead of blaming seq 1.
         copy = build.event_row(run_id, None, GENESIS_EVENT, build.genesis_values(row), row["created_at"])
         with self.store.write() as conn:
-            conn.execute(Run.__table__.insert(), [row])
+            conn.execute(table_of(Run).insert(), [row])
             append(conn, run_id, [copy])
         return run_id
 
@@ -77,26 +79,75 @@ class Recorder:
             run_id, turn = _owner(conn, ModelCall, call_id)
             append(conn, run_id, build.response_rows(call_id, run_id, turn, envelope, cost_usd, self.clock()))
 
-    def record_candidate(self, run_id: str, turn: int | None, call_id: str, candidate_index: int, tool_call_json: Any) -> str:
+    def record_candidate(
+        self, run_id: str, turn: int | None, call_id: str, candidate_index: int, tool_call_json: Any
+    ) -> str:
         candidate_id = build.new_row_id()
-        self._commit(run_id, [build.candidate_row(candidate_id, run_id, turn, call_id, candidate_index, tool_call_json, self.clock())])
+        self._commit(
+            run_id,
+            [build.candidate_row(candidate_id, run_id, turn, call_id, candidate_index, tool_call_json, self.clock())],
+        )
         return candidate_id
 
-    def record_transition(self, candidate_id: str, from_state: str | None, to_state: str, reason: str = "", layer: str | None = None) -> None:
+    def record_transition(
+        self, candidate_id: str, from_state: str | None, to_state: str, reason: str = "", layer: str | None = None
+    ) -> None:
         with self.store.write() as conn:
             run_id, turn = _owner(conn, CandidateRow, candidate_id)
             check_transition(candidate_id, _current_state(conn, candidate_id), from_state, to_state)
-            append(conn, run_id, [build.transition_row(run_id, turn, candidate_id, _state(from_state), _state(to_state), reason, layer, self.clock())])
+            append(
+                conn,
+                run_id,
+                [
+                    build.transition_row(
+                        run_id,
+                        turn,
+                        candidate_id,
+                        _state(from_state),
+                        _state_name(to_state),
+                        reason,
+                        layer,
+                        self.clock(),
+                    )
+                ],
+            )
 
-    def record_tool_execution(self, candidate_id: str, tool: str, arguments_json: Any, decision: str | None, rule: str | None,
-                              reason: str | None, exit_code: int | None, stdout: Output, stderr: Output,
-                              duration_s: float | None, observation: str, *, ok: bool | None = None,
-                              detail: Mapping[str, Any] | None = None) -> str:
+    def record_tool_execution(
+        self,
+        candidate_id: str,
+        tool: str,
+        arguments_json: Any,
+        decision: str | None,
+        rule: str | None,
+        reason: str | None,
+        exit_code: int | None,
+        stdout: Output,
+        stderr: Output,
+        duration_s: float | None,
+        observation: str,
+        *,
+        ok: bool | None = None,
+        detail: Mapping[str, Any] | None = None,
+    ) -> str:
         with self.store.write() as conn:
             run_id, turn = _owner(conn, CandidateRow, candidate_id)
-            pending = self.tool_row(run_id, turn, candidate_id, tool=tool, arguments_json=arguments_json, decision=decision,
-                                    rule=rule, reason=reason, exit_code=exit_code, stdout=stdout, stderr=stderr,
-                                    duration_s=duration_s, observation=observation, ok=ok, detail=detail)
+            pending = self.tool_row(
+                run_id,
+                turn,
+                candidate_id,
+                tool=tool,
+                arguments_json=arguments_json,
+                decision=decision,
+                rule=rule,
+                reason=reason,
+                exit_code=exit_code,
+                stdout=stdout,
+                stderr=stderr,
+                duration_s=duration_s,
+                observation=observation,
+                ok=ok,
+                detail=detail,
+            )
             append(conn, run_id, [pending])
         return str(pending[1]["id"])
 
@@ -119,10 +170,14 @@ class Recorder:
         self.histories.pop(run_id, None)
         pending = build.event_row(run_id, turn, VERDICT_EVENT, {**(extra or {}), "verdict": verdict, "detail": detail},
                                   now)
-        self._commit(run_id, [pending], {"status": "finished", "verdict": verdict, "verdict_detail": detail, "finished_at": now})
+        self._commit(
+            run_id, [pending], {"status": "finished", "verdict": verdict, "verdict_detail": detail, "finished_at": now}
+        )
 
     def tool_row(self, run_id: str, turn: int | None, candidate_id: str, **fields: Any) -> Pending:
-        return build.tool_execution_row(run_id, turn, candidate_id, cap=self.output_cap_bytes, now=self.clock(), **fields)
+        return build.tool_execution_row(
+            run_id, turn, candidate_id, cap=self.output_cap_bytes, now=self.clock(), **fields
+        )
 
     def event_row(self, run_id: str, turn: int | None, kind: str, data: Mapping[str, Any]) -> Pending:
         if kind == VERDICT_EVENT:
@@ -164,7 +219,9 @@ class TurnWriter:
     def request(self, request: ModelRequest, attempt_of: str | None = None) -> str:
         call_id = build.new_row_id()
         histories = self.recorder.histories
-        stored = build.request_row(call_id, self.run_id, self.turn, request, attempt_of, self.recorder.clock(), histories.get(self.run_id))
+        stored = build.request_row(
+            call_id, self.run_id, self.turn, request, attempt_of, self.recorder.clock(), histories.get(self.run_id)
+        )
         self.recorder._commit(self.run_id, [*self.pending, stored.row], blobs=stored.blobs)
         if stored.history is not None:
             histories[self.run_id] = stored.history  # only once committed: its node is then in the store
@@ -186,16 +243,35 @@ class TurnWriter:
 
     def candidate(self, call_id: str, candidate_index: int, tool_call: Any) -> str:
         candidate_id = build.new_row_id()
-        self.pending.append(build.candidate_row(candidate_id, self.run_id, self.turn, call_id, candidate_index, tool_call, self.recorder.clock()))
+        self.pending.append(
+            build.candidate_row(
+                candidate_id, self.run_id, self.turn, call_id, candidate_index, tool_call, self.recorder.clock()
+            )
+        )
         self.states[candidate_id] = None
         return candidate_id
 
-    def transition(self, candidate_id: str, from_state: str | None, to_state: str, reason: str = "", layer: str | None = None) -> None:
+    def transition(
+        self, candidate_id: str, from_state: str | None, to_state: str, reason: str = "", layer: str | None = None
+    ) -> None:
         if candidate_id not in self.states:
-            raise RecordingError(f"candidate {candidate_id} was not staged in turn {self.turn}", candidate_id=candidate_id)
+            raise RecordingError(
+                f"candidate {candidate_id} was not staged in turn {self.turn}", candidate_id=candidate_id
+            )
         check_transition(candidate_id, self.states[candidate_id], from_state, to_state)
         self.states[candidate_id] = _state(to_state)
-        self.pending.append(build.transition_row(self.run_id, self.turn, candidate_id, _state(from_state), _state(to_state), reason, layer, self.recorder.clock()))
+        self.pending.append(
+            build.transition_row(
+                self.run_id,
+                self.turn,
+                candidate_id,
+                _state(from_state),
+                _state_name(to_state),
+                reason,
+                layer,
+                self.recorder.clock(),
+            )
+        )
 
     def tool_execution(
         self, candidate_id: str, *, tool: str, arguments_json: Any, decision: str | None, rule: str | None,
@@ -205,11 +281,25 @@ class TurnWriter:
         """The ACL decision on a candidate of this turn and, when it ran, its
         outcome. ``observation`` is stored byte-exact; stdout/stderr capped."""
         if candidate_id not in self.states:
-            raise RecordingError(f"candidate {candidate_id} was not staged in turn {self.turn}", candidate_id=candidate_id)
+            raise RecordingError(
+                f"candidate {candidate_id} was not staged in turn {self.turn}", candidate_id=candidate_id
+            )
         pending = self.recorder.tool_row(
-            self.run_id, self.turn, candidate_id, tool=tool, arguments_json=arguments_json, decision=decision, rule=rule,
-            reason=reason, exit_code=exit_code, stdout=stdout, stderr=stderr, duration_s=duration_s,
-            observation=observation, ok=ok, detail=detail,
+            self.run_id,
+            self.turn,
+            candidate_id,
+            tool=tool,
+            arguments_json=arguments_json,
+            decision=decision,
+            rule=rule,
+            reason=reason,
+            exit_code=exit_code,
+            stdout=stdout,
+            stderr=stderr,
+            duration_s=duration_s,
+            observation=observation,
+            ok=ok,
+            detail=detail,
         )
         self.pending.append(pending)
         return str(pending[1]["id"])
@@ -224,7 +314,9 @@ class TurnWriter:
         turn appended to the history."""
         if self.closed:
             raise RecordingError(f"turn {self.turn} of run {self.run_id} was already committed")
-        turn_row = build.turn_row(self.run_id, self.turn, self.early_rows + len(self.pending), messages, self.recorder.clock())
+        turn_row = build.turn_row(
+            self.run_id, self.turn, self.early_rows + len(self.pending), messages, self.recorder.clock()
+        )
         with self.recorder.store.write() as conn:
             _check_calls(conn, self.run_id, self.turn, self.pending)
             append(conn, self.run_id, [*self.pending, turn_row])
@@ -233,7 +325,12 @@ class TurnWriter:
 
 
 def _state(value: Any) -> str | None:
-    return None if value is None else str(getattr(value, "value", value))
+    return None if value is None else _state_name(value)
+
+
+def _state_name(value: Any) -> str:
+    """A state (an enum member or its value) as stored."""
+    return str(getattr(value, "value", value))
 
 
 def check_transition(candidate_id: str, current: str | None, from_state: Any, to_state: Any) -> None:
@@ -248,7 +345,7 @@ def check_transition(candidate_id: str, current: str | None, from_state: Any, to
 
 
 def _owner(conn: Connection, model: type, row_id: str) -> tuple[str, int | None]:
-    t = model.__table__  # type: ignore[attr-defined]
+    t = table_of(model)
     found = conn.execute(select(t.c.run_id, t.c.turn).where(t.c.id == row_id)).first()
     if found is None:
         raise RecordingError(f"no {t.name} row {row_id}", row_id=row_id)
@@ -256,8 +353,10 @@ def _owner(conn: Connection, model: type, row_id: str) -> tuple[str, int | None]
 
 
 def _current_state(conn: Connection, candidate_id: str) -> str | None:
-    t = TransitionRow.__table__
-    return conn.execute(select(t.c.to_state).where(t.c.candidate_id == candidate_id).order_by(t.c.seq.desc()).limit(1)).scalar()
+    t = table_of(TransitionRow)
+    return conn.execute(
+        select(t.c.to_state).where(t.c.candidate_id == candidate_id).order_by(t.c.seq.desc()).limit(1)
+    ).scalar()
 
 
 def _check_calls(conn: Connection, run_id: str, turn: int, pending: Sequence[Pending]) -> None:
@@ -265,7 +364,9 @@ def _check_calls(conn: Connection, run_id: str, turn: int, pending: Sequence[Pen
     wanted = {row["call_id"] for _, row in pending if "call_id" in row}
     if not wanted:
         return
-    t = ModelCall.__table__
-    found = set(conn.execute(select(t.c.id).where(t.c.id.in_(wanted), t.c.run_id == run_id, t.c.turn == turn)).scalars())
+    t = table_of(ModelCall)
+    found = set(
+        conn.execute(select(t.c.id).where(t.c.id.in_(wanted), t.c.run_id == run_id, t.c.turn == turn)).scalars()
+    )
     if wanted - found:
         raise RecordingError(f"turn {turn} of run {run_id} refers to calls it did not make: {sorted(wanted - found)}")

@@ -11,8 +11,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from orchestrator.terminal_text import one_line
-from store.chain import GENESIS_EVENT, ChainCheck
 from orchestrator.trajectory import ResponseView, RunSummary, Trajectory, TurnRecord
+from store.chain import GENESIS_EVENT, ChainCheck
 
 _SPAN = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -46,13 +46,17 @@ def clip(text: str, width: int) -> str:
 def runs_table(summaries: list[RunSummary]) -> str:
     if not summaries:
         return "no runs"
-    lines = [f"{'RUN':<12} {'STARTED':<19} {'STATUS':<8} {'VERDICT':<16} {'MODEL':<16} {'TURNS':>5} {'TOKENS IN/CACHED/OUT':>22} {'COST $':>9}  TASK"]
+    lines = [
+        f"{'RUN':<12} {'STARTED':<19} {'STATUS':<8} {'VERDICT':<16} {'MODEL':<16} {'TURNS':>5} "
+        f"{'TOKENS IN/CACHED/OUT':>22} {'COST $':>9}  TASK"
+    ]
     for s in summaries:
         r, t = s.run, s.totals
         cost = "-" if t.cost_usd is None else f"{t.cost_usd:.4f}"
         tokens = f"{t.input_tokens}/{t.cached_input_tokens}/{t.output_tokens}"
         lines.append(
-            f"{r.id[:12]:<12} {when(r.created_at):<19} {r.status:<8} {(r.verdict or '-'):<16} {clip(r.request_model, 16):<16} "
+            f"{r.id[:12]:<12} {when(r.created_at):<19} {r.status:<8} {(r.verdict or '-'):<16} "
+            f"{clip(r.request_model, 16):<16} "
             f"{t.turns:>5} {tokens:>22} {cost:>9}  {clip(r.task, 50)}"
         )
     return "\n".join(lines)
@@ -107,10 +111,10 @@ def in_flight_lines(record: TurnRecord) -> list[str]:
     """What a turn the run died in has recorded, and why the rest is missing."""
     if not record.calls or record.committed:
         return []
-    answered = [c for c in record.calls if c.response is not None]
+    answered = [c.response for c in record.calls if c.response is not None]
     lines = [IN_FLIGHT_AFTER_RESPONSE if answered else IN_FLIGHT_NO_RESPONSE]
-    for call in answered:
-        for index, proposed in enumerate(call.response.envelope().payload.tool_calls):  # type: ignore[union-attr]
+    for response in answered:
+        for index, proposed in enumerate(response.envelope().payload.tool_calls):
             lines.append(f"  proposed tool call {index} (never committed): {clip(proposed.name, 60)} "
                          f"{clip(proposed.arguments, 70)}")
     return lines
@@ -144,7 +148,8 @@ def turn_lines(record: TurnRecord) -> list[str]:
         run = executions.get(cand.id)
         if run is not None:
             lines.append(
-                f"    {run.decision or '-'} by {clip(run.rule or '-', 80)}  exit {run.exit_code if run.exit_code is not None else '-'}"
+                f"    {run.decision or '-'} by {clip(run.rule or '-', 80)}  exit "
+                f"{run.exit_code if run.exit_code is not None else '-'}"
                 f"  {_secs(run.duration_s)}  stdout {run.stdout_bytes} B{' (capped)' if run.stdout_truncated else ''}"
             )
             lines.append(f"    observation: {clip(run.observation, 90)}")

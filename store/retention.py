@@ -10,18 +10,39 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, LargeBinary, Table, Text, TypeDecorator, case, cast, delete, func, select
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    LargeBinary,
+    Table,
+    Text,
+    TypeDecorator,
+    case,
+    cast,
+    delete,
+    func,
+    select,
+)
 from sqlalchemy import String as SAString
 
 from orchestrator.contract import Frozen
 from store import blobs
-from store.tables import CHAINED, Deletion, ModelCall, Run
+from store.tables import CHAINED, Deletion, ModelCall, Run, table_of
 
-RUNS: Table = Run.__table__  # type: ignore[attr-defined]
-CALLS: Table = ModelCall.__table__  # type: ignore[attr-defined]
-DELETIONS: Table = Deletion.__table__  # type: ignore[attr-defined]
+RUNS: Table = table_of(Run)
+CALLS: Table = table_of(ModelCall)
+DELETIONS: Table = table_of(Deletion)
 # Children before parents, so foreign keys hold at every statement.
-DELETE_ORDER = ("escrow_transitions", "tool_executions", "candidates", "call_attempts", "model_responses", "events", "turns", "model_calls")
+DELETE_ORDER = (
+    "escrow_transitions",
+    "tool_executions",
+    "candidates",
+    "call_attempts",
+    "model_responses",
+    "events",
+    "turns",
+    "model_calls",
+)
 
 
 class GcResult(Frozen):
@@ -33,22 +54,35 @@ class GcResult(Frozen):
     """UTF-8 bytes of the text and the fixed-size cells removed, as SQL sees them."""
 
 
-def collect(conn: Connection, *, before: float, keep_verdicts: Iterable[str] = (), now: float | None = None) -> GcResult:
+def collect(
+    conn: Connection, *, before: float, keep_verdicts: Iterable[str] = (), now: float | None = None
+) -> GcResult:
     keep = sorted(set(keep_verdicts))
-    stmt = select(RUNS.c.id, RUNS.c.created_at, RUNS.c.verdict, RUNS.c.chain_seq, RUNS.c.chain_head).where(RUNS.c.created_at < before)
+    stmt = select(RUNS.c.id, RUNS.c.created_at, RUNS.c.verdict, RUNS.c.chain_seq, RUNS.c.chain_head).where(
+        RUNS.c.created_at < before
+    )
     if keep:
         stmt = stmt.where((RUNS.c.verdict.is_(None)) | (RUNS.c.verdict.not_in(keep)))
     doomed = {r.id: r for r in conn.execute(stmt)}
-    parents = {p for (p,) in conn.execute(select(RUNS.c.parent_run_id).where(RUNS.c.parent_run_id.is_not(None), RUNS.c.id.not_in(list(doomed) or [""])))}
+    parents = {
+        p
+        for (p,) in conn.execute(
+            select(RUNS.c.parent_run_id).where(
+                RUNS.c.parent_run_id.is_not(None), RUNS.c.id.not_in(list(doomed) or [""])
+            )
+        )
+    }
     kept_as_parents = len(doomed.keys() & parents)
     for run_id in parents:
         doomed.pop(run_id, None)
     ids = sorted(doomed)
     if not ids:
-        return GcResult(runs_deleted=0, runs_kept_as_parents=kept_as_parents, rows_deleted=0, blobs_deleted=0, bytes_freed=0)
+        return GcResult(
+            runs_deleted=0, runs_kept_as_parents=kept_as_parents, rows_deleted=0, blobs_deleted=0, bytes_freed=0
+        )
     candidates = _reached(conn, CALLS.c.run_id.in_(ids))
     freed = rows = 0
-    tables = {m.__tablename__: m.__table__ for m in CHAINED}  # type: ignore[attr-defined]
+    tables = {m.__tablename__: table_of(m) for m in CHAINED}
     for start in range(0, len(ids), blobs.BATCH):
         chunk = ids[start : start + blobs.BATCH]
         for name in DELETE_ORDER:
@@ -58,11 +92,21 @@ def collect(conn: Connection, *, before: float, keep_verdicts: Iterable[str] = (
         freed += _size(conn, RUNS, RUNS.c.id.in_(chunk))
         conn.execute(delete(RUNS).where(RUNS.c.id.in_(chunk)))
     stamp = time.time() if now is None else now
-    conn.execute(DELETIONS.insert(), [
-        {"run_id": r.id, "created_at": r.created_at, "deleted_at": stamp, "verdict": r.verdict, "chain_seq": r.chain_seq,
-         "chain_head": r.chain_head, "reason": f"gc: created before {before:.0f}" + (f", verdict not in {keep}" if keep else "")}
-        for r in doomed.values()
-    ])
+    conn.execute(
+        DELETIONS.insert(),
+        [
+            {
+                "run_id": r.id,
+                "created_at": r.created_at,
+                "deleted_at": stamp,
+                "verdict": r.verdict,
+                "chain_seq": r.chain_seq,
+                "chain_head": r.chain_head,
+                "reason": f"gc: created before {before:.0f}" + (f", verdict not in {keep}" if keep else ""),
+            }
+            for r in doomed.values()
+        ],
+    )
     unused = sorted(candidates - _reached(conn, CALLS.c.request_refs.is_not(None)))
     for start in range(0, len(unused), blobs.BATCH):
         chunk = unused[start : start + blobs.BATCH]
@@ -72,18 +116,18 @@ def collect(conn: Connection, *, before: float, keep_verdicts: Iterable[str] = (
                     blobs_deleted=len(unused), bytes_freed=freed)
 
 
-def _reached(conn: Connection, where: object) -> set[str]:
+def _reached(conn: Connection, where: ColumnElement[bool]) -> set[str]:
     """Every blob the selected requests reach (node bodies are read; message
     bodies are not needed to know their hashes)."""
     found: set[str] = set()
-    refs = [r for (r,) in conn.execute(select(CALLS.c.request_refs).where(where)) if r]  # type: ignore[arg-type]
+    refs = [r for (r,) in conn.execute(select(CALLS.c.request_refs).where(where)) if r]
     bodies = blobs.load_for(conn, [{"request_refs": r} for r in refs], messages=False)
     for r in refs:
         blobs.reached(r, bodies, found)
     return found
 
 
-def _size(conn: Connection, table: Table, where: object) -> int:
+def _size(conn: Connection, table: Table, where: ColumnElement[bool]) -> int:
     """Bytes in the selected rows: text cells by their UTF-8 length, other
     non-NULL cells as 8."""
     sqlite = conn.dialect.name == "sqlite"
@@ -96,4 +140,4 @@ def _size(conn: Connection, table: Table, where: object) -> int:
     total = parts[0]
     for part in parts[1:]:
         total = total + part
-    return int(conn.execute(select(func.coalesce(func.sum(total), 0)).where(where)).scalar() or 0)  # type: ignore[arg-type]
+    return int(conn.execute(select(func.coalesce(func.sum(total), 0)).where(where)).scalar() or 0)

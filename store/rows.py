@@ -23,7 +23,18 @@ from orchestrator.envelope import Envelope
 from store import blobs
 from store.blobs import History
 from store.chain import GENESIS_COLUMNS, genesis
-from store.tables import CallAttempt, CandidateRow, EventRow, ModelCall, ModelResponse, Run, ToolExecution, TransitionRow, Turn
+from store.tables import (
+    CallAttempt,
+    CandidateRow,
+    EventRow,
+    ModelCall,
+    ModelResponse,
+    Run,
+    ToolExecution,
+    TransitionRow,
+    Turn,
+    table_of,
+)
 
 Pending = tuple[Table, dict[str, Any]]
 
@@ -91,7 +102,7 @@ def run_row(
     *, run_id: str, now: float, task: str, repo: str, config: Mapping[str, Any], policy: Mapping[str, Any],
     model: str, mode: str, parent_run_id: str | None, forked_at_turn: int | None, version: str,
 ) -> dict[str, Any]:
-    row = normalise(Run.__table__, {
+    row = normalise(table_of(Run), {
         "id": run_id, "created_at": now, "task": task, "repo": repo, "mode": mode,
         "gen_ai.request.model": model, "config_json": canonical_json(dict(config)),
         "policy_json": canonical_json(dict(policy)), "parent_run_id": parent_run_id,
@@ -125,7 +136,7 @@ def request_row(
     stored = {"request_json": canonical} if parts is None else {
         "request_json": "", "request_body": parts.body, "request_refs": parts.refs,
     }
-    return StoredRequest((ModelCall.__table__, {
+    return StoredRequest((table_of(ModelCall), {
         "id": call_id, "run_id": run_id, "turn": turn, "created_at": now, "attempt_of": attempt_of,
         "gen_ai.operation.name": "chat", "gen_ai.request.model": request.model,
         "gen_ai.request.max_tokens": request.max_tokens, "gen_ai.request.temperature": s.temperature,
@@ -136,10 +147,12 @@ def request_row(
     }), parts.blobs if parts else {}, parts.history if parts else None)
 
 
-def response_rows(call_id: str, run_id: str, turn: int | None, envelope: Envelope, cost_usd: float | None, now: float) -> list[Pending]:
+def response_rows(
+    call_id: str, run_id: str, turn: int | None, envelope: Envelope, cost_usd: float | None, now: float
+) -> list[Pending]:
     envelope_json = as_json_text(envelope)
     u, t, err = envelope.usage, envelope.timings, envelope.error
-    rows: list[Pending] = [(ModelResponse.__table__, {
+    rows: list[Pending] = [(table_of(ModelResponse), {
         "id": new_row_id(), "run_id": run_id, "turn": turn, "call_id": call_id, "recorded_at": now,
         "status": envelope.status.value,
         "gen_ai.response.finish_reasons": canonical_json([envelope.finish_reason]) if envelope.finish_reason else None,
@@ -156,7 +169,7 @@ def response_rows(call_id: str, run_id: str, turn: int | None, envelope: Envelop
         "reasoning_convention": u.reasoning_convention,
     })]
     for a in envelope.attempts:
-        rows.append((CallAttempt.__table__, {
+        rows.append((table_of(CallAttempt), {
             "id": new_row_id(), "run_id": run_id, "turn": turn, "call_id": call_id, "number": a.number,
             "status": a.status.value, "http_status": a.http_status, "error.type": a.error.kind if a.error else None,
             "error_message": a.error.message if a.error else None, "duration_s": a.duration_s, "backoff_s": a.backoff_s,
@@ -164,16 +177,18 @@ def response_rows(call_id: str, run_id: str, turn: int | None, envelope: Envelop
     return rows
 
 
-def candidate_row(candidate_id: str, run_id: str, turn: int | None, call_id: str, index: int, tool_call: Any, now: float) -> Pending:
+def candidate_row(
+    candidate_id: str, run_id: str, turn: int | None, call_id: str, index: int, tool_call: Any, now: float
+) -> Pending:
     text = as_json_text(tool_call.model_dump(mode="json") if isinstance(tool_call, ToolCall) else tool_call)
     try:
         parsed = json.loads(text)
     except ValueError:
         parsed = None
     fields = parsed if isinstance(parsed, dict) else {}
-    function = fields.get("function") if isinstance(fields.get("function"), dict) else {}
+    function: dict[str, Any] = fields["function"] if isinstance(fields.get("function"), dict) else {}
     name = fields.get("name", function.get("name"))
-    return CandidateRow.__table__, {
+    return table_of(CandidateRow), {
         "id": candidate_id, "run_id": run_id, "turn": turn, "call_id": call_id, "candidate_index": index,
         "gen_ai.tool.call.id": fields.get("id") if isinstance(fields.get("id"), str) else None,
         "gen_ai.tool.name": name if isinstance(name, str) else None, "tool_call_json": text, "created_at": now,
@@ -184,7 +199,7 @@ def transition_row(
     run_id: str, turn: int | None, candidate_id: str, from_state: str | None, to_state: str,
     reason: str, layer: str | None, now: float,
 ) -> Pending:
-    return TransitionRow.__table__, {
+    return table_of(TransitionRow), {
         "id": new_row_id(), "run_id": run_id, "turn": turn, "candidate_id": candidate_id,
         "from_state": from_state, "to_state": to_state, "layer": layer, "reason": reason, "at": now,
     }
@@ -198,26 +213,41 @@ def tool_execution_row(
 ) -> Pending:
     out_text, out_bytes, out_sha = capped(stdout, cap)
     err_text, err_bytes, err_sha = capped(stderr, cap)
-    return ToolExecution.__table__, {
-        "id": new_row_id(), "run_id": run_id, "turn": turn, "candidate_id": candidate_id,
-        "gen_ai.tool.name": tool, "gen_ai.tool.call.arguments": None if arguments_json is None else as_json_text(arguments_json),
-        "decision": decision, "rule": rule, "reason": reason, "ok": ok, "exit_code": exit_code,
-        "stdout": out_text, "stdout_bytes": out_bytes, "stdout_sha256": out_sha,
-        "stderr": err_text, "stderr_bytes": err_bytes, "stderr_sha256": err_sha, "duration_s": duration_s,
-        "gen_ai.tool.call.result": observation, "observation_sha256": sha256_hex(observation),
-        "detail_json": None if detail is None else canonical_json(dict(detail)), "at": now,
+    return table_of(ToolExecution), {
+        "id": new_row_id(),
+        "run_id": run_id,
+        "turn": turn,
+        "candidate_id": candidate_id,
+        "gen_ai.tool.name": tool,
+        "gen_ai.tool.call.arguments": None if arguments_json is None else as_json_text(arguments_json),
+        "decision": decision,
+        "rule": rule,
+        "reason": reason,
+        "ok": ok,
+        "exit_code": exit_code,
+        "stdout": out_text,
+        "stdout_bytes": out_bytes,
+        "stdout_sha256": out_sha,
+        "stderr": err_text,
+        "stderr_bytes": err_bytes,
+        "stderr_sha256": err_sha,
+        "duration_s": duration_s,
+        "gen_ai.tool.call.result": observation,
+        "observation_sha256": sha256_hex(observation),
+        "detail_json": None if detail is None else canonical_json(dict(detail)),
+        "at": now,
     }
 
 
 def event_row(run_id: str, turn: int | None, kind: str, data: Mapping[str, Any], now: float) -> Pending:
-    return EventRow.__table__, {
+    return table_of(EventRow), {
         "id": new_row_id(), "run_id": run_id, "turn": turn, "kind": kind,
         "data_json": canonical_json(dict(data)), "at": now,
     }
 
 
 def turn_row(run_id: str, turn: int, n_rows: int, messages: Sequence[Message], now: float) -> Pending:
-    return Turn.__table__, {
+    return table_of(Turn), {
         "id": new_row_id(), "run_id": run_id, "turn": turn, "committed_at": now, "n_rows": n_rows,
         "messages_json": canonical_json([m.model_dump(mode="json") for m in messages]),
     }

@@ -16,12 +16,23 @@ from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy import exc as sa_exc
 
 from store import browse, migrations, reader, verify
+from store.browse import ChainPosition, Facets, TurnIndexEntry, TurnSlice
 from store.chain import ChainCheck
 from store.engine import ensure_parent, make_engine, parse_url, probe_file, sqlite_path, use_wal
 from store.errors import NotAStore, RecordingError, RunNotFound, SchemaTooNew, SchemaTooOld, StoreDamaged, StoreError
+
 if TYPE_CHECKING:
     from store.recorder import Recorder
-from orchestrator.trajectory import CallView, CandidateView, EventView, RunSummary, RunView, ToolExecutionView, Trajectory, TurnView
+from orchestrator.trajectory import (
+    CallView,
+    CandidateView,
+    EventView,
+    RunSummary,
+    RunView,
+    ToolExecutionView,
+    Trajectory,
+    TurnView,
+)
 
 T = TypeVar("T")
 
@@ -103,26 +114,28 @@ class Store:
     def runs(self, *, status: str | None = None, verdict: str | None = None, model: str | None = None,
              since: float | None = None, until: float | None = None, limit: int = 50) -> list[RunSummary]:
         with self.read() as conn:
-            return reader.list_runs(conn, status=status, verdict=verdict, model=model, since=since, until=until, limit=limit)
+            return reader.list_runs(
+                conn, status=status, verdict=verdict, model=model, since=since, until=until, limit=limit
+            )
 
     def browse(self, wanted: browse.RunFilter) -> browse.RunPage:
         """One filtered, sorted page of runs with their totals (``escrow view``)."""
         return self._query(browse.page_runs, wanted)
 
-    def facets(self) -> browse.Facets:
+    def facets(self) -> Facets:
         return self._query(browse.facets)
 
     def summaries(self, run_ids: list[str]) -> list[RunSummary]:
         return self._query(browse.summaries, run_ids)
 
-    def chain_positions(self, run_id: str) -> list[browse.ChainPosition]:
+    def chain_positions(self, run_id: str) -> list[ChainPosition]:
         return self._query(browse.chain_positions, run_id)
 
-    def turn_index(self, run_id: str) -> list[browse.TurnIndexEntry]:
+    def turn_index(self, run_id: str) -> list[TurnIndexEntry]:
         return self._query(browse.turn_index, run_id)
 
     def turn_slice(self, run_id: str, first: int | None = None, last: int | None = None, *, tails: bool = True,
-                   detail: bool = True, only: Collection[int] | None = None) -> browse.TurnSlice:
+                   detail: bool = True, only: Collection[int] | None = None) -> TurnSlice:
         """Some turns of a run, read without the requests' text (``escrow view``)."""
         with self.read() as conn:
             return browse.turn_slice(conn, run_id, first, last, tails=tails, detail=detail, only=only)
@@ -216,8 +229,10 @@ def _prepare(engine: Engine, shown: str, *, may_create: bool, readonly: bool) ->
             return migrations.LATEST
         if version > migrations.LATEST:
             raise SchemaTooNew(
-                f"{shown} has schema version {version}, newer than this Escrow's {migrations.LATEST}; upgrade Escrow to read it",
-                location=shown, version=version,
+                f"{shown} has schema version {version}, newer than this Escrow's {migrations.LATEST}; upgrade Escrow "
+                "to read it",
+                location=shown,
+                version=version,
             )
         if version < migrations.LATEST and readonly:
             raise SchemaTooOld(

@@ -15,8 +15,16 @@ if TYPE_CHECKING:
     from store.store import Store
 
 TOOLS = (
-    ToolSpec(name="bash", description="Run a command.", parameters={"type": "object", "properties": {"cmd": {"type": "string"}}}),
-    ToolSpec(name="read_file", description="Read a file.", parameters={"type": "object", "properties": {"path": {"type": "string"}}}),
+    ToolSpec(
+        name="bash",
+        description="Run a command.",
+        parameters={"type": "object", "properties": {"cmd": {"type": "string"}}},
+    ),
+    ToolSpec(
+        name="read_file",
+        description="Read a file.",
+        parameters={"type": "object", "properties": {"path": {"type": "string"}}},
+    ),
 )
 
 
@@ -36,14 +44,39 @@ def request_for(turn: int, history: list[Message], model: str = "gemma-3-270m") 
 
 def envelope_for(rng: random.Random, turn: int, calls: tuple[ToolCall, ...]) -> Envelope:
     retried = rng.random() < 0.2
-    attempts = [Attempt(number=1, status=Status.TRANSPORT_FAILURE, http_status=503, error=ErrorDetail(kind="http_503", message="busy"), duration_s=0.01, backoff_s=0.5)] if retried else []
+    attempts = (
+        [
+            Attempt(
+                number=1,
+                status=Status.TRANSPORT_FAILURE,
+                http_status=503,
+                error=ErrorDetail(kind="http_503", message="busy"),
+                duration_s=0.01,
+                backoff_s=0.5,
+            )
+        ]
+        if retried
+        else []
+    )
     attempts.append(Attempt(number=len(attempts) + 1, status=Status.COMPLETED, http_status=200, duration_s=0.4))
     return Envelope(
-        status=Status.COMPLETED, payload=Payload(text=f"turn {turn}", tool_calls=calls), finish_reason="tool_calls",
-        http_status=200, usage=Usage(prompt_tokens=900 + 150 * turn, cached_prompt_tokens=750 + 150 * turn, completion_tokens=rng.randrange(20, 200),
-                                     prompt_source="server", cached_source="server", completion_source="server"),
-        timings=Timings(ttft_s=0.05, decode_s=0.3, total_s=0.36), model="gemma-3-270m", engine="llama.cpp",
-        attempts=tuple(attempts), payload_bytes=120,
+        status=Status.COMPLETED,
+        payload=Payload(text=f"turn {turn}", tool_calls=calls),
+        finish_reason="tool_calls",
+        http_status=200,
+        usage=Usage(
+            prompt_tokens=900 + 150 * turn,
+            cached_prompt_tokens=750 + 150 * turn,
+            completion_tokens=rng.randrange(20, 200),
+            prompt_source="server",
+            cached_source="server",
+            completion_source="server",
+        ),
+        timings=Timings(ttft_s=0.05, decode_s=0.3, total_s=0.36),
+        model="gemma-3-270m",
+        engine="llama.cpp",
+        attempts=tuple(attempts),
+        payload_bytes=120,
     )
 
 
@@ -78,7 +111,9 @@ def record_turn(recorder: Recorder, run_id: str, turn: int, history: list[Messag
     history.extend(appended)
 
 
-def record_run(recorder: Recorder, *, turns: int = 3, seed: int = 1, finish: bool = True, model: str = "gemma-3-270m") -> str:
+def record_run(
+    recorder: Recorder, *, turns: int = 3, seed: int = 1, finish: bool = True, model: str = "gemma-3-270m"
+) -> str:
     """A whole run of ``turns`` turns, closed with a PASS verdict when ``finish``."""
     rng = random.Random(seed)
     run_id = start(recorder, rng, model=model)

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Index, UniqueConstraint
+from sqlalchemy import Index, Table, UniqueConstraint
+from sqlalchemy import inspect as sa_inspect
 from sqlmodel import Field, SQLModel
 
 from store.text_escape import EscapedString, EscapedText
@@ -34,6 +35,16 @@ def text(**kwargs: Any) -> Any:
 def outside(**kwargs: Any) -> Any:
     """A short text from outside Escrow (a model, a server, a tool): escaped alike."""
     return Field(sa_type=EscapedString, **kwargs)
+
+
+def table_of(model: type[SQLModel]) -> Table:
+    """The Core table of a table model. SQLAlchemy sets ``__table__`` on every
+    ``table=True`` class; SQLModel's types do not declare it, so it is read
+    through the mapper."""
+    table = sa_inspect(model).local_table
+    if not isinstance(table, Table):
+        raise TypeError(f"{model.__name__} is not mapped to a table")
+    return table
 
 
 class Run(SQLModel, table=True):
@@ -291,4 +302,4 @@ class EventRow(Chained, table=True):
 CHAINED: tuple[type[Chained], ...] = (
     Turn, ModelCall, ModelResponse, CallAttempt, CandidateRow, TransitionRow, ToolExecution, EventRow,
 )
-CHAINED_TABLES: tuple[str, ...] = tuple(model.__tablename__ for model in CHAINED)  # type: ignore[misc]
+CHAINED_TABLES: tuple[str, ...] = tuple(table_of(model).name for model in CHAINED)

@@ -14,9 +14,9 @@ from store import blob_check, model_column
 from store.cells import check_row
 from store.chain import ChainCheck, ChainRow, check_chain
 from store.recorder import VERDICT_EVENT
-from store.tables import CHAINED, EventRow, Run
+from store.tables import CHAINED, EventRow, Run, table_of
 
-RUNS: Table = Run.__table__  # type: ignore[assignment]
+RUNS: Table = table_of(Run)
 
 
 def check_run(run_row: Mapping[str, Any], rows: list[ChainRow]) -> ChainCheck:
@@ -58,7 +58,12 @@ def verdict_problem(run_row: Mapping[str, Any], verdict_events: list[dict[str, A
             data = json.loads(last["data_json"])
         except (TypeError, ValueError):
             return "the verdict event's data is not JSON"
-        expected = {"status": "finished", "verdict": data.get("verdict"), "verdict_detail": data.get("detail"), "finished_at": last["at"]}
+        expected = {
+            "status": "finished",
+            "verdict": data.get("verdict"),
+            "verdict_detail": data.get("detail"),
+            "finished_at": last["at"],
+        }
     for column, value in expected.items():
         if run_row.get(column) != value:
             return f"run column {column} is {run_row.get(column)!r}, the chained record says {value!r}"
@@ -73,13 +78,13 @@ def load(conn: Connection, run_id: str | None = None) -> tuple[list[dict[str, An
     run_rows = [checked(RUNS, r) for r in conn.execute(runs_stmt).mappings()]
     rows = []
     for model in CHAINED:
-        t: Table = model.__table__  # type: ignore[attr-defined]
+        t: Table = table_of(model)
         stmt = select(t) if run_id is None else select(t).where(t.c.run_id == run_id)
         rows += [ChainRow(table=t.name, row=checked(t, r)) for r in conn.execute(stmt).mappings()]
     return run_rows, rows
 
 
-def checked(table: Table, row: Mapping[str, Any]) -> dict[str, Any]:
+def checked(table: Table, row: Mapping[Any, Any]) -> dict[str, Any]:
     check_row(table, row)
     return dict(row)
 

@@ -11,9 +11,9 @@ from store import model_column
 from store.chain import link
 from store.errors import RecordingError
 from store.rows import Pending, normalise
-from store.tables import Run
+from store.tables import Run, table_of
 
-RUNS: Table = Run.__table__  # type: ignore[assignment]
+RUNS: Table = table_of(Run)
 
 
 def chain_position(conn: Connection, run_id: str) -> tuple[int, str]:

@@ -118,7 +118,9 @@ class RunDisplay:
             _, call = self.candidates[ref]
             self.screen.running(args_summary(call.name, call.arguments))
 
-    def tool(self, ref: Any, name: str, args: BaseModel | None, decision: DecisionLike | None, outcome: ToolOutcome) -> None:
+    def tool(
+        self, ref: Any, name: str, args: BaseModel | None, decision: DecisionLike | None, outcome: ToolOutcome
+    ) -> None:
         self.screen.running(None)
         index, call = self.candidates.pop(ref, (0, ToolCall(id="", name=name, arguments="")))
         last = self.last.pop(ref, None)
@@ -143,7 +145,9 @@ class RunDisplay:
 
 
 def _output_bytes(outcome: ToolOutcome) -> int:
-    sizes = [v.get("total_bytes", 0) for k, v in outcome.detail.items() if k in ("stdout", "stderr") and isinstance(v, dict)]
+    sizes = [
+        v.get("total_bytes", 0) for k, v in outcome.detail.items() if k in ("stdout", "stderr") and isinstance(v, dict)
+    ]
     return output_size(sum(sizes), outcome.observation)
 
 

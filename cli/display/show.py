@@ -9,8 +9,8 @@ from rich.text import Text
 
 from cli.display.render import model_block, tool_block
 from cli.display.steps import steps_of
-from store.render import in_flight_lines, trajectory_header, turn_lines
 from orchestrator.trajectory import Trajectory
+from store.render import in_flight_lines, trajectory_header, turn_lines
 
 
 def print_trajectory(console: Console, trajectory: Trajectory, *, full: bool = False) -> None:
@@ -29,5 +29,7 @@ def print_trajectory(console: Console, trajectory: Trajectory, *, full: bool = F
         for tool in tools:
             console.print(tool_block(tool, full=full))
         if full:
-            for line in turn_lines(record)[2 + len(in_flight_lines(record)):]:  # past the heading and the in-flight lines
+            for line in turn_lines(record)[
+                2 + len(in_flight_lines(record)) :
+            ]:  # past the heading and the in-flight lines
                 console.print(Text(line, style="dim"), highlight=False)

@@ -20,7 +20,10 @@ HEADERS = {
     # Served pages load nothing and run no script (the bundle's scripts are
     # allowed by hash in its own pages); this header and each page's meta
     # policy both apply.
-    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; script-src 'none'; img-src data:; frame-src 'self'; form-action 'self'",
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'unsafe-inline'; script-src 'none'; img-src data:; frame-src 'self'; "
+        "form-action 'self'"
+    ),
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
 }

@@ -66,9 +66,12 @@ def _side(record: TurnRecord) -> Side:
     responses = [c.response for c in record.calls if c.response is not None]
     status = ",".join(sorted({r.status for r in responses})) or "NO RESPONSE"
     return Side(
-        input_tokens=sum(r.input_tokens for r in responses), cached_tokens=sum(r.cached_input_tokens for r in responses),
-        output_tokens=sum(r.output_tokens for r in responses), cost_usd=sum(r.cost_usd or 0.0 for r in responses),
-        total_s=sum(r.total_s for r in responses), status=status,
+        input_tokens=sum(r.input_tokens for r in responses),
+        cached_tokens=sum(r.cached_input_tokens for r in responses),
+        output_tokens=sum(r.output_tokens for r in responses),
+        cost_usd=sum(r.cost_usd or 0.0 for r in responses),
+        total_s=sum(r.total_s for r in responses),
+        status=status,
     )
 
 
@@ -78,7 +81,7 @@ def _request(record: TurnRecord) -> Any:
 
 
 def _answer(record: TurnRecord) -> Any:
-    out = []
+    out: list[dict[str, Any] | None] = []
     for call in record.calls:
         if call.response is None:
             out.append(None)
@@ -98,10 +101,18 @@ def _acl(record: TurnRecord) -> Any:
 
 
 def _observations(record: TurnRecord) -> Any:
-    return [{"tool": e.tool_name, "observation": e.observation, "exit_code": e.exit_code} for e in record.tool_executions]
+    return [
+        {"tool": e.tool_name, "observation": e.observation, "exit_code": e.exit_code} for e in record.tool_executions
+    ]
 
 
-CHECKS = (("request", _request), ("response", _answer), ("tool_call", _tool_calls), ("acl", _acl), ("tool_result", _observations))
+CHECKS = (
+    ("request", _request),
+    ("response", _answer),
+    ("tool_call", _tool_calls),
+    ("acl", _acl),
+    ("tool_result", _observations),
+)
 
 
 def _request_hashes(record: TurnRecord) -> tuple[str, ...]:

@@ -5,6 +5,7 @@ are done by small inline scripts; without them every row is shown."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from cli.view.render import Links
@@ -25,7 +26,9 @@ def bundle_runs(store: Store, refs: list[str]) -> list[str]:
     return [s.run.id for s in found.runs]
 
 
-def export_bundle(store: Store, dest: Path, refs: list[str], progress: Callable[[str], None] = lambda _: None) -> list[Path]:
+def export_bundle(
+    store: Store, dest: Path, refs: list[str], progress: Callable[[str], None] = lambda _: None
+) -> list[Path]:
     """Write index.html, a page and a chain page per run, a compare page for
     each run whose parent is in the bundle, and batches.html with a page per
     batch that any bundled run belongs to. Returns the files written."""
@@ -41,14 +44,14 @@ def export_bundle(store: Store, dest: Path, refs: list[str], progress: Callable[
     pages: list[tuple[str, Callable[[], str]]] = [(links.runs(), lambda: site.static_runs_page(run_ids))]
     wanted = set(run_ids)
     for run_id in run_ids:
-        pages.append((links.run(run_id), lambda r=run_id: site.run_page(r)))
-        pages.append((links.chain(run_id), lambda r=run_id: site.chain_page(r)))
+        pages.append((links.run(run_id), partial(site.run_page, run_id)))
+        pages.append((links.chain(run_id), partial(site.chain_page, run_id)))
         parent = store.run(run_id).parent_run_id
-        if parent in wanted:
-            pages.append((links.compare(parent, run_id), lambda p=parent, r=run_id: site.compare_page(p, r)))
+        if parent is not None and parent in wanted:
+            pages.append((links.compare(parent, run_id), partial(site.compare_page, parent, run_id)))
     pages.append((links.batches(), lambda: site.batches_page(ids=batch_ids)))
     for batch_id in batch_ids:
-        pages.append((links.batch(batch_id), lambda b=batch_id: site.batch_page(b)))
+        pages.append((links.batch(batch_id), partial(site.batch_page, batch_id)))
     written = []
     for name, render in pages:
         path = dest / name

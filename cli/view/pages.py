@@ -15,11 +15,20 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from store.chain import GENESIS_EVENT
 from orchestrator.trajectory import CallView, CandidateView, EventView, ToolExecutionView, Trajectory, TurnRecord
+from store.chain import GENESIS_EVENT
 
 COMPLETED = "COMPLETED"
-SUMMED = ("input_tokens", "cached_tokens", "prefilled_tokens", "output_tokens", "cost_usd", "total_s", "ttft_s", "decode_s")
+SUMMED = (
+    "input_tokens",
+    "cached_tokens",
+    "prefilled_tokens",
+    "output_tokens",
+    "cost_usd",
+    "total_s",
+    "ttft_s",
+    "decode_s",
+)
 
 
 @dataclass(frozen=True)
@@ -99,7 +108,9 @@ class TurnShown:
     def haystack(self) -> str:
         """Lower-cased text of the turn, for search within the run; built
         only when a search or the static bundle asks for it."""
-        return _haystack(self.new_messages + ((self.tail,) if self.tail else ()), self.calls, self.candidates, self.events)
+        return _haystack(
+            self.new_messages + ((self.tail,) if self.tail else ()), self.calls, self.candidates, self.events
+        )
 
     @property
     def bad(self) -> bool:
@@ -144,29 +155,68 @@ def _message(raw: dict[str, Any]) -> MessageShown:
     if not isinstance(content, str):
         content = json.dumps(content, ensure_ascii=False) if content is not None else ""
     calls = tuple(f"{c.get('name')}({c.get('arguments', '')})" for c in raw.get("tool_calls") or ())
-    return MessageShown(role=str(raw.get("role")), content=content, tool_calls=calls, tool_call_id=raw.get("tool_call_id"))
+    return MessageShown(
+        role=str(raw.get("role")), content=content, tool_calls=calls, tool_call_id=raw.get("tool_call_id")
+    )
 
 
 def _call(call: CallView) -> CallShown:
     resp = call.response
     if resp is None:
-        return CallShown(id=call.id, seq=call.seq, response_seq=None, status="NO RESPONSE", finish_reason=None, text="",
-                         reasoning=None, reasoning_tokens=None, refusal=None, tool_calls=(), error="no response was recorded (in flight when the run stopped)",
-                         input_tokens=0, cached_tokens=0, prefilled_tokens=0, output_tokens=0, cost_usd=None, ttft_s=None,
-                         decode_s=None, total_s=None, attempts=0, retry_of=call.attempt_of)
+        return CallShown(
+            id=call.id,
+            seq=call.seq,
+            response_seq=None,
+            status="NO RESPONSE",
+            finish_reason=None,
+            text="",
+            reasoning=None,
+            reasoning_tokens=None,
+            refusal=None,
+            tool_calls=(),
+            error="no response was recorded (in flight when the run stopped)",
+            input_tokens=0,
+            cached_tokens=0,
+            prefilled_tokens=0,
+            output_tokens=0,
+            cost_usd=None,
+            ttft_s=None,
+            decode_s=None,
+            total_s=None,
+            attempts=0,
+            retry_of=call.attempt_of,
+        )
     envelope = json.loads(resp.envelope_json)
     payload = envelope.get("payload") or {}
     error = envelope.get("error") or {}
-    cause = f"{error.get('kind', resp.error_type or '')}: {error.get('message', resp.error_message or '')}" if error or resp.error_message else None
+    cause = (
+        f"{error.get('kind', resp.error_type or '')}: {error.get('message', resp.error_message or '')}"
+        if error or resp.error_message
+        else None
+    )
     return CallShown(
-        id=call.id, seq=call.seq, response_seq=resp.seq, status=resp.status, finish_reason=envelope.get("finish_reason"),
-        text=payload.get("text") or "", reasoning=resp.reasoning or payload.get("reasoning") or payload.get("reasoning_content"),
+        id=call.id,
+        seq=call.seq,
+        response_seq=resp.seq,
+        status=resp.status,
+        finish_reason=envelope.get("finish_reason"),
+        text=payload.get("text") or "",
+        reasoning=resp.reasoning or payload.get("reasoning") or payload.get("reasoning_content"),
         reasoning_tokens=resp.reasoning_tokens,
         refusal=payload.get("refusal"),
-        tool_calls=tuple((str(c.get("id")), str(c.get("name")), str(c.get("arguments"))) for c in payload.get("tool_calls") or ()),
-        error=cause, input_tokens=resp.input_tokens, cached_tokens=resp.cached_input_tokens,
-        prefilled_tokens=max(0, resp.input_tokens - resp.cached_input_tokens), output_tokens=resp.output_tokens,
-        cost_usd=resp.cost_usd, ttft_s=resp.ttft_s, decode_s=resp.decode_s, total_s=resp.total_s, attempts=resp.n_attempts,
+        tool_calls=tuple(
+            (str(c.get("id")), str(c.get("name")), str(c.get("arguments"))) for c in payload.get("tool_calls") or ()
+        ),
+        error=cause,
+        input_tokens=resp.input_tokens,
+        cached_tokens=resp.cached_input_tokens,
+        prefilled_tokens=max(0, resp.input_tokens - resp.cached_input_tokens),
+        output_tokens=resp.output_tokens,
+        cost_usd=resp.cost_usd,
+        ttft_s=resp.ttft_s,
+        decode_s=resp.decode_s,
+        total_s=resp.total_s,
+        attempts=resp.n_attempts,
         retry_of=call.attempt_of,
     )
 
@@ -206,30 +256,50 @@ def _arguments(candidate: CandidateView) -> str:
 def _candidate(candidate: CandidateView, execution: ToolExecutionView | None) -> CandidateShown:
     arguments = _arguments(candidate)
     return CandidateShown(
-        index=candidate.candidate_index, seq=candidate.seq, tool_name=candidate.tool_name or "?", arguments=arguments,
+        index=candidate.candidate_index,
+        seq=candidate.seq,
+        tool_name=candidate.tool_name or "?",
+        arguments=arguments,
         state=candidate.state,
-        transitions=tuple((t.seq, t.from_state or "-", t.to_state, t.layer or "", t.reason) for t in candidate.transitions),
-        execution=execution, edit_diff=edit_diff(candidate.tool_name, arguments),
+        transitions=tuple(
+            (t.seq, t.from_state or "-", t.to_state, t.layer or "", t.reason) for t in candidate.transitions
+        ),
+        execution=execution,
+        edit_diff=edit_diff(candidate.tool_name, arguments),
     )
 
 
 def _event(event: EventView) -> EventShown:
     data = event.data
     if event.kind == "compaction":
-        summary = (f"{data.get('strategy')}: {data.get('messages_changed')} messages from #{data.get('first_changed_message')}, "
-                   f"~{data.get('tokens_before')} -> ~{data.get('tokens_after')} tokens")
+        summary = (
+            f"{data.get('strategy')}: {data.get('messages_changed')} messages from "
+            f"#{data.get('first_changed_message')}, "
+            f"~{data.get('tokens_before')} -> ~{data.get('tokens_after')} tokens"
+        )
     elif event.kind == "route":
         summary = f"{data.get('status')} -> {data.get('action')}"
     else:
-        summary = ", ".join(f"{k}={v}" for k, v in data.items() if isinstance(v, (str, int, float)) and k != "text")[:200]
-    return EventShown(seq=event.seq, kind=event.kind, data=json.dumps(data, indent=1, ensure_ascii=False), summary=summary)
+        summary = ", ".join(f"{k}={v}" for k, v in data.items() if isinstance(v, (str, int, float)) and k != "text")[
+            :200
+        ]
+    return EventShown(
+        seq=event.seq, kind=event.kind, data=json.dumps(data, indent=1, ensure_ascii=False), summary=summary
+    )
 
 
 def _haystack(messages: tuple[MessageShown, ...], calls: tuple[CallShown, ...], candidates: tuple[CandidateShown, ...],
               events: tuple[EventShown, ...]) -> str:
     parts: list[str] = [m.content for m in messages]
     for c in calls:
-        parts += [c.text, c.reasoning or "", c.refusal or "", c.error or "", c.status, *(f"{n} {a}" for _, n, a in c.tool_calls)]
+        parts += [
+            c.text,
+            c.reasoning or "",
+            c.refusal or "",
+            c.error or "",
+            c.status,
+            *(f"{n} {a}" for _, n, a in c.tool_calls),
+        ]
     for cand in candidates:
         parts += [cand.tool_name, cand.arguments, *(t[4] for t in cand.transitions)]
         if cand.execution is not None:
@@ -239,7 +309,9 @@ def _haystack(messages: tuple[MessageShown, ...], calls: tuple[CallShown, ...], 
     return "\n".join(parts).lower()
 
 
-def _turn(record: TurnRecord, new: tuple[MessageShown, ...], tail: MessageShown | None = None, opening: bool = False) -> TurnShown:
+def _turn(
+    record: TurnRecord, new: tuple[MessageShown, ...], tail: MessageShown | None = None, opening: bool = False
+) -> TurnShown:
     executions = {e.candidate_id: e for e in record.tool_executions}
     calls = tuple(_call(c) for c in record.calls)
     candidates = tuple(_candidate(c, executions.get(c.id)) for c in record.candidates)
@@ -272,8 +344,12 @@ def _tail(record: TurnRecord, new: tuple[MessageShown, ...], last_messages: Mapp
     return None if new and (new[-1].role, new[-1].content) == (last.role, last.content) else last
 
 
-def run_shown(trajectory: Trajectory, appended_before: str | None = None, last_messages: Mapping[str, str] | None = None,
-              appended_before_each: Mapping[int, str | None] | None = None) -> RunShown:
+def run_shown(
+    trajectory: Trajectory,
+    appended_before: str | None = None,
+    last_messages: Mapping[str, str] | None = None,
+    appended_before_each: Mapping[int, str | None] | None = None,
+) -> RunShown:
     """A request's new messages are the first request's own, then what the
     previous turn appended to the history (its committed messages). Reading
     those rather than diffing every request keeps a long run's page linear:
@@ -301,8 +377,11 @@ def run_shown(trajectory: Trajectory, appended_before: str | None = None, last_m
     patch = next((e for e in reversed(trajectory.run_events) if e.kind == "patch"), None)
     patch_data = patch.data if patch else {}
     return RunShown(
-        trajectory=trajectory, turns=tuple(turns), run_events=tuple(_event(e) for e in trajectory.run_events if e.kind not in ("patch", GENESIS_EVENT)),
-        patch=patch_data.get("text") if patch else None, patch_files=tuple(patch_data.get("files") or ()),
+        trajectory=trajectory,
+        turns=tuple(turns),
+        run_events=tuple(_event(e) for e in trajectory.run_events if e.kind not in ("patch", GENESIS_EVENT)),
+        patch=patch_data.get("text") if patch else None,
+        patch_files=tuple(patch_data.get("files") or ()),
     )
 
 

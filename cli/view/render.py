@@ -152,8 +152,13 @@ script that got past escaping, an event handler attribute) is blocked."""
 
 
 def content_security_policy(scripts: dict[str, str]) -> str:
-    hashes = " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()}'" for text in scripts.values())
-    return f"default-src 'none'; style-src 'unsafe-inline'; script-src {hashes}; img-src data:; frame-src 'self'; form-action 'self'"
+    hashes = " ".join(
+        f"'sha256-{base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()}'" for text in scripts.values()
+    )
+    return (
+        f"default-src 'none'; style-src 'unsafe-inline'; script-src {hashes}; img-src data:; frame-src 'self'; "
+        "form-action 'self'"
+    )
 
 
 class Renderer:
@@ -167,8 +172,17 @@ class Renderer:
 
     def chain(self, run_id: str, seq: int) -> Markup:
         """A link to a row's position in its run's hash chain."""
-        return Markup(f'<a class="chainlink" href="{escape(self.links.chain(run_id, seq))}" title="hash-chain position">#{seq}</a>')
+        return Markup(
+            f'<a class="chainlink" href="{escape(self.links.chain(run_id, seq))}" title="hash-chain '
+            f'position">#{seq}</a>'
+        )
 
     def page(self, name: str, **context: Any) -> str:
-        return self.env.get_template(name).render(links=self.links, static=self.links.static, chain=self.chain,
-                                                  scripts={k: Markup(v) for k, v in self.scripts.items()}, csp=self.csp, **context)
+        return self.env.get_template(name).render(
+            links=self.links,
+            static=self.links.static,
+            chain=self.chain,
+            scripts={k: Markup(v) for k, v in self.scripts.items()},
+            csp=self.csp,
+            **context,
+        )

@@ -3,7 +3,7 @@ server (app.py) and the static bundle (export.py), so both show the same."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from urllib.parse import urlencode
@@ -12,11 +12,24 @@ from cli.view import batches
 from cli.view.compare import Comparison, align, first_divergent_turn, request_pairs, with_requests
 from cli.view.pages import RunShown, matching, run_shown
 from cli.view.render import Links, Renderer
+from orchestrator.trajectory import Trajectory
 from store import ChainCheck, Store
 from store.browse import SORT_KEYS, RunFilter, TurnIndexEntry
-from orchestrator.trajectory import Trajectory
 
-FILTER_KEYS = ("verdict", "model", "batch", "q", "since", "until", "min_cost", "max_cost", "min_turns", "max_turns", "sort", "order")
+FILTER_KEYS = (
+    "verdict",
+    "model",
+    "batch",
+    "q",
+    "since",
+    "until",
+    "min_cost",
+    "max_cost",
+    "min_turns",
+    "max_turns",
+    "sort",
+    "order",
+)
 PER_PAGE = 50
 TURNS_PER_PAGE = 50
 
@@ -31,12 +44,12 @@ def parse_filter(params: Mapping[str, str]) -> tuple[RunFilter, list[str]]:
     problems: list[str] = []
     values: dict[str, object] = {}
 
-    def take(key: str, convert: type | object, target: str) -> None:
+    def take(key: str, convert: Callable[[str], object], target: str) -> None:
         raw = (params.get(key) or "").strip()
         if not raw:
             return
         try:
-            values[target] = convert(raw)  # type: ignore[operator]
+            values[target] = convert(raw)
         except ValueError:
             problems.append(f"ignored {key}={raw!r}: not a valid value")
 
@@ -56,7 +69,7 @@ def parse_filter(params: Mapping[str, str]) -> tuple[RunFilter, list[str]]:
         sort = "started"
     values["sort"] = sort
     values["descending"] = params.get("order", "desc") != "asc"
-    return RunFilter(**values, per_page=PER_PAGE), problems  # type: ignore[arg-type]
+    return RunFilter.model_validate({**values, "per_page": PER_PAGE}), problems
 
 
 @dataclass(frozen=True)
@@ -164,9 +177,20 @@ class Site:
         run = trajectory.run
         totals = self.store.summaries([run.id])[0].totals
         page_of = {e.turn: n for n, chunk in enumerate(pages, 1) for e in chunk}
-        return self.render.page("run.html", run=run, shown=shown, turns=matching(shown.turns, query), query=query or "",
-                                check=self.known_check(run.id, run.chain_seq, run.chain_head), totals=totals, index=index,
-                                pages=[] if search else pages, page=page, page_of=page_of, search=search)
+        return self.render.page(
+            "run.html",
+            run=run,
+            shown=shown,
+            turns=matching(shown.turns, query),
+            query=query or "",
+            check=self.known_check(run.id, run.chain_seq, run.chain_head),
+            totals=totals,
+            index=index,
+            pages=[] if search else pages,
+            page=page,
+            page_of=page_of,
+            search=search,
+        )
 
     def chain_page(self, ref: str) -> str:
         run = self.store.run(ref)
@@ -174,9 +198,14 @@ class Site:
                                 check=self.check(run.id, run.chain_seq, run.chain_head))
 
     def compare_page(self, a: str, b: str) -> str:
-        left, right = (self.store.turn_slice(self.store.resolve(ref), tails=False, detail=False).trajectory for ref in (a, b))
+        left, right = (
+            self.store.turn_slice(self.store.resolve(ref), tails=False, detail=False).trajectory for ref in (a, b)
+        )
         comparison = self.aligned(left, right)
-        checks = [(t.run.id, self.known_check(t.run.id, t.run.chain_seq, t.run.chain_head)) for t in (comparison.a, comparison.b)]
+        checks = [
+            (t.run.id, self.known_check(t.run.id, t.run.chain_seq, t.run.chain_head))
+            for t in (comparison.a, comparison.b)
+        ]
         return self.render.page("compare.html", cmp=comparison, checks=checks)
 
     def batches_page(self, page: int = 1, ids: list[str] | None = None) -> str:
@@ -193,7 +222,8 @@ class Site:
         the same first differing field without reading the histories."""
         pairs = request_pairs(left, right)
         # A turn where one run made no call compares a request with nothing: read whole.
-        whole = ({first_divergent_turn(left, right)} | {t for t, p in pairs.items() if None in p}) & set(pairs)
+        divergent = first_divergent_turn(left, right)
+        whole = {t for t, p in pairs.items() if t == divergent or None in p}
         while True:
             outlined = [(x, y) for t, (x, y) in pairs.items() if t not in whole and x is not None and y is not None]
             texts = {**self.store.request_outlines(outlined),

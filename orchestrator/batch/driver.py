@@ -47,5 +47,9 @@ def run_batch(store: Store, settings: Settings, batch_id: str, *,
         return run_pool(store, settings, batch_id, tasks, tasks_dir=Path(plan.tasks_dir),
                         model_urls=list(plan.model_urls), options=options or plan.options, on_attempt=on_attempt)
     except StoreError as exc:
-        raise StoreLost(f"{' '.join(str(exc).split())} -- batch {batch_id} stopped; once the store is back, finish it with "
-                             f"`escrow batch --resume {batch_id}`", batch_id=batch_id, location=store.url) from exc
+        raise StoreLost(
+            f"{' '.join(str(exc).split())} -- batch {batch_id} stopped; once the store is back, finish it with "
+            f"`escrow batch --resume {batch_id}`",
+            batch_id=batch_id,
+            location=store.url,
+        ) from exc

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections import Counter
 
 from orchestrator.contract import Frozen
-from store.batches import INFRASTRUCTURE, MODEL, STARTED, BatchView
 from orchestrator.trajectory import RunSummary
+from store.batches import INFRASTRUCTURE, MODEL, STARTED, BatchView
 
 # How an attempt whose sandbox missed ``--start-timeout`` is recorded: its
 # error names the exception (``SandboxStartTimeout`` in start_deadline.py).
@@ -16,7 +16,7 @@ START_TIMEOUT = "SandboxStartTimeout"
 
 
 def start_timed_out(error: str | None) -> bool:
-    return bool(error) and error.startswith(START_TIMEOUT + ":")  # type: ignore[union-attr]
+    return bool(error and error.startswith(START_TIMEOUT + ":"))
 
 
 class TaskLine(Frozen):
@@ -65,7 +65,9 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[int(rank) - 1]
 
 
-def batch_report(view: BatchView, summaries: dict[str, RunSummary], crashed: frozenset[str] | set[str] = frozenset()) -> BatchReport:
+def batch_report(
+    view: BatchView, summaries: dict[str, RunSummary], crashed: frozenset[str] | set[str] = frozenset()
+) -> BatchReport:
     latest = view.latest()
     lines = []
     for task_id in view.tasks:

@@ -17,14 +17,14 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from orchestrator.launch import RunRequest, run_agent
+from orchestrator.agent import Verdict
 from orchestrator.batch.errors import RepoError
 from orchestrator.batch.repos import prepare_repo
 from orchestrator.batch.start_deadline import BoundedStart
 from orchestrator.batch.tasks import BatchTask
-from orchestrator.agent import Verdict
 from orchestrator.contract import Frozen
 from orchestrator.errors import ConfigError, EscrowError
+from orchestrator.launch import RunRequest, run_agent
 from orchestrator.settings import Settings
 from store import Store
 from store import batches as bstore
@@ -81,13 +81,13 @@ class Heartbeat:
     def started(self, run_id: str) -> None:
         self.run_id = run_id
         bstore.take_lease(self.store, run_id, owner_id(), self.lease_s)
-        self.thread = threading.Thread(target=self._beat, name=f"lease-{run_id[:8]}", daemon=True)
+        self.thread = threading.Thread(target=self._beat, args=(run_id,), name=f"lease-{run_id[:8]}", daemon=True)
         self.thread.start()
 
-    def _beat(self) -> None:
+    def _beat(self, run_id: str) -> None:
         while not self.stop.wait(self.lease_s / 3):
             try:
-                bstore.renew_lease(self.store, self.run_id, self.lease_s)  # type: ignore[arg-type]
+                bstore.renew_lease(self.store, run_id, self.lease_s)
             except EscrowError:
                 pass  # the store is away; the lease lapses and the run reads as crashed, which is then true
 

@@ -54,7 +54,7 @@ class BoundedStart:
         done.wait(self.deadline_s)
         with lock:
             if "sandbox" in box:
-                return box["sandbox"]  # type: ignore[no-any-return]
+                return box["sandbox"]
             if "error" in box:
                 raise box["error"]
             box["abandoned"] = True

@@ -112,7 +112,7 @@ def _raw_rows(path: Path) -> list[tuple[int, Any, str | None]]:
     """(line, value, error) per row; Parquet rows are numbered from 1 like lines."""
     if path.suffix == ".parquet":
         try:
-            import pyarrow.parquet as pq  # type: ignore[import-untyped]
+            import pyarrow.parquet as pq  # type: ignore[import-untyped]  # pyarrow ships no type stubs
         except ImportError:
             raise TaskFileError("reading Parquet needs pyarrow (pip install 'escrow[batch]')") from None
         try:

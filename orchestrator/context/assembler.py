@@ -8,7 +8,8 @@ content hash.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from pydantic import Field
 
@@ -17,6 +18,7 @@ from orchestrator.context.calibration import CalibrationEvent, calibrate
 from orchestrator.context.compaction import (
     CompactionEvent,
     CompactionPolicy,
+    Strategy,
     drop_oldest_turns,
     elide_tool_outputs,
 )
@@ -107,7 +109,7 @@ class ContextAssembler:
             raise ContractError("history is append-only: turns must not go backwards", turn=turn)
         flags = elidable if elidable is not None else [m.role == "tool" for m in messages]
         self._state = self._state.appended(
-            [self._entry(m, turn=turn, elidable=f) for m, f in zip(messages, flags)]
+            [self._entry(m, turn=turn, elidable=f) for m, f in zip(messages, flags, strict=False)]
         )
 
     def _raw(self, state: ContextState, tail_tokens: int) -> int:
@@ -165,14 +167,20 @@ class ContextAssembler:
             return self.estimate(candidate) <= target
 
         events: list[CompactionEvent] = []
-        for strategy, step in (("elide_tool_outputs", elide_tool_outputs), ("drop_oldest_turns", drop_oldest_turns)):
+        steps: tuple[tuple[Strategy, Callable[..., tuple[ContextState, int]]], ...] = (
+            ("elide_tool_outputs", elide_tool_outputs),
+            ("drop_oldest_turns", drop_oldest_turns),
+        )
+        for strategy, step in steps:
             new, changed = step(state, fits=fits, counter=self.counts, policy=self.policy)
             if changed:
+                first_changed = first_difference(state.messages(), new.messages())
+                assert first_changed is not None  # a step that changed messages left a difference
                 events.append(
                     CompactionEvent(
                         turn=turn,
                         strategy=strategy,
-                        first_changed_message=first_difference(state.messages(), new.messages()),
+                        first_changed_message=first_changed,
                         messages_changed=changed,
                         tokens_before=self.estimate(state),
                         tokens_after=self.estimate(new),

@@ -49,17 +49,19 @@ class Margin(Frozen):
 def resolve_budget(*, configured: int | None, discovered: int | None, k_max: int) -> Budget:
     """S_max from config and/or the server. Config may only shrink what the
     server reports; with neither, the window is unknown and that is an error."""
-    if configured is None and discovered is None:
-        raise ConfigError(
-            "context window unknown: the server does not report it (llama.cpp's OpenAI server does not); "
-            "set context_window in the settings",
-        )
+    s_max: int
+    source: WindowSource
     if configured is not None and discovered is not None:
         s_max, source = min(configured, discovered), "config+server"
     elif configured is not None:
         s_max, source = configured, "config"
-    else:
+    elif discovered is not None:
         s_max, source = discovered, "server"
+    else:
+        raise ConfigError(
+            "context window unknown: the server does not report it (llama.cpp's OpenAI server does not); "
+            "set context_window in the settings",
+        )
     try:
         return Budget(s_max=s_max, k_max=k_max, source=source)
     except ValueError as exc:

@@ -111,7 +111,7 @@ def normalize_tools(tools: Sequence[ToolSpec]) -> tuple[ToolSpec, ...]:
 
 def first_difference(old: Sequence[Message], new: Sequence[Message]) -> int | None:
     """Index of the first message that differs (or exists in only one list)."""
-    for index, (a, b) in enumerate(zip(old, new)):
+    for index, (a, b) in enumerate(zip(old, new, strict=False)):
         if a != b:
             return index
     return None if len(old) == len(new) else min(len(old), len(new))

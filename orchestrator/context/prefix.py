@@ -71,7 +71,7 @@ class PrefixReport(Frozen):
 def _common_prefix(prev: PromptBytes, cur: PromptBytes) -> tuple[int, int | None]:
     """(shared bytes, index of the first record that differs or None)."""
     shared = 0
-    for index, (a, b) in enumerate(zip(prev.records, cur.records)):
+    for index, (a, b) in enumerate(zip(prev.records, cur.records, strict=False)):
         if a == b:
             shared += len(a.encode("utf-8"))
             continue

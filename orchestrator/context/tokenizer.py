@@ -40,7 +40,7 @@ class TiktokenCounter:
         self._plugin = OFFLINE_ENCODINGS.get(encoding, encoding)
         if self._plugin not in tiktoken.list_encoding_names():
             raise TokenizerError(f"tiktoken encoding {encoding!r} is not available offline", tokenizer=encoding)
-        self._encoding = None
+        self._encoding: tiktoken.Encoding | None = None
         self._name = f"tiktoken:{encoding}"
 
     @property

@@ -12,7 +12,15 @@ from typing import Literal
 
 from orchestrator.contract import Frozen
 from orchestrator.costing.figures import (
-    DAY_FORMAT, ESCROW_SOURCE, NO_BATCH, NO_ENGINE, NO_VERDICT, PriceLookup, RunSlice, percentile, percentile_of_counts, ratio,
+    DAY_FORMAT,
+    NO_BATCH,
+    NO_ENGINE,
+    NO_VERDICT,
+    PriceLookup,
+    RunSlice,
+    percentile,
+    percentile_of_counts,
+    ratio,
 )
 from orchestrator.costing.trajectory import unpriced_warnings
 from policies.pricing import CostBreakdown, cost_breakdown
@@ -85,7 +93,9 @@ def group_key(by: str, piece: RunSlice) -> str:
     raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUP_BY)}")
 
 
-def group_stats(key: str, pieces: Sequence[RunSlice], ttfts: Sequence[tuple[float, int]], prices: PriceLookup) -> GroupStats:
+def group_stats(
+    key: str, pieces: Sequence[RunSlice], ttfts: Sequence[tuple[float, int]], prices: PriceLookup
+) -> GroupStats:
     per_run_cost: dict[str, float] = defaultdict(float)
     per_run_tokens: dict[str, int] = defaultdict(int)
     cost = CostBreakdown()
@@ -98,11 +108,21 @@ def group_stats(key: str, pieces: Sequence[RunSlice], ttfts: Sequence[tuple[floa
     tool_s = {p.run_id: p.tool_s for p in pieces}
     prompt, cached = sum(p.prompt_tokens for p in pieces), sum(p.cached_tokens for p in pieces)
     return GroupStats(
-        key=key, runs=len(per_run_cost), calls=sum(p.calls for p in pieces), prompt_tokens=prompt,
-        cached_tokens=cached, prefilled_tokens=prompt - cached, completion_tokens=sum(p.completion_tokens for p in pieces),
-        cost=cost, gpu_s=sum(p.gpu_s for p in pieces), decode_s=sum(p.decode_s for p in pieces),
-        tool_s=sum(tool_s.values()), retries=sum(p.retries for p in pieces), wait_s=sum(p.wait_s for p in pieces),
-        cost_per_run=Spread.of(list(per_run_cost.values())), tokens_per_run=Spread.of(list(per_run_tokens.values())),
+        key=key,
+        runs=len(per_run_cost),
+        calls=sum(p.calls for p in pieces),
+        prompt_tokens=prompt,
+        cached_tokens=cached,
+        prefilled_tokens=prompt - cached,
+        completion_tokens=sum(p.completion_tokens for p in pieces),
+        cost=cost,
+        gpu_s=sum(p.gpu_s for p in pieces),
+        decode_s=sum(p.decode_s for p in pieces),
+        tool_s=sum(tool_s.values()),
+        retries=sum(p.retries for p in pieces),
+        wait_s=sum(p.wait_s for p in pieces),
+        cost_per_run=Spread.of(list(per_run_cost.values())),
+        tokens_per_run=Spread.of(list(per_run_tokens.values())),
         ttft_s=Spread.of_counts(ttfts),
     )
 

@@ -81,10 +81,14 @@ def warnings_html(warnings: Sequence[str]) -> str:
 def run_html(report: RunCost) -> str:
     labels = [str(line.turn) for line in report.turns]
     tokens = bar_chart(
-        "tokens-per-turn", "Tokens per turn", labels,
+        "tokens-per-turn",
+        "Tokens per turn",
+        labels,
         [
             Series(name="cached prompt", color=CACHED, values=tuple(float(t.cached_tokens) for t in report.turns)),
-            Series(name="prefilled prompt", color=PREFILLED, values=tuple(float(t.prefilled_tokens) for t in report.turns)),
+            Series(
+                name="prefilled prompt", color=PREFILLED, values=tuple(float(t.prefilled_tokens) for t in report.turns)
+            ),
             Series(name="completion", color=OUTPUT, values=tuple(float(t.completion_tokens) for t in report.turns)),
         ],
     )
@@ -102,12 +106,23 @@ def run_html(report: RunCost) -> str:
     ]
     if report.comparison is not None:
         c = report.comparison
-        body.append(bar_chart(
-            "prefill-comparison", "Prompt tokens prefilled: no cache vs actual vs ideal cache",
-            ["no cache", "actual", "ideal cache"],
-            [Series(name="tokens", color=PREFILLED, values=(float(c.no_cache_tokens), float(c.prefilled_tokens), float(c.ideal_cache_tokens)))],
-        ))
-        body.append("<h2>Cache comparison</h2>" + "".join(f'<p class="note">{escape(s)}</p>' for s in comparison_lines(c)))
+        body.append(
+            bar_chart(
+                "prefill-comparison",
+                "Prompt tokens prefilled: no cache vs actual vs ideal cache",
+                ["no cache", "actual", "ideal cache"],
+                [
+                    Series(
+                        name="tokens",
+                        color=PREFILLED,
+                        values=(float(c.no_cache_tokens), float(c.prefilled_tokens), float(c.ideal_cache_tokens)),
+                    )
+                ],
+            )
+        )
+        body.append(
+            "<h2>Cache comparison</h2>" + "".join(f'<p class="note">{escape(s)}</p>' for s in comparison_lines(c))
+        )
     body.append("<h2>Per turn</h2>" + table(line_rows(report)))
     return page(f"Escrow cost report {report.run_id}", body)
 
@@ -119,10 +134,14 @@ def aggregate_html(report: AggregateReport) -> str:
         [Series(name="$", color=COST, values=tuple(g.cost.total_usd for g in report.groups))],
     )
     tokens = bar_chart(
-        "tokens-per-group", f"Prompt tokens by {report.by}", labels,
+        "tokens-per-group",
+        f"Prompt tokens by {report.by}",
+        labels,
         [
             Series(name="cached prompt", color=CACHED, values=tuple(float(g.cached_tokens) for g in report.groups)),
-            Series(name="prefilled prompt", color=PREFILLED, values=tuple(float(g.prefilled_tokens) for g in report.groups)),
+            Series(
+                name="prefilled prompt", color=PREFILLED, values=tuple(float(g.prefilled_tokens) for g in report.groups)
+            ),
         ],
     )
     body = [

@@ -53,7 +53,8 @@ def bar_chart(
     slot_w = plot_w / slots
     bar_w = max(1.0, slot_w * 0.7)
     parts = [
-        f'<svg class="chart" id="{escape(chart_id)}" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}"'
+        f'<svg class="chart" id="{escape(chart_id)}" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" '
+        f'height="{HEIGHT}"'
         f' viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title)}">',
         f'<text x="{LEFT}" y="18" class="title">{escape(title)}</text>',
         f'<line x1="{LEFT}" y1="{TOP + plot_h}" x2="{LEFT + plot_w}" y2="{TOP + plot_h}" class="axis"/>',
@@ -61,20 +62,27 @@ def bar_chart(
     ]
     for fraction in (0.0, 0.5, 1.0):
         y = TOP + plot_h * (1 - fraction)
-        parts.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" class="tick" text-anchor="end">{short(top * fraction)}{escape(unit)}</text>')
+        parts.append(
+            f'<text x="{LEFT - 6}" y="{y + 4:.1f}" class="tick" '
+            f'text-anchor="end">{short(top * fraction)}{escape(unit)}</text>'
+        )
     every = max(1, slots // 20)
     for i, label in enumerate(labels):
         x = LEFT + i * slot_w + (slot_w - bar_w) / 2
-        base = TOP + plot_h
+        base: float = TOP + plot_h
         for series in stacks:
             h = plot_h * series.values[i] / top
             base -= h
             parts.append(
-                f'<rect class="bar" x="{x:.2f}" y="{base:.2f}" width="{bar_w:.2f}" height="{h:.2f}" fill="{series.color}">'
-                f'<title>{escape(label)}: {escape(series.name)} {series.values[i]:,.6g}</title></rect>'
+                f'<rect class="bar" x="{x:.2f}" y="{base:.2f}" width="{bar_w:.2f}" height="{h:.2f}" '
+                f'fill="{series.color}">'
+                f"<title>{escape(label)}: {escape(series.name)} {series.values[i]:,.6g}</title></rect>"
             )
         if i % every == 0:
-            parts.append(f'<text x="{x + bar_w / 2:.2f}" y="{TOP + plot_h + 16}" class="tick" text-anchor="middle">{escape(label)}</text>')
+            parts.append(
+                f'<text x="{x + bar_w / 2:.2f}" y="{TOP + plot_h + 16}" class="tick" '
+                f'text-anchor="middle">{escape(label)}</text>'
+            )
     if line is not None and line.values:
         parts.append(polyline(line, slot_w, plot_w, plot_h, unit))
     parts.append(legend([*stacks, *([line] if line else [])]))

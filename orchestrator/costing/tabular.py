@@ -81,13 +81,27 @@ def run_json(report: RunCost) -> dict[str, Any]:
 
 def group_row(g: GroupStats, by: str) -> dict[str, Any]:
     return {
-        by: g.key, "runs": g.runs, "calls": g.calls, "prompt_tokens": g.prompt_tokens, "cached_tokens": g.cached_tokens,
-        "prefilled_tokens": g.prefilled_tokens, "completion_tokens": g.completion_tokens,
-        "cache_hit_ratio": None if g.hit_ratio is None else round(g.hit_ratio, 4), "cost_usd": usd(g.cost.total_usd),
-        "gpu_usd": usd(g.cost.gpu_usd), "cost_per_run_p50": p_usd(g.cost_per_run.p50), "cost_per_run_p95": p_usd(g.cost_per_run.p95),
-        "tokens_per_run_p50": g.tokens_per_run.p50, "tokens_per_run_p95": g.tokens_per_run.p95,
-        "ttft_s_p50": g.ttft_s.p50, "ttft_s_p95": g.ttft_s.p95, "gpu_s": round(g.gpu_s, 6),
-        "wait_s": round(g.wait_s, 6), "decode_s": round(g.decode_s, 6), "tool_s": round(g.tool_s, 6), "retries": g.retries,
+        by: g.key,
+        "runs": g.runs,
+        "calls": g.calls,
+        "prompt_tokens": g.prompt_tokens,
+        "cached_tokens": g.cached_tokens,
+        "prefilled_tokens": g.prefilled_tokens,
+        "completion_tokens": g.completion_tokens,
+        "cache_hit_ratio": None if g.hit_ratio is None else round(g.hit_ratio, 4),
+        "cost_usd": usd(g.cost.total_usd),
+        "gpu_usd": usd(g.cost.gpu_usd),
+        "cost_per_run_p50": p_usd(g.cost_per_run.p50),
+        "cost_per_run_p95": p_usd(g.cost_per_run.p95),
+        "tokens_per_run_p50": g.tokens_per_run.p50,
+        "tokens_per_run_p95": g.tokens_per_run.p95,
+        "ttft_s_p50": g.ttft_s.p50,
+        "ttft_s_p95": g.ttft_s.p95,
+        "gpu_s": round(g.gpu_s, 6),
+        "wait_s": round(g.wait_s, 6),
+        "decode_s": round(g.decode_s, 6),
+        "tool_s": round(g.tool_s, 6),
+        "retries": g.retries,
     }
 
 

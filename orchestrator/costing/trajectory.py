@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from orchestrator.contract import Frozen
 from orchestrator.context.accounting import prefill_tokens_ideal_cache, resent_tokens_no_cache
+from orchestrator.contract import Frozen
 from orchestrator.costing.figures import CallFigures, PriceLookup, ToolFigures, ratio
 from policies.pricing import CostBreakdown, cost_breakdown
 
@@ -106,7 +106,8 @@ def chapter_comparison(calls: Sequence[CallFigures]) -> ChapterComparison | None
         f"N = {n} answered model calls with usage"
         f"{f' ({left_out} without usage left out: no prompt size was reported)' if left_out else ''}; "
         f"S0 = {s0}, the first call's prompt tokens; "
-        f"delta = {delta}, the mean growth of the prompt per call ((last {answered[-1].prompt_tokens} - first {s0}) / {max(n - 1, 1)}"
+        f"delta = {delta}, the mean growth of the prompt per call ((last {answered[-1].prompt_tokens} - first {s0}) / "
+        f"{max(n - 1, 1)}"
         f" = {exact:.1f}, rounded{', clamped at 0: the prompt shrank' if exact < 0 else ''})"
     )
     return ChapterComparison(
@@ -123,7 +124,9 @@ def cost_line(turn: int | None, calls: Sequence[CallFigures], resent: Sequence[i
               prices: PriceLookup) -> CostLine:
     cost = CostBreakdown()
     for call in calls:
-        cost = cost + cost_breakdown(call.prompt_tokens, call.cached, call.completion_tokens, call.gpu_s, prices(call.model))
+        cost = cost + cost_breakdown(
+            call.prompt_tokens, call.cached, call.completion_tokens, call.gpu_s, prices(call.model)
+        )
     ttfts = [c.ttft_s for c in calls if c.ttft_s is not None]
     prompt, cached = sum(c.prompt_tokens for c in calls), sum(c.cached for c in calls)
     return CostLine(

@@ -72,8 +72,10 @@ class FaultState:
 
     def record(self, item: Any) -> None:
         with self.changed:
-            target = {RecordedRequest: self.requests, StreamRecord: self.streams, Disconnect: self.disconnects}[type(item)]
-            target.append(item)
+            targets: dict[type, list[Any]] = {
+                RecordedRequest: self.requests, StreamRecord: self.streams, Disconnect: self.disconnects
+            }
+            targets[type(item)].append(item)
             self.changed.notify_all()
 
 
@@ -88,7 +90,9 @@ class FaultApp:
         self.routes = Starlette(routes=[Route("/v1/models", self._models), Route("/health", self._health), *extra])
 
     async def _models(self, request: Request) -> JSONResponse:
-        return JSONResponse({"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "escrow-fault-server"}]})
+        return JSONResponse(
+            {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "escrow-fault-server"}]}
+        )
 
     async def _health(self, request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
@@ -116,7 +120,12 @@ class FaultApp:
         try:
             scenario = self.state.next_scenario(key)
         except ScriptExhausted as exc:
-            await _respond(send, 500, b"application/json", json.dumps({"error": {"message": str(exc), "type": "fault_server"}}).encode())
+            await _respond(
+                send,
+                500,
+                b"application/json",
+                json.dumps({"error": {"message": str(exc), "type": "fault_server"}}).encode(),
+            )
             return
         try:
             body = json.loads(raw)
@@ -159,7 +168,9 @@ class FaultApp:
             return
         await _start(send, item.status, item.content_type.encode())
         for start in range(0, len(item.body), item.piece_bytes):
-            await send({"type": "http.response.body", "body": item.body[start:start + item.piece_bytes], "more_body": True})
+            await send(
+                {"type": "http.response.body", "body": item.body[start : start + item.piece_bytes], "more_body": True}
+            )
             await anyio.sleep(item.pause_s)  # yields even at 0, so each piece is its own write
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
@@ -168,8 +179,14 @@ class FaultApp:
         await _start(send, 200, b"text/event-stream" if streamed else b"application/json")
         piece = "x" * item.piece_bytes
         if streamed:
-            frame = render.sse(json.dumps({"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}))
-            head, tail = b"", render.sse(json.dumps({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})) + render.sse("[DONE]")
+            frame = render.sse(
+                json.dumps({"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]})
+            )
+            head, tail = (
+                b"",
+                render.sse(json.dumps({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+                + render.sse("[DONE]"),
+            )
         else:
             frame = piece.encode()
             head = b'{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"'
@@ -242,7 +259,7 @@ def _hang_up(send) -> None:
     runs uvicorn's h11 protocol, pinned)."""
     cycle = getattr(send, "__self__", None)
     transport = getattr(cycle, "transport", None)
-    if transport is None:
+    if cycle is None or transport is None:
         raise RuntimeError("hang-up needs uvicorn's h11 protocol (send is not bound to a request cycle)")
     transport.close()
     cycle.disconnected = True

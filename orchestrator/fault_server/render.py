@@ -60,7 +60,10 @@ def _envelope(reply: Reply, body: dict[str, Any], index: int, obj: str) -> dict[
 
 def _logprobs(piece: str, k: int) -> dict[str, Any]:
     """One entry per chunk, with ``k`` alternatives (the token itself first)."""
-    top = [{"token": piece if i == 0 else f"{piece}~{i}", "logprob": -0.25 - i, "bytes": list(piece.encode())} for i in range(k)]
+    top = [
+        {"token": piece if i == 0 else f"{piece}~{i}", "logprob": -0.25 - i, "bytes": list(piece.encode())}
+        for i in range(k)
+    ]
     return {"content": [{"token": piece, "logprob": -0.25, "bytes": list(piece.encode()), "top_logprobs": top}]}
 
 
@@ -68,7 +71,8 @@ def stream_plan(reply: Reply, body: dict[str, Any], index: int) -> list[Step]:
     """The SSE events of a streamed reply, with its faults spliced in."""
     head = _envelope(reply, body, index, "chat.completion.chunk")
     want_logprobs = bool(body.get("logprobs"))
-    top_k = body.get("top_logprobs") if isinstance(body.get("top_logprobs"), int) else 0
+    requested_top = body.get("top_logprobs")
+    top_k = requested_top if isinstance(requested_top, int) else 0
 
     def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
         choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
@@ -76,7 +80,9 @@ def stream_plan(reply: Reply, body: dict[str, Any], index: int) -> list[Step]:
             choice["logprobs"] = logprobs
         return sse(_dumps({**head, "choices": [choice]}))
 
-    payload: list[bytes] = [chunk({"reasoning_content": piece}) for piece in _pieces(reply.reasoning, reply.chunk_chars)]
+    payload: list[bytes] = [
+        chunk({"reasoning_content": piece}) for piece in _pieces(reply.reasoning, reply.chunk_chars)
+    ]
     for n, piece in enumerate(_pieces(reply.text, reply.chunk_chars)):
         delta = {"role": "assistant", "content": piece} if n == 0 else {"content": piece}
         payload.append(chunk(delta, logprobs=_logprobs(piece, top_k) if want_logprobs else None))
@@ -129,7 +135,11 @@ def whole_body(reply: Reply, body: dict[str, Any], index: int) -> tuple[bytes, i
         message["refusal"] = reply.refusal
     if reply.tool_calls:
         message["tool_calls"] = [
-            {"id": c.id or f"call_{index}_{i}", "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            {
+                "id": c.id or f"call_{index}_{i}",
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments},
+            }
             for i, c in enumerate(reply.tool_calls)
         ]
     tokens = len(_pieces(reply.text, reply.chunk_chars)) + sum(

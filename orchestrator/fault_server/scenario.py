@@ -21,7 +21,9 @@ def _from_base64(value: Any) -> Any:
 
 # Raw bytes (possibly not UTF-8) travel through JSON scripts as base64.
 Base64Bytes = Annotated[
-    bytes, BeforeValidator(_from_base64), PlainSerializer(lambda v: base64.b64encode(v).decode("ascii"), return_type=str)
+    bytes,
+    BeforeValidator(_from_base64),
+    PlainSerializer(lambda v: base64.b64encode(v).decode("ascii"), return_type=str),
 ]
 
 
@@ -58,7 +60,9 @@ class Reply(Frozen):
 
     kind: Literal["reply"] = "reply"
     text: str = ""
-    reasoning: str = Field(default="", description="Sent as reasoning_content before the text, as vLLM and llama.cpp do.")
+    reasoning: str = Field(
+        default="", description="Sent as reasoning_content before the text, as vLLM and llama.cpp do."
+    )
     tool_calls: tuple[ScriptedToolCall, ...] = ()
     refusal: str | None = None
     finish_reason: str | None = None
@@ -178,10 +182,14 @@ class Fault:
 
     @staticmethod
     def error_mid_stream(after_chunk: int = 1, *, message: str = "CUDA error: out of memory") -> Reply:
-        return Reply(text="partial output", faults=(StreamFault(at_chunk=after_chunk, action="error", message=message),))
+        return Reply(
+            text="partial output", faults=(StreamFault(at_chunk=after_chunk, action="error", message=message),)
+        )
 
     @staticmethod
-    def invalid_tool_arguments(valid: str = '{"path": "a.py"}', junk: str = '}, "x": 1', name: str = "read_file") -> Reply:
+    def invalid_tool_arguments(
+        valid: str = '{"path": "a.py"}', junk: str = '}, "x": 1', name: str = "read_file"
+    ) -> Reply:
         """Tool-call arguments that are a valid JSON value, then keep going."""
         return Reply(tool_calls=(ScriptedToolCall(name=name, arguments=valid + junk),), chunk_chars=1)
 
@@ -192,7 +200,9 @@ class Fault:
     @staticmethod
     def raw(body: bytes, *, status: int = 200, content_type: str = "application/json",
             piece_bytes: int | None = None, pause_s: float = 0.0) -> RawResponse:
-        return RawResponse(status=status, content_type=content_type, body=body, piece_bytes=piece_bytes, pause_s=pause_s)
+        return RawResponse(
+            status=status, content_type=content_type, body=body, piece_bytes=piece_bytes, pause_s=pause_s
+        )
 
     @staticmethod
     def raw_stream(body: bytes, *, piece_bytes: int | None = None, pause_s: float = 0.0) -> RawResponse:

@@ -58,7 +58,9 @@ class FaultServer:
             sock.bind((self.host, self._port))
         except OSError as exc:
             sock.close()
-            raise FaultServerError(f"cannot listen on {self.host}:{self._port}: {exc.strerror}", port=self._port) from exc
+            raise FaultServerError(
+                f"cannot listen on {self.host}:{self._port}: {exc.strerror}", port=self._port
+            ) from exc
         self._sock = sock
         self._port = sock.getsockname()[1]
         config = uvicorn.Config(
@@ -67,7 +69,9 @@ class FaultServer:
             timeout_graceful_shutdown=1,
         )
         self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, name="fault-server", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, name="fault-server", daemon=True
+        )
         self._thread.start()
         deadline = time.monotonic() + self.startup_timeout_s
         while not self._server.started:

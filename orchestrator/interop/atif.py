@@ -31,7 +31,7 @@ def looks_like(doc: Any) -> bool:
     return isinstance(doc, dict) and str(doc.get("schema_version", "")).startswith("ATIF-")
 
 
-def content_text(content: Any) -> str | None:
+def content_text(content: str | list[schema.ContentPart] | None) -> str | None:
     if isinstance(content, list):
         return text_of([p.model_dump(exclude_none=True) for p in content])
     return content

@@ -6,11 +6,12 @@ the ATIF export is checked against."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-SCHEMA_VERSIONS = ("ATIF-v1.0", "ATIF-v1.1", "ATIF-v1.2", "ATIF-v1.3", "ATIF-v1.4", "ATIF-v1.5", "ATIF-v1.6")
+SchemaVersion = Literal["ATIF-v1.0", "ATIF-v1.1", "ATIF-v1.2", "ATIF-v1.3", "ATIF-v1.4", "ATIF-v1.5", "ATIF-v1.6"]
+SCHEMA_VERSIONS: tuple[str, ...] = get_args(SchemaVersion)
 LATEST = SCHEMA_VERSIONS[-1]
 AGENT_ONLY = ("model_name", "reasoning_effort", "reasoning_content", "tool_calls", "metrics")
 
@@ -114,7 +115,7 @@ class Step(Strict):
 
 
 class Trajectory(Strict):
-    schema_version: Literal[SCHEMA_VERSIONS]  # type: ignore[valid-type]
+    schema_version: SchemaVersion
     session_id: str
     agent: Agent
     steps: list[Step] = Field(min_length=1)

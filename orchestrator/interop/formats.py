@@ -3,14 +3,23 @@ SourceTrajectory records out. Pure: no file or database access."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from orchestrator.interop import atif, inspect_eval, mini_swe_agent, openhands, swe_agent
 from orchestrator.interop.errors import FormatMismatch
 from orchestrator.interop.limits import ReadLimits, parse_json
 from orchestrator.interop.records import FORMATS, SourceTrajectory
 
-JSON_FORMATS = {
+
+class JsonFormat(Protocol):
+    """A reader of one JSON trajectory format (each such module is one)."""
+
+    def looks_like(self, doc: Any) -> bool: ...
+
+    def parse(self, doc: Any, name: str) -> list[SourceTrajectory]: ...
+
+
+JSON_FORMATS: dict[str, JsonFormat] = {
     atif.FORMAT: atif,
     swe_agent.FORMAT: swe_agent,
     mini_swe_agent.FORMAT: mini_swe_agent,

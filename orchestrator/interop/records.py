@@ -92,4 +92,6 @@ def call_message(
 
 
 def plain(role: str, content: str | None, conversation: int = 0, **fields: Any) -> SourceMessage:
-    return SourceMessage(message=Message(role=role, content=content, **fields), conversation=conversation)  # type: ignore[arg-type]
+    # The role comes from the source file: validated here like every other field.
+    message = Message.model_validate({"role": role, "content": content, **fields})
+    return SourceMessage(message=message, conversation=conversation)

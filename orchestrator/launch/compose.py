@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 
 from orchestrator.context import resolve_budget
-from orchestrator.model_client.server_tokenizer import counter_for, discover_context_window
 from orchestrator.contract import Role, Sampling, ToolSpec
 from orchestrator.errors import ConfigError
+from orchestrator.model_client.server_tokenizer import counter_for, discover_context_window
 from orchestrator.runspec import RunSpec
 from orchestrator.settings import Settings
 from orchestrator.tool_protocols import protocol_named
@@ -28,7 +28,7 @@ def open_store(settings: Settings, *, readonly: bool = False, create: bool = Tru
 def resolve_policy(settings: Settings) -> Policy:
     policy = load_policy(settings.policy) if settings.policy else default_policy()
     limits = policy.limits
-    updates = {}
+    updates: dict[str, float] = {}
     if settings.max_turns is not None:
         updates["max_turns"] = settings.max_turns
     if settings.budget_usd is not None:
@@ -54,7 +54,9 @@ class ModelProbe:
 
     def __init__(self, settings: Settings) -> None:
         self.http = httpx.Client(timeout=30.0)
-        self.counter = counter_for(settings.tokenizer, base_url=settings.model_url, model=settings.model, http=self.http)
+        self.counter = counter_for(
+            settings.tokenizer, base_url=settings.model_url, model=settings.model, http=self.http
+        )
         try:
             self.window = discover_context_window(settings.model_url, model=settings.model, http=self.http)
         except httpx.HTTPError:
@@ -70,7 +72,9 @@ def make_spec(
 ) -> RunSpec:
     if settings.system_role not in ("system", "user"):
         raise ConfigError(f"system_role must be 'system' or 'user', not {settings.system_role!r}")
-    budget = resolve_budget(configured=settings.context_window, discovered=probe.window, k_max=settings.max_output_tokens)
+    budget = resolve_budget(
+        configured=settings.context_window, discovered=probe.window, k_max=settings.max_output_tokens
+    )
     role: Role = "user" if settings.system_role == "user" else "system"
     return RunSpec(
         task=task,

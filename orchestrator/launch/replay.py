@@ -9,12 +9,12 @@ from typing import Any, Literal
 
 import httpx
 
-from orchestrator.model_client.server_tokenizer import counter_for
 from orchestrator.contract import Frozen
 from orchestrator.interop.errors import not_replayable
 from orchestrator.interop.records import IMPORT_MODE
 from orchestrator.launch.replay_workspace import sandbox_tools_for
 from orchestrator.model_client import ModelClient
+from orchestrator.model_client.server_tokenizer import counter_for
 from orchestrator.replay import ForkOverrides, Loaded, Replayer, ReplayReport
 from orchestrator.replay.replayer import check_fork_turn
 from orchestrator.settings import Settings

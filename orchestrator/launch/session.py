@@ -16,24 +16,23 @@ from pathlib import Path
 import structlog
 
 from orchestrator.agent import RunResult, Verdict
-from orchestrator.model_client.client import ModelClient
 from orchestrator.contract import Frozen
 from orchestrator.envelope import Envelope
+from orchestrator.launch.compose import ModelProbe, make_spec, open_store, resolve_policy, resolve_repo
 from orchestrator.limits import Tally
-from orchestrator.perimeter import acl_of
+from orchestrator.model_client.client import ModelClient
 from orchestrator.observer import ObservedJournal, RunObserver
+from orchestrator.perimeter import acl_of
 from orchestrator.runspec import build_agent
 from orchestrator.settings import Settings
+from orchestrator.toolset import tool_specs
 from policies.price_table import load_price_table
 from policies.pricing import call_cost
-from orchestrator.toolset import tool_specs
 from sandbox import Patch, Sandbox, ToolBox, apply_patch, connect, require_image
 from sandbox.errors import ApplyRefused, ExportRefused
 from sandbox.export_stream import Skipped
 from sandbox.loop_tools import SandboxTools
 from store import Recorder, RunJournal
-
-from orchestrator.launch.compose import ModelProbe, make_spec, open_store, resolve_policy, resolve_repo
 
 Progress = Callable[[int, Envelope, Tally], None]
 

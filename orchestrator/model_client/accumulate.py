@@ -18,8 +18,8 @@ from typing import Any
 from orchestrator.contract import ToolCall
 from orchestrator.envelope import Payload
 from orchestrator.model_client.monitor import StreamMonitor, Trip
-from orchestrator.observer import StreamObserver
 from orchestrator.model_client.wire import WireCompletion, WireMessage, WireTimings, WireUsage
+from orchestrator.observer import StreamObserver
 
 
 class _ToolCallParts:
@@ -41,7 +41,6 @@ class ResponseAccumulator:
         self.text: list[str] = []
         self.reasoning: list[str] = []
         self.refusal: list[str] = []
-        self.reasoning: list[str] = []
         self.tool_calls: dict[int, _ToolCallParts] = {}
         self.finish_reason: str | None = None
         self.usage: WireUsage | None = None
@@ -77,8 +76,8 @@ class ResponseAccumulator:
                 got_payload = self._message(message)
             if choice.finish_reason is not None:
                 self.finish_reason = choice.finish_reason
-            if self.keep_logprobs and choice.logprobs is not None and choice.logprobs.content:
-                self.logprobs.extend(choice.logprobs.content)  # type: ignore[union-attr]
+            if self.logprobs is not None and choice.logprobs is not None and choice.logprobs.content:
+                self.logprobs.extend(choice.logprobs.content)
             ids = (choice.model_extra or {}).get("token_ids")
             if isinstance(ids, list):
                 self.token_ids = (self.token_ids or []) + ids

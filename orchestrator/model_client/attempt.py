@@ -151,7 +151,9 @@ def _on_event(event: SSEEvent, out: AttemptOutcome, clock, dog: Watchdog) -> Non
     try:
         chunk = WireCompletion.model_validate_json(data)
     except ValidationError as exc:
-        raise _Finished(Cause.MALFORMED_PROTOCOL, f"chunk {acc.chunks + 1} is not a completion chunk: {_first_error(exc)}") from exc
+        raise _Finished(
+            Cause.MALFORMED_PROTOCOL, f"chunk {acc.chunks + 1} is not a completion chunk: {_first_error(exc)}"
+        ) from exc
     _error_object(chunk, "stream")
     if acc.add(chunk) and out.first_payload_at is None:
         out.first_payload_at = clock()

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from orchestrator.model_client.accumulate import ResponseAccumulator
 from orchestrator.context.counting import MessageCounter
 from orchestrator.context.tokenizer import FunctionCounter, TiktokenCounter
 from orchestrator.contract import ModelRequest
 from orchestrator.envelope import Payload, Usage
+from orchestrator.model_client.accumulate import ResponseAccumulator
 from orchestrator.model_client.wire import WireUsage
 
 TokenEstimator = Callable[[str], int]
@@ -80,7 +80,9 @@ def resolve_usage(
             if "prompt_tokens" not in fields:
                 fields.update(prompt_tokens=estimate_prompt_tokens(request, estimate), prompt_source="estimated")
             if "completion_tokens" not in fields:
-                fields.update(completion_tokens=estimate_completion_tokens(payload, estimate), completion_source="estimated")
+                fields.update(
+                    completion_tokens=estimate_completion_tokens(payload, estimate), completion_source="estimated"
+                )
         except Exception:  # a broken estimator leaves the figures "absent"; it must never fail the call
             pass
     if cached is not None:

@@ -16,18 +16,19 @@ from collections.abc import Callable
 
 import httpx
 
-from orchestrator.model_client.accumulate import ResponseAccumulator
-from orchestrator.model_client.attempt import FRAMING_ALLOWANCE, RAW_CAP, AttemptOutcome, run_attempt
-from orchestrator.model_client.call_usage import TokenEstimator, default_estimator, resolve_usage
 from orchestrator.canonical import canonical_bytes
 from orchestrator.contract import ModelRequest
 from orchestrator.envelope import Attempt, Envelope, ErrorDetail, Status, Timings, Usage
 from orchestrator.logprobs import logprobs_mode, read_logprobs, token_ids
+from orchestrator.model_client.accumulate import ResponseAccumulator
+from orchestrator.model_client.attempt import FRAMING_ALLOWANCE, RAW_CAP, AttemptOutcome, run_attempt
+from orchestrator.model_client.call_usage import TokenEstimator, default_estimator, resolve_usage
 from orchestrator.model_client.monitor import StreamMonitor
-from orchestrator.model_client.provenance import EngineInfo, probe
 from orchestrator.model_client.normalize import Cause, is_retried, status_of
-from orchestrator.observer import StreamObserver
+from orchestrator.model_client.provenance import EngineInfo, probe
 from orchestrator.model_client.retry import CircuitBreaker, RetryPolicy, retry_decision
+from orchestrator.observer import StreamObserver
+
 
 class ModelClient:
     """Client for an OpenAI-compatible server; ``base_url`` ends in ``/v1``.
@@ -97,7 +98,10 @@ class ModelClient:
     def _call(self, request: ModelRequest, cancel: threading.Event | None, start: float) -> Envelope:
         deadline_at = start + request.deadline_s
         body = canonical_bytes(request.wire_body())
-        headers = {"content-type": "application/json", "accept": "text/event-stream" if request.stream else "application/json"}
+        headers = {
+            "content-type": "application/json",
+            "accept": "text/event-stream" if request.stream else "application/json",
+        }
         if self._api_key:
             headers["authorization"] = f"Bearer {self._api_key}"
         attempts: list[Attempt] = []
@@ -135,7 +139,9 @@ class ModelClient:
         acc = ResponseAccumulator(monitor, keep_logprobs=request.sampling.logprobs, observer=self.observer)
         now = self._clock()
         if cancel is not None and cancel.is_set():
-            return AttemptOutcome(Cause.EXTERNAL_CANCEL, "cancelled before the request was sent", acc, started=now, ended=now)
+            return AttemptOutcome(
+                Cause.EXTERNAL_CANCEL, "cancelled before the request was sent", acc, started=now, ended=now
+            )
         if not self.breaker.allow():
             return AttemptOutcome(
                 Cause.CIRCUIT_OPEN,
@@ -196,7 +202,7 @@ class ModelClient:
             top_logprobs=request.sampling.top_logprobs if request.sampling.logprobs else None,
             logprobs_mode=logprobs_mode(request.sampling.extra, self._reported("logprobs_mode"))
             if request.sampling.logprobs else None,
-            prompt_token_ids=acc.prompt_token_ids,
+            prompt_token_ids=None if acc.prompt_token_ids is None else tuple(acc.prompt_token_ids),
             completion_token_ids=_completion_ids(acc),
             error=None if status is Status.COMPLETED else ErrorDetail(kind=out.cause.value, message=out.message),
             attempts=tuple(attempts),
@@ -206,11 +212,12 @@ class ModelClient:
         )
 
 
-def _completion_ids(acc: ResponseAccumulator) -> list[int] | None:
+def _completion_ids(acc: ResponseAccumulator) -> tuple[int, ...] | None:
     """The choice's ``token_ids`` if sent, else the ids on the logprob entries."""
-    if acc.token_ids is not None:
-        return acc.token_ids
-    return token_ids(read_logprobs(acc.logprobs)) if acc.logprobs else None
+    ids = (
+        acc.token_ids if acc.token_ids is not None else token_ids(read_logprobs(acc.logprobs)) if acc.logprobs else None
+    )
+    return None if ids is None else tuple(ids)
 
 
 def _wants_json(request: ModelRequest) -> bool:

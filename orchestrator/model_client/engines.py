@@ -28,7 +28,8 @@ QUIRKS: tuple[Quirk, ...] = (
           "accumulate: a name equal to the one already held is not appended (no `foofoo`)"),
     Quirk("timings_without_usage", ("llama.cpp",),
           "`timings` (prompt_n, cache_n, predicted_n) and no `usage` block",
-          "call_usage: prompt = prompt_n + cache_n, completion = predicted_n, source `server`; cached never exceeds prompt"),
+          "call_usage: prompt = prompt_n + cache_n, completion = predicted_n, source `server`; "
+          "cached never exceeds prompt"),
     Quirk("prompt_tokens_without_cache", ("llama.cpp",),
           "`usage.prompt_tokens` that leaves out the `timings.cache_n` tokens reused from the slot",
           "call_usage: prompt = max(prompt_tokens, prompt_n + cache_n)"),
@@ -51,13 +52,16 @@ QUIRKS: tuple[Quirk, ...] = (
           '`{"error": "text"}`: the error is a string, not an object',
           "error_message: the string is the message"),
     Quirk("reasoning_field_name", ("vllm", "sglang", "llama.cpp", "ollama"),
-          "reasoning deltas as `reasoning_content` (DeepSeek, SGLang, llama.cpp, vLLM < 0.10) or `reasoning` (vLLM >= 0.10, Ollama)",
+          "reasoning deltas as `reasoning_content` (DeepSeek, SGLang, llama.cpp, vLLM < 0.10) "
+          "or `reasoning` (vLLM >= 0.10, Ollama)",
           "accumulate: both are kept as the payload's reasoning and counted against M_max"),
     Quirk("reasoning_tokens_excluded", ("openai-compatible",),
-          "`completion_tokens` leaves out `completion_tokens_details.reasoning_tokens` (total = prompt + completion + reasoning)",
+          "`completion_tokens` leaves out `completion_tokens_details.reasoning_tokens` "
+          "(total = prompt + completion + reasoning)",
           "call_usage: completion is normalised to include reasoning; the convention seen is recorded"),
     Quirk("post_sampling_probs", ("llama.cpp",),
-          "with `post_sampling_probs` set, logprob entries carry `prob` and `top_probs` (probabilities after the sampler chain)",
+          "with `post_sampling_probs` set, logprob entries carry `prob` and `top_probs` "
+          "(probabilities after the sampler chain)",
           "logprobs: read as their logs; the call's `logprobs_mode` says `post_sampling (request)`"),
     Quirk("json_object_schema", ("llama-cpp-python",),
           "structured output constrained by `response_format: {type: json_object, schema}`, not OpenAI's `json_schema`",

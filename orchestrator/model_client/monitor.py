@@ -217,7 +217,9 @@ class StreamMonitor:
     def content(self, delta: str) -> Trip | None:
         trip = self._stage(delta)
         if trip is None and self._content is not None and not self._content.feed(delta):
-            trip = Trip(Cause.INVALID_JSON_PREFIX, f"content is not a JSON prefix at character {self._content.failed_at}")
+            trip = Trip(
+                Cause.INVALID_JSON_PREFIX, f"content is not a JSON prefix at character {self._content.failed_at}"
+            )
         return trip
 
     def other(self, delta: str) -> Trip | None:

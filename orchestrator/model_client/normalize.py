@@ -56,20 +56,36 @@ TABLE: dict[Cause, Row] = {
     Cause.RATE_LIMITED: Row(S.TRANSPORT_FAILURE, "HTTP 429 (Retry-After honoured)"),
     Cause.UNAVAILABLE: Row(S.TRANSPORT_FAILURE, "HTTP 408, 502, 503, 504"),
     Cause.CONNECT_ERROR: Row(S.TRANSPORT_FAILURE, "connection refused, DNS or TLS failure, connect timeout"),
-    Cause.READ_ERROR: Row(S.TRANSPORT_FAILURE, "connection dropped or reset mid-response; stream ended before a finish reason"),
+    Cause.READ_ERROR: Row(
+        S.TRANSPORT_FAILURE, "connection dropped or reset mid-response; stream ended before a finish reason"
+    ),
     Cause.DEADLINE: Row(S.TRANSPORT_FAILURE, "T_max (`deadline_s`) passed; it bounds the whole call, retries included"),
     Cause.CIRCUIT_OPEN: Row(S.TRANSPORT_FAILURE, "the client's circuit breaker is open; no request was sent"),
-    Cause.INVALID_JSON_PREFIX: Row(S.REJECTED, "stream monitor: tool-call arguments (or JSON-mode content) stopped being a valid JSON prefix"),
-    Cause.PAYLOAD_TOO_LARGE: Row(S.REJECTED, "stream monitor: staged payload bytes, or the response body, exceeded M_max"),
+    Cause.INVALID_JSON_PREFIX: Row(
+        S.REJECTED, "stream monitor: tool-call arguments (or JSON-mode content) stopped being a valid JSON prefix"
+    ),
+    Cause.PAYLOAD_TOO_LARGE: Row(
+        S.REJECTED, "stream monitor: staged payload bytes, or the response body, exceeded M_max"
+    ),
     Cause.EXTERNAL_CANCEL: Row(S.CANCELED, "the caller's cancel event was set"),
     Cause.ENGINE_ERROR: Row(S.FAULTED, "HTTP 500, 501 or any other 5xx not listed above"),
-    Cause.CONTEXT_OVERFLOW: Row(S.FAULTED, "the server says the prompt exceeds the context window (HTTP 4xx/5xx or an error object)"),
-    Cause.STREAM_ERROR: Row(S.FAULTED, 'an error reported inside a 200 response or stream: an `{"error": ...}` or `{"object": "error"}` chunk, an `event: error` or `error:` SSE field, bare JSON; the message is kept'),
+    Cause.CONTEXT_OVERFLOW: Row(
+        S.FAULTED, "the server says the prompt exceeds the context window (HTTP 4xx/5xx or an error object)"
+    ),
+    Cause.STREAM_ERROR: Row(
+        S.FAULTED,
+        'an error reported inside a 200 response or stream: an `{"error": ...}` or `{"object": "error"}` chunk, '
+        "an `event: error` or `error:` SSE field, bare JSON; the message is kept",
+    ),
     Cause.HTTP_ERROR: Row(S.FAULTED, "any other non-2xx status (400, 401, 403, 404, 422, 3xx...)"),
-    Cause.MALFORMED_PROTOCOL: Row(S.FAULTED, "body or SSE chunk is not the expected JSON; no choices; `[DONE]` without a finish reason"),
+    Cause.MALFORMED_PROTOCOL: Row(
+        S.FAULTED, "body or SSE chunk is not the expected JSON; no choices; `[DONE]` without a finish reason"
+    ),
     Cause.NON_UTF8: Row(S.FAULTED, "body or SSE line is not valid UTF-8"),
     Cause.UNKNOWN_FINISH_REASON: Row(S.FAULTED, "a `finish_reason` outside the values above"),
-    Cause.INTERNAL_ERROR: Row(S.FAULTED, "an unexpected exception inside the client itself (a bug; the message names it)"),
+    Cause.INTERNAL_ERROR: Row(
+        S.FAULTED, "an unexpected exception inside the client itself (a bug; the message names it)"
+    ),
 }
 del S
 

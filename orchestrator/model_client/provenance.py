@@ -59,20 +59,31 @@ def identify(answers: Mapping[str, Any], headers: Mapping[str, str] | None = Non
     sglang = _dict(answers.get("sglang_info"))
     props = _dict(answers.get("llama_props"))
     if sglang:
-        return EngineInfo(engine="sglang", version=sglang.get("version"), evidence=("/get_server_info",), settings=_kept(
-            context_length=sglang.get("context_length"),
-            prefix_caching=None if "disable_radix_cache" not in sglang else not sglang["disable_radix_cache"],
-            batch_invariant=sglang.get("enable_deterministic_inference"),
-        ))
+        return EngineInfo(
+            engine="sglang",
+            version=sglang.get("version"),
+            evidence=("/get_server_info",),
+            settings=_kept(
+                context_length=sglang.get("context_length"),
+                prefix_caching=None if "disable_radix_cache" not in sglang else not sglang["disable_radix_cache"],
+                batch_invariant=sglang.get("enable_deterministic_inference"),
+            ),
+        )
     if props and ("default_generation_settings" in props or "build_info" in props):
         defaults = _dict(props.get("default_generation_settings"))
         params = _dict(defaults.get("params"))
         post_sampling = params.get(LLAMA_POST_SAMPLING)
-        return EngineInfo(engine="llama.cpp", version=props.get("build_info") or fingerprint, evidence=("/props",), settings=_kept(
-            context_length=defaults.get("n_ctx") or props.get("n_ctx"), slots=props.get("total_slots"),
-            prefix_caching=params.get("cache_prompt"),
-            logprobs_mode=llama_mode(post_sampling) if isinstance(post_sampling, bool) else None,
-        ))
+        return EngineInfo(
+            engine="llama.cpp",
+            version=props.get("build_info") or fingerprint,
+            evidence=("/props",),
+            settings=_kept(
+                context_length=defaults.get("n_ctx") or props.get("n_ctx"),
+                slots=props.get("total_slots"),
+                prefix_caching=params.get("cache_prompt"),
+                logprobs_mode=llama_mode(post_sampling) if isinstance(post_sampling, bool) else None,
+            ),
+        )
     ollama = _dict(answers.get("ollama_version"))
     if ollama.get("version"):
         return EngineInfo(engine="ollama", version=ollama["version"], evidence=("/api/version",))
@@ -82,7 +93,12 @@ def identify(answers: Mapping[str, Any], headers: Mapping[str, str] | None = Non
         evidence = ("/version",) if vllm.get("version") else ("/v1/models owned_by vllm",)
         return EngineInfo(engine="vllm", version=vllm.get("version"), evidence=evidence,
                           settings=_kept(context_length=lengths[0] if lengths else None))
-    if "llamacpp" in owned or fingerprint and _LLAMA_BUILD.match(fingerprint) or headers.get("server", "").startswith("llama.cpp"):
+    if (
+        "llamacpp" in owned
+        or fingerprint
+        and _LLAMA_BUILD.match(fingerprint)
+        or headers.get("server", "").startswith("llama.cpp")
+    ):
         return EngineInfo(engine="llama.cpp", version=fingerprint, evidence=("fingerprint or owned_by llamacpp",))
     if "me" in owned:  # llama-cpp-python's server lists its models as owned by "me"
         return EngineInfo(engine="llama-cpp-python", evidence=("/v1/models owned_by me",))

@@ -80,12 +80,16 @@ def retry_decision(
     if attempts_made >= policy.max_attempts:
         return RetryDecision(retry=False, reason=f"{attempts_made} attempts made, the most allowed")
     if retry_after_s is not None and retry_after_s > policy.max_retry_after_s:
-        return RetryDecision(retry=False, reason=f"Retry-After {retry_after_s:g}s exceeds {policy.max_retry_after_s:g}s")
+        return RetryDecision(
+            retry=False, reason=f"Retry-After {retry_after_s:g}s exceeds {policy.max_retry_after_s:g}s"
+        )
     delay = jittered_backoff(policy, attempts_made, rand)
     if retry_after_s is not None:
         delay = max(delay, retry_after_s)
     if delay >= remaining_s:
-        return RetryDecision(retry=False, reason=f"backoff {delay:.3f}s would pass the deadline ({remaining_s:.3f}s left)")
+        return RetryDecision(
+            retry=False, reason=f"backoff {delay:.3f}s would pass the deadline ({remaining_s:.3f}s left)"
+        )
     return RetryDecision(retry=True, delay_s=delay, reason="transport failure")
 
 

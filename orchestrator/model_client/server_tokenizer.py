@@ -19,7 +19,7 @@ from typing import Literal
 
 import httpx
 
-from orchestrator.context.tokenizer import TokenCounter, TiktokenCounter, resolve_counter
+from orchestrator.context.tokenizer import TiktokenCounter, TokenCounter, resolve_counter
 from orchestrator.errors import TokenizerError
 
 Dialect = Literal["llama_cpp", "vllm"]

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 from orchestrator.errors import EscrowError
 
-
 _FIELD = re.compile(r"(data|event|id|retry|error)(:|$)")
 
 

@@ -79,7 +79,10 @@ def _pretty(value: Any) -> list[str]:
 
 
 def _pointer(recorded: str, replayed: str) -> str:
-    at = next((i for i, (x, y) in enumerate(zip(recorded, replayed)) if x != y), min(len(recorded), len(replayed)))
+    at = next(
+        (i for i, (x, y) in enumerate(zip(recorded, replayed, strict=False)) if x != y),
+        min(len(recorded), len(replayed)),
+    )
     start = max(0, at - CONTEXT_CHARS)
 
     def clip(text: str) -> str:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.exit_codes import ExitCode
 from orchestrator.errors import EscrowError, LoopAbort
+from orchestrator.exit_codes import ExitCode
 
 
 class ReplayError(EscrowError):

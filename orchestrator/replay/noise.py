@@ -65,4 +65,4 @@ def _request_shape(request_json: str, volatile: Sequence[Volatile]) -> Any:
 def request_noise(recorded_json: str, replayed_json: str, volatile: Sequence[Volatile]) -> bool:
     """Whether two requests differ only by volatile tool output it carries
     (and the token count in the tail message, which that output moved)."""
-    return _request_shape(recorded_json, volatile) == _request_shape(replayed_json, volatile)
+    return bool(_request_shape(recorded_json, volatile) == _request_shape(replayed_json, volatile))

@@ -16,8 +16,8 @@ from orchestrator.contract import Frozen
 from orchestrator.ports import ToolOutcome
 from orchestrator.replay.errors import RecordingUnusable
 from orchestrator.runspec import RunSpec
-from policies import Policy
 from orchestrator.trajectory import ToolExecutionView, Trajectory
+from policies import Policy
 
 COMMITTED = "COMMITTED"
 
@@ -91,8 +91,12 @@ def _outcome(row: ToolExecutionView) -> ToolOutcome:
     for stream in ("stdout", "stderr"):
         text = getattr(row, stream)
         if text or getattr(row, f"{stream}_bytes"):
-            detail[stream] = {"total_bytes": getattr(row, f"{stream}_bytes"), "sha256": getattr(row, f"{stream}_sha256"),
-                              "head": text, "truncated": False}
+            detail[stream] = {
+                "total_bytes": getattr(row, f"{stream}_bytes"),
+                "sha256": getattr(row, f"{stream}_sha256"),
+                "head": text,
+                "truncated": False,
+            }
     return ToolOutcome(observation=row.observation, ok=bool(row.ok), exit_code=row.exit_code,
                        duration_s=row.duration_s or 0.0, verifier_passed=verifier_passed, detail=detail)
 
@@ -100,7 +104,7 @@ def _outcome(row: ToolExecutionView) -> ToolOutcome:
 def _turn(record: Any) -> RecordedTurn:
     call = next(c for c in record.calls if c.attempt_of is None)
     states = {c.id: (c.candidate_index, c.state) for c in record.candidates}
-    tools = []
+    tools: list[RecordedTool] = []
     for row in record.tool_executions:
         index, state = states.get(row.candidate_id, (len(tools), None))
         tools.append(RecordedTool(

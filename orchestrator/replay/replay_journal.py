@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from orchestrator.canonical import canonical_json
 from orchestrator.candidate import Transition
+from orchestrator.canonical import canonical_json
 from orchestrator.contract import Message, ModelRequest, ToolCall
 from orchestrator.envelope import Envelope
 from orchestrator.ports import DecisionLike, Journal, ToolOutcome
@@ -43,7 +43,7 @@ class NullJournal:
              outcome: ToolOutcome) -> None:
         pass
 
-    def event(self, turn: int, kind: str, data: dict[str, Any]) -> None:
+    def event(self, turn: int | None, kind: str, data: dict[str, Any]) -> None:
         pass
 
     def end_turn(self, turn: int, appended: tuple[Message, ...]) -> None:
@@ -93,7 +93,7 @@ class ReplayJournal:
                              recorded=recorded.outcome.observation, replayed=outcome.observation,
                              diff=f"- {recorded.outcome.observation}\n+ {outcome.observation}\n")
 
-    def event(self, turn: int, kind: str, data: dict[str, Any]) -> None:
+    def event(self, turn: int | None, kind: str, data: dict[str, Any]) -> None:
         if kind == "verdict":
             self.verdict = dict(data)
         self.inner.event(turn, kind, data)
@@ -111,15 +111,21 @@ def check_staged(turn: int, recorded: tuple[str, ...], replayed: tuple[str, ...]
     a recorded tool call today's loop no longer stages (or a new one) is a
     divergence of this turn, not of the next request."""
     for index in range(max(len(recorded), len(replayed))):
-        before = json.loads(recorded[index]) if index < len(recorded) else None
-        after = json.loads(replayed[index]) if index < len(replayed) else None
+        before: Any = json.loads(recorded[index]) if index < len(recorded) else None
+        after: Any = json.loads(replayed[index]) if index < len(replayed) else None
         if before == after:
             continue
         field = f"candidates[{index}]"
         if after is None:
-            diff = f"the recording staged candidate {index} ({before.get('name')}); today's loop did not\n- {recorded[index]}\n"
+            diff = (
+                f"the recording staged candidate {index} ({before.get('name')}); today's loop did not\n"
+                f"- {recorded[index]}\n"
+            )
         elif before is None:
-            diff = f"today's loop staged candidate {index} ({after.get('name')}); the recording has none\n+ {replayed[index]}\n"
+            diff = (
+                f"today's loop staged candidate {index} ({after.get('name')}); the recording has none\n"
+                f"+ {replayed[index]}\n"
+            )
         else:
             paths, diff = compare(before, after)
             field = f"{field}.{paths[0]}"

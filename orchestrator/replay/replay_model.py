@@ -34,7 +34,7 @@ class TurnCheck(Frozen):
     recorded_sha256: str
     replayed_sha256: str
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # mypy cannot type a decorator over a property
     @property
     def identical(self) -> bool:
         return self.recorded_sha256 == self.replayed_sha256
@@ -92,7 +92,11 @@ class RequestHasher:
         head, rest = self._parts(request)
         messages = request.messages
         stable = len(self._fed)
-        if head != self._header or len(messages) <= stable or any(a is not b for a, b in zip(self._fed, messages)):
+        if (
+            head != self._header
+            or len(messages) <= stable
+            or any(a is not b for a, b in zip(self._fed, messages, strict=False))
+        ):
             self._header, self._fed, self._running = head, [], hashlib.sha256(head.encode("utf-8"))
             stable = 0
         # Extend the running hash with every message but the newest (the volatile tail).

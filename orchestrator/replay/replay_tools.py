@@ -15,14 +15,13 @@ from pydantic import BaseModel
 
 from orchestrator.canonical import sha256_hex
 from orchestrator.contract import Frozen, ToolSpec
-from orchestrator.ports import ToolOutcome, Tools
+from orchestrator.perimeter import Decide
+from orchestrator.ports import DecisionLike, ToolOutcome, Tools
 from orchestrator.replay.divergence import compare
 from orchestrator.replay.errors import Divergence, recording_ends
 from orchestrator.replay.noise import DriftKind, classify
 from orchestrator.replay.recorded import RecordedTool, RecordedTurn
 from orchestrator.replay.replay_model import Cursor
-from orchestrator.perimeter import Decide
-from orchestrator.ports import DecisionLike
 from orchestrator.toolset import TOOLS, tool_specs
 from policies import Policy
 
@@ -61,11 +60,15 @@ def in_flight(turns: Mapping[int, RecordedTurn], turn: int, recorded: RecordedTo
         raise recording_ends(turn, "the run died before this turn's tool calls were committed")
 
 
-def check_call(turn: int, index: int, recorded: RecordedTool | None, name: str, args: BaseModel | None) -> None:
+def check_call(
+    turn: int, index: int, recorded: RecordedTool | None, name: str, args: BaseModel | None
+) -> RecordedTool:
     """The tool call reaching the sandbox must be the recorded one."""
     field = f"tool_calls[{index}]"
     if recorded is None:
-        raise Divergence(turn=turn, kind="tool_call", field=field, diff=f"the recording has no candidate {index} in this turn\n")
+        raise Divergence(
+            turn=turn, kind="tool_call", field=field, diff=f"the recording has no candidate {index} in this turn\n"
+        )
     if recorded.name != name:
         raise Divergence(turn=turn, kind="tool_call", field=f"{field}.name", recorded=recorded.name, replayed=name,
                          diff=f"- {recorded.name}\n+ {name}\n")
@@ -74,6 +77,7 @@ def check_call(turn: int, index: int, recorded: RecordedTool | None, name: str, 
     if paths:
         raise Divergence(turn=turn, kind="tool_call", field=f"{field}.arguments.{paths[0]}".rstrip(".$"),
                          fields=paths, diff=diff)
+    return recorded
 
 
 class ReplayTools:
@@ -107,12 +111,18 @@ class ReplayTools:
         if recorded is None and self.cursor.turn not in self.turns:
             return decision  # a live (forked) turn
         turn, index = self.cursor.turn, self.cursor.candidate
-        check_call(turn, index, recorded, name, args)
+        recorded = check_call(turn, index, recorded, name, args)
         if (recorded.decision, recorded.rule) != (decision.effect, decision.rule):
             raise Divergence(
-                turn=turn, kind="acl", field=f"tool_calls[{index}].decision",
-                recorded=f"{recorded.decision} ({recorded.rule})", replayed=f"{decision.effect} ({decision.rule})",
-                diff=f"- {recorded.decision} by rule {recorded.rule}\n+ {decision.effect} by rule {decision.rule}: {decision.reason}\n",
+                turn=turn,
+                kind="acl",
+                field=f"tool_calls[{index}].decision",
+                recorded=f"{recorded.decision} ({recorded.rule})",
+                replayed=f"{decision.effect} ({decision.rule})",
+                diff=(
+                    f"- {recorded.decision} by rule {recorded.rule}\n+ {decision.effect} by rule {decision.rule}: "
+                    f"{decision.reason}\n"
+                ),
             )
         return decision
 

@@ -16,20 +16,20 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from orchestrator.agent import RunResult
+from orchestrator.canonical import sha256_hex
 from orchestrator.context import TokenCounter
 from orchestrator.contract import Frozen
 from orchestrator.envelope import Envelope
 from orchestrator.ports import Journal, Model, Tools
-from orchestrator.canonical import sha256_hex
 from orchestrator.replay.digest import trajectory_digest
 from orchestrator.replay.divergence import compare
 from orchestrator.replay.errors import ChainRefused, ReplayError
+from orchestrator.replay.ports import RecordingStore, ReplayRecorder
 from orchestrator.replay.recorded import ForkPoint, RecordedRun, from_trajectory
 from orchestrator.replay.replay_journal import NullJournal
 from orchestrator.replay.replay_tools import ToolDrift
 from orchestrator.replay.report import DivergenceView, Mode, ReplayReport
 from orchestrator.replay.session import Drive, ending_divergence, recording_died, replay_counter, tolerated_end
-from orchestrator.replay.ports import RecordingStore, ReplayRecorder
 
 ToolsFor = Callable[[str], AbstractContextManager[Tools]]
 DIVERGED = "DIVERGED"
@@ -104,10 +104,20 @@ class Replayer:
         return self._replay(loaded, "fork", record=True, tools_for=tools_for, live_model=live_model,
                             fork=point, live_counter=live_counter, live_cost=live_cost, allow_drift=allow_drift)
 
-    def _replay(self, loaded: Loaded, mode: Mode, *, record: bool, tools_for: ToolsFor | None = None,
-                strict: bool = True, live_model: Model | None = None, fork: ForkPoint | None = None,
-                live_counter: TokenCounter | None = None,
-                live_cost: Callable[[Envelope], float] = lambda envelope: 0.0, allow_drift: bool = False) -> ReplayReport:
+    def _replay(
+        self,
+        loaded: Loaded,
+        mode: Mode,
+        *,
+        record: bool,
+        tools_for: ToolsFor | None = None,
+        strict: bool = True,
+        live_model: Model | None = None,
+        fork: ForkPoint | None = None,
+        live_counter: TokenCounter | None = None,
+        live_cost: Callable[[Envelope], float] = lambda envelope: 0.0,
+        allow_drift: bool = False,
+    ) -> ReplayReport:
         recorded = loaded.recorded
         forks = recorded.forks + ((fork,) if fork else ())
         recorder = self.store.recorder(clock=self.clock) if record else None
@@ -131,7 +141,9 @@ class Replayer:
             forked_at_turn=forks[-1].at_turn if mode == "fork" else None,
         )
 
-    def _finish(self, drive: Drive, loaded: Loaded, mode: Mode, recorder: ReplayRecorder | None, run_id: str) -> ReplayReport:
+    def _finish(
+        self, drive: Drive, loaded: Loaded, mode: Mode, recorder: ReplayRecorder | None, run_id: str
+    ) -> ReplayReport:
         recorded = loaded.recorded
         notes: list[str] = []
 

@@ -56,7 +56,7 @@ class ReplayReport(Frozen):
         """The first turn with real drift (noise left out)."""
         return min((d.turn for d in self.drifts if not d.noise), default=None)
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # mypy cannot type a decorator over a property
     @property
     def noise_only(self) -> bool:
         """Everything that differs is volatile output (durations, timestamps, ...)."""

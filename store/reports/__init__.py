@@ -7,6 +7,15 @@ from store.reports.export import FORMATS, ExportError, conversation, event_lines
 from store.reports.run_report import call_figures, engines_of, tool_figures
 
 __all__ = [
-    "FORMATS", "ExportError", "call_figures", "conversation", "event_lines", "is_verified_pass", "query_plans", "run_ids",
-    "read_slices", "engines_of", "tool_figures",
+    "FORMATS",
+    "ExportError",
+    "call_figures",
+    "conversation",
+    "event_lines",
+    "is_verified_pass",
+    "query_plans",
+    "run_ids",
+    "read_slices",
+    "engines_of",
+    "tool_figures",
 ]

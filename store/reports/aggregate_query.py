@@ -23,14 +23,14 @@ from orchestrator.interop.records import IMPORT_MODE
 from store.batch_tables import BatchAttemptRow
 from store.cells import check_numbers, not_a_number
 from store.store import Store
-from store.tables import CallAttempt, ModelCall, ModelResponse, Run, ToolExecution
+from store.tables import CallAttempt, ModelCall, ModelResponse, Run, ToolExecution, table_of
 
-RUNS = Run.__table__  # type: ignore[attr-defined]
-CALLS = ModelCall.__table__  # type: ignore[attr-defined]
-RESPONSES = ModelResponse.__table__  # type: ignore[attr-defined]
-TOOLS = ToolExecution.__table__  # type: ignore[attr-defined]
-ATTEMPTS = CallAttempt.__table__  # type: ignore[attr-defined]
-BATCH_ATTEMPTS = BatchAttemptRow.__table__  # type: ignore[attr-defined]
+RUNS = table_of(Run)
+CALLS = table_of(ModelCall)
+RESPONSES = table_of(ModelResponse)
+TOOLS = table_of(ToolExecution)
+ATTEMPTS = table_of(CallAttempt)
+BATCH_ATTEMPTS = table_of(BatchAttemptRow)
 
 MODEL = RESPONSES.c["gen_ai.request.model"]
 ATTEMPT_MODEL = ATTEMPTS.c["gen_ai.request.model"]
@@ -177,7 +177,7 @@ def ttft_query(since: float | None, until: float | None, by: str = "model", dial
 
 def run_slices(conn: Connection, since: float | None, until: float | None, by: str = "model",
                include_replays: bool = False, joined: bool = False) -> list[RunSlice]:
-    tool_s = dict(conn.execute(tool_time_query(since, until, include_replays)).all())
+    tool_s: dict[str, float] = dict(conn.execute(tool_time_query(since, until, include_replays)).all())
     attempt_rows = conn.execute(attempt_time_query(since, until, include_replays, joined, conn.dialect.name)).all()
     if any(row[-1] for row in attempt_rows):
         _stop_if_damaged(conn, ATTEMPTS, ATTEMPT_SUMMED, since, until)
@@ -185,19 +185,32 @@ def run_slices(conn: Connection, since: float | None, until: float | None, by: s
     rows = conn.execute(slices_query(since, until, by, include_replays, conn.dialect.name, joined)).all()
     if any(row[-1] for row in rows):
         _stop_if_damaged(conn, RESPONSES, SUMMED, since, until)
-    batch_of = dict(conn.execute(select(BATCH_ATTEMPTS.c.run_id, BATCH_ATTEMPTS.c.batch_id)
+    batch_of: dict[str, str] = dict(conn.execute(select(BATCH_ATTEMPTS.c.run_id, BATCH_ATTEMPTS.c.batch_id)
                                  .where(BATCH_ATTEMPTS.c.run_id.is_not(None))).all())
     return [
         RunSlice(
-            run_id=run_id, created_at=created, status=status, verdict=verdict, model=model, source=source, calls=n,
-            prompt_tokens=prompt or 0, cached_tokens=cached or 0, completion_tokens=output or 0,
+            run_id=run_id,
+            created_at=created,
+            status=status,
+            verdict=verdict,
+            model=model,
+            source=source,
+            calls=n,
+            prompt_tokens=prompt or 0,
+            cached_tokens=cached or 0,
+            completion_tokens=output or 0,
             gpu_s=(total or 0.0) + attempts.get((run_id, model), (0.0, 0.0))[0],
             wait_s=attempts.get((run_id, model), (0.0, 0.0))[1],
-            decode_s=decode or 0.0, retries=retries or 0, tool_s=tool_s.get(run_id, 0.0), engine=engine,
+            decode_s=decode or 0.0,
+            retries=retries or 0,
+            tool_s=tool_s.get(run_id, 0.0),
+            engine=engine,
             batch=batch_of.get(run_id),
         )
-        for run_id, created, status, verdict, model, source, n, prompt, cached, output, total, decode, retries, engine, _
-        in rows
+        for (
+            run_id, created, status, verdict, model, source, n, prompt, cached, output, total, decode, retries, engine,
+            _,
+        ) in rows
     ]
 
 

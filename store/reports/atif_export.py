@@ -22,8 +22,8 @@ from pydantic import ValidationError
 from orchestrator import __version__
 from orchestrator.contract import Message
 from orchestrator.interop import atif_schema as schema
-from store.reports.export import ExportError
 from orchestrator.trajectory import CallView, ToolExecutionView, Trajectory
+from store.reports.export import ExportError
 
 AGENT_NAME = "escrow"
 

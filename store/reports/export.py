@@ -18,8 +18,8 @@ from sqlalchemy import Connection, select
 
 from orchestrator.contract import Message
 from orchestrator.errors import ReportError
-from store.tables import Run
 from orchestrator.trajectory import CallView, Trajectory
+from store.tables import Run, table_of
 
 FORMATS = ("messages-jsonl", "events-jsonl", "atif", "otel")
 TRUNCATED_STATUSES = ("TRUNCATED",)
@@ -106,7 +106,7 @@ def conversation(trajectory: Trajectory, *, reasoning: bool = False) -> dict[str
     chat = [chat_message(m, tool_names, bad_arguments) for m in messages]
     if reasoning:
         recorded = reasoning_by_message(trajectory)
-        for message, out in zip(messages, chat):
+        for message, out in zip(messages, chat, strict=True):
             key = (message.content or "", tuple(c.id for c in message.tool_calls))
             if message.role == "assistant" and key in recorded:
                 out["reasoning_content"] = recorded[key]
@@ -121,7 +121,9 @@ def conversation(trajectory: Trajectory, *, reasoning: bool = False) -> dict[str
         "verdict": run.verdict,
         "tokenizer": tokenizer,
         "tokenizer_source": tokenizer_source,
-        "truncated_completions": sum(1 for c in calls if c.response is not None and c.response.status in TRUNCATED_STATUSES),
+        "truncated_completions": sum(
+            1 for c in calls if c.response is not None and c.response.status in TRUNCATED_STATUSES
+        ),
         "capped_tool_outputs": sum(1 for e in executions if e.stdout_truncated or e.stderr_truncated),
         "compacted": any(e.kind == "compaction" for record in trajectory.turns for e in record.events),
         "unparsed_tool_arguments": len(bad_arguments),
@@ -145,9 +147,13 @@ def event_lines(trajectory: Trajectory) -> Iterator[dict[str, Any]]:
                 response["attempts"] = [a.model_dump(mode="json") for a in call.attempts]
                 rows.append((call.response.seq, {"type": "model_response", "call_id": call.id, **response}))
         for candidate in record.candidates:
-            rows.append((candidate.seq, {"type": "candidate", **candidate.model_dump(mode="json", exclude={"transitions"})}))
+            rows.append(
+                (candidate.seq, {"type": "candidate", **candidate.model_dump(mode="json", exclude={"transitions"})})
+            )
             for move in candidate.transitions:
-                rows.append((move.seq, {"type": "transition", "candidate_id": candidate.id, **move.model_dump(mode="json")}))
+                rows.append(
+                    (move.seq, {"type": "transition", "candidate_id": candidate.id, **move.model_dump(mode="json")})
+                )
         for execution in record.tool_executions:
             rows.append((execution.seq, {"type": "tool_execution", **execution.model_dump(mode="json")}))
         for event in record.events:
@@ -162,7 +168,7 @@ def is_verified_pass(trajectory: Trajectory) -> bool:
 
 def run_ids(conn: Connection, *, verdict: str | None = None) -> list[str]:
     """Ids of all runs (or those with ``verdict``), oldest first, via the runs indexes."""
-    runs = Run.__table__  # type: ignore[attr-defined]
+    runs = table_of(Run)
     stmt = select(runs.c.id).order_by(runs.c.created_at, runs.c.id)
     if verdict is not None:
         stmt = stmt.where(runs.c.verdict == verdict)

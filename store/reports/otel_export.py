@@ -181,7 +181,7 @@ def collect(trajectories: Iterable[Trajectory], project: str) -> Sequence[Any]:
 def otlp_json(spans: Sequence[Any]) -> dict[str, Any]:
     """OTLP/JSON of the spans: the SDK's protobuf encoding in the JSON
     mapping, with trace and span ids as hex as OTLP/JSON requires."""
-    from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped]
+    from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped]  # protobuf ships no stubs
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
     document = MessageToDict(encode_spans(spans), use_integers_for_enums=True)

@@ -42,7 +42,14 @@ def engines_of(trajectory: Trajectory) -> tuple[str, ...]:
         if event.kind == "engine" and isinstance(event.data.get("engine"), str):
             version = event.data.get("version")
             settings = ", ".join(f"{k} {v}" for k, v in sorted((event.data.get("settings") or {}).items()))
-            found.append(f"{event.data['engine']}{' ' + version if version else ''}{f' ({settings})' if settings else ''}")
-    named = {c.response.engine for record in trajectory.turns for c in record.calls if c.response is not None and c.response.engine}
+            found.append(
+                f"{event.data['engine']}{' ' + version if version else ''}{f' ({settings})' if settings else ''}"
+            )
+    named = {
+        c.response.engine
+        for record in trajectory.turns
+        for c in record.calls
+        if c.response is not None and c.response.engine
+    }
     found += sorted(e for e in named if not any(f.startswith(e) for f in found))
     return tuple(found)

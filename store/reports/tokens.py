@@ -22,15 +22,22 @@ def token_lines(trajectory: Trajectory) -> Iterator[dict[str, Any]]:
             tokens = read_logprobs(envelope.logprobs)
             completion_ids = list(envelope.completion_token_ids) if envelope.completion_token_ids is not None else None
             yield {
-                "run_id": trajectory.run.id, "call_id": call.id, "turn": call.turn, "status": envelope.status.value,
-                "model": envelope.model or call.request_model, "engine": envelope.engine,
+                "run_id": trajectory.run.id,
+                "call_id": call.id,
+                "turn": call.turn,
+                "status": envelope.status.value,
+                "model": envelope.model or call.request_model,
+                "engine": envelope.engine,
                 "prompt_messages": [m.to_wire() for m in call.request().messages],
                 "prompt_token_ids": list(envelope.prompt_token_ids) if envelope.prompt_token_ids is not None else None,
                 "completion_text": envelope.payload.text,
                 "completion_token_ids": completion_ids,
                 "completion_tokens": [t.token for t in tokens] or None,
                 "completion_logprobs": [t.logprob for t in tokens] or None,
-                "top_logprobs": [[{"token": a.token, "id": a.token_id, "logprob": a.logprob} for a in t.top] for t in tokens] or None,
+                "top_logprobs": [
+                    [{"token": a.token, "id": a.token_id, "logprob": a.logprob} for a in t.top] for t in tokens
+                ]
+                or None,
                 "top_k": envelope.top_logprobs,
                 "logprobs_mode": envelope.logprobs_mode,
                 "token_faithful": completion_ids is not None,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.model_client.client import ModelClient
 from orchestrator.contract import Message, ModelRequest
 from orchestrator.fault_server import FaultServer
+from orchestrator.model_client.client import ModelClient
 from orchestrator.model_client.retry import RetryPolicy
 
 

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from orchestrator.model_client.client import ModelClient
 from orchestrator.envelope import Status
 from orchestrator.fault_server import Fault, Reply, StreamFault
+from orchestrator.model_client.client import ModelClient
 from orchestrator.model_client.retry import RetryPolicy
 
 ONE_TRY = RetryPolicy(max_attempts=1)
@@ -45,7 +45,9 @@ def test_non_utf8_body_is_faulted(srv, once, req):
 
 
 def test_non_utf8_sse_line_is_faulted(srv, once, req):
-    srv.script([Reply(text="fine", faults=(StreamFault(at_chunk=1, action="raw", data=b'data: {"x": "\xc3\x28"}\n\n'),))])
+    srv.script(
+        [Reply(text="fine", faults=(StreamFault(at_chunk=1, action="raw", data=b'data: {"x": "\xc3\x28"}\n\n'),))]
+    )
     env = once.call(req())
     assert env.status is Status.FAULTED and env.error.kind == "non_utf8"
 

@@ -27,7 +27,9 @@ def isolated_home(tmp_path, monkeypatch):
 
 def test_call_prints_the_envelope_as_json(srv):
     srv.script([Reply(text="hello from the script")])
-    result = runner.invoke(app, ["call", "hi", "--model-url", srv.base_url, "--model", "m1", "--max-tokens", "7", "--json"])
+    result = runner.invoke(
+        app, ["call", "hi", "--model-url", srv.base_url, "--model", "m1", "--max-tokens", "7", "--json"]
+    )
     assert result.exit_code == 0, result.output
     env = json.loads(result.output)
     assert env["status"] == "COMPLETED" and env["payload"]["text"] == "hello from the script"
@@ -48,7 +50,9 @@ def test_call_sends_a_json_schema(srv, tmp_path):
     schema.write_text('{"type": "object"}')
     srv.script([Reply(text="{}"), Reply(text="{}")])
     runner.invoke(app, ["call", "hi", "--model-url", srv.base_url, "--json-schema", str(schema), "--json"])
-    runner.invoke(app, ["call", "hi", "--model-url", srv.base_url, "--json-schema", str(schema), "--schema-style", "json_object"])
+    runner.invoke(
+        app, ["call", "hi", "--model-url", srv.base_url, "--json-schema", str(schema), "--schema-style", "json_object"]
+    )
     formats = [r.json["response_format"] for r in srv.requests]
     assert formats[0]["type"] == "json_schema" and formats[0]["json_schema"]["schema"] == {"type": "object"}
     assert formats[1] == {"type": "json_object", "schema": {"type": "object"}}
@@ -102,8 +106,23 @@ def test_fault_server_cli_rejects_a_bad_script(tmp_path):
 
 @pytest.mark.llama
 def test_call_against_the_real_server(llama_url):
-    proc = subprocess.run([ESCROW, "call", "Name a colour.", "--model-url", llama_url + "/v1", "--model", "gemma-3-270m",
-                           "--max-tokens", "4", "--json"], capture_output=True, text=True, timeout=180,
-                          env={**os.environ, "ESCROW_HOME": os.environ["ESCROW_HOME"]})
+    proc = subprocess.run(
+        [
+            ESCROW,
+            "call",
+            "Name a colour.",
+            "--model-url",
+            llama_url + "/v1",
+            "--model",
+            "gemma-3-270m",
+            "--max-tokens",
+            "4",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "ESCROW_HOME": os.environ["ESCROW_HOME"]},
+    )
     env = json.loads(proc.stdout)
     assert env["status"] in ("COMPLETED", "TRUNCATED") and env["model"] == "gemma-3-270m"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import sys
 
+from orchestrator.contract import Message, ModelRequest
 from orchestrator.model_client.accumulate import ResponseAccumulator
 from orchestrator.model_client.call_usage import resolve_usage
-from orchestrator.contract import Message, ModelRequest
 from orchestrator.model_client.engines import QUIRK_IDS, QUIRKS, error_message, response_format
 from orchestrator.model_client.monitor import StreamMonitor
 from orchestrator.model_client.sse import SSEParser
@@ -108,7 +108,11 @@ def test_quirk_reasoning_field_name():
 def test_quirk_reasoning_tokens_excluded():
     excluded = usage_of({"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 45,
                                                   "completion_tokens_details": {"reasoning_tokens": 30}}})
-    assert (excluded.completion_tokens, excluded.reasoning_tokens, excluded.reasoning_convention) == (35, 30, "excluded")
+    assert (excluded.completion_tokens, excluded.reasoning_tokens, excluded.reasoning_convention) == (
+        35,
+        30,
+        "excluded",
+    )
     included = usage_of({"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 35, "total_tokens": 45,
                                                   "completion_tokens_details": {"reasoning_tokens": 30}}})
     assert (included.completion_tokens, included.reasoning_convention) == (35, "included")

@@ -27,8 +27,12 @@ def test_exhausted_script_answers_500_with_a_clear_message(srv, client, req):
 def test_cycle_and_default():
     with FaultServer(default=Reply(text="default")) as server:
         server.script([Reply(text="a"), Reply(text="b")], cycle=True)
-        texts = [httpx.post(f"{server.base_url}/chat/completions", json={"messages": []}).json()["choices"][0]["message"]["content"]
-                 for _ in range(3)]
+        texts = [
+            httpx.post(f"{server.base_url}/chat/completions", json={"messages": []}).json()["choices"][0]["message"][
+                "content"
+            ]
+            for _ in range(3)
+        ]
         assert texts == ["a", "b", "a"]
         server.script([])
         reply = httpx.post(f"{server.base_url}/chat/completions", json={"messages": []}).json()

@@ -10,10 +10,11 @@ import time
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.model_client.client import ModelClient
 from orchestrator.contract import Message, ModelRequest, Sampling
 from orchestrator.envelope import Status
+from orchestrator.errors import QuarantinedPayloadError
 from orchestrator.escrow import release_from_escrow
+from orchestrator.model_client.client import ModelClient
 
 pytestmark = pytest.mark.llama
 
@@ -71,7 +72,7 @@ def test_non_streamed_call_has_definite_status_and_server_usage(llama):
 def test_small_max_tokens_is_truncated(llama, stream):
     env = llama.call(ask("Write a long story about the sea.", max_tokens=3, stream=stream))
     assert env.status is Status.TRUNCATED and env.finish_reason == "length"
-    with pytest.raises(Exception):
+    with pytest.raises(QuarantinedPayloadError):
         release_from_escrow(env)
     if not stream:
         assert env.usage.completion_tokens == 3

@@ -8,16 +8,21 @@ import json
 from typer.testing import CliRunner
 
 from cli.main import app
-from orchestrator.model_client.client import ModelClient
 from orchestrator.fault_server import Fault
+from orchestrator.model_client.client import ModelClient
 from tests.client.test_parity import record_run, request
 from tests.client.wire_frames import FRAMINGS, chunk, frame
 
 
 def llama_entry(token: str, token_id: int, alternatives: list[tuple[str, int, float]]) -> dict:
     """llama-server's chat logprob entry: ``id`` on the token and on each alternative."""
-    return {"id": token_id, "token": token, "logprob": alternatives[0][2], "bytes": list(token.encode()),
-            "top_logprobs": [{"id": i, "token": t, "logprob": lp, "bytes": list(t.encode())} for t, i, lp in alternatives]}
+    return {
+        "id": token_id,
+        "token": token,
+        "logprob": alternatives[0][2],
+        "bytes": list(token.encode()),
+        "top_logprobs": [{"id": i, "token": t, "logprob": lp, "bytes": list(t.encode())} for t, i, lp in alternatives],
+    }
 
 
 def llama_answer() -> bytes:
@@ -68,7 +73,11 @@ def test_export_tokens_writes_token_faithful_lines(srv, tmp_path):
     assert [line["turn"] for line in lines] == [0, 1, 2]
     llama, vllm, plain = lines
     assert llama["completion_token_ids"] == [17534, 236888] and llama["completion_tokens"] == ["Hi", "!"]
-    assert llama["completion_logprobs"] == [-0.1, -0.3] and llama["top_logprobs"][0][1] == {"token": "Hello", "id": 9259, "logprob": -2.4}
+    assert llama["completion_logprobs"] == [-0.1, -0.3] and llama["top_logprobs"][0][1] == {
+        "token": "Hello",
+        "id": 9259,
+        "logprob": -2.4,
+    }
     assert vllm["prompt_token_ids"] == [2, 105, 2364] and vllm["token_faithful"] is True
     assert (plain["token_faithful"], plain["completion_token_ids"], plain["completion_text"]) == (False, None, "plain")
     assert llama["prompt_messages"] == [{"role": "user", "content": "step 0"}]
@@ -77,8 +86,8 @@ def test_export_tokens_writes_token_faithful_lines(srv, tmp_path):
 def test_logprobs_setting_flows_from_flags_env_and_file_into_the_run_sampling(tmp_path, monkeypatch):
     import pytest
 
-    from orchestrator.launch.compose import sampling_of
     from orchestrator.errors import ConfigError
+    from orchestrator.launch.compose import sampling_of
     from orchestrator.settings import load_settings
 
     monkeypatch.setenv("ESCROW_HOME", str(tmp_path))

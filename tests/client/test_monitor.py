@@ -52,12 +52,16 @@ def test_anything_after_a_complete_value_is_rejected(value):
     assert not accepts(doc + " }") and not accepts(doc + ",1")
 
 
-@pytest.mark.parametrize("bad", ['{"a": 1}}', "{a", "[,]", "01", '{"a" 1', "tru e", '"\x01"', '{"a":1,}', "[1 2]", "-a", '"\\x"'])
+@pytest.mark.parametrize(
+    "bad", ['{"a": 1}}', "{a", "[,]", "01", '{"a" 1', "tru e", '"\x01"', '{"a":1,}', "[1 2]", "-a", '"\\x"']
+)
 def test_invalid_prefixes(bad):
     assert not accepts(bad)
 
 
-@pytest.mark.parametrize("prefix", ["", "{", '{"a', '{"a":', "-", "1.", "1e", "1e+", '"\\u00', "[tr", '{"a": [1, {"b": nu'])
+@pytest.mark.parametrize(
+    "prefix", ["", "{", '{"a', '{"a":', "-", "1.", "1e", "1e+", '"\\u00', "[tr", '{"a": [1, {"b": nu']
+)
 def test_valid_but_incomplete_prefixes(prefix):
     parser = JsonPrefix()
     assert parser.feed(prefix) and not parser.complete

@@ -8,7 +8,15 @@ import pytest
 
 from orchestrator.envelope import Status
 from orchestrator.model_client.normalize import (
-    TABLE, Cause, error_object_cause, finish_cause, http_cause, is_context_overflow, is_retried, mapping_markdown, status_of,
+    TABLE,
+    Cause,
+    error_object_cause,
+    finish_cause,
+    http_cause,
+    is_context_overflow,
+    is_retried,
+    mapping_markdown,
+    status_of,
 )
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "STATUS.md"

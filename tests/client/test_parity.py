@@ -11,13 +11,13 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from orchestrator.model_client.client import ModelClient
 from orchestrator.contract import Message, ModelRequest, Sampling
 from orchestrator.envelope import Envelope, Status
 from orchestrator.errors import ConfigError, EscrowError
 from orchestrator.fault_server import Fault
-from orchestrator.parity import compare, token_divergence
 from orchestrator.logprobs import read_logprobs
+from orchestrator.model_client.client import ModelClient
+from orchestrator.parity import compare, token_divergence
 from store import Recorder, Store, synthetic
 from tests.client.wire_frames import FRAMINGS, chunk, frame
 
@@ -29,7 +29,12 @@ NEAR_TIE = [("The", [("The", -0.01), ("A", -4.6)]), (" dog", [(" dog", -0.69), (
             (" ran", [(" ran", -0.05), (" sat", -3.0)])]
 REAL = [("The", [("The", -0.01), ("A", -4.6)]), (" cat", [(" cat", -0.69), (" dog", -0.70)]),
         (" exploded", [(" exploded", -0.02), (" burst", -4.0)])]
-TOOL = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}}
+TOOL = {
+    "index": 0,
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "read_file", "arguments": '{"path": "a.py"}'},
+}
 
 
 def token_chunk(token: str, top: list[tuple[str, float]]) -> dict:
@@ -64,13 +69,17 @@ def record_run(db_path, base_url: str, requests: list[ModelRequest],
             with recorder.turn(run_id, turn) as tx:
                 call_id = tx.request(req)
                 tx.envelope(call_id, envelope)
-                tx.commit([Message(role="assistant", content=envelope.payload.text, tool_calls=envelope.payload.tool_calls)])
+                tx.commit(
+                    [Message(role="assistant", content=envelope.payload.text, tool_calls=envelope.payload.tool_calls)]
+                )
         recorder.finish_run(run_id, "PASS", "ok", turn=len(requests))
     return run_id
 
 
 def parity(db_path, run_id: str, url: str, *extra: str):
-    result = CliRunner().invoke(app, ["parity", run_id, "--model-url", url, "--db", f"sqlite:///{db_path}", "--json", *extra])
+    result = CliRunner().invoke(
+        app, ["parity", run_id, "--model-url", url, "--db", f"sqlite:///{db_path}", "--json", *extra]
+    )
     return result.exit_code, json.loads(result.stdout) if result.stdout.strip().startswith("{") else result.output
 
 
@@ -100,7 +109,13 @@ def test_swapped_near_tied_tokens_are_a_near_tie(srv, recorded_run):
     assert code == 0, report
     first = report["calls"][0]["comparison"]
     assert first["verdict"] == "near_tie"
-    assert first["divergence"] == {"position": 1, "unit": "token", "recorded": " cat", "replayed": " dog", "near_tie": True}
+    assert first["divergence"] == {
+        "position": 1,
+        "unit": "token",
+        "recorded": " cat",
+        "replayed": " dog",
+        "near_tie": True,
+    }
     assert report["calls"][1]["comparison"]["verdict"] == "identical"
 
 
@@ -110,7 +125,11 @@ def test_a_changed_token_outside_top_k_is_a_real_divergence(srv, recorded_run):
     code, report = parity(db, run_id, srv.base_url)
     assert code == 1
     second = report["calls"][1]["comparison"]
-    assert (second["verdict"], second["divergence"]["position"], second["divergence"]["near_tie"]) == ("divergent", 2, False)
+    assert (second["verdict"], second["divergence"]["position"], second["divergence"]["near_tie"]) == (
+        "divergent",
+        2,
+        False,
+    )
     assert report["real_differences"] == 1
 
 
@@ -130,13 +149,25 @@ def test_a_changed_status_is_reported(srv, recorded_run):
     code, report = parity(db, run_id, srv.base_url)
     assert code == 1
     first = report["calls"][0]["comparison"]
-    assert (first["verdict"], first["recorded_status"], first["replayed_status"]) == ("status_changed", "COMPLETED", "TRUNCATED")
+    assert (first["verdict"], first["recorded_status"], first["replayed_status"]) == (
+        "status_changed",
+        "COMPLETED",
+        "TRUNCATED",
+    )
 
 
 def test_repeat_counts_the_engines_own_noise(srv, recorded_run):
     db, run_id = recorded_run
-    srv.script([Fault.raw_stream(answer(RECORDED)), Fault.raw_stream(answer(NEAR_TIE)), Fault.raw_stream(answer(RECORDED)),
-                Fault.raw_stream(answer(RECORDED)), Fault.raw_stream(answer(RECORDED)), Fault.raw_stream(answer(RECORDED))])
+    srv.script(
+        [
+            Fault.raw_stream(answer(RECORDED)),
+            Fault.raw_stream(answer(NEAR_TIE)),
+            Fault.raw_stream(answer(RECORDED)),
+            Fault.raw_stream(answer(RECORDED)),
+            Fault.raw_stream(answer(RECORDED)),
+            Fault.raw_stream(answer(RECORDED)),
+        ]
+    )
     code, report = parity(db, run_id, srv.base_url, "--repeat", "3")
     assert code == 0
     assert [c["noise"] for c in report["calls"]] == [1, 0] and report["noisy_calls"] == 1
@@ -150,8 +181,12 @@ def test_near_tie_needs_each_token_in_the_others_top_k():
 
 
 def test_token_ids_are_compared_when_present():
-    a = read_logprobs([{"token": "x", "id": 5, "logprob": -0.1, "top_logprobs": [{"token": "x", "id": 5, "logprob": -0.1}]}])
-    b = read_logprobs([{"token": "x", "id": 6, "logprob": -0.1, "top_logprobs": [{"token": "x", "id": 6, "logprob": -0.1}]}])
+    a = read_logprobs(
+        [{"token": "x", "id": 5, "logprob": -0.1, "top_logprobs": [{"token": "x", "id": 5, "logprob": -0.1}]}]
+    )
+    b = read_logprobs(
+        [{"token": "x", "id": 6, "logprob": -0.1, "top_logprobs": [{"token": "x", "id": 6, "logprob": -0.1}]}]
+    )
     assert token_divergence(a, b).position == 0  # same text, different token: a real difference
     assert compare(Envelope(status=Status.COMPLETED), Envelope(status=Status.COMPLETED)).verdict == "identical"
 

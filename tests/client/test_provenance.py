@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.model_client.client import ModelClient
 from orchestrator.fault_server import FaultServer, Reply
+from orchestrator.model_client.client import ModelClient
 from orchestrator.model_client.provenance import identify
 from tests.client.conftest import make_request
 
@@ -14,9 +14,14 @@ LLAMA_PROPS = {"build_info": "b6510-703f9e32", "total_slots": 1,
                "default_generation_settings": {"n_ctx": 4096, "params": {"cache_prompt": True}}}
 
 CASES = {
-    "vllm": ({"vllm_version": {"version": "0.10.1.1"},
-              "models": {"data": [{"id": "m", "owned_by": "vllm", "max_model_len": 32768}]}},
-             None, ("vllm", "0.10.1.1", {"context_length": 32768})),
+    "vllm": (
+        {
+            "vllm_version": {"version": "0.10.1.1"},
+            "models": {"data": [{"id": "m", "owned_by": "vllm", "max_model_len": 32768}]},
+        },
+        None,
+        ("vllm", "0.10.1.1", {"context_length": 32768}),
+    ),
     "vllm-models-only": ({"models": {"data": [{"id": "m", "owned_by": "vllm"}]}}, None, ("vllm", None, {})),
     "llama.cpp": ({"llama_props": LLAMA_PROPS}, None,
                   ("llama.cpp", "b6510-703f9e32", {"context_length": 4096, "slots": 1, "prefix_caching": True})),
@@ -24,10 +29,20 @@ CASES = {
         "n_ctx": 2048, "params": {"post_sampling_probs": True}}}}, None,
         ("llama.cpp", "b11434-unknown", {"context_length": 2048, "logprobs_mode": "post_sampling"})),
     "llama.cpp-fingerprint": ({}, "b6097-9515c613", ("llama.cpp", "b6097-9515c613", {})),
-    "sglang": ({"sglang_info": {"version": "0.4.9", "context_length": 8192, "disable_radix_cache": True},
-                "vllm_version": {"version": "0.4.9"}}, None, ("sglang", "0.4.9", {"context_length": 8192, "prefix_caching": False})),
+    "sglang": (
+        {
+            "sglang_info": {"version": "0.4.9", "context_length": 8192, "disable_radix_cache": True},
+            "vllm_version": {"version": "0.4.9"},
+        },
+        None,
+        ("sglang", "0.4.9", {"context_length": 8192, "prefix_caching": False}),
+    ),
     "ollama": ({"ollama_version": {"version": "0.11.4"}}, None, ("ollama", "0.11.4", {})),
-    "llama-cpp-python": ({"models": {"data": [{"id": "gemma", "owned_by": "me"}]}}, None, ("llama-cpp-python", None, {})),
+    "llama-cpp-python": (
+        {"models": {"data": [{"id": "gemma", "owned_by": "me"}]}},
+        None,
+        ("llama-cpp-python", None, {}),
+    ),
     "unknown": ({"models": {"data": [{"id": "x", "owned_by": "acme"}]}}, "fp_abc", ("openai-compatible", None, {})),
 }
 

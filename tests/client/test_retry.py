@@ -8,7 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.model_client.retry import CircuitBreaker, RetryPolicy, retry_decision, jittered_backoff, parse_retry_after
+from orchestrator.model_client.retry import (
+    CircuitBreaker,
+    RetryPolicy,
+    jittered_backoff,
+    parse_retry_after,
+    retry_decision,
+)
 
 POLICY = RetryPolicy(max_attempts=5, base_s=0.5, cap_s=4.0, max_retry_after_s=10)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
-from orchestrator.model_client.client import ModelClient
 from orchestrator.envelope import Status
 from orchestrator.fault_server import Fault, Reply
+from orchestrator.model_client.client import ModelClient
 from orchestrator.model_client.retry import RetryPolicy
 
 

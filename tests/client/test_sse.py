@@ -57,12 +57,14 @@ def test_unbounded_line_raises():
     assert caught.value.kind == "line_too_long"
 
 
-events = st.lists(st.text(alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=30), max_size=8)
+events = st.lists(
+    st.text(alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=30), max_size=8
+)
 
 
 @given(events, st.lists(st.integers(min_value=0, max_value=400), max_size=6), st.sampled_from([b"\n", b"\r\n", b"\r"]))
 def test_any_split_gives_the_same_events(datas, cuts, sep):
     raw = b"".join(b"data: " + d.encode() + sep + sep for d in datas)
     points = sorted({min(c, len(raw)) for c in cuts})
-    pieces = [raw[a:b] for a, b in zip([0, *points], [*points, len(raw)])]
+    pieces = [raw[a:b] for a, b in zip([0, *points], [*points, len(raw)], strict=True)]
     assert parse(*pieces) == [d for d in datas]

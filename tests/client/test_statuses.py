@@ -28,7 +28,12 @@ def test_stop_is_completed_and_released(srv, client, req, stream):
     env = client.call(req(stream=stream))
     assert env.status is Status.COMPLETED and env.error is None
     assert release_from_escrow(env).text == "all done here"
-    assert (env.finish_reason, env.http_status, env.model, env.system_fingerprint) == ("stop", 200, "served-model", "fp_1")
+    assert (env.finish_reason, env.http_status, env.model, env.system_fingerprint) == (
+        "stop",
+        200,
+        "served-model",
+        "fp_1",
+    )
     assert env.engine == "escrow-fault-server"
     assert len(env.attempts) == 1 and len(srv.requests) == 1
     assert srv.requests[0].json["messages"][0]["content"] == "write a test"
@@ -42,7 +47,10 @@ def test_tool_calls_are_completed_with_accumulated_arguments(srv, client, req, s
     env = client.call(req(stream=stream))
     assert env.status is Status.COMPLETED and env.finish_reason == "tool_calls"
     got = release_from_escrow(env).tool_calls
-    assert [(c.name, c.arguments) for c in got] == [("read_file", '{"path": "src/app.py"}'), ("bash", '{"cmd": "ls -la"}')]
+    assert [(c.name, c.arguments) for c in got] == [
+        ("read_file", '{"path": "src/app.py"}'),
+        ("bash", '{"cmd": "ls -la"}'),
+    ]
     assert got[0].id == "c1"
 
 

@@ -71,8 +71,17 @@ def test_a_name_split_across_deltas_is_still_joined(srv, client, req, framing):
 def test_timings_without_usage_give_the_servers_own_figures(srv, client, req, framing):
     role, reasoning = captured("llama_server_b6881_reasoning_chunks.jsonl")
     # llama-server's last chunk as some versions send it: timings, no usage (documented format).
-    last = chunk(finish="stop", timings={"cache_n": 1100, "prompt_n": 4, "prompt_ms": 110.6, "predicted_n": 61, "predicted_ms": 3012.7})
-    events = [("data", role), ("data", reasoning), ("data", chunk({"content": "Hello"})), ("data", last), ("data", "[DONE]")]
+    last = chunk(
+        finish="stop",
+        timings={"cache_n": 1100, "prompt_n": 4, "prompt_ms": 110.6, "predicted_n": 61, "predicted_ms": 3012.7},
+    )
+    events = [
+        ("data", role),
+        ("data", reasoning),
+        ("data", chunk({"content": "Hello"})),
+        ("data", last),
+        ("data", "[DONE]"),
+    ]
     serve(srv, events, framing)
     env = client.call(req("hi"))
     assert env.status is Status.COMPLETED, env.error
@@ -101,13 +110,38 @@ LLAMA_OVERFLOW = {"code": 400, "message": "the request exceeds the available con
                   "type": "exceed_context_size_error"}
 ERRORS = {
     "llama-error-field": ([("error_field", LLAMA_OVERFLOW)], "context_overflow", "exceeds the available context size"),
-    "event-error": ([("event_error", {"error": {"message": "CUDA error: out of memory", "type": "server_error"}})],
-                    "stream_error", "CUDA error: out of memory"),
-    "bare-json": ([("bare", {"error": {"message": "This model's maximum context length is 2048 tokens.", "code": 400}})],
-                  "context_overflow", "maximum context length is 2048"),
-    "vllm-object-error": ([("data", {"object": "error", "message": "Internal worker died", "type": "InternalServerError",
-                                     "param": None, "code": 503}), ("data", "[DONE]")], "stream_error", "Internal worker died"),
-    "string-error": ([("data", {"error": "model 'gemma' not found, try pulling it first"})], "stream_error", "not found, try pulling"),
+    "event-error": (
+        [("event_error", {"error": {"message": "CUDA error: out of memory", "type": "server_error"}})],
+        "stream_error",
+        "CUDA error: out of memory",
+    ),
+    "bare-json": (
+        [("bare", {"error": {"message": "This model's maximum context length is 2048 tokens.", "code": 400}})],
+        "context_overflow",
+        "maximum context length is 2048",
+    ),
+    "vllm-object-error": (
+        [
+            (
+                "data",
+                {
+                    "object": "error",
+                    "message": "Internal worker died",
+                    "type": "InternalServerError",
+                    "param": None,
+                    "code": 503,
+                },
+            ),
+            ("data", "[DONE]"),
+        ],
+        "stream_error",
+        "Internal worker died",
+    ),
+    "string-error": (
+        [("data", {"error": "model 'gemma' not found, try pulling it first"})],
+        "stream_error",
+        "not found, try pulling",
+    ),
 }
 
 
@@ -173,4 +207,9 @@ def test_captured_non_streamed_reasoning_body(srv, client, req, piece_bytes):
     assert env.payload.reasoning == "First, I need to determine the positions of both the hour and minute hands on"
     assert env.payload.text == ""
     u = env.usage
-    assert (u.prompt_tokens, u.cached_prompt_tokens, u.completion_tokens, u.server_block) == (106, 0, 16, "usage+timings")
+    assert (u.prompt_tokens, u.cached_prompt_tokens, u.completion_tokens, u.server_block) == (
+        106,
+        0,
+        16,
+        "usage+timings",
+    )

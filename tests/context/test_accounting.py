@@ -13,7 +13,9 @@ def test_formulas_match_a_turn_by_turn_sum():
     s0, delta, n = 700, 130, 17
     prompts = [s0 + t * delta for t in range(n)]
     assert resent_tokens_no_cache(s0, delta, n) == sum(prompts)
-    assert prefill_tokens_ideal_cache(s0, delta, n) == prompts[0] + sum(b - a for a, b in zip(prompts, prompts[1:]))
+    assert prefill_tokens_ideal_cache(s0, delta, n) == prompts[0] + sum(
+        b - a for a, b in zip(prompts, prompts[1:], strict=False)
+    )
 
 
 def test_edge_cases():

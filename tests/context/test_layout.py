@@ -35,7 +35,7 @@ def test_each_turn_extends_the_previous_apart_from_the_tail(make_context):
         r = ctx.render(turn=t, turns_left=10 - t)
         assert not r.compactions
         prompts.append(PromptBytes.from_request(r.build_request(model="m"), tail_messages=1))
-    for prev, cur in zip(prompts, prompts[1:]):
+    for prev, cur in zip(prompts, prompts[1:], strict=False):
         stable = len(prev.records) - 1
         assert cur.records[:stable] == prev.records[:stable]
         assert cur.records[stable] != prev.records[stable]

@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from orchestrator.context import Budget, ContextAssembler, PromptBytes, prefix_report
-from orchestrator.model_client.server_tokenizer import discover_context_window, probe_server_tokenizer
 from orchestrator.contract import Message
+from orchestrator.model_client.server_tokenizer import discover_context_window, probe_server_tokenizer
 
 MODEL = "gemma-3-270m"
 PREAMBLE = "You are a coding agent working in a sandboxed repository. Answer with one short step. " * 20
@@ -44,8 +44,14 @@ def test_stable_layout_makes_later_turns_cheaper(llama_url, http):
     seconds, reported, rendered, prompts = [], [], [], []
     for turn in range(4):
         if turn:
-            ctx.append([Message(role="assistant", content=f"Step {turn}: run pytest -k case{turn}."),
-                        Message(role="user", content=f"case{turn}: 1 failed, 3 passed")], turn=turn, elidable=[False, True])
+            ctx.append(
+                [
+                    Message(role="assistant", content=f"Step {turn}: run pytest -k case{turn}."),
+                    Message(role="user", content=f"case{turn}: 1 failed, 3 passed"),
+                ],
+                turn=turn,
+                elidable=[False, True],
+            )
         r = ctx.render(turn=turn, turns_left=4 - turn)
         request = r.build_request(model=MODEL, stream=False, max_tokens=1)
         started = time.perf_counter()
@@ -56,7 +62,7 @@ def test_stable_layout_makes_later_turns_cheaper(llama_url, http):
         rendered.append(r)
         prompts.append(PromptBytes.from_request(request, tail_messages=1))
     # Our estimate (server tokenizer + template allowance + margin) bounds the server's own count.
-    for r, n in zip(rendered, reported):
+    for r, n in zip(rendered, reported, strict=True):
         assert 0 < n <= r.prompt_tokens_estimate
         assert ctx.calibrate(r, reported_prompt_tokens=n).outcome == "within_margin"
     assert reported == sorted(reported) and reported[0] > 300

@@ -51,7 +51,10 @@ def messages_of(t: int, shape: tuple[int, int, list[int]]) -> list[Message]:
     seed, words, outputs = shape
     calls = tuple(ToolCall(id=f"c{t}_{i}", name="bash", arguments='{"cmd":"pytest"}') for i in range(len(outputs)))
     out = [Message(role="assistant", content=text(seed, words), tool_calls=calls)]
-    out += [Message(role="tool", tool_call_id=c.id, content=text(seed + i, n)) for i, (c, n) in enumerate(zip(calls, outputs))]
+    out += [
+        Message(role="tool", tool_call_id=c.id, content=text(seed + i, n))
+        for i, (c, n) in enumerate(zip(calls, outputs, strict=True))
+    ]
     return out
 
 
@@ -65,7 +68,9 @@ def test_random_trajectories(counter, case):
         budget=Budget(s_max=case["s_max"], k_max=case["k_max"]),
         counter=counter,
         margin=Margin(ratio=case["margin"], fixed=8),
-        policy=CompactionPolicy(target_fill=case["target_fill"], keep_head_chars=case["keep"], keep_tail_chars=case["keep"] // 2),
+        policy=CompactionPolicy(
+            target_fill=case["target_fill"], keep_head_chars=case["keep"], keep_tail_chars=case["keep"] // 2
+        ),
         tail=TailFormat() if case["with_tail"] else None,
     )
     fresh = MessageCounter(counter)

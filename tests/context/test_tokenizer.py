@@ -25,9 +25,13 @@ def test_unknown_tokenizer_is_a_clear_error():
 
 def test_message_counts_are_cached_by_content(counter):
     counts = MessageCounter(counter, TemplateOverhead(per_message=8, per_tool_call=12))
-    message = Message(role="assistant", content="ok", tool_calls=(ToolCall(id="c1", name="bash", arguments='{"cmd":"ls"}'),))
+    message = Message(
+        role="assistant", content="ok", tool_calls=(ToolCall(id="c1", name="bash", arguments='{"cmd":"ls"}'),)
+    )
     first = counts.message(message)
-    assert first == 8 + counter.count("ok") + 12 + counter.count("c1") + counter.count("bash") + counter.count('{"cmd":"ls"}')
+    assert first == 8 + counter.count("ok") + 12 + counter.count("c1") + counter.count("bash") + counter.count(
+        '{"cmd":"ls"}'
+    )
     assert counts.message(Message(role="assistant", content="ok", tool_calls=message.tool_calls)) == first
     assert (counts.hits, counts.misses) == (1, 1)
     counts.message(Message(role="user", content="ok"))

@@ -59,7 +59,11 @@ def description_columns(text: str) -> list[tuple[int, str]]:
 
 
 def test_the_measure_catches_a_squeezed_column():
-    squeezed = "Options:\n  --a-very-long-option-name-indeed <text>            Two\n                                                     words\n"
+    squeezed = (
+        "Options:\n"
+        "  --a-very-long-option-name-indeed <text>            Two\n"
+        "                                                     words\n"
+    )
     assert [w for w, _ in description_columns(squeezed)] == [WIDTH - 53, WIDTH - 53]
     assert min(w for w, _ in description_columns(squeezed)) < MIN_DESCRIPTION
 

@@ -9,7 +9,8 @@ import io
 import re
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 from rich.console import Console
 
 from cli.display.live import LiveScreen, PlainScreen, RunDisplay
@@ -22,7 +23,6 @@ from orchestrator.ports import ToolOutcome
 from orchestrator.terminal_text import is_printable, one_line, printable
 from policies.model import RunLimits
 from store.render import clip
-
 from tests.display.hostile import PAYLOADS, RAW_CONTROL_CHARS
 
 ALL = "".join(PAYLOADS.values())
@@ -54,7 +54,15 @@ def test_nothing_a_terminal_acts_on_survives(text):
     assert is_printable(one_line(text, 50)) and "\n" not in one_line(text, 50)
 
 
-@given(st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs"), blacklist_characters="\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2028\u2029") | st.sampled_from("\n\t")))
+@given(
+    st.text(
+        alphabet=st.characters(
+            blacklist_categories=("Cc", "Cs"),
+            blacklist_characters="\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2028\u2029",
+        )
+        | st.sampled_from("\n\t")
+    )
+)
 def test_plain_text_is_untouched(text):
     assert printable(text) == text
 

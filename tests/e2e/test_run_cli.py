@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from typer.testing import CliRunner
 
 from cli.main import app
@@ -143,7 +142,9 @@ def test_ctrl_c_while_the_sandbox_starts_is_a_recorded_cancel(tmp_path, repo, fa
         assert store.calls(run_id) == [] and store.verify(run_id).ok
 
 
-def test_cli_runner_prints_the_verdict_panel_and_rejects_a_missing_repo(tmp_path, repo, fault: FaultServer, sandbox_image):
+def test_cli_runner_prints_the_verdict_panel_and_rejects_a_missing_repo(
+    tmp_path, repo, fault: FaultServer, sandbox_image
+):
     fault.script([Reply(text="All done!")])
     common = ["--verify", "python3 -m pytest -q", "--model-url", fault.base_url, "--context-window", "8192",
               "--tokenizer", "cl100k_base", "--max-turns", "1"]

@@ -15,7 +15,6 @@ import pytest
 from orchestrator.fault_server import Fault, FaultServer, Reply, ScriptedToolCall
 from orchestrator.terminal_text import printable
 from store import Store
-
 from tests.display.hostile import PAYLOADS
 from tests.display.test_terminal_text import assert_safe
 from tests.e2e.terminal import ESCROW, Tmux, run_args, run_in_pty
@@ -34,10 +33,14 @@ def story() -> list[Reply]:
     """Read, a denied read, an answer cut off at the output limit, the fix, submit."""
     return [
         Reply(reasoning=THOUGHT, text=WORDS, tool_calls=(tool("read_file", path="calc.py"),), tokens_per_s=40),
-        Reply(text="Let me check the repository settings as well.", tool_calls=(tool("read_file", path=".git/config"),)),
+        Reply(
+            text="Let me check the repository settings as well.", tool_calls=(tool("read_file", path=".git/config"),)
+        ),
         Fault.truncated("Now I will rewrite the whole module from scratch, starting with"),
-        Reply(text="mean() divides by len+1; fixing the denominator.",
-              tool_calls=(tool("edit_file", path="calc.py", old="(len(values) + 1)", new="len(values)"),)),
+        Reply(
+            text="mean() divides by len+1; fixing the denominator.",
+            tool_calls=(tool("edit_file", path="calc.py", old="(len(values) + 1)", new="len(values)"),),
+        ),
         Reply(text="Running the verifier.", tool_calls=(tool("submit", summary="fixed mean"),)),
     ]
 
@@ -57,7 +60,9 @@ def tmux(tmp_path):
 
 
 @pytest.mark.parametrize("width", [80, 120])
-def test_live_display_in_tmux_shows_the_work_turn_by_turn(width, tmp_path, repo, fault: FaultServer, sandbox_image, tmux):
+def test_live_display_in_tmux_shows_the_work_turn_by_turn(
+    width, tmp_path, repo, fault: FaultServer, sandbox_image, tmux
+):
     (repo / ".git").mkdir()
     (repo / ".git" / "config").write_text("[core]\n")
     fault.script(story())
@@ -122,14 +127,18 @@ def test_hostile_content_is_escaped_through_run_and_show(tmp_path, repo, fault: 
 
     env = {**os.environ, "ESCROW_HOME": str(home)}
     for extra in ([], ["--full"]):
-        shown = subprocess.run([str(ESCROW), "show", run_id, *extra], env=env, capture_output=True, text=True, timeout=60)
+        shown = subprocess.run(
+            [str(ESCROW), "show", run_id, *extra], env=env, capture_output=True, text=True, timeout=60
+        )
         assert shown.returncode == 0, shown.stderr
         assert_safe(shown.stdout)
         assert printable(PAYLOADS["osc52 clipboard"]) in shown.stdout
     full = shown.stdout
     for payload in PAYLOADS.values():
         assert printable(payload) in full, payload  # --full shows each attack whole, escaped
-    as_json = subprocess.run([str(ESCROW), "show", run_id, "--json"], env=env, capture_output=True, text=True, timeout=60)
+    as_json = subprocess.run(
+        [str(ESCROW), "show", run_id, "--json"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert_safe(as_json.stdout)
     assert json.loads(as_json.stdout)["run"]["id"] == run_id
 
@@ -160,7 +169,9 @@ def test_plain_lines_off_a_terminal_and_quiet(tmp_path, repo, fault: FaultServer
     assert "PASS" in done.stdout
 
     fault.script(story())
-    quiet = subprocess.run(run_args(repo, fault.base_url, "--quiet"), env=env, capture_output=True, text=True, timeout=240)
+    quiet = subprocess.run(
+        run_args(repo, fault.base_url, "--quiet"), env=env, capture_output=True, text=True, timeout=240
+    )
     assert quiet.returncode == 0 and quiet.stderr == ""
     assert quiet.stdout.startswith("PASS: the verifier passed (run ") and quiet.stdout.count("\n") == 1
 

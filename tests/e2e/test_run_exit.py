@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.launch import RunRequest, run_agent
 from orchestrator.agent import Verdict
 from orchestrator.fault_server import Reply, ScriptedToolCall
+from orchestrator.launch import RunRequest, run_agent
 from orchestrator.settings import Settings
 
 pytestmark = [pytest.mark.docker]
@@ -109,14 +109,19 @@ def test_hard_link_blow_up_is_refused_not_built(settings, repo, fault, canary):
     assert canary.unchanged()
 
 
-@pytest.mark.parametrize("plant", [
-    "mkdir sub && cd sub && git init -q && git config core.fsmonitor 'touch /tmp/x'",
-    "mkdir s && printf 'gitdir: {hostgit}\\n' > s/.git && touch s/f",
-    "mkdir .GIT && printf '[core]\\n\\tfsmonitor = touch {file}\\n' > .GIT/config",
-    "printf '* binary -diff\\n*.py diff=x\\n' > .gitattributes",
-    "p=deep; for i in $(seq 1200); do p=$p/d; done; mkdir -p $p 2>/dev/null || python3 -c \"import os\nfor i in range(1200): os.mkdir('d'); os.chdir('d')\"",
-    "truncate -s 3G sparse.bin",
-], ids=["git-init-subdir", "gitfile", "GIT-config", "gitattributes", "deep-dirs", "sparse-3G"])
+@pytest.mark.parametrize(
+    "plant",
+    [
+        "mkdir sub && cd sub && git init -q && git config core.fsmonitor 'touch /tmp/x'",
+        "mkdir s && printf 'gitdir: {hostgit}\\n' > s/.git && touch s/f",
+        "mkdir .GIT && printf '[core]\\n\\tfsmonitor = touch {file}\\n' > .GIT/config",
+        "printf '* binary -diff\\n*.py diff=x\\n' > .gitattributes",
+        "p=deep; for i in $(seq 1200); do p=$p/d; done; mkdir -p $p 2>/dev/null || "
+        "python3 -c \"import os\nfor i in range(1200): os.mkdir('d'); os.chdir('d')\"",
+        "truncate -s 3G sparse.bin",
+    ],
+    ids=["git-init-subdir", "gitfile", "GIT-config", "gitattributes", "deep-dirs", "sparse-3G"],
+)
 def test_workspace_shapes_end_in_a_verdict_and_a_plain_diff(settings, repo, fault, canary, plant, tmp_path):
     host_repo = tmp_path / "host-repo"  # a repository on the host that a gitfile points at
     subprocess.run(["git", "init", "-q", str(host_repo)], check=True)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.launch import RunOutcome, RunRequest, run_agent
 from orchestrator.agent import Verdict
 from orchestrator.canonical import canonical_bytes
 from orchestrator.fault_server import Fault, FaultServer, Reply, ScriptedToolCall
+from orchestrator.launch import RunOutcome, RunRequest, run_agent
 from orchestrator.settings import Settings
 from store import Trajectory
 
@@ -107,7 +107,7 @@ def test_scripted_fix_passes_and_everything_is_recorded(settings, repo, fault, o
     # Prefix-stable: each request starts with the previous one's messages, all
     # but the volatile tail (the last message, the remaining budget).
     requests = [t.calls[0].request() for t in taken(traj)]
-    for before, after in zip(requests, requests[1:]):
+    for before, after in zip(requests, requests[1:], strict=False):
         stable = before.messages[:-1]
         assert after.messages[: len(stable)] == stable
         assert after.messages[-1].content.startswith("[turns left:")
@@ -251,7 +251,10 @@ def test_claiming_success_without_the_verifier_is_not_a_pass(settings, repo, fau
 
 
 def test_text_protocol_search_replace_block(settings, repo, fault, open_store):
-    edit = f"The divisor is wrong.\ncalc.py\n<<<<<<< SEARCH\n    return {BUGGY}\n=======\n    return {FIXED}\n>>>>>>> REPLACE\n"
+    edit = (
+        f"The divisor is wrong.\ncalc.py\n<<<<<<< SEARCH\n    return {BUGGY}\n"
+        f"=======\n    return {FIXED}\n>>>>>>> REPLACE\n"
+    )
     fault.script([
         Reply(text='<tool name="read_file">{"path": </tool>'),  # a completed answer with broken JSON
         Reply(text=edit),

@@ -10,12 +10,13 @@ from typer.testing import CliRunner
 from cli.main import app
 from orchestrator.agent import Verdict
 from policies.price_table import set_price
-
 from tests.e2e.test_run_faults import EDIT, READ, SUBMIT, TEST, run
 
 
 def test_a_priced_live_run_reports_and_exports(settings, repo, fault, open_store):
-    set_price(settings.home, "gemma-3-270m", {"input_per_mtok": 1.0, "cached_input_per_mtok": 0.1, "output_per_mtok": 2.0})
+    set_price(
+        settings.home, "gemma-3-270m", {"input_per_mtok": 1.0, "cached_input_per_mtok": 0.1, "output_per_mtok": 2.0}
+    )
     fault.script([READ, EDIT, TEST, SUBMIT])
     outcome = run(settings, repo)
     assert outcome.result.verdict is Verdict.PASS
@@ -46,4 +47,6 @@ def test_a_priced_live_run_reports_and_exports(settings, repo, fault, open_store
     assert roles[:2] == ["system", "user"] and "tool" in roles
     calls = [c for m in line["messages"] for c in (m.get("tool_calls") or [])]
     assert [c["function"]["name"] for c in calls] == ["read_file", "edit_file", "bash", "submit"]
-    assert isinstance(calls[1]["function"]["arguments"], dict) and calls[1]["function"]["arguments"]["path"] == "calc.py"
+    assert (
+        isinstance(calls[1]["function"]["arguments"], dict) and calls[1]["function"]["arguments"]["path"] == "calc.py"
+    )

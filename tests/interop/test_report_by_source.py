@@ -9,10 +9,10 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from orchestrator.costing.aggregate import group_key
+from orchestrator.launch.reports import report_runs
 from policies.price_table import load_price_table
 from store import Recorder, synthetic
 from store.importer import import_file
-from orchestrator.launch.reports import report_runs
 from store.reports.aggregate_query import run_slices
 from tests.interop.conftest import own
 

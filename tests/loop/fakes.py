@@ -24,8 +24,7 @@ from orchestrator.context.tokenizer import FunctionCounter
 from orchestrator.contract import Message, ModelRequest, ToolCall, ToolSpec
 from orchestrator.envelope import Envelope, ErrorDetail, FigureSource, Payload, Status, Usage
 from orchestrator.perimeter import Approve, Decide, acl_of, deny_all_asks
-from orchestrator.ports import DecisionLike
-from orchestrator.ports import Journal, Model, ToolOutcome, Tools
+from orchestrator.ports import DecisionLike, Journal, Model, ToolOutcome, Tools
 from orchestrator.runspec import RunSpec, build_agent
 from orchestrator.toolset import TOOLS, ReadFileArgs, SubmitArgs, ToolArgs, WriteFileArgs
 from policies import Policy, RunLimits
@@ -282,8 +281,15 @@ def build(
         limits=limits or policy.limits,
     )
     agent = build_agent(
-        spec, counter=FunctionCounter(words, name="chars/4"), model=model, tools=tools, acl=tools.acl(), journal=journal,
-        cost_of=cost_of, approve=approve, cancel=cancel,
+        spec,
+        counter=FunctionCounter(words, name="chars/4"),
+        model=model,
+        tools=tools,
+        acl=tools.acl(),
+        journal=journal,
+        cost_of=cost_of,
+        approve=approve,
+        cancel=cancel,
     )
     return Loop(agent=agent, model=model, tools=tools, journal=journal)
 

@@ -9,10 +9,10 @@ import threading
 import pytest
 
 from orchestrator.agent import Verdict
+from orchestrator.candidate import CandidateState
 from orchestrator.envelope import Status
 from policies import RunLimits, default_policy
 from policies.routing import ROUTES, Action
-from orchestrator.candidate import CandidateState
 from tests.loop.fakes import Loop, MemoryTools, build, call, completed, envelope
 
 POLICY = default_policy()

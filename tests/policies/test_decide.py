@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from policies import (
-    PathAccess, PathRejected, PolicyError, Effect, canonical_path, decide, default_policy, explain, parse_policy,
+    Effect,
+    PathAccess,
+    PathRejected,
+    PolicyError,
+    canonical_path,
+    decide,
+    default_policy,
+    explain,
+    parse_policy,
 )
 
 
@@ -47,7 +55,9 @@ def test_canonical_path(raw, expected):
     assert canonical_path(raw) == expected
 
 
-@pytest.mark.parametrize("raw", ["../x", "a/../../x", "/etc/passwd", "/workspace/../etc", "a\x00b", "", "/workspacefoo/x"])
+@pytest.mark.parametrize(
+    "raw", ["../x", "a/../../x", "/etc/passwd", "/workspace/../etc", "a\x00b", "", "/workspacefoo/x"]
+)
 def test_canonical_path_rejects(raw):
     with pytest.raises(PathRejected):
         canonical_path(raw)

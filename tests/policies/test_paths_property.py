@@ -10,7 +10,7 @@ import posixpath
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from policies import PathAccess, Policy, Effect, decide
+from policies import Effect, PathAccess, Policy, decide
 from policies.model import PathGrants, ToolGrants
 
 SEGMENTS = st.sampled_from(["a", "b", "src", ".git", "..", ".", "", "x.py", "*", "?", "\x00", "workspace", "~",

@@ -13,14 +13,14 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from orchestrator.model_client.client import ModelClient
 from orchestrator.context import TiktokenCounter
 from orchestrator.contract import Sampling, ToolSpec
 from orchestrator.fault_server import FaultServer, Reply, ScriptedToolCall
+from orchestrator.model_client.client import ModelClient
+from orchestrator.perimeter import acl_of
 from orchestrator.ports import ToolOutcome
 from orchestrator.runspec import RunSpec, build_agent
 from orchestrator.settings import Settings
-from orchestrator.perimeter import acl_of
 from orchestrator.toolset import TOOLS, tool_specs
 from policies import Policy, default_policy
 from store import Recorder, RunJournal, Store
@@ -56,7 +56,9 @@ class MemoryTools:
         a = args.model_dump()
         if name == "read_file":
             text = self.files.get(a["path"])
-            return ToolOutcome(observation=text if text is not None else f"no such file: {a['path']}", ok=text is not None)
+            return ToolOutcome(
+                observation=text if text is not None else f"no such file: {a['path']}", ok=text is not None
+            )
         if name == "write_file":
             self.files[a["path"]] = a["content"]
             return ToolOutcome(observation=f"wrote {len(a['content'])} bytes to {a['path']}", ok=True)

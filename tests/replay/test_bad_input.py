@@ -58,7 +58,9 @@ def test_a_broken_chain_is_refused_unless_forced(recorded):
 
 def test_a_tampered_recording_replayed_with_force_reports_where(recorded):
     db, run_id = recorded
-    sql(db, "UPDATE tool_executions SET \"gen_ai.tool.call.result\" = 'README.md' WHERE run_id = ? AND turn = 0", run_id)
+    sql(
+        db, "UPDATE tool_executions SET \"gen_ai.tool.call.result\" = 'README.md' WHERE run_id = ? AND turn = 0", run_id
+    )
     result = replay(db, run_id, "--force", "--json")
     assert code(result) == 1
     assert '"field": "messages[3].content"' in result.output and '"turn": 1' in result.output
@@ -80,10 +82,16 @@ def test_a_store_at_an_older_schema_is_refused_with_the_migrate_hint(recorded):
     assert code(replay(db, run_id)) == 0
 
 
-@pytest.mark.parametrize("config, says", [
-    ({"model_url": "http://x/v1"}, "has no run spec"),
-    ({"spec": {"task": "t", "model": "m", "s_max": 10, "k_max": 1, "tool_specs": [], "planner": "tree"}}, "cannot read"),
-])
+@pytest.mark.parametrize(
+    "config, says",
+    [
+        ({"model_url": "http://x/v1"}, "has no run spec"),
+        (
+            {"spec": {"task": "t", "model": "m", "s_max": 10, "k_max": 1, "tool_specs": [], "planner": "tree"}},
+            "cannot read",
+        ),
+    ],
+)
 def test_runs_without_a_readable_spec(store: Store, db_path: Path, config, says):
     run_id = Recorder(store).start_run(task="t", repo="/r", config=config, policy={}, model="m")
     result = replay(db_path, run_id)
@@ -105,6 +113,8 @@ def test_errors_are_one_line_in_a_real_process(recorded):
     db, run_id = recorded
     downgrade_to_v1(db)
     for args in (["feedface"], [run_id]):
-        done = subprocess.run([ESCROW, "replay", *args, "--db", f"sqlite:///{db}"], capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [ESCROW, "replay", *args, "--db", f"sqlite:///{db}"], capture_output=True, text=True, timeout=60
+        )
         assert done.returncode in (5, 6) and "Traceback" not in done.stderr
         assert done.stderr.startswith("error:") and len(done.stderr.strip().splitlines()) <= 2

@@ -8,11 +8,18 @@ from orchestrator.replay.divergence import value_at
 
 def request(**changes):
     base = {
-        "model": "m", "max_tokens": 8, "stream": True,
+        "model": "m",
+        "max_tokens": 8,
+        "stream": True,
         "sampling": {"temperature": 0.0, "seed": 7},
-        "tools": [{"name": "read_file", "description": "Read.", "parameters": {"properties": {"path": {"type": "string"}}}}],
-        "messages": [{"role": "system", "content": "be careful"}, {"role": "user", "content": "fix it"},
-                     {"role": "user", "content": "[tokens left: 100]"}],
+        "tools": [
+            {"name": "read_file", "description": "Read.", "parameters": {"properties": {"path": {"type": "string"}}}}
+        ],
+        "messages": [
+            {"role": "system", "content": "be careful"},
+            {"role": "user", "content": "fix it"},
+            {"role": "user", "content": "[tokens left: 100]"},
+        ],
     }
     base.update(changes)
     return base
@@ -23,8 +30,12 @@ def test_equal_values_have_no_paths():
 
 
 def test_settings_and_tools_are_named_before_the_messages_they_drag_along():
-    changed = request(tools=[{"name": "read_file", "description": "Read!", "parameters": {"properties": {"path": {"type": "string"}}}}],
-                      messages=[*request()["messages"][:2], {"role": "user", "content": "[tokens left: 99]"}])
+    changed = request(
+        tools=[
+            {"name": "read_file", "description": "Read!", "parameters": {"properties": {"path": {"type": "string"}}}}
+        ],
+        messages=[*request()["messages"][:2], {"role": "user", "content": "[tokens left: 99]"}],
+    )
     paths, diff = compare(request(), changed)
     assert paths == ("tools[0].description", "messages[2].content")
     assert "first difference at character 4" in diff and '"Read."' in diff and '"Read!"' in diff

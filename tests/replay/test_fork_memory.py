@@ -6,13 +6,20 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from orchestrator.model_client.client import ModelClient
 from orchestrator.fault_server import FaultServer
+from orchestrator.model_client.client import ModelClient
 from orchestrator.replay import ForkOverrides, Replayer, trajectory_digest
 from policies import default_policy
 from store import Store
 from tests.replay.recording import (
-    BROKEN_MEAN, EXAMPLE_REPO, FIXED_MEAN, MemoryTools, call, fixing_steps, record_memory_run, reply,
+    BROKEN_MEAN,
+    EXAMPLE_REPO,
+    FIXED_MEAN,
+    MemoryTools,
+    call,
+    fixing_steps,
+    record_memory_run,
+    reply,
 )
 
 
@@ -26,7 +33,9 @@ def memory_tools_for(run_id: str):  # noqa: ARG001 - one fresh workspace per run
 
 def test_fork_shares_its_prefix_and_goes_live_with_new_sampling(store: Store, fault_server: FaultServer):
     parent = record_memory_run(store, fault_server, fixing_steps())
-    fault_server.script([reply(call("edit_file", path="calc.py", old=BROKEN_MEAN, new=FIXED_MEAN)), reply(call("submit"))])
+    fault_server.script(
+        [reply(call("edit_file", path="calc.py", old=BROKEN_MEAN, new=FIXED_MEAN)), reply(call("submit"))]
+    )
     seen = len(fault_server.requests)
     replayer = Replayer(store)
     with ModelClient(fault_server.base_url) as client:

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from orchestrator.fault_server import FaultServer
-from tests.replay.test_live import STEPS, docker_run, replay_cli  # noqa: F401 - the fixture
+from tests.replay.test_live import STEPS, replay_cli
 
 pytestmark = pytest.mark.docker
 
@@ -29,7 +29,9 @@ def test_a_fork_after_a_drifted_turn_is_refused(docker_run, fault_server: FaultS
     assert result.exit_code == 1, result.output
     report = json.loads(result.output)
     assert report["divergence"]["kind"] == "prefix" and report["divergence"]["turn"] == 1
-    assert "turn 1 read_file: output" in report["divergence"]["diff"] and "--allow-drift" in report["divergence"]["diff"]
+    assert (
+        "turn 1 read_file: output" in report["divergence"]["diff"] and "--allow-drift" in report["divergence"]["diff"]
+    )
     assert not report["identical"] and report["verdict"] == "DIVERGED"
     assert len(fault_server.requests) == seen, "no live call was made from a drifted prefix"
     text = replay_cli(db, run_id, "--fork-at", "2")

@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from orchestrator.launch import RunRequest, run_agent
 from orchestrator.fault_server import FaultServer
+from orchestrator.launch import RunRequest, run_agent
 from store import Store
 from tests.replay.recording import BROKEN_MEAN, FIXED_MEAN, call, copy_example_repo, docker_settings, reply
 from tests.replay.test_offline import _replay_in_subprocess
@@ -82,7 +82,9 @@ def test_reexecute_reports_the_first_drifting_turn_after_a_repo_edit(docker_run)
 
 def test_fork_continues_live_as_a_linked_run_sharing_its_first_turns(docker_run, fault_server: FaultServer):
     db, _, run_id = docker_run
-    fault_server.script([reply(call("edit_file", path="calc.py", old=BROKEN_MEAN, new=FIXED_MEAN)), reply(call("submit"))])
+    fault_server.script(
+        [reply(call("edit_file", path="calc.py", old=BROKEN_MEAN, new=FIXED_MEAN)), reply(call("submit"))]
+    )
     seen = len(fault_server.requests)
     result = replay_cli(db, run_id, "--fork-at", "4", "--temperature", "0.7", "--seed", "11",
                         "--model-url", fault_server.base_url, "--json")
@@ -99,7 +101,9 @@ def test_fork_continues_live_as_a_linked_run_sharing_its_first_turns(docker_run,
         assert [c.temperature for c in fork_calls] == [0.0] * 4 + [0.7, 0.7]
         from orchestrator.replay import trajectory_digest
 
-        assert trajectory_digest(store.trajectory(fork_id), turns=4) == trajectory_digest(store.trajectory(run_id), turns=4)
+        assert trajectory_digest(store.trajectory(fork_id), turns=4) == trajectory_digest(
+            store.trajectory(run_id), turns=4
+        )
     shown = CliRunner().invoke(app, ["show", fork_id, "--db", f"sqlite:///{db}"])
     assert f"forked from {run_id} at turn 4" in shown.output
     # A fork replays offline too: its own recording switches settings at the same turn.

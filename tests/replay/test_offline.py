@@ -41,7 +41,9 @@ def test_every_varied_run_replays_identically(varied):
             replay_run = store.run(report.replay_run_id)
             assert (replay_run.mode, replay_run.parent_run_id, replay_run.verdict) == ("replay", run_id, report.verdict)
             assert store.verify(report.replay_run_id).ok
-            assert [c.request_sha256 for c in store.calls(report.replay_run_id)] == [c.request_sha256 for c in recorded_calls]
+            assert [c.request_sha256 for c in store.calls(report.replay_run_id)] == [
+                c.request_sha256 for c in recorded_calls
+            ]
 
 
 def test_a_replay_run_replays_identically_too(varied):
@@ -95,7 +97,11 @@ def test_replays_agree_across_processes_and_hash_seeds(varied):
     for name, run_id in runs.items():
         one, two = (_replay_in_subprocess(db, run_id, seed) for seed in ("1", "2"))
         assert one["identical"] and two["identical"], name
-        assert [t["replayed_sha256"] for t in one["turns"]] == [t["replayed_sha256"] for t in two["turns"]] == recorded[run_id]
+        assert (
+            [t["replayed_sha256"] for t in one["turns"]]
+            == [t["replayed_sha256"] for t in two["turns"]]
+            == recorded[run_id]
+        )
         assert one["digest"] == two["digest"] == one["recorded_digest"], name
         assert one["replay_run_id"] != two["replay_run_id"]
 

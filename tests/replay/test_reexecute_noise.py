@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.launch import RunRequest, run_agent
 from orchestrator.fault_server import FaultServer
+from orchestrator.launch import RunRequest, run_agent
 from orchestrator.replay.noise import classify
 from policies import default_policy
 from tests.replay.recording import BROKEN_MEAN, FIXED_MEAN, call, copy_example_repo, docker_settings, reply
@@ -30,7 +30,9 @@ def record(tmp_path: Path, server: FaultServer, image: str, command: str) -> tup
         reply(call("edit_file", path="calc.py", old=BROKEN_MEAN, new=FIXED_MEAN)),
         reply(call("submit")),
     ])
-    outcome = run_agent(docker_settings(tmp_path, server, image), RunRequest(task="fix mean()", repo=repo, verify=VERIFIER))
+    outcome = run_agent(
+        docker_settings(tmp_path, server, image), RunRequest(task="fix mean()", repo=repo, verify=VERIFIER)
+    )
     assert outcome.result.verdict.value == "PASS"
     return tmp_path / "escrow.db", outcome.run_id
 

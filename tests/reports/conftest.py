@@ -13,8 +13,16 @@ from orchestrator.envelope import Attempt, Envelope, Payload, Status, Timings, U
 from store import Recorder, Store
 
 TOOLS = (
-    ToolSpec(name="bash", description="Run a command.", parameters={"type": "object", "properties": {"cmd": {"type": "string"}}}),
-    ToolSpec(name="read_file", description="Read a file.", parameters={"type": "object", "properties": {"path": {"type": "string"}}}),
+    ToolSpec(
+        name="bash",
+        description="Run a command.",
+        parameters={"type": "object", "properties": {"cmd": {"type": "string"}}},
+    ),
+    ToolSpec(
+        name="read_file",
+        description="Read a file.",
+        parameters={"type": "object", "properties": {"path": {"type": "string"}}},
+    ),
 )
 
 
@@ -34,16 +42,40 @@ def store(home: Path) -> Iterator[Store]:
         yield opened
 
 
-def envelope(prompt: int, cached: int, completion: int, *, status: Status = Status.COMPLETED, calls: tuple[ToolCall, ...] = (),
-             ttft: float = 0.1, decode: float = 0.5, total: float = 0.7, retries: int = 0, model: str = "gemma-3-270m") -> Envelope:
-    attempts = [Attempt(number=i + 1, status=Status.TRANSPORT_FAILURE, http_status=503, duration_s=0.01) for i in range(retries)]
+def envelope(
+    prompt: int,
+    cached: int,
+    completion: int,
+    *,
+    status: Status = Status.COMPLETED,
+    calls: tuple[ToolCall, ...] = (),
+    ttft: float = 0.1,
+    decode: float = 0.5,
+    total: float = 0.7,
+    retries: int = 0,
+    model: str = "gemma-3-270m",
+) -> Envelope:
+    attempts = [
+        Attempt(number=i + 1, status=Status.TRANSPORT_FAILURE, http_status=503, duration_s=0.01) for i in range(retries)
+    ]
     # The attempts' HTTP time adds up to the call's duration (no backoff slept here).
     attempts.append(Attempt(number=retries + 1, status=status, http_status=200, duration_s=total - 0.01 * retries))
     return Envelope(
-        status=status, payload=Payload(text="ok", tool_calls=calls), finish_reason="length" if status is Status.TRUNCATED else "tool_calls",
-        http_status=200, usage=Usage(prompt_tokens=prompt, cached_prompt_tokens=cached, completion_tokens=completion,
-                                     prompt_source="server", cached_source="server", completion_source="server"),
-        timings=Timings(ttft_s=ttft, decode_s=decode, total_s=total), model=model, attempts=tuple(attempts),
+        status=status,
+        payload=Payload(text="ok", tool_calls=calls),
+        finish_reason="length" if status is Status.TRUNCATED else "tool_calls",
+        http_status=200,
+        usage=Usage(
+            prompt_tokens=prompt,
+            cached_prompt_tokens=cached,
+            completion_tokens=completion,
+            prompt_source="server",
+            cached_source="server",
+            completion_source="server",
+        ),
+        timings=Timings(ttft_s=ttft, decode_s=decode, total_s=total),
+        model=model,
+        attempts=tuple(attempts),
     )
 
 
@@ -54,7 +86,14 @@ class Turn:
                  status: Status = Status.COMPLETED, tool_s: float = 0.25, retries: int = 0, stdout: str = "ok\n",
                  events: Sequence[tuple[str, dict[str, object]]] = (), model: str = "gemma-3-270m") -> None:
         self.prompt, self.cached, self.completion, self.tools = prompt, cached, completion, tools
-        self.status, self.tool_s, self.retries, self.stdout, self.events, self.model = status, tool_s, retries, stdout, events, model
+        self.status, self.tool_s, self.retries, self.stdout, self.events, self.model = (
+            status,
+            tool_s,
+            retries,
+            stdout,
+            events,
+            model,
+        )
 
 
 def record(recorder: Recorder, turns: Sequence[Turn], *, verdict: str | None = "PASS", model: str = "gemma-3-270m",
@@ -64,10 +103,17 @@ def record(recorder: Recorder, turns: Sequence[Turn], *, verdict: str | None = "
                                 policy={"approval": "auto"})
     history: list[Message] = [Message(role="user", content=task)]
     for number, spec in enumerate(turns):
-        calls = tuple(ToolCall(id=f"c{number}_{i}", name=name, arguments=args) for i, (name, args, _) in enumerate(spec.tools))
+        calls = tuple(
+            ToolCall(id=f"c{number}_{i}", name=name, arguments=args) for i, (name, args, _) in enumerate(spec.tools)
+        )
         with recorder.turn(run_id, number) as tx:
-            request = ModelRequest(model=spec.model, messages=(Message(role="system", content="You fix code."), *history),
-                                   tools=TOOLS, max_tokens=128, sampling=Sampling(temperature=0.0, seed=number))
+            request = ModelRequest(
+                model=spec.model,
+                messages=(Message(role="system", content="You fix code."), *history),
+                tools=TOOLS,
+                max_tokens=128,
+                sampling=Sampling(temperature=0.0, seed=number),
+            )
             call_id = tx.request(request)
             tx.envelope(call_id, envelope(spec.prompt, spec.cached, spec.completion, status=spec.status, calls=calls,
                                           retries=spec.retries, model=spec.model))
@@ -75,9 +121,20 @@ def record(recorder: Recorder, turns: Sequence[Turn], *, verdict: str | None = "
             for index, (call, (_, _, observation)) in enumerate(zip(calls, spec.tools, strict=True)):
                 candidate = tx.candidate(call_id, index, call)
                 tx.transition(candidate, None, "STAGED", "staged")
-                tx.tool_execution(candidate, tool=call.name, arguments_json=call.arguments, decision="allow", rule="tools",
-                                  reason="granted", exit_code=0, stdout=spec.stdout, stderr="", duration_s=spec.tool_s,
-                                  observation=observation, ok=True)
+                tx.tool_execution(
+                    candidate,
+                    tool=call.name,
+                    arguments_json=call.arguments,
+                    decision="allow",
+                    rule="tools",
+                    reason="granted",
+                    exit_code=0,
+                    stdout=spec.stdout,
+                    stderr="",
+                    duration_s=spec.tool_s,
+                    observation=observation,
+                    ok=True,
+                )
                 appended.append(Message(role="tool", content=observation, tool_call_id=call.id))
             for kind, data in spec.events:
                 tx.event(kind, data)

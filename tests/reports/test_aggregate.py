@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from orchestrator.contract import Message, ModelRequest
 from orchestrator.costing import percentile
 from orchestrator.costing.figures import percentile_of_counts
+from orchestrator.launch.reports import report_run, report_runs
 from policies.price_table import load_price_table, set_price
 from store import Recorder
-from orchestrator.launch.reports import report_run, report_runs
 
 DAY = 86_400.0
 T0 = 1_790_000_000.0  # a fixed UTC instant, so days are known

@@ -34,7 +34,11 @@ def test_run_report_in_every_format(scripted, home: Path, tmp_path: Path) -> Non
     run_id = scripted.record(scripted.GROWING)
     table = invoke("report", run_id[:8])
     assert table.exit_code == 0, table.output
-    assert "cost per turn" in table.output and "re-sent" in table.output and "N*S0 + delta*N(N-1)/2 = 5,200" in table.output
+    assert (
+        "cost per turn" in table.output
+        and "re-sent" in table.output
+        and "N*S0 + delta*N(N-1)/2 = 5,200" in table.output
+    )
     assert "S0 = 1000, the first call's prompt tokens" in table.output
     as_json = json.loads(invoke("report", run_id, "--json").output)
     assert as_json["total"]["prompt_tokens"] == 5200 and as_json["comparison"]["ideal_cache_tokens"] == 1600
@@ -112,7 +116,11 @@ def test_bad_input_as_subprocess_never_shows_a_traceback(scripted, home: Path) -
     ]
     for where, args, code, says in cases:
         done = escrow(where, *args)
-        assert (done.returncode, says in done.stderr, "Traceback" in done.stderr + done.stdout) == (code, True, False), (args, done.stderr)
+        assert (done.returncode, says in done.stderr, "Traceback" in done.stderr + done.stdout) == (
+            code,
+            True,
+            False,
+        ), (args, done.stderr)
     bad_files = [
         ('[models."gemma-3-270m"]\ninput_per_mtok = -2\n', ">= 0"),
         ('[models."gemma-3-270m"]\ninput_per_mtok = "two"\n', "must be a number"),
@@ -123,4 +131,8 @@ def test_bad_input_as_subprocess_never_shows_a_traceback(scripted, home: Path) -
         (home / "prices.toml").write_text(text)
         for args in (("report", run_id), ("price", "show")):
             done = escrow(home, *args)
-            assert (done.returncode, says in done.stderr, "Traceback" in done.stderr) == (2, True, False), (text, args, done.stderr)
+            assert (done.returncode, says in done.stderr, "Traceback" in done.stderr) == (2, True, False), (
+                text,
+                args,
+                done.stderr,
+            )

@@ -33,7 +33,9 @@ def exact_dollars(prompt: int, cached: int, completion: int, seconds: float, p: 
     cached_part = cached if cached <= prompt else prompt
     fresh_part = prompt - cached_part
     cached_rate = Fraction(p.input_per_mtok if p.cached_input_per_mtok is None else p.cached_input_per_mtok)
-    tokens = fresh_part * Fraction(p.input_per_mtok) + cached_part * cached_rate + completion * Fraction(p.output_per_mtok)
+    tokens = (
+        fresh_part * Fraction(p.input_per_mtok) + cached_part * cached_rate + completion * Fraction(p.output_per_mtok)
+    )
     return tokens / 1_000_000 + Fraction(p.gpu_per_hour) * Fraction(seconds) / 3600
 
 
@@ -47,7 +49,9 @@ def test_breakdown_matches_independent_computation(row: tuple[int, int, int, flo
     got = cost_breakdown(prompt, cached, completion, seconds, price)
     assert close(got.total_usd, exact_dollars(prompt, cached, completion, seconds, price))
     usage = Usage(prompt_tokens=prompt, cached_prompt_tokens=cached, completion_tokens=completion)
-    assert close(token_cost(usage, price) + gpu_cost(seconds, price), exact_dollars(prompt, cached, completion, seconds, price))
+    assert close(
+        token_cost(usage, price) + gpu_cost(seconds, price), exact_dollars(prompt, cached, completion, seconds, price)
+    )
     envelope = Envelope(status=Status.COMPLETED, usage=usage, timings=Timings(total_s=seconds))
     assert close(call_cost(envelope, price), exact_dollars(prompt, cached, completion, seconds, price))
 
@@ -58,13 +62,17 @@ def test_cached_tokens_are_never_counted_twice(row: tuple[int, int, int, float],
     # With the cached rate equal to the input rate, caching changes nothing:
     # a token counted both as input and as cached would raise the cost.
     same = price.model_copy(update={"cached_input_per_mtok": price.input_per_mtok})
-    assert close(cost_breakdown(prompt, cached, completion, 0, same).total_usd, exact_dollars(prompt, 0, completion, 0, same))
+    assert close(
+        cost_breakdown(prompt, cached, completion, 0, same).total_usd, exact_dollars(prompt, 0, completion, 0, same)
+    )
     # Charged tokens add up to the prompt, whatever the server reported as cached.
     only_input = Price(model="m", input_per_mtok=1.0, cached_input_per_mtok=1.0)
     assert close(cost_breakdown(prompt, cached, 0, 0, only_input).total_usd, Fraction(prompt, 1_000_000))
     # Free cached tokens: only the uncached part of the prompt is paid.
     free_cache = Price(model="m", input_per_mtok=1.0, cached_input_per_mtok=0.0)
-    assert close(cost_breakdown(prompt, cached, 0, 0, free_cache).input_usd, Fraction(prompt - min(cached, prompt), 1_000_000))
+    assert close(
+        cost_breakdown(prompt, cached, 0, 0, free_cache).input_usd, Fraction(prompt - min(cached, prompt), 1_000_000)
+    )
 
 
 def test_cached_tokens_are_a_part_of_the_prompt_worked_example() -> None:

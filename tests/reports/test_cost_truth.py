@@ -11,9 +11,9 @@ import pytest
 from orchestrator.contract import Message, ModelRequest, Sampling
 from orchestrator.costing import CallFigures, chapter_comparison, run_cost
 from orchestrator.envelope import Attempt, Envelope, ErrorDetail, Payload, Status, Timings, Usage
+from orchestrator.launch.reports import report_run, report_runs
 from policies.price_table import load_price_table, set_price
 from store import Recorder, Store
-from orchestrator.launch.reports import report_run, report_runs
 
 
 def answered(turn: int, prompt: int) -> CallFigures:

@@ -40,9 +40,18 @@ def test_messages_are_the_final_request_plus_the_last_turn(scripted) -> None:
     assert roles == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant", "tool", "assistant"]
     assert example["messages"][-1]["content"] == "step 3"  # appended by the last turn, after the final request
     assert example["messages"][2]["tool_calls"][0]["function"]["arguments"] == {"cmd": "pytest -x"}
-    assert example["messages"][5] == {"role": "tool", "content": "def f(): ...", "tool_call_id": "c1_0", "name": "read_file"}
+    assert example["messages"][5] == {
+        "role": "tool",
+        "content": "def f(): ...",
+        "tool_call_id": "c1_0",
+        "name": "read_file",
+    }
     assert [t["function"]["name"] for t in example["tools"]] == ["bash", "read_file"]
-    assert example["verdict"] == "PASS" and example["tokenizer"] == "model:gemma-3-270m" and example["tokenizer_source"] == "model"
+    assert (
+        example["verdict"] == "PASS"
+        and example["tokenizer"] == "model:gemma-3-270m"
+        and example["tokenizer_source"] == "model"
+    )
     assert (example["truncated_completions"], example["capped_tool_outputs"], example["compacted"]) == (0, 0, False)
 
 
@@ -96,6 +105,15 @@ def test_events_export_every_row_in_chain_order(scripted) -> None:
     attempts = sum(len(c.attempts) for record in trajectory.turns for c in record.calls)
     # Attempts travel inside their response; every other chained row is a line.
     assert len(lines) - 1 == trajectory.run.chain_seq - attempts
-    assert {line["type"] for line in lines} == {"run", "turn", "model_call", "model_response", "candidate", "transition", "tool_execution", "event"}
+    assert {line["type"] for line in lines} == {
+        "run",
+        "turn",
+        "model_call",
+        "model_response",
+        "candidate",
+        "transition",
+        "tool_execution",
+        "event",
+    }
     assert all(line["run_id"] == run_id for line in lines)
     json.dumps(lines)  # JSON-ready

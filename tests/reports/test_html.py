@@ -10,8 +10,8 @@ import tempfile
 from pathlib import Path
 
 from orchestrator.costing import aggregate_html, run_html
-from policies.price_table import load_price_table, set_price
 from orchestrator.launch.reports import report_run, report_runs
+from policies.price_table import load_price_table, set_price
 
 FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -61,7 +61,9 @@ def test_aggregate_report_charts_render(chromium: str, scripted, home: Path, tmp
     for turns in (scripted.GROWING, scripted.GROWING[:2]):
         scripted.record(turns)
     page = tmp_path / "agg.html"
-    page.write_text(aggregate_html(report_runs(scripted.store, by="verdict", since=None, until=None, prices=load_price_table(home))))
+    page.write_text(
+        aggregate_html(report_runs(scripted.store, by="verdict", since=None, until=None, prices=load_price_table(home)))
+    )
     dom = rendered_dom(chromium, page)
     assert 'data-charts-drawn="2/2"' in dom
     assert {k: v["data-drawn-bars"] for k, v in charts(dom).items()} == {"cost-per-group": "1", "tokens-per-group": "2"}

@@ -19,7 +19,7 @@ from orchestrator.costing import GROUP_BY
 from store import Store, synthetic
 from store.batch_tables import BATCH_TABLES
 from store.importer import import_file
-from store.tables import CHAINED, Blob, Run
+from store.tables import CHAINED, Blob, Run, table_of
 from tests.interop.conftest import own
 from tests.store.test_nul_text import VARIANTS, record
 from tests.store.test_postgres import postgres_url  # noqa: F401 - the throwaway cluster
@@ -36,8 +36,8 @@ EXPORT_FORMS = (
 
 def copy_rows(source: Store, target: Store) -> None:
     """Every row, through the tables' own column types (the escaping included)."""
-    tables: list[Table] = [Run.__table__, Blob.__table__, *(m.__table__ for m in CHAINED),  # type: ignore[attr-defined]
-                           *(m.__table__ for m in BATCH_TABLES)]  # type: ignore[attr-defined]
+    tables: list[Table] = [table_of(Run), table_of(Blob), *(table_of(m) for m in CHAINED),
+                           *(table_of(m) for m in BATCH_TABLES)]
     with source.read() as conn:
         rows = {t.name: [dict(r) for r in conn.execute(select(t)).mappings()] for t in tables}
     with target.write() as conn:
@@ -71,7 +71,9 @@ def outputs(stores: dict[str, object], argv: tuple[str, ...]) -> dict[str, tuple
         target = Path(stores["folder"]) / f"out-{backend}"  # type: ignore[arg-type]
         target.unlink(missing_ok=True)
         args = [a.replace("{out}", str(target)) for a in argv]
-        result = CliRunner().invoke(app, [*args, "--db", url], env={"ESCROW_HOME": str(stores["home"]), "COLUMNS": "200"})
+        result = CliRunner().invoke(
+            app, [*args, "--db", url], env={"ESCROW_HOME": str(stores["home"]), "COLUMNS": "200"}
+        )
         written = target.read_text() if target.exists() else ""
         out[backend] = (result.exit_code, result.stdout, written)
     return out

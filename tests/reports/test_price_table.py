@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from policies.price_table import (
-    SHIPPED_PRICES, PriceTableError, load_price_table, local_price_path, parse_prices, set_price, unset_price,
+    SHIPPED_PRICES,
+    PriceTableError,
+    load_price_table,
+    local_price_path,
+    parse_prices,
+    set_price,
+    unset_price,
 )
 
 
@@ -31,7 +37,10 @@ def test_local_override_is_layered_field_by_field(tmp_path: Path) -> None:
     assert api.output_per_mtok == 10.0
     assert api.input_per_mtok == before.prices["example-hosted-api"].input_per_mtok  # kept from the shipped table
     assert after.prices["my-vllm"].gpu_per_hour == 2.5
-    assert after.version.startswith(before.version + "+local.") and after.overridden == ("example-hosted-api", "my-vllm")
+    assert after.version.startswith(before.version + "+local.") and after.overridden == (
+        "example-hosted-api",
+        "my-vllm",
+    )
     set_price(tmp_path, "my-vllm", {"gpu_per_hour": 3.0})
     assert load_price_table(tmp_path).version != after.version  # a changed figure changes the version
     assert unset_price(tmp_path, "my-vllm") and not unset_price(tmp_path, "my-vllm")

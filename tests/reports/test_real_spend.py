@@ -12,10 +12,10 @@ from typer.testing import CliRunner
 from cli.main import app
 from orchestrator.contract import Message, ModelRequest, Sampling
 from orchestrator.fault_server import FaultServer
+from orchestrator.launch.reports import report_runs
 from orchestrator.replay import Replayer
 from policies.price_table import load_price_table, set_price
 from store import Recorder, Store
-from orchestrator.launch.reports import report_runs
 from tests.replay.recording import fixing_steps, record_memory_run
 from tests.reports.conftest import envelope
 

@@ -8,13 +8,17 @@ import pytest
 
 from orchestrator.contract import Message, ModelRequest
 from orchestrator.costing import CallFigures, chapter_comparison, resent_per_call
+from orchestrator.launch.reports import report_run
 from policies.price_table import load_price_table, set_price
 from store import RunNotFound
-from orchestrator.launch.reports import report_run
 
 
 def test_per_turn_figures_of_a_recorded_run(scripted, home: Path) -> None:
-    set_price(home, "gemma-3-270m", {"input_per_mtok": 2.0, "cached_input_per_mtok": 0.5, "output_per_mtok": 10.0, "gpu_per_hour": 3.6})
+    set_price(
+        home,
+        "gemma-3-270m",
+        {"input_per_mtok": 2.0, "cached_input_per_mtok": 0.5, "output_per_mtok": 10.0, "gpu_per_hour": 3.6},
+    )
     run_id = scripted.record(scripted.GROWING)
     report = report_run(scripted.store, run_id[:10], load_price_table(home))
     turns = report.turns
@@ -27,8 +31,17 @@ def test_per_turn_figures_of_a_recorded_run(scripted, home: Path) -> None:
     assert [t.tool_calls for t in turns] == [1, 1, 1, 0]
     assert turns[1].hit_ratio == pytest.approx(1000 / 1200)
     total = report.total
-    assert (total.prompt_tokens, total.cached_tokens, total.completion_tokens, total.resent_tokens) == (5200, 2200, 230, 3600)
-    assert total.tool_s == pytest.approx(0.75) and total.gpu_s == pytest.approx(2.8) and total.decode_s == pytest.approx(2.0)
+    assert (total.prompt_tokens, total.cached_tokens, total.completion_tokens, total.resent_tokens) == (
+        5200,
+        2200,
+        230,
+        3600,
+    )
+    assert (
+        total.tool_s == pytest.approx(0.75)
+        and total.gpu_s == pytest.approx(2.8)
+        and total.decode_s == pytest.approx(2.0)
+    )
     # By hand: 3000 prefilled x $2/M + 2200 cached x $0.5/M + 230 out x $10/M + 2.8 s x $3.6/h.
     assert total.cost.input_usd == pytest.approx(0.006)
     assert total.cost.cached_input_usd == pytest.approx(0.0011)
@@ -51,8 +64,18 @@ def test_chapter_comparison_of_a_recorded_run(scripted, home: Path) -> None:
 
 
 def test_chapter_figures_for_the_thirty_turn_trajectory() -> None:
-    figures = [CallFigures(turn=t, model="m", status="COMPLETED", prompt_source="server", prompt_tokens=8000 + 1500 * t,
-                           cached_prompt_tokens=8000 + 1500 * (t - 1) if t else 0, completion_tokens=200) for t in range(30)]
+    figures = [
+        CallFigures(
+            turn=t,
+            model="m",
+            status="COMPLETED",
+            prompt_source="server",
+            prompt_tokens=8000 + 1500 * t,
+            cached_prompt_tokens=8000 + 1500 * (t - 1) if t else 0,
+            completion_tokens=200,
+        )
+        for t in range(30)
+    ]
     c = chapter_comparison(figures)
     assert c is not None
     assert (c.no_cache_tokens, c.ideal_cache_tokens) == (892_500, 51_500)
@@ -62,7 +85,10 @@ def test_chapter_figures_for_the_thirty_turn_trajectory() -> None:
 
 
 def test_shrinking_prompt_clamps_delta_and_says_so() -> None:
-    figures = [CallFigures(turn=t, model="m", status="COMPLETED", prompt_tokens=p, prompt_source="server") for t, p in enumerate([3000, 1000])]
+    figures = [
+        CallFigures(turn=t, model="m", status="COMPLETED", prompt_tokens=p, prompt_source="server")
+        for t, p in enumerate([3000, 1000])
+    ]
     c = chapter_comparison(figures)
     assert c is not None and c.delta == 0 and "clamped at 0" in c.derivation
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from policies import Effect, decide, default_policy
 from orchestrator.toolset import TOOLS
+from policies import Effect, decide, default_policy
 from sandbox import Sandbox, ToolBox
 from sandbox.loop_tools import outcome_of
 from tests.sandbox.conftest import assert_hardened
@@ -69,7 +69,11 @@ def make_repo(root: Path, links: dict[str, str] | None = None) -> Path:
     for name, target in (links or {}).items():
         os.symlink(target, repo / name)
     if links:  # committed, as a repo someone else owns would carry them
-        for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
+        for args in (
+            ["init", "-q"],
+            ["add", "-A"],
+            ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"],
+        ):
             subprocess.run(["git", *args], cwd=repo, check=True)
     return repo
 
@@ -142,7 +146,12 @@ def test_a_listing_shows_no_name_under_a_deny_glob(sandbox, path, depth):
     contents: a listing of an allowed directory leaves them out, also when a
     link inside it points at a denied place."""
     toolbox = ToolBox(sandbox, POLICY)
-    assert sandbox.bash("ln -s ../secrets docs/s; mkdir -p docs/deep; touch docs/deep/leak.key", toolbox.limits()).exit_code == 0
+    assert (
+        sandbox.bash(
+            "ln -s ../secrets docs/s; mkdir -p docs/deep; touch docs/deep/leak.key", toolbox.limits()
+        ).exit_code
+        == 0
+    )
     result = call(toolbox, "list_files", {"path": path, "depth": depth})
     assert result.ok, result.observation
     entries = result.observation.splitlines()

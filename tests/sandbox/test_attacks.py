@@ -172,18 +172,41 @@ def test_repo_symlink_to_host_secret_stays_dangling(toolbox):
 
 CONTAINED = {  # command -> marker that would prove an escape
     "curl": ("curl -sS -m 3 http://example.com && echo ESCAPED", "ESCAPED"),
-    "python-urllib": ("python3 -c \"import urllib.request as u; u.urlopen('http://93.184.215.14', timeout=3); print('ESC'+'APED')\"", "ESCAPED"),
-    "python-socket": ("python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), 3); print('ESC'+'APED')\"", "ESCAPED"),
-    "docker-gateway": ("python3 -c \"import socket; socket.create_connection(('172.17.0.1', 2375), 3); print('ESC'+'APED')\"", "ESCAPED"),
-    "udp": ("python3 -c \"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'x', ('8.8.8.8', 53)); print('ESC'+'APED')\"", "ESCAPED"),
-    "dns": ("getent hosts example.com && echo ESCAPED; python3 -c \"import socket; socket.gethostbyname('example.com'); print('ESC'+'APED')\"", "ESCAPED"),
+    "python-urllib": (
+        "python3 -c \"import urllib.request as u; u.urlopen('http://93.184.215.14', timeout=3); print('ESC'+'APED')\"",
+        "ESCAPED",
+    ),
+    "python-socket": (
+        "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), 3); print('ESC'+'APED')\"",
+        "ESCAPED",
+    ),
+    "docker-gateway": (
+        "python3 -c \"import socket; socket.create_connection(('172.17.0.1', 2375), 3); print('ESC'+'APED')\"",
+        "ESCAPED",
+    ),
+    "udp": (
+        "python3 -c \"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+        "s.sendto(b'x', ('8.8.8.8', 53)); print('ESC'+'APED')\"",
+        "ESCAPED",
+    ),
+    "dns": (
+        "getent hosts example.com && echo ESCAPED; "
+        "python3 -c \"import socket; socket.gethostbyname('example.com'); print('ESC'+'APED')\"",
+        "ESCAPED",
+    ),
     "dev-tcp": ("exec 3<>/dev/tcp/1.1.1.1/80 && echo ESCAPED", "ESCAPED"),
     "env": ("env; cat /proc/1/environ /proc/self/environ | tr '\\0' '\\n'", CANARY_SECRET),
-    "host-file": ("cat /tmp/pytest-of-*/*/canary*/secret.txt 2>&1; find / -name secret.txt -not -path '/proc/*' 2>/dev/null", CANARY_SECRET),
+    "host-file": (
+        "cat /tmp/pytest-of-*/*/canary*/secret.txt 2>&1; find / -name secret.txt -not -path '/proc/*' 2>/dev/null",
+        CANARY_SECRET,
+    ),
     "docker-socket": ("ls -la /var/run/docker.sock /run/docker.sock 2>/dev/null && echo ESCAPED", "ESCAPED"),
     "write-root": ("touch /etc/pwned && echo ESCAPED; echo x > /usr/bin/pwned && echo ESCAPED", "ESCAPED"),
     "write-home": ("touch /home/agent/x && echo ESCAPED", "ESCAPED"),
-    "mount": ("mount -t tmpfs none /mnt && echo ESCAPED; /usr/bin/mount --bind /workspace /mnt && echo ESCAPED", "ESCAPED"),
+    "mount": (
+        "mount -t tmpfs none /mnt && echo ESCAPED; /usr/bin/mount --bind /workspace /mnt && echo ESCAPED",
+        "ESCAPED",
+    ),
     "setuid": ("python3 -c \"import os; os.setuid(0); print('ESC'+'APED')\"", "ESCAPED"),
     "su": ("echo '' | su -c 'echo ESCAPED' root", "ESCAPED"),
     "unshare": ("unshare -r id && echo ESCAPED; unshare -m true && echo ESCAPED", "ESCAPED"),
@@ -321,8 +344,12 @@ def test_closing_a_sandbox_leaves_no_container(docker_client, sandbox_image, att
 def test_attack_count():
     """The suite really runs at least 40 attacks: counted from what pytest
     collects (not from the tables), and every table entry became a test."""
-    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", __file__],
-                               capture_output=True, text=True, timeout=120)
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", __file__],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     ids = [line for line in collected.stdout.splitlines() if "::test_" in line]
     per_test = Counter(i.split("::", 1)[1].split("[", 1)[0] for i in ids)
     tables = {"test_acl_denies_before_docker": DENIED, "test_schema_rejects": SCHEMA,
@@ -330,5 +357,7 @@ def test_attack_count():
               "test_metacharacters_in_file_tools_stay_literal": METACHAR_PATHS, "test_bombs_are_contained": BOMBS}
     for name, table in tables.items():
         assert per_test[name] == len(table), f"{name}: {per_test[name]} collected for {len(table)} table entries"
-    attacks = sum(n for name, n in per_test.items() if name not in ("test_attack_count", "test_zz_no_leak_and_no_orphans"))
+    attacks = sum(
+        n for name, n in per_test.items() if name not in ("test_attack_count", "test_zz_no_leak_and_no_orphans")
+    )
     assert attacks >= 40, per_test

@@ -136,7 +136,12 @@ def test_malformed_streams_are_refused(private, data):
 def test_git_metadata_anywhere_is_skipped_never_in_the_tree(private):
     records = [frame(b"F", p, b"[core]\n\tfsmonitor = touch /tmp/pwned\n") for p in (
         b".git/config", b"sub/.git/config", b".GIT/config", b"sub/.Git/hooks/post-checkout", b".git. /x")]
-    records += [frame(b"F", b"sub/.git", b"gitdir: /etc\n"), frame(b"S", b"deep/.git", b"git metadata"), ATTRS, CALC_FIXED]
+    records += [
+        frame(b"F", b"sub/.git", b"gitdir: /etc\n"),
+        frame(b"S", b"deep/.git", b"git metadata"),
+        ATTRS,
+        CALC_FIXED,
+    ]
     patch = export(private, stream(*records))
     assert patch.files == ("calc.py",)
     skipped = {s.path for s in patch.skipped}

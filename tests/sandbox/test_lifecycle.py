@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from policies import Effect, decide, default_policy
 from orchestrator.toolset import TOOLS, tool_specs
+from policies import Effect, decide, default_policy
 from sandbox import ExecLimits, ToolBox, apply_patch, remove_orphans
 from sandbox.hardening import LABEL_HOST, LABEL_PID, LABEL_PID_START, LABEL_ROLE, LABEL_RUN
 
@@ -44,7 +44,9 @@ def test_fix_verify_patch_and_apply(start_sandbox, demo_repo):
 
 def test_exec_reports_exit_code_caps_and_duration(start_sandbox, demo_repo):
     sandbox = start_sandbox(demo_repo)
-    outcome = sandbox.bash("printf 'abc'; printf 'err' >&2; exit 7", ExecLimits(timeout_s=5, stdout_cap=256, stderr_cap=256))
+    outcome = sandbox.bash(
+        "printf 'abc'; printf 'err' >&2; exit 7", ExecLimits(timeout_s=5, stdout_cap=256, stderr_cap=256)
+    )
     assert (outcome.exit_code, outcome.stdout.text(), outcome.stderr.text()) == (7, "abc", "err")
     assert outcome.stdout.sha256 == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
     assert not outcome.timed_out and outcome.duration_s > 0

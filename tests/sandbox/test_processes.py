@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from policies import Effect, decide, default_policy
 from orchestrator.toolset import TOOLS
+from policies import Effect, decide, default_policy
 from sandbox import Sandbox, ToolBox
 from tests.sandbox.conftest import assert_hardened
 
@@ -27,7 +27,9 @@ PAST_HOST_DEADLINE_S = 9  # for a command that outlives its timeout: after the h
 def survivor(delay: float = LATE_S) -> str:
     """Runs in the background, detached from the command's stdout, ignores
     TERM, and writes late.txt after ``delay`` seconds - after its command ended."""
-    return f"bash -c 'trap \"\" TERM HUP INT; sleep {delay}; echo late > /workspace/late.txt' </dev/null >/dev/null 2>&1"
+    return (
+        f"bash -c 'trap \"\" TERM HUP INT; sleep {delay}; echo late > /workspace/late.txt' </dev/null >/dev/null 2>&1"
+    )
 
 
 SURVIVOR = survivor()
@@ -39,10 +41,13 @@ ESCAPES = {
     "nohup-disown": f"nohup {SURVIVOR} & disown; echo started",
     "kill-own-wrapper": f"setsid {SURVIVOR} & sleep 0.2; {KILL_ANCESTORS}",
     "kill-wrapper-ignore-term": f"trap '' TERM; (setsid {SURVIVOR} &); {KILL_ANCESTORS}",
-    "kill-wrapper-then-sleep": (f"(setsid {survivor(PAST_HOST_DEADLINE_S)} &); kill -9 $(ps -o ppid= -p $PPID) $PPID; "
-                                "sleep 1000"),
-    "python-daemon": ("python3 -c \"import os, time\nif os.fork(): os._exit(0)\nos.setsid()\nif os.fork(): os._exit(0)\n"
-                      f"os.closerange(0, 3); time.sleep({LATE_S}); open('/workspace/late.txt', 'w').write('late')\""),
+    "kill-wrapper-then-sleep": (
+        f"(setsid {survivor(PAST_HOST_DEADLINE_S)} &); kill -9 $(ps -o ppid= -p $PPID) $PPID; sleep 1000"
+    ),
+    "python-daemon": (
+        'python3 -c "import os, time\nif os.fork(): os._exit(0)\nos.setsid()\nif os.fork(): os._exit(0)\n'
+        f"os.closerange(0, 3); time.sleep({LATE_S}); open('/workspace/late.txt', 'w').write('late')\""
+    ),
 }
 
 

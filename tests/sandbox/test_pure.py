@@ -49,7 +49,9 @@ def test_deb822_and_one_line_sources():
         ("http://mirror.example/debian", "bookworm"), ("http://mirror.example/debian", "bookworm-updates"),
         ("http://mirror.example/debian-security", "bookworm-security")]
     assert primary_source(entries).suite == "bookworm"
-    one = parse_one_line("# x\ndeb [arch=amd64 signed-by=/k.gpg] http://m.example/debian trixie main\ndeb-src http://x y\n")
+    one = parse_one_line(
+        "# x\ndeb [arch=amd64 signed-by=/k.gpg] http://m.example/debian trixie main\ndeb-src http://x y\n"
+    )
     assert [(e.uri, e.suite, e.components) for e in one] == [("http://m.example/debian", "trixie", ("main",))]
 
 
@@ -72,4 +74,7 @@ def test_audit_flags_each_weakened_field():
     assert all(f.ok for f in audit(inspect, spec, "r"))
     inspect["HostConfig"]["NetworkMode"] = "bridge"
     inspect["HostConfig"]["MemorySwap"] = -1
-    assert {f.field for f in audit(inspect, spec, "r") if not f.ok} == {"HostConfig.NetworkMode", "HostConfig.MemorySwap"}
+    assert {f.field for f in audit(inspect, spec, "r") if not f.ok} == {
+        "HostConfig.NetworkMode",
+        "HostConfig.MemorySwap",
+    }

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from contextlib import closing
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -108,7 +108,9 @@ def test_missing_store_is_not_created_by_read_commands(tmp_path, monkeypatch):
         assert isinstance(result.exception, StoreNotFound) and result.exception.exit_code == 3
     env = {**os.environ, "ESCROW_DB_URL": f"sqlite:///{path}"}
     done = subprocess.run([ESCROW, "show", "abc"], env=env, capture_output=True, text=True, timeout=60)
-    assert done.returncode == StoreNotFound.exit_code and "no store at" in done.stderr and "Traceback" not in done.stderr
+    assert (
+        done.returncode == StoreNotFound.exit_code and "no store at" in done.stderr and "Traceback" not in done.stderr
+    )
     assert not path.exists() and not path.parent.exists()
 
 

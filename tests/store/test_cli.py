@@ -78,7 +78,9 @@ def test_migrate_reports_the_version(populated):
 
 def test_real_command_shows_and_verifies(populated):
     env = {**os.environ}
-    shown = subprocess.run([ESCROW, "show", populated["passed"][:10]], env=env, capture_output=True, text=True, timeout=60)
+    shown = subprocess.run(
+        [ESCROW, "show", populated["passed"][:10]], env=env, capture_output=True, text=True, timeout=60
+    )
     assert shown.returncode == 0 and "turn 1 COMPLETED" in shown.stdout and not shown.stderr
     verified = subprocess.run([ESCROW, "verify", "--all"], env=env, capture_output=True, text=True, timeout=60)
     assert verified.returncode == 0 and verified.stdout.count("ok ") == 2

@@ -76,7 +76,9 @@ def broken(path: Path) -> dict[str, str]:
 def test_a_changed_shared_blob_is_reported_on_every_run_that_uses_it(shared, tmp_path):
     path, ids = copy(shared[0], tmp_path / "t.db"), shared[1]
     with closing(sqlite3.connect(path)) as conn, conn:
-        conn.execute("UPDATE blobs SET body = replace(body, 'You fix code.', 'You own code.') WHERE sha256 = ?", (SYSTEM,))
+        conn.execute(
+            "UPDATE blobs SET body = replace(body, 'You fix code.', 'You own code.') WHERE sha256 = ?", (SYSTEM,)
+        )
     found = broken(path)
     assert set(found) == set(ids)
     for problem in found.values():
@@ -109,7 +111,9 @@ def test_a_changed_reference_breaks_the_chain(shared, tmp_path):
     path = copy(shared[0], tmp_path / "r.db")
     with closing(sqlite3.connect(path)) as conn, conn:
         other = conn.execute("SELECT request_refs FROM model_calls ORDER BY rowid LIMIT 1").fetchone()[0]
-        conn.execute("UPDATE model_calls SET request_refs = ? WHERE rowid = (SELECT max(rowid) FROM model_calls)", (other,))
+        conn.execute(
+            "UPDATE model_calls SET request_refs = ? WHERE rowid = (SELECT max(rowid) FROM model_calls)", (other,)
+        )
     assert any("hash mismatch" in p for p in broken(path).values())
 
 

@@ -55,7 +55,9 @@ def requests(path: Path) -> dict[str, tuple[str, str]]:
             return {i: (t, s) for i, t, s in conn.execute("SELECT id, request_json, request_sha256 FROM model_calls")}
         bodies = dict(conn.execute("SELECT sha256, body FROM blobs"))
         out = {}
-        for i, text, sha, body, refs in conn.execute("SELECT id, request_json, request_sha256, request_body, request_refs FROM model_calls"):
+        for i, text, sha, body, refs in conn.execute(
+            "SELECT id, request_json, request_sha256, request_body, request_refs FROM model_calls"
+        ):
             assert (refs is None) == (text != ""), i  # converted whole or not at all
             out[i] = (blobs.assemble(body, refs, bodies) if refs else text, sha)
     return out
@@ -80,7 +82,9 @@ def test_migration_keeps_every_request_byte_and_every_chain(tmp_path):
         views = {c.id: c.request_json for run in store.runs(limit=100) for c in store.calls(run.run.id)}
     assert requests(path) == before and views == {i: t for i, (t, _) in before.items()}
     with closing(sqlite3.connect(path)) as conn:
-        assert conn.execute("SELECT count(*) FROM model_calls WHERE request_hashed_as = 'request_json'").fetchone() == (len(before),)
+        assert conn.execute("SELECT count(*) FROM model_calls WHERE request_hashed_as = 'request_json'").fetchone() == (
+            len(before),
+        )
         stored = conn.execute("SELECT sum(length(body)) FROM blobs").fetchone()[0]
     assert stored < sum(len(t) for t, _ in before.values()) / 2
 
@@ -125,7 +129,9 @@ def test_a_migration_killed_at_random_points_resumes_to_the_same_store(tmp_path)
         with closing(sqlite3.connect(path)) as conn:
             columns = {r[1] for r in conn.execute("PRAGMA table_info(model_calls)")}
             if "request_refs" in columns:
-                converted = conn.execute("SELECT count(*) FROM model_calls WHERE request_refs IS NOT NULL").fetchone()[0]
+                converted = conn.execute("SELECT count(*) FROM model_calls WHERE request_refs IS NOT NULL").fetchone()[
+                    0
+                ]
                 partial_states += 0 < converted < len(before)
     else:
         raise AssertionError("the migration never finished")

@@ -76,7 +76,8 @@ def committed_state(path: Path) -> dict:
     with closing(sqlite3.connect(path)) as conn:
         turns = {(r, t): n for r, t, n in conn.execute("SELECT run_id, turn, n_rows FROM turns")}
         calls = conn.execute(
-            "SELECT c.run_id, c.turn, r.id IS NOT NULL FROM model_calls c LEFT JOIN model_responses r ON r.call_id = c.id"
+            "SELECT c.run_id, c.turn, r.id IS NOT NULL FROM model_calls c LEFT JOIN model_responses r ON r.call_id = "
+            "c.id"
         ).fetchall()
         rows, actions = Counter(), Counter()
         for table in TURN_TABLES:

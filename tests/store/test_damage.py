@@ -91,8 +91,14 @@ def test_verify_names_the_missing_seq_when_the_last_chained_row_is_deleted(prist
     assert not check.ok and f"seq {last} is missing" in check.problem, check.problem
 
 
-RUN_COMMANDS = (("verify", "{run}"), ("show", "{run}"), ("report", "{run}"), ("replay", "{run}", "--force", "--no-record"),
-                ("export", "{run}", "--include-unverified"), ("verify", "--all"))
+RUN_COMMANDS = (
+    ("verify", "{run}"),
+    ("show", "{run}"),
+    ("report", "{run}"),
+    ("replay", "{run}", "--force", "--no-record"),
+    ("export", "{run}", "--include-unverified"),
+    ("verify", "--all"),
+)
 LISTINGS = (("runs",), ("report",))  # they read the run rows and sum the responses' figures
 WRONG_CELLS = (
     ("model_calls", "request_body", "CAST(request_body AS BLOB)", "BLOB", RUN_COMMANDS),  # the request, by reference

@@ -71,8 +71,9 @@ def test_a_changed_copy_fails_verify(tmp_path: Path, table: str, value: str) -> 
     path = tmp_path / "e.db"
     ids = recorded(path)
     with closing(sqlite3.connect(path)) as conn:
-        (row_id,) = conn.execute(f"SELECT id FROM {table} WHERE run_id = ? AND {COPY} != 'qwen3-0.6b' ORDER BY seq LIMIT 1",
-                                 (ids[0],)).fetchone()
+        (row_id,) = conn.execute(
+            f"SELECT id FROM {table} WHERE run_id = ? AND {COPY} != 'qwen3-0.6b' ORDER BY seq LIMIT 1", (ids[0],)
+        ).fetchone()
         conn.execute(f"UPDATE {table} SET {COPY} = {value} WHERE id = ?", (row_id,))
         conn.commit()
     with Store.open(f"sqlite:///{path}", readonly=True) as store:

@@ -55,14 +55,31 @@ def record(store: Store, text: str) -> str:
     run_id = recorder.start_run(task=f"task {text}", repo=f"/repo{text}", model="gemma-3-270m", config={}, policy={})
     call = ToolCall(id=f"c{text}", name=f"bash{text}", arguments=f"not json {text}")
     with recorder.turn(run_id, 0) as tx:
-        call_id = tx.request(ModelRequest(model="gemma-3-270m", messages=(Message(role="user", content=text),), max_tokens=16))
-        tx.envelope(call_id, Envelope(
-            status=Status.COMPLETED, payload=Payload(text=text, tool_calls=(call,), reasoning=text), http_status=200,
-            usage=Usage(prompt_tokens=10, completion_tokens=2), timings=Timings(total_s=0.1), engine=f"llama.cpp{text}",
-            model=f"served{text}", finish_reason="tool_calls",
-            attempts=(Attempt(number=1, status=Status.TRANSPORT_FAILURE, error=ErrorDetail(kind="http_503", message=text),
-                              duration_s=0.01), Attempt(number=2, status=Status.COMPLETED, duration_s=0.09)),
-        ))
+        call_id = tx.request(
+            ModelRequest(model="gemma-3-270m", messages=(Message(role="user", content=text),), max_tokens=16)
+        )
+        tx.envelope(
+            call_id,
+            Envelope(
+                status=Status.COMPLETED,
+                payload=Payload(text=text, tool_calls=(call,), reasoning=text),
+                http_status=200,
+                usage=Usage(prompt_tokens=10, completion_tokens=2),
+                timings=Timings(total_s=0.1),
+                engine=f"llama.cpp{text}",
+                model=f"served{text}",
+                finish_reason="tool_calls",
+                attempts=(
+                    Attempt(
+                        number=1,
+                        status=Status.TRANSPORT_FAILURE,
+                        error=ErrorDetail(kind="http_503", message=text),
+                        duration_s=0.01,
+                    ),
+                    Attempt(number=2, status=Status.COMPLETED, duration_s=0.09),
+                ),
+            ),
+        )
         candidate = tx.candidate(call_id, 0, call)
         tx.transition(candidate, None, "STAGED", f"staged {text}")
         tx.tool_execution(candidate, tool=call.name, arguments_json=call.arguments, decision="allow", rule="r",
@@ -95,9 +112,15 @@ def test_text_round_trips_exactly_and_verifies(store: Store, text: str) -> None:
     assert (response.reasoning, response.engine, response.response_model) == (text, f"llama.cpp{text}", f"served{text}")
     assert [a.error_message for a in call.attempts] == [text, None]
     with store.read() as conn:  # no stored cell holds U+0000, whatever the backend
-        for table, column, written in (("tool_executions", "stdout", text), ("tool_executions", "gen_ai.tool.name", f"bash{text}"),
-                                       ("model_responses", "reasoning", text), ("call_attempts", "error_message", text)):
-            (stored,) = raw(conn, f'SELECT "{column}" FROM {table} WHERE run_id = :r AND "{column}" IS NOT NULL', r=run_id)
+        for table, column, written in (
+            ("tool_executions", "stdout", text),
+            ("tool_executions", "gen_ai.tool.name", f"bash{text}"),
+            ("model_responses", "reasoning", text),
+            ("call_attempts", "error_message", text),
+        ):
+            (stored,) = raw(
+                conn, f'SELECT "{column}" FROM {table} WHERE run_id = :r AND "{column}" IS NOT NULL', r=run_id
+            )
             assert stored[0] == escape(written) and "\x00" not in stored[0]
         (task,) = raw(conn, "SELECT task FROM runs WHERE id = :r", r=run_id)
         assert "\x00" not in task[0]

@@ -59,14 +59,18 @@ def postgres_url() -> Iterator[str]:
     except subprocess.CalledProcessError as exc:
         shutil.rmtree(base, ignore_errors=True)
         unavailable(f"the cluster did not start: {exc.stderr.decode(errors='replace')[-300:]}")
-    admin = create_engine(f"postgresql+psycopg://postgres@/postgres?host={base}&port={port}", isolation_level="AUTOCOMMIT")
+    admin = create_engine(
+        f"postgresql+psycopg://postgres@/postgres?host={base}&port={port}", isolation_level="AUTOCOMMIT"
+    )
     with admin.connect() as conn:
         conn.execute(text("CREATE DATABASE escrow"))
     admin.dispose()
     try:
         yield f"postgresql+psycopg://postgres@/escrow?host={base}&port={port}"
     finally:
-        subprocess.run([*as_user, f"{bindir}/pg_ctl", "-D", data, "-m", "immediate", "stop"], capture_output=True, timeout=60)
+        subprocess.run(
+            [*as_user, f"{bindir}/pg_ctl", "-D", data, "-m", "immediate", "stop"], capture_output=True, timeout=60
+        )
         shutil.rmtree(base, ignore_errors=True)
 
 
@@ -97,7 +101,9 @@ def test_escrow_commands_and_tamper_detection_on_postgresql(postgres_url):
     assert result.exit_code == 0 and result.output.startswith("ok")
     engine = create_engine(postgres_url)
     with engine.begin() as conn:
-        conn.execute(text("UPDATE tool_executions SET \"gen_ai.tool.call.result\" = 'forged' WHERE run_id = :r"), {"r": run_id})
+        conn.execute(
+            text("UPDATE tool_executions SET \"gen_ai.tool.call.result\" = 'forged' WHERE run_id = :r"), {"r": run_id}
+        )
     engine.dispose()
     result = CliRunner().invoke(app, ["verify", run_id, "--db", postgres_url])
     assert isinstance(result.exception, ChainBroken) and "hash mismatch" in result.output

@@ -33,10 +33,18 @@ def record_reasoning_run(db_path) -> str:
         with recorder.turn(run_id, 0) as tx:
             call_id = tx.request(synthetic.request_for(0, [Message(role="user", content="fix it")]))
             tx.envelope(call_id, envelope)
-            tx.commit([Message(role="user", content="fix it"), Message(role="assistant", content="Reading it.", tool_calls=(call,))])
+            tx.commit(
+                [
+                    Message(role="user", content="fix it"),
+                    Message(role="assistant", content="Reading it.", tool_calls=(call,)),
+                ]
+            )
         with recorder.turn(run_id, 1) as tx:
-            history = [Message(role="user", content="fix it"), Message(role="assistant", content="Reading it.", tool_calls=(call,)),
-                       Message(role="tool", content="...", tool_call_id="call_r")]
+            history = [
+                Message(role="user", content="fix it"),
+                Message(role="assistant", content="Reading it.", tool_calls=(call,)),
+                Message(role="tool", content="...", tool_call_id="call_r"),
+            ]
             call_id = tx.request(synthetic.request_for(1, history))
             tx.envelope(call_id, Envelope(status=Status.COMPLETED, finish_reason="stop", payload=Payload(text="done")))
             tx.commit([Message(role="assistant", content="done")])
@@ -47,7 +55,9 @@ def record_reasoning_run(db_path) -> str:
 def test_reasoning_is_stored_in_its_columns_and_chained(db_path):
     run_id = record_reasoning_run(db_path)
     with closing(sqlite3.connect(db_path)) as conn:
-        rows = conn.execute("SELECT reasoning, reasoning_tokens, reasoning_convention FROM model_responses ORDER BY seq").fetchall()
+        rows = conn.execute(
+            "SELECT reasoning, reasoning_tokens, reasoning_convention FROM model_responses ORDER BY seq"
+        ).fetchall()
     assert rows == [(REASONING, 30, "excluded"), (None, None, None)]
     with Store.open(f"sqlite:///{db_path}", readonly=True) as store:
         assert store.verify(run_id).ok

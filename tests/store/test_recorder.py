@@ -11,7 +11,7 @@ from orchestrator.candidate import CandidateState, stage
 from orchestrator.contract import Message, ToolCall
 from orchestrator.envelope import Envelope, Status
 from orchestrator.ports import ToolOutcome
-from store import RecordingError, Recorder, RunJournal, Store, synthetic
+from store import Recorder, RecordingError, RunJournal, Store, synthetic
 
 
 def raw_count(path, table: str) -> int:
@@ -64,7 +64,7 @@ def test_an_exception_inside_a_turn_discards_its_actions_like_a_crash(store):
             call_id = tx.request(synthetic.request_for(0, []))
             tx.envelope(call_id, Envelope(status=Status.COMPLETED))
             tx.event("route", {"status": "COMPLETED"})
-            1 / 0
+            raise ZeroDivisionError("a failure inside the turn")
     record = store.trajectory(run_id).turns[0]
     # The call and its envelope were committed as they happened; the turn's actions were not.
     assert record.committed is None and record.calls[0].response is not None
@@ -82,8 +82,19 @@ def test_observation_is_stored_byte_exact_and_output_is_capped_with_its_true_siz
         tx.transition(cand, None, "STAGED", "staged")
         tx.transition(cand, "STAGED", "VALIDATING", "")
         tx.transition(cand, "VALIDATING", "COMMITTED", "")
-        tx.tool_execution(cand, tool="bash", arguments_json={"cmd": "ls"}, decision="allow", rule="tools.bash", reason="ok",
-                          exit_code=0, stdout="x" * 1000, stderr=b"\xff\xfe", duration_s=0.5, observation=observation)
+        tx.tool_execution(
+            cand,
+            tool="bash",
+            arguments_json={"cmd": "ls"},
+            decision="allow",
+            rule="tools.bash",
+            reason="ok",
+            exit_code=0,
+            stdout="x" * 1000,
+            stderr=b"\xff\xfe",
+            duration_s=0.5,
+            observation=observation,
+        )
     (run,) = store.tool_executions(run_id)
     assert run.observation == observation
     assert run.stdout == "x" * 10 and run.stdout_bytes == 1000 and run.stdout_truncated
@@ -149,7 +160,13 @@ def test_run_journal_records_what_the_loop_reports(store):
     candidate, committed = candidate.to(CandidateState.COMMITTED, layer="policy")
     journal.transition(cand_ref, committed)
     stdout = {"head": "a" * 5, "tail": "z", "total_bytes": 5000, "sha256": "0" * 64, "truncated": True}
-    journal.tool(cand_ref, "bash", None, Decision(), ToolOutcome(observation="obs", ok=True, exit_code=0, detail={"stdout": stdout, "cwd": "/w"}))
+    journal.tool(
+        cand_ref,
+        "bash",
+        None,
+        Decision(),
+        ToolOutcome(observation="obs", ok=True, exit_code=0, detail={"stdout": stdout, "cwd": "/w"}),
+    )
     journal.event(0, "route", {"status": "COMPLETED"})
     journal.end_turn(0, (Message(role="assistant", content="hi"),))
     journal.event(1, "verdict", {"verdict": "PASS", "detail": "ok"})
@@ -157,7 +174,12 @@ def test_run_journal_records_what_the_loop_reports(store):
     turn = trajectory.turns[0]
     assert [e.kind for e in turn.events] == ["compaction", "route"]
     (execution,) = turn.tool_executions
-    assert (execution.decision, execution.rule, execution.stdout_bytes, execution.detail_json) == ("allow", "tools.bash", 5000, '{"cwd":"/w"}')
+    assert (execution.decision, execution.rule, execution.stdout_bytes, execution.detail_json) == (
+        "allow",
+        "tools.bash",
+        5000,
+        '{"cwd":"/w"}',
+    )
     assert turn.candidates[0].transitions[-1].layer == "policy"
     assert trajectory.run.verdict == "PASS" and store.verify(run_id).ok
 

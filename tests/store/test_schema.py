@@ -33,7 +33,9 @@ def columns(path, table: str) -> set[str]:
 
 def indexes(path) -> set[str]:
     with closing(sqlite3.connect(path)) as conn:
-        return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index' AND name NOT LIKE 'sqlite_%'")}
+        return {
+            r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index' AND name NOT LIKE 'sqlite_%'")
+        }
 
 
 def test_columns_on_disk_carry_opentelemetry_names(store, db_path):
@@ -46,7 +48,9 @@ def test_a_new_store_is_at_the_latest_version_in_wal_mode(store, db_path):
     assert [m.version for m in MIGRATIONS] == list(range(1, LATEST + 1))
     with closing(sqlite3.connect(db_path)) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert [r[0] for r in conn.execute("SELECT version FROM escrow_migrations ORDER BY version")] == list(range(1, LATEST + 1))
+        assert [r[0] for r in conn.execute("SELECT version FROM escrow_migrations ORDER BY version")] == list(
+            range(1, LATEST + 1)
+        )
 
 
 def make_v1_store(path) -> None:
@@ -104,7 +108,10 @@ def test_listing_and_show_queries_use_indexes(recorded, db_path):
 
 def test_sqlite_connections_are_set_up_for_durable_concurrent_writes(store):
     with store.write() as conn:
-        pragmas = {p: conn.exec_driver_sql(f"PRAGMA {p}").scalar() for p in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")}
+        pragmas = {
+            p: conn.exec_driver_sql(f"PRAGMA {p}").scalar()
+            for p in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")
+        }
         assert conn.exec_driver_sql("SELECT 1").scalar() == 1
     assert pragmas == {"journal_mode": "wal", "synchronous": 2, "foreign_keys": 1, "busy_timeout": 30000}
     assert inspect(store._reader).get_table_names()  # the reader engine sees the same file

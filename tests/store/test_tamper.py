@@ -9,7 +9,8 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from cli.main import app
@@ -45,7 +46,7 @@ def inventory(path: Path) -> list[tuple[str, int, str, object]]:
         for table in TABLES:
             names = [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')]
             for row in conn.execute(f'SELECT rowid, * FROM "{table}"'):
-                cells += [(table, row[0], name, value) for name, value in zip(names, row[1:])]
+                cells += [(table, row[0], name, value) for name, value in zip(names, row[1:], strict=True)]
     return cells
 
 
@@ -125,7 +126,7 @@ def test_every_single_cell_alteration_and_row_deletion_is_detected(pristine):
     assert all(c.ok for c in verify.check_records(run_rows, rows))
     records = [("runs", r) for r in run_rows] + [(item.table, item.row) for item in rows]
     assert len(records) > 40 and {t for t, _ in records} == set(TABLES)
-    for index, (table, row) in enumerate(records):
+    for table, row in records:
         for column, value in row.items():
             changed = {**row, column: altered(value)}
             new_runs = [changed if table == "runs" and r is row else r for r in run_rows]
@@ -175,7 +176,9 @@ def test_escrow_verify_reports_any_single_row_tampering(pristine, tmp_path_facto
 def test_verify_names_the_first_broken_link(pristine, tmp_path):
     positions = sorted(p for p in chained_positions(pristine) if p[3] == 5)
     run_id, table, rowid, _ = positions[0]
-    path = tampered_copy(pristine, tmp_path, [(f'UPDATE "{table}" SET chain_hash = ? WHERE rowid = ?', ("0" * 64, rowid))])
+    path = tampered_copy(
+        pristine, tmp_path, [(f'UPDATE "{table}" SET chain_hash = ? WHERE rowid = ?', ("0" * 64, rowid))]
+    )
     result = CliRunner().invoke(app, ["verify", run_id[:8], "--db", f"sqlite:///{path}", "--json"])
     assert result.exit_code == 1
     with Store.open(f"sqlite:///{path}", readonly=True) as store:

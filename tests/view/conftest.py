@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from store import SCHEMA_VERSION, Store, synthetic
-from tests.store.conftest import db_path, store  # noqa: F401 - re-exported fixtures
 from tests.conftest import require
+from tests.store.conftest import db_path as db_path
+from tests.store.conftest import store as store
 
 CHROMIUM = os.environ.get("ESCROW_TEST_CHROMIUM", "/usr/bin/chromium")
 

@@ -8,8 +8,8 @@ import random
 import sqlite3
 from pathlib import Path
 
-from orchestrator.model_client.client import ModelClient
 from orchestrator.fault_server import FaultServer
+from orchestrator.model_client.client import ModelClient
 from orchestrator.replay import ForkOverrides, Replayer
 from store import Recorder, Store
 from tests.replay.recording import BROKEN_MEAN, EXAMPLE_REPO, FIXED_MEAN, call, fixing_steps, record_memory_run, reply

@@ -26,7 +26,9 @@ def check_batch_page(page, runs: dict[str, list[str | None]], where: str) -> Non
     hostile = page.locator("#matrix tr.task").nth(2)
     assert hostile.get_attribute("data-task") == HOSTILE_TASK, where
     assert hostile.locator("td.attempt").count() == 2 and "infra" in hostile.locator("td.attempt").first.inner_text()
-    assert page.locator("ul.failures[data-verdict='BUDGET_EXHAUSTED'] li").all_inner_texts() == ["fails run over budget"]
+    assert page.locator("ul.failures[data-verdict='BUDGET_EXHAUSTED'] li").all_inner_texts() == [
+        "fails run over budget"
+    ]
     infrastructure = page.locator("#infrastructure tbody tr")
     assert infrastructure.count() == 1 and INFRA_ERROR in infrastructure.inner_text(), where
     hostile_text_is_inert(page, where)

@@ -31,17 +31,32 @@ TURNS = "(SELECT COUNT(*) FROM turns t WHERE t.run_id = r.id)"
 COST = "(SELECT COALESCE(SUM(cost_usd), 0) FROM model_responses m WHERE m.run_id = r.id)"
 
 
-@pytest.mark.parametrize(("wanted", "where", "order"), [
-    (RunFilter(), "1", "created_at DESC, id DESC"),
-    (RunFilter(descending=False), "1", "created_at ASC, id ASC"),
-    (RunFilter(verdict="PASS"), "verdict = 'PASS'", "created_at DESC, id DESC"),
-    (RunFilter(model="qwen3-0.6b", text="#1"), "\"gen_ai.request.model\" = 'qwen3-0.6b' AND task LIKE '%#1%'", "created_at DESC, id DESC"),
-    (RunFilter(text="100%_"), "0", "id"),  # LIKE wildcards in the search are literal
-    (RunFilter(min_turns=2, max_turns=2), f"{TURNS} = 2", "created_at DESC, id DESC"),
-    (RunFilter(sort="turns"), "1", f"{TURNS} DESC, created_at DESC, id DESC"),
-    (RunFilter(sort="cost", descending=False, max_cost=0.0004), f"{COST} <= 0.0004", f"{COST} ASC, created_at DESC, id ASC"),
-    (RunFilter(since=1_700_000_000 + 5 * 3600, until=1_700_000_000 + 9 * 3600), "created_at >= 1700018000 AND created_at < 1700032400", "created_at DESC, id DESC"),
-])
+@pytest.mark.parametrize(
+    ("wanted", "where", "order"),
+    [
+        (RunFilter(), "1", "created_at DESC, id DESC"),
+        (RunFilter(descending=False), "1", "created_at ASC, id ASC"),
+        (RunFilter(verdict="PASS"), "verdict = 'PASS'", "created_at DESC, id DESC"),
+        (
+            RunFilter(model="qwen3-0.6b", text="#1"),
+            "\"gen_ai.request.model\" = 'qwen3-0.6b' AND task LIKE '%#1%'",
+            "created_at DESC, id DESC",
+        ),
+        (RunFilter(text="100%_"), "0", "id"),  # LIKE wildcards in the search are literal
+        (RunFilter(min_turns=2, max_turns=2), f"{TURNS} = 2", "created_at DESC, id DESC"),
+        (RunFilter(sort="turns"), "1", f"{TURNS} DESC, created_at DESC, id DESC"),
+        (
+            RunFilter(sort="cost", descending=False, max_cost=0.0004),
+            f"{COST} <= 0.0004",
+            f"{COST} ASC, created_at DESC, id ASC",
+        ),
+        (
+            RunFilter(since=1_700_000_000 + 5 * 3600, until=1_700_000_000 + 9 * 3600),
+            "created_at >= 1700018000 AND created_at < 1700032400",
+            "created_at DESC, id DESC",
+        ),
+    ],
+)
 def test_pages_match_plain_sql(small: Path, wanted: RunFilter, where: str, order: str) -> None:
     expected = sql_ids(small, where, order)
     with Store.open(f"sqlite:///{small}", create=False, readonly=True) as store:
@@ -59,7 +74,9 @@ def test_the_batch_filter_lists_batches_and_keeps_their_runs(small: Path) -> Non
         assert store.browse(RunFilter(batch="b1")).total == 0
         run_id = store.runs(limit=1)[0].run.id
     with sqlite3.connect(small) as conn:
-        conn.execute("INSERT INTO batches (id, created_at, task_file, n_tasks, settings_json) VALUES ('b1', 0, 't', 1, '{}')")
+        conn.execute(
+            "INSERT INTO batches (id, created_at, task_file, n_tasks, settings_json) VALUES ('b1', 0, 't', 1, '{}')"
+        )
         conn.execute("INSERT INTO batch_attempts (id, batch_id, task_id, number, run_id, outcome, started_at) "
                      "VALUES ('a1', 'b1', 'task', 1, ?, 'model', 0)", (run_id,))
     with Store.open(f"sqlite:///{small}", create=False, readonly=True) as store:

@@ -16,7 +16,7 @@ from cli.view.render import Links
 from cli.view.site import Site
 from store import Store, synthetic
 from store.browse import RunFilter
-from store.tables import CHAINED, Blob, Run
+from store.tables import CHAINED, Blob, Run, table_of
 from tests.store.test_postgres import postgres_url  # noqa: F401 - the throwaway cluster
 from tests.view.recorded import record_reasoning_run
 
@@ -29,7 +29,7 @@ FILTERS = (
 
 
 def copy_rows(source: Store, target: Store) -> None:
-    tables: list[Table] = [Run.__table__, Blob.__table__, *(m.__table__ for m in CHAINED)]  # type: ignore[attr-defined]
+    tables: list[Table] = [table_of(Run), table_of(Blob), *(table_of(m) for m in CHAINED)]
     with source.read() as conn:
         rows = {t.name: [dict(r) for r in conn.execute(select(t)).mappings()] for t in tables}
     with target.write() as conn:
@@ -71,7 +71,9 @@ def test_reads_of_a_run_are_the_same(both: tuple[Store, Store, str]) -> None:
             a, b = lite.turn_slice(run_id, first, last), pg.turn_slice(run_id, first, last)
             assert b.trajectory == a.trajectory and b.appended_before == a.appended_before
             # The tails are parsed by each database: the same messages.
-            assert {k: json.loads(v) for k, v in b.last_messages.items()} == {k: json.loads(v) for k, v in a.last_messages.items()}
+            assert {k: json.loads(v) for k, v in b.last_messages.items()} == {
+                k: json.loads(v) for k, v in a.last_messages.items()
+            }
         calls = [c.id for c in lite.calls(run_id)]
         assert pg.requests(calls) == lite.requests(calls)
     assert len(lite.turn_slice(long_run, 50, 55).last_messages) == 5
@@ -83,8 +85,12 @@ def test_pages_are_the_same(both: tuple[Store, Store, str]) -> None:
     other = lite.browse(RunFilter()).runs[0].run.id
     pages = [
         lambda s: s.runs_page({"verdict": "PASS", "sort": "cost"}),
-        lambda s: s.run_page(long_run), lambda s: s.run_page(long_run, page=2), lambda s: s.run_page(long_run, "contents 4"),
-        lambda s: s.chain_page(long_run), lambda s: s.compare_page(other, long_run), lambda s: s.chain_status_page(long_run),
+        lambda s: s.run_page(long_run),
+        lambda s: s.run_page(long_run, page=2),
+        lambda s: s.run_page(long_run, "contents 4"),
+        lambda s: s.chain_page(long_run),
+        lambda s: s.compare_page(other, long_run),
+        lambda s: s.chain_status_page(long_run),
     ]
     for render in pages:
         assert render(sites[1]) == render(sites[0])

@@ -39,7 +39,9 @@ def test_runs_page_filters_a_2000_run_store(page, big_store: Path, artefacts: Pa
         # Text search across tasks, with the filters kept; then the next page.
         page.fill("input[name=q]", "#12")
         page.click("button[type=submit]")
-        expected = count(big_store, "verdict = ? AND \"gen_ai.request.model\" = ? AND task LIKE ?", "PASS", "qwen3-0.6b", "%#12%")
+        expected = count(
+            big_store, 'verdict = ? AND "gen_ai.request.model" = ? AND task LIKE ?', "PASS", "qwen3-0.6b", "%#12%"
+        )
         assert f"{expected} run{'' if expected == 1 else 's'} match" in page.inner_text("#count")
         page.goto(base + "/?verdict=FAULTED&page=2")
         faulted = count(big_store, "verdict = 'FAULTED'")
@@ -47,7 +49,10 @@ def test_runs_page_filters_a_2000_run_store(page, big_store: Path, artefacts: Pa
         assert set(page.locator("#runs tbody tr td:nth-child(3)").all_inner_texts()) == {"FAULTED"}
         # Sorted by turns, the most turns first; a turn bound excludes the rest.
         page.goto(base + "/?sort=turns&order=desc&min_turns=2")
-        assert f"{count(big_store, 'id IN (SELECT run_id FROM turns GROUP BY run_id HAVING COUNT(*) >= 2)')} runs match" in page.inner_text("#count")
+        assert (
+            f"{count(big_store, 'id IN (SELECT run_id FROM turns GROUP BY run_id HAVING COUNT(*) >= 2)')} runs match"
+            in page.inner_text("#count")
+        )
         assert set(page.locator("#runs tbody tr td:nth-child(5)").all_inner_texts()) == {"2"}
         page.goto(base + "/?max_cost=0.00015")
         cheap = page.locator("#runs tbody tr td:nth-child(7)").all_inner_texts()

@@ -4,7 +4,6 @@ chain, an older schema, and hostile text in tasks and tool output."""
 from __future__ import annotations
 
 import re
-
 import sqlite3
 import subprocess
 import sys
@@ -57,7 +56,9 @@ def test_static_bundle_opens_from_file_urls(page, store: Store, db_path: Path, f
     assert all(url.startswith("file://") for url in requests), requests
 
 
-def test_unknown_run_is_a_404_page(page, store: Store, db_path: Path, fault_server: FaultServer, artefacts: Path) -> None:
+def test_unknown_run_is_a_404_page(
+    page, store: Store, db_path: Path, fault_server: FaultServer, artefacts: Path
+) -> None:
     record_denial_run(store, fault_server)
     with serving(db_path) as base:
         for path in ("/run/0123456789abcdef", "/run/0123456789abcdef/chain", "/compare?a=nope&b=nada", "/no/such/page"):
@@ -119,8 +120,9 @@ def test_older_schema_gives_the_migrate_hint(store: Store, db_path: Path) -> Non
     assert done.returncode == 5 and "escrow migrate" in done.stderr
 
 
-def test_script_in_a_task_and_a_tool_output_is_shown_as_text(page, store: Store, db_path: Path, fault_server: FaultServer,
-                                                               tmp_path: Path, artefacts: Path) -> None:
+def test_script_in_a_task_and_a_tool_output_is_shown_as_text(
+    page, store: Store, db_path: Path, fault_server: FaultServer, tmp_path: Path, artefacts: Path
+) -> None:
     run_id = record_denial_run(store, fault_server, task=f"fix mean() {XSS}", text=f"I will print {XSS}")
     # A tool output carrying the payload, recorded as a tool's stdout would be.
     from store import Recorder
@@ -132,8 +134,13 @@ def test_script_in_a_task_and_a_tool_output_is_shown_as_text(page, store: Store,
     bundle = tmp_path / "bundle"
     assert escrow("view", "--export", str(bundle), "--db", f"sqlite:///{db_path}").returncode == 0
     with serving(db_path) as base:
-        for url in (base + "/", f"{base}/run/{run_id}", f"{base}/run/{run_id}?q=script", (bundle / "index.html").as_uri(),
-                    (bundle / f"run-{run_id}.html").as_uri()):
+        for url in (
+            base + "/",
+            f"{base}/run/{run_id}",
+            f"{base}/run/{run_id}?q=script",
+            (bundle / "index.html").as_uri(),
+            (bundle / f"run-{run_id}.html").as_uri(),
+        ):
             page.goto(url)
             assert page.evaluate("window.__xss") is None, url
             assert page.locator("main script, main img").count() == 0, url
@@ -160,7 +167,9 @@ def test_cli_mistakes_are_one_line_errors(store: Store, db_path: Path) -> None:
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
         done = escrow("view", "--db", f"sqlite:///{db_path}", "--port", str(port))
-    assert done.returncode == 2 and f"cannot serve on 127.0.0.1:{port}" in done.stderr and "Traceback" not in done.stderr
+    assert (
+        done.returncode == 2 and f"cannot serve on 127.0.0.1:{port}" in done.stderr and "Traceback" not in done.stderr
+    )
     done = escrow("view", "somerun", "--db", f"sqlite:///{db_path}")
     assert done.returncode == 2 and "only taken with --export" in done.stderr
     done = escrow("view", "--export", str(db_path.parent / "out"), "nosuchrun", "--db", f"sqlite:///{db_path}")

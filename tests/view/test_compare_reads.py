@@ -13,7 +13,10 @@ from tests.view.recorded import record_reasoning_run
 
 def summary(comparison):
     first = comparison.first_divergence
-    turns = [(t.turn, t.difference.kind, t.difference.field) if t.difference else (t.turn, None, None) for t in comparison.turns]
+    turns = [
+        (t.turn, t.difference.kind, t.difference.field) if t.difference else (t.turn, None, None)
+        for t in comparison.turns
+    ]
     head = (first.turn, first.difference.kind, first.difference.fields, first.difference.diff) if first else None
     return turns, head
 
@@ -21,8 +24,10 @@ def summary(comparison):
 def test_early_divergence_reads_one_turns_requests_and_names_every_field(store: Store) -> None:
     recorder = Recorder(store)
     runs = {
-        "tail 12": record_reasoning_run(store, turns=12), "tail 14": record_reasoning_run(store, turns=14),
-        "seed 1": synthetic.record_run(recorder, turns=12, seed=1), "seed 2": synthetic.record_run(recorder, turns=12, seed=2),
+        "tail 12": record_reasoning_run(store, turns=12),
+        "tail 14": record_reasoning_run(store, turns=14),
+        "seed 1": synthetic.record_run(recorder, turns=12, seed=1),
+        "seed 2": synthetic.record_run(recorder, turns=12, seed=2),
     }
     site = Site(store, Links(static=False))
     read: list[list[str]] = []
@@ -45,5 +50,7 @@ def test_early_divergence_reads_one_turns_requests_and_names_every_field(store: 
         assert first is not None and first.turn <= 1, (a, b)
         first_calls = {c.id for t in (left, right) for r in t.turns if r.turn == first.turn for c in r.calls}
         assert {i for ids in read for i in ids} <= first_calls, (a, b)
-        later_request_fields += sum(1 for t in got.turns if t.turn > first.turn and t.difference and t.difference.kind == "request")
+        later_request_fields += sum(
+            1 for t in got.turns if t.turn > first.turn and t.difference and t.difference.kind == "request"
+        )
     assert later_request_fields > 20

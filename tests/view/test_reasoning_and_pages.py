@@ -29,7 +29,9 @@ def test_reasoning_is_dimmed_collapsed_and_the_tail_shown(page, store: Store, db
         assert page.inner_text("#turn-1 .tail").endswith("[turns left: 2; context tokens left: 3900]")
         assert page.inner_text("#turn-2 .tail").endswith("[turns left: 1; context tokens left: 3800]")
         assert page.locator("#turn-0 .tail").count() == 0
-        assert "[turns left: 3; context tokens left: 4000]" in (page.locator("#turn-0 details").first.text_content() or "")
+        assert "[turns left: 3; context tokens left: 4000]" in (
+            page.locator("#turn-0 details").first.text_content() or ""
+        )
         page.screenshot(path=artefacts / "run-reasoning.png", full_page=True)
 
 
@@ -37,14 +39,20 @@ def test_script_inside_reasoning_is_shown_as_text(page, store: Store, db_path: P
     run_id = record_reasoning_run(store, turns=2, reasoning=XSS)
     export_bundle(store, tmp_path / "bundle", [run_id])
     with serving(db_path) as base:
-        for url in (f"{base}/run/{run_id}", f"{base}/run/{run_id}?q=onerror", (tmp_path / "bundle" / f"run-{run_id}.html").as_uri()):
+        for url in (
+            f"{base}/run/{run_id}",
+            f"{base}/run/{run_id}?q=onerror",
+            (tmp_path / "bundle" / f"run-{run_id}.html").as_uri(),
+        ):
             page.goto(url)
             for summary in page.locator("details.reasoning summary").all():
                 summary.click()
             assert page.locator("details.reasoning").count() == 2, url
             assert page.locator("main script, main img").count() == 0, url
             assert page.evaluate("window.__xss") is None, url
-            assert "<script>window.__xss = 1</script>" in page.locator("#turn-1 details.reasoning pre").inner_text(), url
+            assert "<script>window.__xss = 1</script>" in page.locator("#turn-1 details.reasoning pre").inner_text(), (
+                url
+            )
 
 
 def test_a_long_run_is_shown_fifty_turns_a_page(page, store: Store, db_path: Path, artefacts: Path) -> None:
@@ -55,7 +63,9 @@ def test_a_long_run_is_shown_fifty_turns_a_page(page, store: Store, db_path: Pat
         assert "turns 55\n" in page.inner_text(".kv")  # the run's own figures, not the page's
         page.locator("#turn-index a", has_text="52").click()
         assert page.url.endswith(f"/run/{run_id}?page=2#turn-52")
-        assert [s.get_attribute("id") for s in page.locator("section.turn").all()] == [f"turn-{n}" for n in range(50, 56)]
+        assert [s.get_attribute("id") for s in page.locator("section.turn").all()] == [
+            f"turn-{n}" for n in range(50, 56)
+        ]
         # The first turn of a later page shows what the turn before it appended.
         assert "contents 49" in (page.locator("#turn-50 details").first.text_content() or "")
         assert page.inner_text("#turn-50 .tail").endswith("[turns left: 5; context tokens left: -1000]")

@@ -36,7 +36,10 @@ def needles(turns, rng: random.Random) -> list[str]:
 
 
 def test_search_misses_no_matching_turn_and_narrows(store: Store) -> None:
-    runs = [record_reasoning_run(store, turns=12, reasoning=ODD), synthetic.record_run(Recorder(store), turns=12, seed=4)]
+    runs = [
+        record_reasoning_run(store, turns=12, reasoning=ODD),
+        synthetic.record_run(Recorder(store), turns=12, seed=4),
+    ]
     site = Site(store, Links(static=False))
     rng = random.Random(15)
     narrowed = checked = 0
@@ -70,5 +73,7 @@ def test_turns_read_apart_show_what_they_show_in_the_whole_run(store: Store) -> 
         assert [t.turn for t in shown] == chosen
         for turn in shown:
             whole = full[turn.turn]
-            assert (turn.new_messages, turn.tail, turn.opening) == (whole.new_messages, whole.tail, whole.opening), turn.turn
+            assert (turn.new_messages, turn.tail, turn.opening) == (whole.new_messages, whole.tail, whole.opening), (
+                turn.turn
+            )
             assert turn.haystack == whole.haystack
