@@ -75,3 +75,27 @@ def fault_server(fault_server_session: FaultServer) -> FaultServer:
     """The session's fault server with an empty script and no recorded traffic."""
     fault_server_session.reset()
     return fault_server_session
+
+
+# Debian's chromium driven by Playwright. One session-wide browser for the
+# whole run: two sync_playwright() sessions cannot share the main thread.
+CHROMIUM = os.environ.get("ESCROW_TEST_CHROMIUM", "/usr/bin/chromium")
+
+
+@pytest.fixture(scope="session")
+def browser():
+    require(os.path.exists(CHROMIUM), f"Debian's chromium at {CHROMIUM} (apt-get install -y chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        launched = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    opened = context.new_page()
+    yield opened
+    context.close()

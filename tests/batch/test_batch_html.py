@@ -13,7 +13,6 @@ from typer.testing import CliRunner
 from cli.main import app
 from store import Recorder, Store, synthetic
 from store import batches as bstore
-from tests.view.conftest import browser, page  # noqa: F401  (fixtures)
 
 HOSTILE = ['<script>window.pwned=1</script>', '"><img src=x onerror="window.pwned=2">', "a&b</td></tr><tr><td>x"]
 
@@ -91,7 +90,7 @@ def test_html_report_parses_and_escapes(tmp_path):
     assert f"${cost:.4f}" in body and cost > 0
 
 
-def test_html_report_in_chromium_runs_nothing_hostile(tmp_path, page):  # noqa: F811
+def test_html_report_in_chromium_runs_nothing_hostile(tmp_path, page):
     url, batch_id = hostile_batch(tmp_path)
     out = tmp_path / "report.html"
     assert CliRunner().invoke(app, ["batch", "report", batch_id, "--html", str(out), "--db", url]).exit_code == 0

@@ -20,11 +20,8 @@ from pathlib import Path
 import pytest
 
 from store import SCHEMA_VERSION, Store, synthetic
-from tests.conftest import require
 from tests.store.conftest import db_path as db_path
 from tests.store.conftest import store as store
-
-CHROMIUM = os.environ.get("ESCROW_TEST_CHROMIUM", "/usr/bin/chromium")
 
 
 @pytest.fixture(scope="session")
@@ -33,25 +30,6 @@ def artefacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     print(f"\nviewer screenshots in {folder}")
     return folder
-
-
-@pytest.fixture(scope="session")
-def browser():
-    require(Path(CHROMIUM).exists(), f"Debian's chromium at {CHROMIUM} (apt-get install -y chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        launched = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield launched
-        launched.close()
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 1360, "height": 900})
-    opened = context.new_page()
-    yield opened
-    context.close()
 
 
 def free_port() -> int:
