@@ -31,8 +31,9 @@ from orchestrator.contract import Message, ModelRequest
 from orchestrator.envelope import Envelope, Status, Usage
 from store import Recorder, Store, synthetic
 from store.chain import genesis, link
-from store.render import runs_table, trajectory_text
+from store.render import trajectory_text
 from store.rows import new_run_id
+from store.run_list import RunLine, runs_table
 
 ROWS_PER_TURN = 4
 RUNS, CALLS_PER_RUN, MODELS = (
@@ -251,9 +252,10 @@ def main() -> None:
             print(f"   plan {name:<13} {plan}")
     with Store.open(url, readonly=True) as store:
         cases = {
-            "runs (50 newest)": lambda: runs_table(store.runs()),
-            "runs --model": lambda: runs_table(store.runs(model=MODELS[1])),
-            "runs --verdict --since 7d": lambda: runs_table(store.runs(verdict="PASS", since=time.time() - 7 * 86400)),
+            "runs (50 newest)": lambda: runs_table([RunLine.of(r) for r in store.runs()]),
+            "runs --model": lambda: runs_table([RunLine.of(r) for r in store.runs(model=MODELS[1])]),
+            "runs --verdict --since 7d": lambda: runs_table(
+                [RunLine.of(r) for r in store.runs(verdict="PASS", since=time.time() - 7 * 86400)]),
             "show RUN (100 turns)": lambda: trajectory_text(store.trajectory(sample[:12])),
             "verify RUN (401 rows)": lambda: store.verify(sample),
         }

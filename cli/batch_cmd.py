@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from cli.display.batch_html import batch_html
-from cli.store_cmd import CONFIG_HELP, DB_HELP, emit_json
+from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
 from orchestrator.batch.driver import BatchPlan, pending_tasks, run_batch, start_batch
 from orchestrator.batch.errors import BatchNotFound
 from orchestrator.batch.pool import PoolOptions

@@ -12,7 +12,8 @@ from typing import IO, Any
 import typer
 from rich.console import Console
 
-from cli.store_cmd import CONFIG_HELP, DB_HELP, open_store
+from cli.store_cmd import open_store
+from cli.store_options import CONFIG_HELP, DB_HELP
 from orchestrator.costing import NothingToReport
 from orchestrator.errors import ConfigError
 from store import Store

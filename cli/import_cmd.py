@@ -9,7 +9,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from cli.store_cmd import CONFIG_HELP, DB_HELP, emit_json, open_store
+from cli.store_cmd import open_store
+from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
 from orchestrator.errors import ConfigError
 from orchestrator.interop import FORMATS, ReadLimits, SourceError
 from store.importer import ImportOutcome, import_file

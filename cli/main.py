@@ -26,7 +26,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ),
     ("call", "call_cmd", "Make one model call and print its Envelope. Exits 0 only when the status is COMPLETED."),
     ("fault-server", "call_cmd", "Serve a scripted OpenAI-compatible model with injected faults until Ctrl-C."),
-    ("runs", "store_cmd", "List recorded runs, newest first, with token and cost totals."),
+    ("runs", "runs_cmd", "List recorded runs, newest first, with token and cost totals."),
     ("show", "store_cmd", "Show one run turn by turn: the model's words, its tool calls and what they returned."),
     (
         "verify",

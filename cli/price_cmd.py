@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.store_cmd import emit_json
+from cli.store_options import emit_json
 from orchestrator.settings import load_settings
 from policies.price_table import PRICE_FIELDS, PriceTable, load_price_table, local_price_path, set_price, unset_price
 

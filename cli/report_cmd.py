@@ -15,7 +15,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from cli.store_cmd import CONFIG_HELP, DB_HELP, emit_json
+from cli.spans import parse_since
+from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
 from orchestrator.costing import (
     GROUP_BY,
     AggregateReport,
@@ -36,7 +37,6 @@ from orchestrator.settings import load_settings
 from orchestrator.terminal_text import printable
 from policies.price_table import PriceTable, load_price_table
 from store import Store
-from store.render import parse_since
 
 TURN_COLUMNS = (
     ("turn", "turn"), ("calls", "calls"), ("statuses", "status"), ("prompt_tokens", "prompt"),

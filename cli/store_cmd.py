@@ -1,63 +1,27 @@
-"""``escrow runs``, ``escrow show``, ``escrow verify`` and ``escrow migrate``:
+"""``escrow show``, ``escrow verify`` and ``escrow migrate``:
 the trajectory store from the command line. Read commands open the store
 read-only and never create or modify it."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
-from typing import Any
 
 import typer
 from rich.console import Console
 
 from cli.display.show import print_trajectory
+from cli.spans import parse_since
+from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
 from orchestrator.errors import ConfigError
 from orchestrator.settings import load_settings
 from store import ChainBroken, Store
-from store.batches import crashed_runs, mark_crashed
-from store.render import check_line, parse_since, runs_json, runs_table
-
-DB_HELP = "Store URL (SQLAlchemy form); default ESCROW_DB_URL, else the SQLite file in ESCROW_HOME."
-CONFIG_HELP = "Config file (default: ESCROW_HOME/config.toml)."
+from store.render import check_line
 
 
 def open_store(db: str | None, config: Path | None, *, readonly: bool = True) -> Store:
     settings = load_settings(config, db_url=db)
     return Store.open(settings.store_url, create=not readonly, readonly=readonly)
-
-
-def emit_json(value: Any) -> None:
-    # ASCII only: JSON escapes C0 controls but not C1 ones (U+009B) or bidi
-    # overrides, which a terminal would act on.
-    typer.echo(json.dumps(value, indent=2, ensure_ascii=True))
-
-
-def runs(
-    status: str | None = typer.Option(None, "--status", help="running or finished."),
-    verdict: str | None = typer.Option(None, "--verdict", help="e.g. PASS, BUDGET_EXHAUSTED, FAULTED."),
-    model: str | None = typer.Option(None, "--model", help="Requested model id."),
-    since: str | None = typer.Option(
-        None, "--since", help="Started within a span (7d, 24h, 30m) or since an ISO date."
-    ),
-    limit: int = typer.Option(50, "--limit", min=1, max=100_000, help="Most runs to list, newest first."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-    db: str | None = typer.Option(None, "--db", help=DB_HELP),
-    config: Path | None = typer.Option(None, "--config", help=CONFIG_HELP),
-) -> None:
-    """List recorded runs, newest first, with token and cost totals."""
-    try:
-        since_ts = parse_since(since, time.time()) if since else None
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    with open_store(db, config) as store:
-        found = store.runs(status=status, verdict=verdict, model=model, since=since_ts, limit=limit)
-        found = mark_crashed(found, crashed_runs(store))
-    if as_json:
-        emit_json(runs_json(found))
-    else:
-        typer.echo(runs_table(found))
 
 
 def show(
@@ -141,7 +105,6 @@ def gc(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("runs")(runs)
     app.command("show")(show)
     app.command("verify")(verify)
     app.command("migrate")(migrate)

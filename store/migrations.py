@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from sqlalchemy import Column, Connection, Engine, Float, Index, Integer, MetaData, String, Table, inspect, select
 from sqlmodel import SQLModel
 
-from store import batch_tables, content_migration, model_column, tables
+from store import batch_tables, content_migration, model_column, schema_version, tables
 from store.tables import table_of
 
 migration_log_metadata = MetaData()
@@ -133,6 +133,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
 )
 LATEST = MIGRATIONS[-1].version
+if LATEST != schema_version.LATEST:  # one number, read by the light reader too
+    raise RuntimeError(f"store.schema_version.LATEST is {schema_version.LATEST}, the last migration {LATEST}")
 
 
 def store_tables() -> list[Table]:

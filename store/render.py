@@ -5,65 +5,10 @@ events) is shown through ``one_line``, which escapes terminal controls."""
 from __future__ import annotations
 
 import json
-import re
-import time
-from datetime import datetime, timezone
-from typing import Any
 
-from orchestrator.terminal_text import one_line
-from orchestrator.trajectory import ResponseView, RunSummary, Trajectory, TurnRecord
+from orchestrator.trajectory import ResponseView, Trajectory, TurnRecord
 from store.chain import GENESIS_EVENT, ChainCheck
-
-_SPAN = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
-_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_since(value: str, now: float) -> float:
-    """``7d``, ``24h``, ``30m`` ago, or an ISO date/time (UTC unless it says
-    otherwise), as Unix seconds. Raises ValueError with a readable message."""
-    match = _SPAN.match(value.strip().lower())
-    if match:
-        return now - float(match.group(1)) * _SECONDS[match.group(2)]
-    try:
-        moment = datetime.fromisoformat(value.strip())
-    except ValueError:
-        raise ValueError(f"--since takes a span like 7d, 24h, 30m or an ISO date, not {value!r}") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.timestamp()
-
-
-def when(ts: float | None) -> str:
-    if ts is None:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
-
-
-def clip(text: str, width: int) -> str:
-    return one_line(text, width)
-
-
-def runs_table(summaries: list[RunSummary]) -> str:
-    if not summaries:
-        return "no runs"
-    lines = [
-        f"{'RUN':<12} {'STARTED':<19} {'STATUS':<8} {'VERDICT':<16} {'MODEL':<16} {'TURNS':>5} "
-        f"{'TOKENS IN/CACHED/OUT':>22} {'COST $':>9}  TASK"
-    ]
-    for s in summaries:
-        r, t = s.run, s.totals
-        cost = "-" if t.cost_usd is None else f"{t.cost_usd:.4f}"
-        tokens = f"{t.input_tokens}/{t.cached_input_tokens}/{t.output_tokens}"
-        lines.append(
-            f"{r.id[:12]:<12} {when(r.created_at):<19} {r.status:<8} {(r.verdict or '-'):<16} "
-            f"{clip(r.request_model, 16):<16} "
-            f"{t.turns:>5} {tokens:>22} {cost:>9}  {clip(r.task, 50)}"
-        )
-    return "\n".join(lines)
-
-
-def runs_json(summaries: list[RunSummary]) -> list[dict[str, Any]]:
-    return [{**s.run.model_dump(), "totals": s.totals.model_dump()} for s in summaries]
+from store.run_list import clip, when
 
 
 def trajectory_text(trajectory: Trajectory) -> str:
