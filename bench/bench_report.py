@@ -8,10 +8,11 @@ grows with its prompt (prefill) with some noise, hashed into its chain like
 any other cell, so the TTFT histograms hold what a real run's would. Each
 run of this bench works on a copy of the cached store:
 
-1. before: EXPLAIN QUERY PLAN of the queries that sum a run's rows, and
-   ``report --by model|day`` over 7 days, 30 days and all time with every
-   run summed from its rows (as a schema-7 store is read), best of
-   --repeat-before (1);
+1. before: ``report --by model|day`` over 7 days, 30 days and all time
+   through the schema-7 queries as released (store/reports/aggregate_query.py
+   at SCHEMA7_REV, read from git), and through this version's row path
+   (``raw``: every run summed from its rows, as a run without totals is
+   read), with the row path's EXPLAIN QUERY PLAN; best of --repeat-before (1);
 2. ``escrow migrate`` to schema 8 (the resumable backfill of the totals), timed;
 3. after: the plan of the totals query and the same reports from the
    totals, best of --repeat (3); the ratio before/after side by side, and
@@ -29,8 +30,10 @@ import os
 import random
 import shutil
 import sqlite3
+import subprocess
 import sys
 import time
+import types
 from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
@@ -38,6 +41,7 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
+from orchestrator.costing.aggregate import aggregate
 from orchestrator.launch.reports import report_runs
 from policies.price_table import load_price_table
 from store import Store
@@ -45,6 +49,8 @@ from store.engine import make_engine
 from store.migrations import upgrade
 from store.reports import query_plans
 
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA7_REV = "14a009a"  # the last commit whose report queries summed every run's rows
 WINDOWS = (("7d", 7), ("30d", 30), ("all", None))
 BYS = ("model", "day")
 
@@ -117,6 +123,30 @@ def times(store: Store, newest: float, raw: bool, repeat: int) -> dict[tuple[str
     return out
 
 
+def schema7_queries() -> types.ModuleType:
+    """The schema-7 report queries as released, loaded from git."""
+    text = subprocess.run(["git", "show", f"{SCHEMA7_REV}:store/reports/aggregate_query.py"], cwd=ROOT,
+                          capture_output=True, text=True, check=True).stdout
+    module = types.ModuleType("schema7_aggregate_query")
+    exec(compile(text, f"{SCHEMA7_REV}:store/reports/aggregate_query.py", "exec"), module.__dict__)
+    return module
+
+
+def released_times(store: Store, newest: float, repeat: int) -> dict[tuple[str, str], tuple[float, Any]]:
+    old, prices = schema7_queries(), load_price_table(None)
+
+    def report(since: float | None, by: str) -> Any:
+        pieces, ttfts = old.read_slices(store, by=by, since=since, until=None)
+        return aggregate(pieces, ttfts, by=by, prices=prices.lookup, price_version=prices.version, since=since)
+
+    out = {}
+    for label, days in WINDOWS:
+        since = None if days is None else newest - days * 86400
+        for by in BYS:
+            out[(label, by)] = timed(lambda since=since, by=by: report(since, by), repeat)
+    return out
+
+
 def counts(path: Path) -> list[str]:
     with closing(sqlite3.connect(path)) as conn:
         rows = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
@@ -149,7 +179,8 @@ def main() -> None:
         print(f"\n1. before (schema 7: every run summed from its rows), best of {args.repeat_before}")
         with open_at(work, 7) as store:
             print("\n".join(plans(store, raw=True)))
-            before = times(store, newest, raw=True, repeat=args.repeat_before)
+            released = released_times(store, newest, args.repeat_before)
+            rows = times(store, newest, raw=True, repeat=args.repeat_before)
         started = time.perf_counter()
         engine = make_engine(make_url(f"sqlite:///{work}"), readonly=False)
         applied = upgrade(engine, 7)
@@ -159,12 +190,16 @@ def main() -> None:
         with open_at(work, 8) as store:
             print("\n".join(plans(store, raw=False)))
             after = times(store, newest, raw=False, repeat=args.repeat)
-        print(f"\n   {'window':<6} {'--by':<6} {'calls':>9} {'before s':>9} {'after s':>8} {'ratio':>7}  identical")
-        for key, (seconds, report) in before.items():
-            new_s, new_report = after[key]
-            calls = report.total.calls if report.total else 0
-            same = "yes" if report.model_dump() == new_report.model_dump() else "NO"
-            print(f"   {key[0]:<6} {key[1]:<6} {calls:>9,} {seconds:>9.2f} {new_s:>8.3f} {seconds / new_s:>6.0f}x  {same}")
+        print("\n   released: schema-7 queries at " + SCHEMA7_REV + "; rows: this version, every run from its rows;"
+              "\n   totals: this version, schema 8; identical: the rows report equals the totals report")
+        print(f"\n   {'window':<6} {'--by':<6} {'calls':>9} {'released s':>10} {'rows s':>7} {'totals s':>8} "
+              f"{'released/totals':>15} {'rows/totals':>11}  identical")
+        for key, (new_s, new_report) in after.items():
+            old_s, raw = released[key][0], rows[key]
+            calls = new_report.total.calls if new_report.total else 0
+            same = "yes" if raw[1].model_dump() == new_report.model_dump() else "NO"
+            print(f"   {key[0]:<6} {key[1]:<6} {calls:>9,} {old_s:>10.2f} {raw[0]:>7.2f} {new_s:>8.3f} "
+                  f"{old_s / new_s:>14.0f}x {raw[0] / new_s:>10.0f}x  {same}")
         print("\n4. rows read")
         print("\n".join(counts(work)))
     finally:
