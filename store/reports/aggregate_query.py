@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import JSON, Connection, and_, case, cast, func, select, true
+from sqlalchemy import JSON, Connection, and_, case, cast, func, literal, select, true
 
 from orchestrator.costing.figures import ESCROW_SOURCE, RunSlice
 from orchestrator.interop.records import IMPORT_MODE
@@ -59,17 +59,19 @@ def source_sql(dialect: str) -> Any:
     return case((RUNS.c.mode == IMPORT_MODE, func.coalesce(fmt, IMPORT_MODE)), else_=ESCROW_SOURCE)
 
 
-def totals_query(since: float | None, until: float | None, include_replays: bool = False) -> Any:
+def totals_query(since: float | None, until: float | None, include_replays: bool = False,
+                 dialect: str = "sqlite") -> Any:
     """Stored totals of the runs in the window that have them, with a flag
-    for a numeric cell that is not a number."""
+    for a numeric cell that is not a number (only SQLite stores one)."""
     spend = true() if include_replays else TOTALS.c.own == 1
-    return (select(TOTALS, case((not_a_number(TOTALS, run_totals.NUMBERS), 1), else_=0).label("damaged"))
+    damaged = case((not_a_number(TOTALS, run_totals.NUMBERS), 1), else_=0) if dialect == "sqlite" else literal(0)
+    return (select(TOTALS, damaged.label("damaged"))
             .join(RUNS, RUNS.c.id == TOTALS.c.run_id)
             .where(window(since, until, include_replays), run_totals.has_totals(), spend))
 
 
 def _stored(conn: Connection, since: float | None, until: float | None, include_replays: bool) -> dict[Key, Totals]:
-    rows = conn.execute(totals_query(since, until, include_replays)).mappings().all()
+    rows = conn.execute(totals_query(since, until, include_replays, conn.dialect.name)).mappings().all()
     if conn.dialect.name == "sqlite" and any(r["damaged"] for r in rows):
         check_numbers(conn, TOTALS, TOTALS.c.id.in_([r["id"] for r in rows if r["damaged"]]))
     out = {}
