@@ -67,6 +67,7 @@ MODEL = "gen_ai.request.model"
 SUMMED = ("gen_ai.usage.input_tokens", "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.output_tokens",
           "total_s", "decode_s", "ttft_s", "n_attempts")
 ATTEMPT_SUMMED = ("duration_s", "backoff_s")
+SUMMED_TABLES = (RESPONSES.name, ATTEMPTS.name, TOOLS.name)
 NUMBERS = tuple(c.name for c in TOTALS.columns if c.name not in ("run_id", "model", "engine", "ttft_ms"))
 
 Key = tuple[str, int, str | None, str | None]
@@ -227,6 +228,10 @@ def has_totals() -> Any:
     """A condition on ``runs``: the run has stored totals."""
     marker = TOTALS.alias("marker")
     return exists().where(marker.c.run_id == RUNS.c.id, marker.c.own == 1, marker.c.model.is_(None))
+
+
+def has_any(conn: Connection, run_id: str) -> bool:
+    return conn.execute(select(TOTALS.c.id).where(TOTALS.c.run_id == run_id).limit(1)).first() is not None
 
 
 def stored(conn: Connection, runs: Any) -> dict[Key, Totals]:

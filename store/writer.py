@@ -49,6 +49,10 @@ def append(
         model_column.fill(conn, table, rows, written)  # a copy, outside the hashed form
         conn.execute(table.insert(), rows)
     conn.execute(update(RUNS).where(RUNS.c.id == run_id).values(chain_seq=seq, chain_head=head, **(run_update or {})))
-    if (run_update or {}).get("status") == "finished":
-        run_totals.write(conn, [run_id])  # derived, not chained: what reports sum over the finished run
+    # Derived, not chained: what reports sum over a finished run, kept in step
+    # with any summed row appended after it finished.
+    if (run_update or {}).get("status") == "finished" or (
+        any(t.name in run_totals.SUMMED_TABLES for t in grouped) and run_totals.has_any(conn, run_id)
+    ):
+        run_totals.write(conn, [run_id])
     return written

@@ -225,3 +225,15 @@ def test_the_ttft_histogram_does_not_grow_with_calls() -> None:
     for ms in ttfts:
         assert abs(run_totals.bucket_seconds(run_totals.ttft_bucket(ms)) * 1000 - ms) <= ms / 32
     assert [run_totals.ttft_bucket(ms) for ms in range(32)] == list(range(32))
+
+
+def test_a_summed_row_recorded_after_the_finish_updates_the_totals(store: Store) -> None:
+    recorder = Recorder(store)
+    run_id = a_run(recorder, random.Random(5), 2)
+    with recorder.turn(run_id, 2) as tx:
+        request = ModelRequest(model=MODELS[1], messages=(Message(role="user", content="late"),), max_tokens=8,
+                               sampling=Sampling())
+        tx.envelope(tx.request(request), an_envelope(random.Random(6), 4000, MODELS[1]))
+    assert store.verify(run_id).ok
+    assert read_slices(store, by="model", since=None, until=None) == read_slices(
+        store, by="model", since=None, until=None, raw=True)
