@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import signal
 import sqlite3
-import subprocess
-import sys
 from contextlib import closing
 from pathlib import Path
 
@@ -15,8 +13,8 @@ import pytest
 
 from store import Recorder, Store, synthetic
 from store.migrations import LATEST
+from tests.store.killed_upgrade import killed_upgrade
 
-ROOT = Path(__file__).resolve().parents[2]
 TOTALS = "SELECT run_id, own, model, engine, calls, prompt_tokens, cached_tokens, output_tokens, direct_s, http_s, " \
          "wait_s, decode_s, retries, tool_s, ttft_ms FROM run_totals ORDER BY run_id, own, model, engine"
 
@@ -46,23 +44,6 @@ def heads(path: Path) -> list[tuple[object, ...]]:
         return conn.execute("SELECT id, chain_seq, chain_head FROM runs ORDER BY id").fetchall()
 
 
-BACKFILL = """
-import os, signal, sys
-from sqlalchemy import event
-from store import run_totals
-from store.engine import make_engine
-from store.migrations import upgrade
-from sqlalchemy.engine import make_url
-engine = make_engine(make_url(sys.argv[1]), readonly=False)
-commits = [0]
-def counted(conn):
-    commits[0] += 1
-    if commits[0] == int(sys.argv[2]):
-        os.kill(os.getpid(), signal.SIGKILL)
-event.listen(engine, "commit", counted)
-run_totals.BACKFILL_RUNS = 1
-upgrade(engine, 7)
-"""
 
 
 def test_a_new_store_writes_totals_for_finished_runs_only(tmp_path: Path) -> None:
@@ -82,7 +63,7 @@ def test_the_backfill_resumes_after_sigkill(tmp_path: Path, kill_at: int) -> Non
     chains = heads(path)
     written = as_schema_7(path)
     url = f"sqlite:///{path}"
-    done = subprocess.run([sys.executable, "-c", BACKFILL, url, str(kill_at)], cwd=ROOT, capture_output=True)
+    done = killed_upgrade(url, kill_at, 7, ("store.run_totals", "BACKFILL_RUNS", 1))
     assert done.returncode == -signal.SIGKILL, done.stderr.decode()
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute("SELECT max(version) FROM escrow_migrations").fetchone()[0] == 7
