@@ -94,6 +94,7 @@ def schema7_store(path: Path, calls: int) -> None:
     Store.open(f"sqlite:///{partial}").close()
     with closing(sqlite3.connect(partial)) as conn:
         conn.execute("DROP TABLE run_totals")
+        conn.execute("DROP TABLE run_ttfts")
         conn.execute("DELETE FROM escrow_migrations WHERE version = 8")
         conn.commit()
     bench_store.generate(partial)
@@ -150,15 +151,14 @@ def released_times(store: Store, newest: float, repeat: int) -> dict[tuple[str, 
 def counts(path: Path) -> list[str]:
     with closing(sqlite3.connect(path)) as conn:
         rows = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-                for t in ("runs", "model_responses", "call_attempts", "tool_executions", "run_totals")}
-        entries = [len(h.split(",")) for (h,) in conn.execute("SELECT ttft_ms FROM run_totals WHERE ttft_ms != ''")]
-    per_row = sum(entries) / len(entries) if entries else 0.0
+                for t in ("runs", "model_responses", "call_attempts", "tool_executions", "run_totals", "run_ttfts")}
+        slices = conn.execute("SELECT count(*) FROM run_totals WHERE model IS NOT NULL").fetchone()[0]
     return [
         f"   runs {rows['runs']:,}; rows summed before: {rows['model_responses']:,} responses, "
         f"{rows['call_attempts']:,} attempts, {rows['tool_executions']:,} tool executions",
-        f"   rows read after: {rows['run_totals']:,} totals rows; TTFT histogram entries "
-        f"{sum(entries):,} in all, {per_row:.1f} a slice (calls a slice: "
-        f"{rows['model_responses'] / max(1, len(entries)):.0f})",
+        f"   rows read after: {rows['run_totals']:,} run_totals rows ({slices:,} with calls), "
+        f"{rows['run_ttfts']:,} run_ttfts rows: {rows['run_ttfts'] / max(1, slices):.1f} TTFT buckets a slice "
+        f"of {rows['model_responses'] / max(1, slices):.0f} calls",
     ]
 
 

@@ -146,7 +146,7 @@ def store_tables() -> list[Table]:
         table_of(tables.Run), table_of(tables.Blob), table_of(tables.Deletion),
         *(table_of(model) for model in tables.CHAINED),
         *(table_of(model) for model in batch_tables.BATCH_TABLES),
-        run_totals.TOTALS,
+        *run_totals.DERIVED,
     ]
 
 

@@ -89,7 +89,8 @@ def collect(
             table = tables[name]
             freed += _size(conn, table, table.c.run_id.in_(chunk))
             rows += conn.execute(delete(table).where(table.c.run_id.in_(chunk))).rowcount or 0
-        conn.execute(delete(run_totals.TOTALS).where(run_totals.TOTALS.c.run_id.in_(chunk)))  # derived: not counted
+        for derived in run_totals.DERIVED:  # not counted: derived data
+            conn.execute(delete(derived).where(derived.c.run_id.in_(chunk)))
         freed += _size(conn, RUNS, RUNS.c.id.in_(chunk))
         conn.execute(delete(RUNS).where(RUNS.c.id.in_(chunk)))
     stamp = time.time() if now is None else now

@@ -5,9 +5,10 @@ rows a run instead of every response, attempt and tool row.
 One row per (run, spend flag, model, engine): answered calls, prompt tokens,
 cached tokens clamped to each call's prompt, output tokens, the seconds of
 calls recorded without attempts (their whole duration), the attempts' HTTP
-and backoff seconds, decode seconds, retries, and a histogram of the calls'
-TTFTs. The spend flag ``own`` is 0 for a fork's shared prefix (turns before
-``forked_at_turn``, its parent's spend) and 1 otherwise. A row with no model
+and backoff seconds, decode seconds, retries; and in ``run_ttfts``, per
+TTFT bucket, how many of its calls had their TTFT in it. The spend flag
+``own`` is 0 for a fork's shared prefix (turns before ``forked_at_turn``,
+its parent's spend) and 1 otherwise. A row with no model
 holds the tool seconds of its spend flag; every run with totals has the
 ``own = 1`` one, so "has totals" is one indexed look-up.
 
@@ -22,7 +23,7 @@ reads its rows and stops on the damaged cell, as before.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Integer, Table, and_, case, cast, delete, exists, func, or_, select, true
@@ -55,10 +56,25 @@ class RunTotal(SQLModel, table=True):
     decode_s: float
     retries: int
     tool_s: float
-    ttft_ms: str = ""
+
+
+class RunTtft(SQLModel, table=True):
+    """How many of a totals row's calls had their TTFT in one bucket."""
+
+    __tablename__ = "run_ttfts"
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="runs.id", index=True)
+    own: int
+    model: str | None = outside(default=None)
+    engine: str | None = outside(default=None)
+    bucket_ms: int
+    calls: int
 
 
 TOTALS: Table = table_of(RunTotal)
+TTFTS: Table = table_of(RunTtft)
+DERIVED: tuple[Table, ...] = (TOTALS, TTFTS)
 RUNS: Table = table_of(Run)
 RESPONSES: Table = table_of(ModelResponse)
 ATTEMPTS: Table = table_of(CallAttempt)
@@ -68,7 +84,8 @@ SUMMED = ("gen_ai.usage.input_tokens", "gen_ai.usage.cache_read.input_tokens", "
           "total_s", "decode_s", "ttft_s", "n_attempts")
 ATTEMPT_SUMMED = ("duration_s", "backoff_s")
 SUMMED_TABLES = (RESPONSES.name, ATTEMPTS.name, TOOLS.name)
-NUMBERS = tuple(c.name for c in TOTALS.columns if c.name not in ("run_id", "model", "engine", "ttft_ms"))
+NUMBERS = tuple(c.name for c in TOTALS.columns if c.name not in ("run_id", "model", "engine"))
+FIGURES = tuple(c.name for c in TOTALS.columns if c.name not in ("id", "run_id", "own", "model", "engine"))
 
 Key = tuple[str, int, str | None, str | None]
 """(run id, own, model, engine); model None: the tool seconds row."""
@@ -103,23 +120,18 @@ class Totals:
     ttft: dict[int, int] = field(default_factory=dict)
 
     def add(self, other: "Totals") -> None:
-        for f in fields(self):
-            if f.name != "ttft":
-                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        self.calls += other.calls
+        self.prompt_tokens += other.prompt_tokens
+        self.cached_tokens += other.cached_tokens
+        self.output_tokens += other.output_tokens
+        self.direct_s += other.direct_s
+        self.http_s += other.http_s
+        self.wait_s += other.wait_s
+        self.decode_s += other.decode_s
+        self.retries += other.retries
+        self.tool_s += other.tool_s
         for bucket, n in other.ttft.items():
             self.ttft[bucket] = self.ttft.get(bucket, 0) + n
-
-
-def encode(ttft: Mapping[int, int]) -> str:
-    return ",".join(f"{b}:{n}" for b, n in sorted(ttft.items()))
-
-
-def decode(text: str) -> dict[int, int]:
-    out = {}
-    for item in text.split(",") if text else ():
-        bucket, n = item.split(":")
-        out[int(bucket)] = int(n)
-    return out
 
 
 def own_flag(rows: Table) -> Any:
@@ -192,18 +204,18 @@ def compute(conn: Connection, runs: Any) -> tuple[dict[Key, Totals], set[str]]:
     return out, damaged
 
 
-def as_rows(totals: Mapping[Key, Totals]) -> list[dict[str, Any]]:
-    rows = []
+def as_rows(totals: Mapping[Key, Totals]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(totals rows, TTFT rows) to insert."""
+    rows, ttfts = [], []
     for (run_id, own, model, engine), t in sorted(totals.items(), key=lambda kv: order(kv[0])):
-        values = {f.name: getattr(t, f.name) for f in fields(t) if f.name != "ttft"}
-        rows.append({"run_id": run_id, "own": own, "model": model, "engine": engine, **values,
-                     "ttft_ms": encode(t.ttft)})
-    return rows
+        key = {"run_id": run_id, "own": own, "model": model, "engine": engine}
+        rows.append({**key, **{name: getattr(t, name) for name in FIGURES}})
+        ttfts += [{**key, "bucket_ms": b, "calls": n} for b, n in sorted(t.ttft.items())]
+    return rows, ttfts
 
 
 def from_row(row: Mapping[Any, Any]) -> tuple[Key, Totals]:
-    values = {f.name: row[f.name] for f in fields(Totals) if f.name != "ttft"}
-    return (row["run_id"], row["own"], row["model"], row["engine"]), Totals(**values, ttft=decode(row["ttft_ms"]))
+    return (row["run_id"], row["own"], row["model"], row["engine"]), Totals(*(row[name] for name in FIGURES))
 
 
 def order(key: Key) -> tuple[str, int, bool, str, str]:
@@ -217,11 +229,12 @@ def write(conn: Connection, run_ids: Iterable[str]) -> None:
     ids = list(run_ids)
     if not ids:
         return
-    conn.execute(delete(TOTALS).where(TOTALS.c.run_id.in_(ids)))
+    for table in DERIVED:
+        conn.execute(delete(table).where(table.c.run_id.in_(ids)))
     totals, damaged = compute(conn, RUNS.c.id.in_(ids))
-    rows = as_rows({k: t for k, t in totals.items() if k[0] not in damaged})
-    if rows:
-        conn.execute(TOTALS.insert(), rows)
+    for table, rows in zip(DERIVED, as_rows({k: t for k, t in totals.items() if k[0] not in damaged}), strict=True):
+        if rows:
+            conn.execute(table.insert(), rows)
 
 
 def has_totals() -> Any:
@@ -241,6 +254,10 @@ def stored(conn: Connection, runs: Any) -> dict[Key, Totals]:
         check_row(TOTALS, row)
         key, totals = from_row(row)
         out[key] = totals
+    for row in conn.execute(select(TTFTS).join(RUNS, RUNS.c.id == TTFTS.c.run_id).where(runs)).mappings():
+        check_row(TTFTS, row)
+        hist = out.setdefault((row["run_id"], row["own"], row["model"], row["engine"]), Totals()).ttft
+        hist[row["bucket_ms"]] = hist.get(row["bucket_ms"], 0) + row["calls"]
     return out
 
 
@@ -259,7 +276,7 @@ def problems(conn: Connection, run_id: str | None = None) -> dict[str, str]:
 
 def add_table(conn: Connection) -> None:
     """The totals table (idempotent: re-run when an upgrade resumes)."""
-    SQLModel.metadata.create_all(conn, tables=[TOTALS])
+    SQLModel.metadata.create_all(conn, tables=list(DERIVED))
 
 
 def backfill(engine: Engine, batch_runs: int | None = None) -> None:

@@ -132,8 +132,7 @@ def aggregate(
     price_version: str, since: float | None = None, until: float | None = None, include_replays: bool = False,
 ) -> AggregateReport:
     """``ttfts`` is a histogram of the answered calls' TTFTs: (group key,
-    seconds, how many calls), the key as ``group_key`` makes it; each
-    slice's own histogram (``RunSlice.ttfts``) is counted in its group too."""
+    seconds, how many calls), the key as ``group_key`` makes it."""
     pieces = list(pieces)
     grouped: dict[str, list[RunSlice]] = defaultdict(list)
     for p in pieces:
@@ -143,9 +142,6 @@ def aggregate(
     for key, seconds, n in ttfts:
         ttft_groups[key].append((seconds, n))
         all_ttfts.append((seconds, n))
-    for p in pieces:
-        ttft_groups[group_key(by, p)].extend(p.ttfts)
-        all_ttfts.extend(p.ttfts)
     groups = tuple(group_stats(k, grouped[k], ttft_groups[k], prices) for k in sorted(grouped))
     return AggregateReport(
         by=by, since=since, until=until, price_version=price_version, groups=groups,

@@ -42,8 +42,6 @@ class RunSlice(Frozen):
     source: str = ESCROW_SOURCE
     """Who recorded the run: "escrow", or an imported run's source format."""
     batch: str | None = None
-    ttfts: tuple[tuple[float, int], ...] = ()
-    """Histogram of the calls' TTFTs: (seconds, how many calls)."""
 
 
 class CallFigures(Frozen):

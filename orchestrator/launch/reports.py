@@ -33,6 +33,6 @@ def report_runs(store: Store, *, by: str, since: float | None, until: float | No
     """Runs in a time window, grouped ``by``; real spend only, unless
     ``include_replays``. ``raw``: every run read from its rows, not from its
     stored totals (the bench's comparison)."""
-    pieces = read_slices(store, by=by, since=since, until=until, include_replays=include_replays, raw=raw)
-    return aggregate(pieces, (), by=by, prices=prices.lookup, price_version=prices.version, since=since, until=until,
+    pieces, ttfts = read_slices(store, by=by, since=since, until=until, include_replays=include_replays, raw=raw)
+    return aggregate(pieces, ttfts, by=by, prices=prices.lookup, price_version=prices.version, since=since, until=until,
                      include_replays=include_replays)

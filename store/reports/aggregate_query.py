@@ -1,6 +1,6 @@
 """The figures behind ``escrow report --since/--until --by``: one slice per
-(run, model), or per (run, model, engine) when grouping by engine, each with
-the histogram of its calls' TTFTs, for runs started in a time window.
+(run, model), or per (run, model, engine) when grouping by engine, and a
+histogram of the calls' TTFTs per group, for runs started in a time window.
 
 A finished run is read from its stored totals (``store.run_totals``, schema
 8): a few rows a run, whatever its length. A run without them (still running,
@@ -17,15 +17,14 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import JSON, Connection, and_, case, cast, func, literal, select, true
+from sqlalchemy import JSON, Connection, Integer, and_, case, cast, func, literal, select, true
 
-from orchestrator.costing.figures import ESCROW_SOURCE, RunSlice
+from orchestrator.costing.figures import DAY_FORMAT, ESCROW_SOURCE, NO_BATCH, NO_ENGINE, NO_VERDICT, RunSlice
 from orchestrator.interop.records import IMPORT_MODE
 from store import run_totals
 from store.batch_tables import BatchAttemptRow
 from store.cells import check_numbers, not_a_number
-from store.errors import StoreDamaged
-from store.run_totals import RUNS, TOTALS, Key, Totals, bucket_seconds
+from store.run_totals import RUNS, TOTALS, TTFTS, Key, Totals, bucket_seconds
 from store.store import Store
 from store.tables import CallAttempt, ModelResponse, table_of
 
@@ -74,16 +73,7 @@ def _stored(conn: Connection, since: float | None, until: float | None, include_
     rows = conn.execute(totals_query(since, until, include_replays, conn.dialect.name)).mappings().all()
     if conn.dialect.name == "sqlite" and any(r["damaged"] for r in rows):
         check_numbers(conn, TOTALS, TOTALS.c.id.in_([r["id"] for r in rows if r["damaged"]]))
-    out = {}
-    for row in rows:
-        try:
-            key, totals = run_totals.from_row(row)
-        except (AttributeError, TypeError, ValueError) as exc:
-            raise StoreDamaged(f"damaged store: run_totals row {row['id']} column ttft_ms holds {row['ttft_ms']!r}, "
-                               "not a TTFT histogram", table=TOTALS.name, row_id=str(row["id"]),
-                               column="ttft_ms") from exc
-        out[key] = totals
-    return out
+    return dict(run_totals.from_row(row) for row in rows)
 
 
 def _from_rows(conn: Connection, runs: Any, include_replays: bool) -> dict[Key, Totals]:
@@ -96,15 +86,19 @@ def _from_rows(conn: Connection, runs: Any, include_replays: bool) -> dict[Key, 
     return {k: t for k, t in totals.items() if include_replays or k[1] == 1}
 
 
+def unsummed(since: float | None, until: float | None, include_replays: bool, raw: bool) -> Any:
+    """The runs in the window read from their rows: those without totals, or, ``raw``, all."""
+    in_window = window(since, until, include_replays)
+    return in_window if raw else and_(in_window, ~run_totals.has_totals())
+
+
 def run_slices(conn: Connection, since: float | None, until: float | None, by: str = "model",
                include_replays: bool = False, raw: bool = False) -> list[RunSlice]:
-    in_window = window(since, until, include_replays)
     totals = {} if raw else _stored(conn, since, until, include_replays)
-    unsummed = in_window if raw else and_(in_window, ~run_totals.has_totals())
-    totals.update(_from_rows(conn, unsummed, include_replays))
+    totals.update(_from_rows(conn, unsummed(since, until, include_replays, raw), include_replays))
     runs = {r[0]: r[1:] for r in conn.execute(
         select(RUNS.c.id, RUNS.c.created_at, RUNS.c.status, RUNS.c.verdict, source_sql(conn.dialect.name))
-        .where(in_window))}
+        .where(window(since, until, include_replays)))}
     batch_of: dict[str, str] = dict(conn.execute(select(BATCH_ATTEMPTS.c.run_id, BATCH_ATTEMPTS.c.batch_id)
                                  .where(BATCH_ATTEMPTS.c.run_id.is_not(None))).all())
     return slices(totals, runs, by == "engine", batch_of)
@@ -136,26 +130,85 @@ def slices(totals: Mapping[Key, Totals], runs: Mapping[str, Any], by_engine: boo
             calls=t.calls, prompt_tokens=t.prompt_tokens, cached_tokens=t.cached_tokens,
             completion_tokens=t.output_tokens, gpu_s=t.direct_s + t.http_s, wait_s=t.wait_s, decode_s=t.decode_s,
             retries=t.retries, tool_s=tool_s.get(run_id, 0.0), engine=engines[slot], batch=batch_of.get(run_id),
-            ttfts=tuple((bucket_seconds(b), n) for b, n in sorted(t.ttft.items())),
         ))
     return out
 
 
+def group_key_sql(by: str, dialect: str, model: Any, engine: Any) -> Any:
+    """The SQL twin of ``orchestrator.costing.aggregate.group_key``."""
+    if by == "model":
+        return model
+    if by == "status":
+        return RUNS.c.status
+    if by == "verdict":
+        return func.coalesce(RUNS.c.verdict, NO_VERDICT)
+    if by == "engine":
+        return func.coalesce(engine, NO_ENGINE)
+    if by == "batch":
+        return func.coalesce(BATCH_ATTEMPTS.c.batch_id, NO_BATCH)
+    if by == "day" and dialect == "sqlite":
+        return func.strftime(DAY_FORMAT, RUNS.c.created_at, "unixepoch")
+    if by == "source":
+        return source_sql(dialect)
+    if by == "day":
+        return func.to_char(func.timezone("UTC", func.to_timestamp(RUNS.c.created_at)), "YYYY-MM-DD")
+    raise ValueError(f"cannot group by {by!r}")
+
+
+def ttft_queries(since: float | None, until: float | None, by: str, dialect: str, include_replays: bool = False,
+                 raw: bool = False) -> dict[str, Any]:
+    """Per group: calls per TTFT bucket from the stored totals, and calls per
+    millisecond from the rows of the runs without them."""
+    def grouped(rows: Any, model: Any, engine: Any) -> tuple[Any, Any]:
+        joins = RUNS.join(rows, rows.c.run_id == RUNS.c.id)
+        if by == "batch":
+            joins = joins.outerjoin(BATCH_ATTEMPTS, BATCH_ATTEMPTS.c.run_id == RUNS.c.id)
+        return joins, group_key_sql(by, dialect, model, engine)
+
+    joins, key = grouped(TTFTS, TTFTS.c.model, TTFTS.c.engine)
+    spend = true() if include_replays else TTFTS.c.own == 1
+    stored = (select(key, TTFTS.c.bucket_ms, func.sum(TTFTS.c.calls)).select_from(joins)
+              .where(window(since, until, include_replays), run_totals.has_totals(), spend)
+              .group_by(key, TTFTS.c.bucket_ms))
+    joins, key = grouped(RESPONSES, RESPONSES.c[run_totals.MODEL], RESPONSES.c.engine)
+    own = true() if include_replays else run_totals.own_flag(RESPONSES) == 1
+    millis = cast(func.round(RESPONSES.c.ttft_s * 1000), Integer)
+    from_rows = (select(key, millis, func.count()).select_from(joins)
+                 .where(unsummed(since, until, include_replays, raw), own, RESPONSES.c.ttft_s.is_not(None))
+                 .group_by(key, millis))
+    return {"from_rows": from_rows} if raw else {"stored": stored, "from_rows": from_rows}
+
+
+def ttft_histogram(conn: Connection, since: float | None, until: float | None, by: str,
+                   include_replays: bool = False, raw: bool = False) -> list[tuple[str, float, int]]:
+    """(group key, TTFT seconds, calls): the buckets of docs/SCHEMA.md, whichever way a run is read."""
+    counts: dict[tuple[str, int], int] = defaultdict(int)
+    for name, query in ttft_queries(since, until, by, conn.dialect.name, include_replays, raw).items():
+        for key, value, n in conn.execute(query):
+            bucket = int(value) if name == "stored" else run_totals.ttft_bucket(int(value))
+            counts[(str(key), bucket)] += int(n)
+    return [(key, bucket_seconds(bucket), n) for (key, bucket), n in sorted(counts.items())]
+
+
 def read_slices(store: Store, *, by: str, since: float | None, until: float | None,
-                include_replays: bool = False, raw: bool = False) -> list[RunSlice]:
+                include_replays: bool = False, raw: bool = False,
+                ) -> tuple[list[RunSlice], list[tuple[str, float, int]]]:
     """The figures an aggregate report is computed from: one slice per (run,
-    model), each with its calls' TTFT histogram. Real spend only, unless
+    model) and the TTFT histogram per group. Real spend only, unless
     ``include_replays`` (see ``window``). ``raw``: every run read from its rows."""
     with store.read() as conn:
-        return run_slices(conn, since, until, by, include_replays, raw)
+        pieces = run_slices(conn, since, until, by, include_replays, raw)
+        ttfts = ttft_histogram(conn, since, until, by, include_replays, raw)
+    return pieces, ttfts
 
 
 def query_plans(store: Store, since: float | None, until: float | None, raw: bool = False) -> dict[str, list[str]]:
     """SQLite's EXPLAIN QUERY PLAN of each report query (for the bench): the
     stored totals', or, ``raw``, those of the queries over the rows."""
-    queries: dict[str, Any] = {"totals": totals_query(since, until)}
+    ttfts = ttft_queries(since, until, "model", "sqlite", raw=raw)
+    queries: dict[str, Any] = {"totals": totals_query(since, until), "ttft": ttfts["stored"]}
     if raw:
-        queries = run_totals.queries(window(since, until), "sqlite")
+        queries = {**run_totals.queries(window(since, until), "sqlite"), "ttft": ttfts["from_rows"]}
     plans = {}
     with store.read() as conn:
         for name, query in queries.items():

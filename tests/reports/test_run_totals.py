@@ -118,21 +118,23 @@ def test_totals_and_rows_give_identical_reports(varied: Store, home: Path) -> No
     assert from_totals == from_rows
     assert any(r["total"] and r["total"]["ttft_s"]["p95"] for r in from_totals)
     for by in GROUP_BY:
-        assert read_slices(varied, by=by, since=None, until=None, include_replays=True) == read_slices(
-            varied, by=by, since=None, until=None, include_replays=True, raw=True)
+        for include_replays in (False, True):
+            assert read_slices(varied, by=by, since=None, until=None, include_replays=include_replays) == read_slices(
+                varied, by=by, since=None, until=None, include_replays=include_replays, raw=True)
 
 
 def test_a_report_reads_the_totals_not_the_rows(varied: Store, home: Path) -> None:
     """A response changed behind the store's back moves the rows' figure only:
     the finished run's figure comes from its totals."""
-    before = read_slices(varied, by="model", since=None, until=None)
+    before = read_slices(varied, by="model", since=None, until=None)[0]
     with varied.write() as conn:
         conn.exec_driver_sql('UPDATE model_responses SET "gen_ai.usage.output_tokens" = '
                              '"gen_ai.usage.output_tokens" + 1000000')
     assert read_slices(varied, by="model", since=None, until=None) != read_slices(
         varied, by="model", since=None, until=None, raw=True)
     running = {s.run_id for s in before if s.status == "running"}
-    after = {(s.run_id, s.model): s.completion_tokens for s in read_slices(varied, by="model", since=None, until=None)}
+    after = {(s.run_id, s.model): s.completion_tokens
+             for s in read_slices(varied, by="model", since=None, until=None)[0]}
     assert running and all((after[(s.run_id, s.model)] == s.completion_tokens) == (s.run_id not in running)
                            for s in before)
 
@@ -146,17 +148,23 @@ def test_a_changed_total_fails_verify_naming_the_run(varied: Store, home: Path) 
         run_id, row_id = conn.exec_driver_sql(
             "SELECT run_id, id FROM run_totals WHERE calls > 0 ORDER BY id LIMIT 1").one()
     assert varied.verify(run_id).ok and all(c.ok for c in varied.verify_all())
-    for column, value in (("prompt_tokens", "prompt_tokens + 1"), ("http_s", "http_s * 1.000001"),
-                          ("ttft_ms", "'1:1'"), ("calls", "calls - 1")):
+    with varied.read() as conn:
+        ttft_id = conn.exec_driver_sql("SELECT id FROM run_ttfts WHERE run_id = ? LIMIT 1", (run_id,)).scalar()
+    for table, key, column, value in (
+        ("run_totals", row_id, "prompt_tokens", "prompt_tokens + 1"),
+        ("run_totals", row_id, "http_s", "http_s * 1.000001"),
+        ("run_totals", row_id, "calls", "calls - 1"), ("run_ttfts", ttft_id, "calls", "calls + 1"),
+        ("run_ttfts", ttft_id, "bucket_ms", "bucket_ms + 1"), ("run_ttfts", ttft_id, "own", "1 - own"),
+    ):
         with closing(sqlite3.connect(totals_db(home))) as conn:
-            (old,) = conn.execute(f"SELECT {column} FROM run_totals WHERE id = ?", (row_id,)).fetchone()
-            conn.execute(f"UPDATE run_totals SET {column} = {value} WHERE id = ?", (row_id,))
+            (old,) = conn.execute(f"SELECT {column} FROM {table} WHERE id = ?", (key,)).fetchone()
+            conn.execute(f"UPDATE {table} SET {column} = {value} WHERE id = ?", (key,))
             conn.commit()
         check = varied.verify(run_id)
         assert not check.ok and check.table == "run_totals" and "run_totals" in (check.problem or ""), column
         assert [c.run_id for c in varied.verify_all() if not c.ok] == [run_id], column
         with closing(sqlite3.connect(totals_db(home))) as conn:
-            conn.execute(f"UPDATE run_totals SET {column} = ? WHERE id = ?", (old, row_id))
+            conn.execute(f"UPDATE {table} SET {column} = ? WHERE id = ?", (old, key))
             conn.commit()
         assert varied.verify(run_id).ok
 
@@ -204,6 +212,7 @@ def test_a_run_finished_with_a_damaged_cell_gets_no_totals_and_the_report_names_
 def test_gc_deletes_a_runs_totals_with_it(varied: Store) -> None:
     with varied.read() as conn:
         before = conn.exec_driver_sql("SELECT count(*) FROM run_totals").scalar()
+        ttfts = conn.exec_driver_sql("SELECT count(*) FROM run_ttfts").scalar()
         cut = conn.exec_driver_sql("SELECT created_at FROM runs ORDER BY created_at LIMIT 1 OFFSET 8").scalar()
     with varied.write() as conn:
         result = collect(conn, before=cut)
@@ -212,7 +221,11 @@ def test_gc_deletes_a_runs_totals_with_it(varied: Store) -> None:
         left = conn.exec_driver_sql("SELECT count(*) FROM run_totals").scalar()
         orphans = conn.exec_driver_sql(
             "SELECT count(*) FROM run_totals WHERE run_id NOT IN (SELECT id FROM runs)").scalar()
+        ttfts_left = conn.exec_driver_sql("SELECT count(*) FROM run_ttfts").scalar()
+        ttft_orphans = conn.exec_driver_sql(
+            "SELECT count(*) FROM run_ttfts WHERE run_id NOT IN (SELECT id FROM runs)").scalar()
     assert before > 0 and left < before and orphans == 0
+    assert ttfts > 0 and ttfts_left < ttfts and ttft_orphans == 0
     assert all(c.ok for c in varied.verify_all())
 
 

@@ -47,6 +47,7 @@ def as_schema_6(path: Path) -> None:
             conn.execute(f"DROP INDEX {index}")
         conn.execute("DELETE FROM escrow_migrations WHERE version >= 7")
         conn.execute("DROP TABLE run_totals")  # schema 8
+        conn.execute("DROP TABLE run_ttfts")
         conn.commit()
 
 

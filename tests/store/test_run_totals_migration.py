@@ -16,7 +16,9 @@ from store.migrations import LATEST
 from tests.store.killed_upgrade import killed_upgrade
 
 TOTALS = "SELECT run_id, own, model, engine, calls, prompt_tokens, cached_tokens, output_tokens, direct_s, http_s, " \
-         "wait_s, decode_s, retries, tool_s, ttft_ms FROM run_totals ORDER BY run_id, own, model, engine"
+         "wait_s, decode_s, retries, tool_s FROM run_totals ORDER BY run_id, own, model, engine"
+TTFTS = "SELECT run_id, own, model, engine, bucket_ms, calls FROM run_ttfts " \
+        "ORDER BY run_id, own, model, engine, bucket_ms"
 
 
 def recorded(path: Path) -> list[str]:
@@ -32,8 +34,9 @@ def recorded(path: Path) -> list[str]:
 def as_schema_7(path: Path) -> list[tuple[object, ...]]:
     """What a schema-7 store holds: no totals table, no stamp 8. Returns the totals it had."""
     with closing(sqlite3.connect(path)) as conn:
-        before = conn.execute(TOTALS).fetchall()
+        before = conn.execute(TOTALS).fetchall() + conn.execute(TTFTS).fetchall()
         conn.execute("DROP TABLE run_totals")
+        conn.execute("DROP TABLE run_ttfts")
         conn.execute("DELETE FROM escrow_migrations WHERE version = 8")
         conn.commit()
     return before
@@ -75,5 +78,5 @@ def test_the_backfill_resumes_after_sigkill(tmp_path: Path, kill_at: int) -> Non
         assert store.schema_version == LATEST == 8
         assert all(c.ok for c in store.verify_all()) and len(store.verify_all()) == len(ids) + 1
     with closing(sqlite3.connect(path)) as conn:
-        assert conn.execute(TOTALS).fetchall() == written
+        assert conn.execute(TOTALS).fetchall() + conn.execute(TTFTS).fetchall() == written
     assert heads(path) == chains
