@@ -205,11 +205,13 @@ def read_slices(store: Store, *, by: str, since: float | None, until: float | No
 def query_plans(store: Store, since: float | None, until: float | None, raw: bool = False) -> dict[str, list[str]]:
     """SQLite's EXPLAIN QUERY PLAN of each report query (for the bench): the
     stored totals', or, ``raw``, those of the queries over the rows."""
-    ttfts = ttft_queries(since, until, "model", "sqlite", raw=raw)
-    queries: dict[str, Any] = {"totals": totals_query(since, until), "ttft": ttfts["stored"]}
     if raw:
-        queries = {**run_totals.queries(window(since, until), "sqlite"), "ttft": ttfts["from_rows"]}
-    plans = {}
+        queries = {**run_totals.queries(window(since, until), "sqlite"),
+                   "ttft": ttft_queries(since, until, "model", "sqlite", raw=True)["from_rows"]}
+    else:
+        queries = {"totals": totals_query(since, until),
+                   "ttft": ttft_queries(since, until, "model", "sqlite")["stored"]}
+    plans: dict[str, list[str]] = {}
     with store.read() as conn:
         for name, query in queries.items():
             compiled = query.compile(conn, compile_kwargs={"render_postcompile": True})
