@@ -36,6 +36,7 @@ from orchestrator.interop import (
 )
 from orchestrator.interop.records import IMPORT_MODE, SourceMessage
 from store import rows as build
+from store import run_totals
 from store.blobs import History
 from store.blobs import put as put_blobs
 from store.recorder import VERDICT_EVENT
@@ -350,6 +351,7 @@ def import_file(
                     finished_at=verdict["at"],
                 )
             )
+            run_totals.write(conn, [run_id])
             run_ids.append(run_id)
     first = trajectories[0]
     return ImportOutcome(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from sqlalchemy import Column, Connection, Engine, Float, Index, Integer, MetaData, String, Table, inspect, select
 from sqlmodel import SQLModel
 
-from store import batch_tables, content_migration, model_column, schema_version, tables
+from store import batch_tables, content_migration, model_column, run_totals, schema_version, tables
 from store.tables import table_of
 
 migration_log_metadata = MetaData()
@@ -131,6 +131,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         model_column.add_columns,
         model_column.backfill,
     ),
+    Migration(
+        8,
+        "per-run totals for aggregate reports, written when a run finishes; backfilled for finished runs",
+        run_totals.add_table,
+        run_totals.backfill,
+    ),
 )
 LATEST = MIGRATIONS[-1].version
 if LATEST != schema_version.LATEST:  # one number, read by the light reader too
@@ -142,6 +148,7 @@ def store_tables() -> list[Table]:
         table_of(tables.Run), table_of(tables.Blob), table_of(tables.Deletion),
         *(table_of(model) for model in tables.CHAINED),
         *(table_of(model) for model in batch_tables.BATCH_TABLES),
+        *run_totals.DERIVED,
     ]
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, select
 
-from store import blob_check, model_column
+from store import blob_check, model_column, run_totals
 from store.cells import check_row
 from store.chain import ChainCheck, ChainRow, check_chain
 from store.recorder import VERDICT_EVENT
@@ -91,16 +91,21 @@ def checked(table: Table, row: Mapping[Any, Any]) -> dict[str, Any]:
 
 def verify_run(conn: Connection, run_id: str) -> ChainCheck | None:
     """None when nothing at all is recorded under ``run_id``."""
-    checks = _checked(conn, *load(conn, run_id))
+    checks = _checked(conn, *load(conn, run_id), run_id)
     return checks[0] if checks else None
 
 
 def verify_all(conn: Connection) -> list[ChainCheck]:
-    return _checked(conn, *load(conn))
+    return _checked(conn, *load(conn), None)
 
 
-def _checked(conn: Connection, run_rows: list[dict[str, Any]], rows: list[ChainRow]) -> list[ChainCheck]:
+def _checked(conn: Connection, run_rows: list[dict[str, Any]], rows: list[ChainRow],
+             run_id: str | None) -> list[ChainCheck]:
     """Chains over the rows as hashed (request text reassembled where a link
-    covers it), then the blobs each run uses."""
+    covers it), then the blobs each run uses, then its stored totals against
+    its rows (derived data: a mismatch is a changed total or a changed row)."""
     hashed, blob_problems = blob_check.prepare(conn, rows)
-    return blob_check.flag(check_records(run_rows, hashed), blob_problems)
+    checks = blob_check.flag(check_records(run_rows, hashed), blob_problems)
+    totals = run_totals.problems(conn, run_id)
+    return [c.model_copy(update={"ok": False, "table": run_totals.TOTALS.name, "problem": totals[c.run_id]})
+            if c.ok and c.run_id in totals else c for c in checks]

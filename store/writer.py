@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, select, update
 
-from store import model_column
+from store import model_column, run_totals
 from store.chain import link
 from store.errors import RecordingError
 from store.rows import Pending, normalise
@@ -49,4 +49,10 @@ def append(
         model_column.fill(conn, table, rows, written)  # a copy, outside the hashed form
         conn.execute(table.insert(), rows)
     conn.execute(update(RUNS).where(RUNS.c.id == run_id).values(chain_seq=seq, chain_head=head, **(run_update or {})))
+    # Derived, not chained: what reports sum over a finished run, kept in step
+    # with any summed row appended after it finished.
+    if (run_update or {}).get("status") == "finished" or (
+        any(t.name in run_totals.SUMMED_TABLES for t in grouped) and run_totals.has_any(conn, run_id)
+    ):
+        run_totals.write(conn, [run_id])
     return written

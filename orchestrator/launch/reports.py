@@ -29,10 +29,10 @@ def report_run(store: Store, ref: str, prices: PriceTable) -> RunCost:
 
 
 def report_runs(store: Store, *, by: str, since: float | None, until: float | None, prices: PriceTable,
-                include_replays: bool = False, joined: bool = False) -> AggregateReport:
+                include_replays: bool = False, raw: bool = False) -> AggregateReport:
     """Runs in a time window, grouped ``by``; real spend only, unless
-    ``include_replays``. ``joined``: the schema-6 queries (the bench's comparison)."""
-    pieces, ttfts = read_slices(store, by=by, since=since, until=until, include_replays=include_replays,
-                                joined=joined)
+    ``include_replays``. ``raw``: every run read from its rows, not from its
+    stored totals (the bench's comparison)."""
+    pieces, ttfts = read_slices(store, by=by, since=since, until=until, include_replays=include_replays, raw=raw)
     return aggregate(pieces, ttfts, by=by, prices=prices.lookup, price_version=prices.version, since=since, until=until,
                      include_replays=include_replays)

@@ -16,15 +16,17 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from orchestrator.costing import GROUP_BY
-from store import Store, synthetic
+from store import Store, run_totals, synthetic
 from store.batch_tables import BATCH_TABLES
 from store.importer import import_file
+from store.reports import read_slices
 from store.tables import CHAINED, Blob, Run, table_of
 from tests.interop.conftest import own
 from tests.store.test_nul_text import VARIANTS, record
 from tests.store.test_postgres import postgres_url  # noqa: F401 - the throwaway cluster
 
 FIRST_AT = 1_700_000_000.0
+RUNS = table_of(Run)
 REPORT_FORMS = ((), ("--json",), ("--csv",), ("--html", "{out}"))
 WINDOWS = ((), ("--since", "2023-11-15", "--until", "2023-11-16"), ("--include-replays",))
 EXPORT_FORMS = (
@@ -58,6 +60,9 @@ def stores(postgres_url: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
     with Store.open(lite, readonly=True) as source, Store.open(postgres_url) as pg:
         assert pg.dialect == "postgresql"
         copy_rows(source, pg)
+        with pg.write() as conn:  # the totals of schema 8, computed by PostgreSQL from the copied rows
+            finished = conn.execute(select(RUNS.c.id).where(RUNS.c.status == "finished")).scalars().all()
+            run_totals.write(conn, finished)
     home = folder / "home"
     home.mkdir()
     yield {"urls": {"sqlite": lite, "postgresql": postgres_url}, "runs": [ids[0], ids[7], nul_run, imported],
@@ -127,3 +132,26 @@ def test_the_stores_hold_the_same_rows(stores: dict[str, object]) -> None:
                 assert store.verify(run_id).ok
                 views.append(store.trajectory(run_id))
         assert views[0] == views[1]
+
+
+def totals_rows(url: str) -> list[tuple[object, ...]]:
+    with Store.open(url) as store, store.read() as conn:
+        rows = [r for t in run_totals.DERIVED for r in conn.execute(select(t)).mappings().all()]
+    return sorted((tuple(v for k, v in r.items() if k != "id") for r in rows), key=repr)
+
+
+def test_both_backends_hold_the_same_totals(stores: dict[str, object]) -> None:
+    """SQLite's, written as each run finished, and PostgreSQL's, computed by its own SQL."""
+    urls = stores["urls"]  # type: ignore[index]
+    lite, pg = totals_rows(urls["sqlite"]), totals_rows(urls["postgresql"])  # type: ignore[index]
+    assert lite and pg == lite
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("include_replays", [False, True])
+@pytest.mark.parametrize("by", GROUP_BY)
+def test_totals_and_rows_give_the_same_slices(stores: dict[str, object], backend: str, by: str,
+                                              include_replays: bool) -> None:
+    with Store.open(stores["urls"][backend], readonly=True) as store:  # type: ignore[index]
+        assert read_slices(store, by=by, since=None, until=None, include_replays=include_replays) == read_slices(
+            store, by=by, since=None, until=None, include_replays=include_replays, raw=True)

@@ -100,6 +100,12 @@ RUN_COMMANDS = (
     ("verify", "--all"),
 )
 LISTINGS = (("runs",), ("report",))  # they read the run rows and sum the responses' figures
+# A finished run's figures are read from its totals (schema 8): the responses'
+# cells are summed by the aggregate report for a run without them (running,
+# or finished with a damaged cell), as the run here is made; a damaged total
+# is named by the report and by verify.
+UNSUMMED = "DELETE FROM run_totals WHERE run_id = ?"
+TOTALS_COMMANDS = (("verify", "{run}"), ("verify", "--all"), ("report",))
 WRONG_CELLS = (
     ("model_calls", "request_body", "CAST(request_body AS BLOB)", "BLOB", RUN_COMMANDS),  # the request, by reference
     ("tool_executions", "gen_ai.tool.call.result", "CAST(\"gen_ai.tool.call.result\" AS BLOB)", "BLOB", RUN_COMMANDS),
@@ -107,6 +113,8 @@ WRONG_CELLS = (
     ("model_responses", "gen_ai.usage.input_tokens", "'abc'", "text 'abc'", RUN_COMMANDS + LISTINGS),
     ("runs", "finished_at", "'abc'", "text 'abc'", (*RUN_COMMANDS, ("runs",))),
     ("runs", "task", "CAST(task AS BLOB)", "BLOB", (*RUN_COMMANDS, ("runs",))),
+    ("run_totals", "decode_s", "'abc'", "text 'abc'", TOTALS_COMMANDS),
+    ("run_totals", "prompt_tokens", "CAST('12' AS BLOB)", "BLOB", TOTALS_COMMANDS),
 )
 
 
@@ -114,16 +122,20 @@ WRONG_CELLS = (
 def test_a_wrong_typed_cell_is_named_by_every_read_command(pristine, tmp_path, table, column, expr, shown, commands):
     path, ids = pristine
     with closing(sqlite3.connect(path)) as conn:
-        where = "id = ?" if table == "runs" else "run_id = ? ORDER BY seq LIMIT 1"
+        where = {"runs": "id = ?", "run_totals": "run_id = ? AND calls > 0 ORDER BY id LIMIT 1"}.get(
+            table, "run_id = ? ORDER BY seq LIMIT 1")
         (row_id,) = conn.execute(f'SELECT id FROM "{table}" WHERE {where}', (ids[0],)).fetchone()
     copy = copy_with(path, tmp_path, f'UPDATE "{table}" SET "{column}" = {expr} WHERE id = ?', (row_id,))
+    if table == "model_responses":
+        with closing(sqlite3.connect(copy)) as conn, conn:
+            conn.execute(UNSUMMED, (ids[0],))
     for command in commands:
         args = [a.format(run=ids[0]) for a in command]
         result = invoke(copy, *args)
         assert code_of(result) == DAMAGED, (args, result.output, result.exception)
         assert isinstance(result.exception, StoreDamaged), (args, result.exception)
         message = result.exception.message
-        assert table in message and row_id in message and column in message and shown in message, (args, message)
+        assert table in message and str(row_id) in message and column in message and shown in message, (args, message)
 
 
 def test_a_byte_corrupted_store_exits_with_the_damaged_store_code(tmp_path):

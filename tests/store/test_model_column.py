@@ -7,8 +7,6 @@ from __future__ import annotations
 import random
 import signal
 import sqlite3
-import subprocess
-import sys
 from contextlib import closing
 from pathlib import Path
 
@@ -16,8 +14,8 @@ import pytest
 
 from store import Recorder, Store, synthetic
 from store.migrations import LATEST
+from tests.store.killed_upgrade import killed_upgrade
 
-ROOT = Path(__file__).resolve().parents[2]
 COPY = '"gen_ai.request.model"'
 TABLES = ("model_responses", "call_attempts")
 INDEXES = ("ix_model_responses_run_model", "ix_call_attempts_run_model")
@@ -47,7 +45,9 @@ def as_schema_6(path: Path) -> None:
             conn.execute(f"UPDATE {table} SET {COPY} = NULL")
         for index in INDEXES:
             conn.execute(f"DROP INDEX {index}")
-        conn.execute("DELETE FROM escrow_migrations WHERE version = 7")
+        conn.execute("DELETE FROM escrow_migrations WHERE version >= 7")
+        conn.execute("DROP TABLE run_totals")  # schema 8
+        conn.execute("DROP TABLE run_ttfts")
         conn.commit()
 
 
@@ -83,23 +83,6 @@ def test_a_changed_copy_fails_verify(tmp_path: Path, table: str, value: str) -> 
     assert all(checks[i].ok for i in ids[1:])
 
 
-BACKFILL = """
-import os, signal, sys
-from sqlalchemy import event
-from store import model_column
-from store.engine import make_engine
-from store.migrations import upgrade
-from sqlalchemy.engine import make_url
-engine = make_engine(make_url(sys.argv[1]), readonly=False)
-commits = [0]
-def counted(conn):
-    commits[0] += 1
-    if commits[0] == int(sys.argv[2]):
-        os.kill(os.getpid(), signal.SIGKILL)
-event.listen(engine, "commit", counted)
-model_column.BATCH_ROWS = 3
-upgrade(engine, 6)
-"""
 
 
 @pytest.mark.parametrize("kill_at", [2, 5, 9])
@@ -110,7 +93,7 @@ def test_the_backfill_resumes_after_sigkill(tmp_path: Path, kill_at: int) -> Non
     ids = recorded(path)
     as_schema_6(path)
     url = f"sqlite:///{path}"
-    done = subprocess.run([sys.executable, "-c", BACKFILL, url, str(kill_at)], cwd=ROOT, capture_output=True)
+    done = killed_upgrade(url, kill_at, 6, ("store.model_column", "BATCH_ROWS", 3))
     assert done.returncode == -signal.SIGKILL, done.stderr.decode()
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute("SELECT max(version) FROM escrow_migrations").fetchone()[0] == 6
@@ -119,7 +102,7 @@ def test_the_backfill_resumes_after_sigkill(tmp_path: Path, kill_at: int) -> Non
     assert all(copy == call for copy, call in filled)
     assert len(filled) < len(pairs), "killed before the end"
     with Store.open(url) as store:  # a write-open resumes the upgrade
-        assert store.schema_version == LATEST == 7
+        assert store.schema_version == LATEST == 8
         assert all(c.ok for c in store.verify_all()) and len(store.verify_all()) == len(ids)
     assert all(copy == call for copy, call in copies(path))
     with closing(sqlite3.connect(path)) as conn:

@@ -1,0 +1,311 @@
+"""Per-run totals (schema 8): what an aggregate report sums over a run's
+calls, written once when the run is finished, so a fleet report reads a few
+rows a run instead of every response, attempt and tool row.
+
+One row per (run, spend flag, model, engine): answered calls, prompt tokens,
+cached tokens clamped to each call's prompt, output tokens, the seconds of
+calls recorded without attempts (their whole duration), the attempts' HTTP
+and backoff seconds, decode seconds, retries; and in ``run_ttfts``, per
+TTFT bucket, how many of its calls had their TTFT in it. The spend flag
+``own`` is 0 for a fork's shared prefix (turns before ``forked_at_turn``,
+its parent's spend) and 1 otherwise. A row with no model
+holds the tool seconds of its spend flag; every run with totals has the
+``own = 1`` one, so "has totals" is one indexed look-up.
+
+Totals are derived data, never chained: ``compute`` is the one definition
+(the report's raw path, the writer, the migration's backfill and ``escrow
+verify``'s recomputation all call it), so a report reads the same figures
+either way, and ``problems`` names a run whose stored totals differ from its
+rows. A run with a cell that is not a number gets no totals: the report then
+reads its rows and stops on the damaged cell, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Index,
+    Integer,
+    Table,
+    and_,
+    case,
+    cast,
+    delete,
+    exists,
+    func,
+    or_,
+    select,
+    true,
+)
+from sqlmodel import Field, SQLModel
+
+from store.cells import check_row, not_a_number
+from store.tables import CallAttempt, ModelResponse, Run, ToolExecution, outside, table_of
+
+TTFT_BITS = 5
+"""Significant bits a TTFT keeps, in milliseconds: exact below 32 ms, then 16
+buckets an octave, reported at their midpoint (within 1/32 of the value)."""
+BACKFILL_RUNS = 200
+
+
+class RunTotal(SQLModel, table=True):
+    __tablename__ = "run_totals"
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="runs.id", index=True)
+    own: int
+    model: str | None = outside(default=None)
+    engine: str | None = outside(default=None)
+    calls: int
+    prompt_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    direct_s: float
+    http_s: float
+    wait_s: float
+    decode_s: float
+    retries: int
+    tool_s: float
+
+
+class RunTtft(SQLModel, table=True):
+    """How many of a totals row's calls had their TTFT in one bucket."""
+
+    __tablename__ = "run_ttfts"
+    # Covering: a report sums a window's buckets without reading the table's rows.
+    __table_args__ = (Index("ix_run_ttfts_run", "run_id", "own", "model", "engine", "bucket_ms", "calls"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="runs.id")
+    own: int
+    model: str | None = outside(default=None)
+    engine: str | None = outside(default=None)
+    bucket_ms: int
+    calls: int
+
+
+TOTALS: Table = table_of(RunTotal)
+TTFTS: Table = table_of(RunTtft)
+DERIVED: tuple[Table, ...] = (TOTALS, TTFTS)
+RUNS: Table = table_of(Run)
+RESPONSES: Table = table_of(ModelResponse)
+ATTEMPTS: Table = table_of(CallAttempt)
+TOOLS: Table = table_of(ToolExecution)
+MODEL = "gen_ai.request.model"
+SUMMED = ("gen_ai.usage.input_tokens", "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.output_tokens",
+          "total_s", "decode_s", "ttft_s", "n_attempts")
+ATTEMPT_SUMMED = ("duration_s", "backoff_s")
+SUMMED_TABLES = (RESPONSES.name, ATTEMPTS.name, TOOLS.name)
+NUMBERS = tuple(c.name for c in TOTALS.columns if c.name not in ("run_id", "model", "engine"))
+FIGURES = tuple(c.name for c in TOTALS.columns if c.name not in ("id", "run_id", "own", "model", "engine"))
+
+Key = tuple[str, int, str | None, str | None]
+"""(run id, own, model, engine); model None: the tool seconds row."""
+
+
+def ttft_bucket(ms: int) -> int:
+    """The lower bound of the bucket ``ms`` falls in (see ``TTFT_BITS``)."""
+    if ms < 1 << TTFT_BITS:
+        return ms
+    shift = ms.bit_length() - TTFT_BITS
+    return (ms >> shift) << shift
+
+
+def bucket_seconds(lower: int) -> float:
+    """The TTFT a bucket stands for: its midpoint, in seconds."""
+    width = 1 << max(0, lower.bit_length() - TTFT_BITS) if lower >= 1 << TTFT_BITS else 1
+    return (lower + (width - 1) / 2) / 1000.0
+
+
+@dataclass
+class Totals:
+    calls: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    direct_s: float = 0.0
+    http_s: float = 0.0
+    wait_s: float = 0.0
+    decode_s: float = 0.0
+    retries: int = 0
+    tool_s: float = 0.0
+    ttft: dict[int, int] = field(default_factory=dict)
+
+    def add(self, other: "Totals") -> None:
+        self.calls += other.calls
+        self.prompt_tokens += other.prompt_tokens
+        self.cached_tokens += other.cached_tokens
+        self.output_tokens += other.output_tokens
+        self.direct_s += other.direct_s
+        self.http_s += other.http_s
+        self.wait_s += other.wait_s
+        self.decode_s += other.decode_s
+        self.retries += other.retries
+        self.tool_s += other.tool_s
+        for bucket, n in other.ttft.items():
+            self.ttft[bucket] = self.ttft.get(bucket, 0) + n
+
+
+def own_flag(rows: Table) -> Any:
+    return case((or_(RUNS.c.forked_at_turn.is_(None), rows.c.turn >= RUNS.c.forked_at_turn), 1), else_=0)
+
+
+def _damage(table: Table, columns: tuple[str, ...], dialect: str) -> Any:
+    """1 when a summed cell is not a number (SQLite would sum it as 0)."""
+    if dialect != "sqlite":
+        return func.max(0)
+    return func.max(case((not_a_number(table, columns), 1), else_=0))
+
+
+def queries(runs: Any, dialect: str) -> dict[str, Any]:
+    """The sums over the rows of the runs ``runs`` (a condition on ``runs``)
+    selects, per (run, own, model, engine)."""
+    own, model, engine = own_flag(RESPONSES), RESPONSES.c[MODEL], RESPONSES.c.engine
+    prompt, cached = RESPONSES.c["gen_ai.usage.input_tokens"], RESPONSES.c["gen_ai.usage.cache_read.input_tokens"]
+    with_responses = RUNS.join(RESPONSES, RESPONSES.c.run_id == RUNS.c.id)
+    a_own, t_own = own_flag(ATTEMPTS), own_flag(TOOLS)
+    millis = cast(func.round(RESPONSES.c.ttft_s * 1000), Integer)
+    return {
+        "answered": select(
+            RUNS.c.id, own, model, engine, func.count(), func.sum(prompt),
+            func.sum(case((cached > prompt, prompt), else_=cached)),
+            func.sum(RESPONSES.c["gen_ai.usage.output_tokens"]),
+            # A call recorded without attempts counts its whole duration as GPU time.
+            func.sum(case((RESPONSES.c.n_attempts == 0, RESPONSES.c.total_s), else_=0.0)),
+            func.sum(RESPONSES.c.decode_s), func.sum(RESPONSES.c.n_attempts - 1), _damage(RESPONSES, SUMMED, dialect),
+        ).select_from(with_responses).where(runs).group_by(RUNS.c.id, own, model, engine),
+        # An attempt counts for the engine that answered its call (none: an unanswered call).
+        "attempts": select(
+            RUNS.c.id, a_own, ATTEMPTS.c[MODEL], engine, func.sum(ATTEMPTS.c.duration_s),
+            func.sum(ATTEMPTS.c.backoff_s), _damage(ATTEMPTS, ATTEMPT_SUMMED, dialect),
+        ).select_from(RUNS.join(ATTEMPTS, ATTEMPTS.c.run_id == RUNS.c.id)
+                      .outerjoin(RESPONSES, RESPONSES.c.call_id == ATTEMPTS.c.call_id))
+        .where(runs).group_by(RUNS.c.id, a_own, ATTEMPTS.c[MODEL], engine),
+        "tools": select(RUNS.c.id, t_own, func.sum(TOOLS.c.duration_s))
+        .select_from(RUNS.join(TOOLS, TOOLS.c.run_id == RUNS.c.id)).where(runs).group_by(RUNS.c.id, t_own),
+        "ttft": select(RUNS.c.id, own, model, engine, millis, func.count())
+        .select_from(with_responses).where(runs, RESPONSES.c.ttft_s.is_not(None))
+        .group_by(RUNS.c.id, own, model, engine, millis),
+    }
+
+
+def compute(conn: Connection, runs: Any) -> tuple[dict[Key, Totals], set[str]]:
+    """The totals of the runs ``runs`` selects, from their rows, and the runs
+    with a summed cell that is not a number."""
+    sql = queries(runs, conn.dialect.name)
+    ids = conn.execute(select(RUNS.c.id).where(runs)).scalars()
+    out: dict[Key, Totals] = {(run_id, 1, None, None): Totals() for run_id in ids}
+    damaged: set[str] = set()
+    for run_id, own, model, engine, n, p, c, o, direct, dec, retries, bad in conn.execute(sql["answered"]):
+        out[(run_id, own, model, engine)] = Totals(
+            calls=n, prompt_tokens=p or 0, cached_tokens=c or 0, output_tokens=o or 0, direct_s=direct or 0.0,
+            decode_s=dec or 0.0, retries=retries or 0)
+        if bad:
+            damaged.add(run_id)
+    for run_id, own, model, engine, http, wait, bad in conn.execute(sql["attempts"]):
+        slot = out.setdefault((run_id, own, model, engine), Totals())
+        slot.http_s, slot.wait_s = http or 0.0, wait or 0.0
+        if bad:
+            damaged.add(run_id)
+    for run_id, own, seconds in conn.execute(sql["tools"]):
+        out.setdefault((run_id, own, None, None), Totals()).tool_s = seconds or 0.0
+    for run_id, own, model, engine, ms, n in conn.execute(sql["ttft"]):
+        hist = out[(run_id, own, model, engine)].ttft
+        bucket = ttft_bucket(int(ms))
+        hist[bucket] = hist.get(bucket, 0) + n
+    return out, damaged
+
+
+def as_rows(totals: Mapping[Key, Totals]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(totals rows, TTFT rows) to insert."""
+    rows, ttfts = [], []
+    for (run_id, own, model, engine), t in sorted(totals.items(), key=lambda kv: order(kv[0])):
+        key = {"run_id": run_id, "own": own, "model": model, "engine": engine}
+        rows.append({**key, **{name: getattr(t, name) for name in FIGURES}})
+        ttfts += [{**key, "bucket_ms": b, "calls": n} for b, n in sorted(t.ttft.items())]
+    return rows, ttfts
+
+
+def from_row(row: Mapping[Any, Any]) -> tuple[Key, Totals]:
+    return (row["run_id"], row["own"], row["model"], row["engine"]), Totals(*(row[name] for name in FIGURES))
+
+
+def order(key: Key) -> tuple[str, int, bool, str, str]:
+    run_id, own, model, engine = key
+    return run_id, own, model is not None, model or "", engine or ""
+
+
+def write(conn: Connection, run_ids: Iterable[str]) -> None:
+    """Write the totals of these runs (in the caller's transaction), replacing
+    any; a run with a damaged cell gets none."""
+    ids = list(run_ids)
+    if not ids:
+        return
+    for table in DERIVED:
+        conn.execute(delete(table).where(table.c.run_id.in_(ids)))
+    totals, damaged = compute(conn, RUNS.c.id.in_(ids))
+    for table, rows in zip(DERIVED, as_rows({k: t for k, t in totals.items() if k[0] not in damaged}), strict=True):
+        if rows:
+            conn.execute(table.insert(), rows)
+
+
+def has_totals() -> Any:
+    """A condition on ``runs``: the run has stored totals."""
+    marker = TOTALS.alias("marker")
+    return exists().where(marker.c.run_id == RUNS.c.id, marker.c.own == 1, marker.c.model.is_(None))
+
+
+def has_any(conn: Connection, run_id: str) -> bool:
+    return conn.execute(select(TOTALS.c.id).where(TOTALS.c.run_id == run_id).limit(1)).first() is not None
+
+
+def stored(conn: Connection, runs: Any) -> dict[Key, Totals]:
+    rows = conn.execute(select(TOTALS).join(RUNS, RUNS.c.id == TOTALS.c.run_id).where(runs)).mappings()
+    out = {}
+    for row in rows:
+        check_row(TOTALS, row)
+        key, totals = from_row(row)
+        out[key] = totals
+    for row in conn.execute(select(TTFTS).join(RUNS, RUNS.c.id == TTFTS.c.run_id).where(runs)).mappings():
+        check_row(TTFTS, row)
+        hist = out.setdefault((row["run_id"], row["own"], row["model"], row["engine"]), Totals()).ttft
+        hist[row["bucket_ms"]] = hist.get(row["bucket_ms"], 0) + row["calls"]
+    return out
+
+
+def problems(conn: Connection, run_id: str | None = None) -> dict[str, str]:
+    """Per run whose stored totals are not what its rows add up to, what differs."""
+    runs = and_(true() if run_id is None else RUNS.c.id == run_id, has_totals())
+    have = stored(conn, runs)
+    want, _ = compute(conn, runs)
+    found: dict[str, str] = {}
+    for key in sorted(have.keys() | want.keys(), key=order):
+        if have.get(key) != want.get(key) and key[0] not in found:
+            found[key[0]] = (f"run_totals for model {key[2]!r}, engine {key[3]!r}, own {key[1]} are "
+                             f"{have.get(key)}, the run's rows add up to {want.get(key)}")
+    return found
+
+
+def add_table(conn: Connection) -> None:
+    """The totals table (idempotent: re-run when an upgrade resumes)."""
+    SQLModel.metadata.create_all(conn, tables=list(DERIVED))
+
+
+def backfill(engine: Engine, batch_runs: int | None = None) -> None:
+    """Totals for every finished run that has none, a batch of runs per
+    transaction in id order, so an upgrade killed at any point resumes."""
+    after = ""
+    while True:
+        with engine.begin() as conn:
+            ids = list(conn.execute(
+                select(RUNS.c.id).where(RUNS.c.id > after, RUNS.c.status == "finished", ~has_totals())
+                .order_by(RUNS.c.id).limit(batch_runs or BACKFILL_RUNS)).scalars())
+            if not ids:
+                return
+            write(conn, ids)
+            after = ids[-1]

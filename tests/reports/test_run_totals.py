@@ -1,0 +1,252 @@
+"""Schema 8: per-run totals. A report read from the stored totals equals the
+one read from the rows, for every grouping, window and spend rule, over
+varied runs (forks, replays, re-executions, an import, retries, unanswered
+calls, NULL cells, several models and engines, runs still running)."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from orchestrator.contract import Message, ModelRequest, Sampling, ToolCall
+from orchestrator.costing.aggregate import GROUP_BY
+from orchestrator.envelope import Attempt, Envelope, Payload, Status, Timings, Usage
+from orchestrator.launch.reports import report_runs
+from policies.price_table import load_price_table, set_price
+from store import Recorder, Store, run_totals
+from store.errors import StoreDamaged
+from store.importer import import_file
+from store.reports import read_slices
+from store.retention import collect
+from tests.interop.conftest import own
+
+MODELS = ("gemma-3-270m", "qwen3-0.6b", "llama-3.2-1b")
+ENGINES = (None, "llama.cpp", "vllm")
+PRICE = {"input_per_mtok": 2.0, "cached_input_per_mtok": 0.5, "output_per_mtok": 10.0, "gpu_per_hour": 3.6}
+
+
+def an_envelope(rng: random.Random, prompt: int, model: str) -> Envelope:
+    retries = rng.choice((0, 0, 1, 2))
+    attempts = [Attempt(number=i + 1, status=Status.TRANSPORT_FAILURE, http_status=503,
+                        duration_s=rng.uniform(0.01, 0.2), backoff_s=rng.uniform(0, 0.5)) for i in range(retries)]
+    total = rng.uniform(0.2, 4.0)
+    attempts.append(Attempt(number=retries + 1, status=Status.COMPLETED, http_status=200, duration_s=total))
+    return Envelope(
+        status=Status.COMPLETED, payload=Payload(text="ok"), finish_reason="stop", http_status=200,
+        usage=Usage(prompt_tokens=prompt, cached_prompt_tokens=rng.choice((0, prompt // 2, prompt + 7)),
+                    completion_tokens=rng.randrange(1, 400), prompt_source="server", cached_source="server",
+                    completion_source="server"),
+        # TTFT grows with the prompt, as prefill does; sometimes the server gives none.
+        timings=Timings(ttft_s=None if rng.random() < 0.1 else 0.02 + prompt * rng.uniform(2e-5, 3e-5),
+                        decode_s=rng.choice((None, rng.uniform(0.1, 2.0))), total_s=total),
+        model=model, engine=rng.choice(ENGINES), attempts=tuple(() if rng.random() < 0.15 else attempts),
+    )
+
+
+def a_run(recorder: Recorder, rng: random.Random, turns: int, *, finish: bool = True, **run: object) -> str:
+    run_id = recorder.start_run(task="t", repo="/r", model=MODELS[0], config={}, policy={}, **run)  # type: ignore[arg-type]
+    for turn in range(turns):
+        model = rng.choice(MODELS)
+        with recorder.turn(run_id, turn) as tx:
+            request = ModelRequest(model=model, messages=(Message(role="user", content=f"turn {turn}"),),
+                                   max_tokens=64, sampling=Sampling())
+            call_id = tx.request(request)
+            if rng.random() < 0.1:
+                continue  # unanswered: a request and no response
+            tx.envelope(call_id, an_envelope(rng, 500 + 1500 * turn, model))
+            if rng.random() < 0.6:
+                call = ToolCall(id=f"c{turn}", name="bash", arguments='{"cmd": "ls"}')
+                candidate = tx.candidate(call_id, 0, call)
+                tx.transition(candidate, None, "STAGED", "staged")
+                tx.tool_execution(candidate, tool="bash", arguments_json=call.arguments, decision="allow",
+                                  rule="tools", reason="granted", exit_code=0, stdout="ok\n", stderr="",
+                                  duration_s=rng.choice((None, rng.uniform(0.01, 3.0))), observation="ok", ok=True)
+    if finish:
+        recorder.finish_run(run_id, rng.choice(("PASS", "FAIL")), turn=turns)
+    return run_id
+
+
+@pytest.fixture
+def varied(store: Store, home: Path) -> Store:
+    rng = random.Random(14)
+    moment = [1_790_000_000.0]
+
+    def clock() -> float:
+        moment[0] += rng.uniform(100, 20_000)
+        return moment[0]
+
+    recorder = Recorder(store, clock=clock)
+    parents = [a_run(recorder, rng, rng.randrange(1, 9)) for _ in range(10)]
+    a_run(recorder, rng, 6, mode="fork", parent_run_id=parents[0], forked_at_turn=2)
+    a_run(recorder, rng, 5, mode="fork", parent_run_id=parents[1], forked_at_turn=4, finish=False)
+    a_run(recorder, rng, 4, mode="replay", parent_run_id=parents[2])
+    a_run(recorder, rng, 4, mode="reexecute", parent_run_id=parents[3])
+    a_run(recorder, rng, 3, finish=False)
+    import_file(store, own("inspect/arith.eval"))
+    # NULL usage and timings in a finished run (as an old or imported store may hold), totals rewritten after.
+    with store.write() as conn:
+        conn.exec_driver_sql('UPDATE model_responses SET "gen_ai.usage.input_tokens" = NULL, ttft_s = NULL, '
+                             "decode_s = NULL WHERE run_id = ? AND turn = 0", (parents[4],))
+        run_totals.write(conn, [parents[4]])
+    for model in MODELS:
+        set_price(home, model, PRICE)
+    return store
+
+
+def reports(store: Store, home: Path, raw: bool) -> list[dict[str, object]]:
+    prices = load_price_table(home)
+    out = []
+    for by in GROUP_BY:
+        for since in (None, 1_790_050_000.0):
+            for include_replays in (False, True):
+                report = report_runs(store, by=by, since=since, until=None, prices=prices,
+                                     include_replays=include_replays, raw=raw)
+                out.append(report.model_dump())
+    return out
+
+
+def test_totals_and_rows_give_identical_reports(varied: Store, home: Path) -> None:
+    with varied.read() as conn:
+        n = conn.exec_driver_sql("SELECT count(DISTINCT run_id) FROM run_totals").scalar()
+        finished = conn.exec_driver_sql("SELECT count(*) FROM runs WHERE status = 'finished'").scalar()
+    assert n == finished and n > 10, "every finished run has its totals, and only those"
+    from_totals, from_rows = reports(varied, home, raw=False), reports(varied, home, raw=True)
+    assert from_totals == from_rows
+    assert any(r["total"] and r["total"]["ttft_s"]["p95"] for r in from_totals)
+    for by in GROUP_BY:
+        for include_replays in (False, True):
+            assert read_slices(varied, by=by, since=None, until=None, include_replays=include_replays) == read_slices(
+                varied, by=by, since=None, until=None, include_replays=include_replays, raw=True)
+
+
+def test_a_report_reads_the_totals_not_the_rows(varied: Store, home: Path) -> None:
+    """A response changed behind the store's back moves the rows' figure only:
+    the finished run's figure comes from its totals."""
+    before = read_slices(varied, by="model", since=None, until=None)[0]
+    with varied.write() as conn:
+        conn.exec_driver_sql('UPDATE model_responses SET "gen_ai.usage.output_tokens" = '
+                             '"gen_ai.usage.output_tokens" + 1000000')
+    assert read_slices(varied, by="model", since=None, until=None) != read_slices(
+        varied, by="model", since=None, until=None, raw=True)
+    running = {s.run_id for s in before if s.status == "running"}
+    after = {(s.run_id, s.model): s.completion_tokens
+             for s in read_slices(varied, by="model", since=None, until=None)[0]}
+    assert running and all((after[(s.run_id, s.model)] == s.completion_tokens) == (s.run_id not in running)
+                           for s in before)
+
+
+def totals_db(home: Path) -> Path:
+    return home / "escrow.db"
+
+
+def test_a_changed_total_fails_verify_naming_the_run(varied: Store, home: Path) -> None:
+    with varied.read() as conn:
+        run_id, row_id = conn.exec_driver_sql(
+            "SELECT run_id, id FROM run_totals WHERE calls > 0 ORDER BY id LIMIT 1").one()
+    assert varied.verify(run_id).ok and all(c.ok for c in varied.verify_all())
+    with varied.read() as conn:
+        ttft_id = conn.exec_driver_sql("SELECT id FROM run_ttfts WHERE run_id = ? LIMIT 1", (run_id,)).scalar()
+    for table, key, column, value in (
+        ("run_totals", row_id, "prompt_tokens", "prompt_tokens + 1"),
+        ("run_totals", row_id, "http_s", "http_s * 1.000001"),
+        ("run_totals", row_id, "calls", "calls - 1"), ("run_ttfts", ttft_id, "calls", "calls + 1"),
+        ("run_ttfts", ttft_id, "bucket_ms", "bucket_ms + 1"), ("run_ttfts", ttft_id, "own", "1 - own"),
+    ):
+        with closing(sqlite3.connect(totals_db(home))) as conn:
+            (old,) = conn.execute(f"SELECT {column} FROM {table} WHERE id = ?", (key,)).fetchone()
+            conn.execute(f"UPDATE {table} SET {column} = {value} WHERE id = ?", (key,))
+            conn.commit()
+        check = varied.verify(run_id)
+        assert not check.ok and check.table == "run_totals" and "run_totals" in (check.problem or ""), column
+        assert [c.run_id for c in varied.verify_all() if not c.ok] == [run_id], column
+        with closing(sqlite3.connect(totals_db(home))) as conn:
+            conn.execute(f"UPDATE {table} SET {column} = ? WHERE id = ?", (old, key))
+            conn.commit()
+        assert varied.verify(run_id).ok
+
+
+def test_a_changed_response_still_fails_verify(varied: Store, home: Path) -> None:
+    with varied.read() as conn:
+        run_id, row_id = conn.exec_driver_sql(
+            "SELECT r.run_id, r.id FROM model_responses r JOIN runs ON runs.id = r.run_id "
+            "WHERE runs.status = 'finished' ORDER BY r.id LIMIT 1").one()
+    with closing(sqlite3.connect(totals_db(home))) as conn:
+        conn.execute('UPDATE model_responses SET "gen_ai.usage.input_tokens" = 7 WHERE id = ?', (row_id,))
+        conn.commit()
+    check = varied.verify(run_id)
+    assert not check.ok and check.table == "model_responses" and check.row_id == row_id
+
+
+def test_a_damaged_total_stops_the_report_naming_it(varied: Store, home: Path) -> None:
+    with closing(sqlite3.connect(totals_db(home))) as conn:
+        (row_id,) = conn.execute("SELECT id FROM run_totals WHERE calls > 0 LIMIT 1").fetchone()
+        conn.execute("UPDATE run_totals SET decode_s = 'abc' WHERE id = ?", (row_id,))
+        conn.commit()
+    with pytest.raises(StoreDamaged) as caught:
+        read_slices(varied, by="model", since=None, until=None, include_replays=True)
+    context = caught.value.context
+    assert (context["table"], context["row_id"], context["column"]) == ("run_totals", str(row_id), "decode_s")
+    assert "run_totals" in caught.value.message and "'abc'" in caught.value.message
+
+
+def test_a_run_finished_with_a_damaged_cell_gets_no_totals_and_the_report_names_the_cell(store: Store) -> None:
+    rng = random.Random(3)
+    recorder = Recorder(store)
+    run_id = a_run(recorder, rng, 3, finish=False)
+    with store.write() as conn:
+        row_id = conn.exec_driver_sql("SELECT id FROM model_responses WHERE run_id = ? LIMIT 1", (run_id,)).scalar()
+        conn.exec_driver_sql("UPDATE model_responses SET total_s = 'abc' WHERE id = ?", (row_id,))
+    recorder.finish_run(run_id, "PASS", turn=3)
+    with store.read() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM run_totals WHERE run_id = ?", (run_id,)).scalar() == 0
+    with pytest.raises(StoreDamaged) as caught:
+        read_slices(store, by="model", since=None, until=None)
+    context = caught.value.context
+    assert (context["table"], context["row_id"], context["column"]) == ("model_responses", row_id, "total_s")
+
+
+def test_gc_deletes_a_runs_totals_with_it(varied: Store) -> None:
+    with varied.read() as conn:
+        before = conn.exec_driver_sql("SELECT count(*) FROM run_totals").scalar()
+        ttfts = conn.exec_driver_sql("SELECT count(*) FROM run_ttfts").scalar()
+        cut = conn.exec_driver_sql("SELECT created_at FROM runs ORDER BY created_at LIMIT 1 OFFSET 8").scalar()
+    with varied.write() as conn:
+        result = collect(conn, before=cut)
+    assert result.runs_deleted > 0
+    with varied.read() as conn:
+        left = conn.exec_driver_sql("SELECT count(*) FROM run_totals").scalar()
+        orphans = conn.exec_driver_sql(
+            "SELECT count(*) FROM run_totals WHERE run_id NOT IN (SELECT id FROM runs)").scalar()
+        ttfts_left = conn.exec_driver_sql("SELECT count(*) FROM run_ttfts").scalar()
+        ttft_orphans = conn.exec_driver_sql(
+            "SELECT count(*) FROM run_ttfts WHERE run_id NOT IN (SELECT id FROM runs)").scalar()
+    assert before > 0 and left < before and orphans == 0
+    assert ttfts > 0 and ttfts_left < ttfts and ttft_orphans == 0
+    assert all(c.ok for c in varied.verify_all())
+
+
+def test_the_ttft_histogram_does_not_grow_with_calls() -> None:
+    """A thousand TTFTs between 0.2 s and 3 s (as prefill grows over a run)
+    fall in at most the buckets of that range: 16 an octave."""
+    ttfts = [round(200 + i * 2.8) for i in range(1000)]
+    buckets = {run_totals.ttft_bucket(ms) for ms in ttfts}
+    assert len(buckets) <= 16 * 4 + 1
+    for ms in ttfts:
+        assert abs(run_totals.bucket_seconds(run_totals.ttft_bucket(ms)) * 1000 - ms) <= ms / 32
+    assert [run_totals.ttft_bucket(ms) for ms in range(32)] == list(range(32))
+
+
+def test_a_summed_row_recorded_after_the_finish_updates_the_totals(store: Store) -> None:
+    recorder = Recorder(store)
+    run_id = a_run(recorder, random.Random(5), 2)
+    with recorder.turn(run_id, 2) as tx:
+        request = ModelRequest(model=MODELS[1], messages=(Message(role="user", content="late"),), max_tokens=8,
+                               sampling=Sampling())
+        tx.envelope(tx.request(request), an_envelope(random.Random(6), 4000, MODELS[1]))
+    assert store.verify(run_id).ok
+    assert read_slices(store, by="model", since=None, until=None) == read_slices(
+        store, by="model", since=None, until=None, raw=True)

@@ -1,0 +1,82 @@
+"""Migration 8 backfills per-run totals for the finished runs of an existing
+store, a batch of runs per transaction, resumably after SIGKILL; the chains
+are untouched and the backfilled totals are the ones the writer writes."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from store import Recorder, Store, synthetic
+from store.migrations import LATEST
+from tests.store.killed_upgrade import killed_upgrade
+
+TOTALS = "SELECT run_id, own, model, engine, calls, prompt_tokens, cached_tokens, output_tokens, direct_s, http_s, " \
+         "wait_s, decode_s, retries, tool_s FROM run_totals ORDER BY run_id, own, model, engine"
+TTFTS = "SELECT run_id, own, model, engine, bucket_ms, calls FROM run_ttfts " \
+        "ORDER BY run_id, own, model, engine, bucket_ms"
+
+
+def recorded(path: Path) -> list[str]:
+    """Six finished runs of varied models and one still running."""
+    with Store.open(f"sqlite:///{path}") as store:
+        recorder = Recorder(store)
+        ids = [synthetic.record_run(recorder, turns=2 + i % 3, seed=i, model=synthetic.MODELS[i % 3])
+               for i in range(6)]
+        synthetic.record_run(recorder, turns=2, seed=9, finish=False)
+    return ids
+
+
+def as_schema_7(path: Path) -> list[tuple[object, ...]]:
+    """What a schema-7 store holds: no totals table, no stamp 8. Returns the totals it had."""
+    with closing(sqlite3.connect(path)) as conn:
+        before = conn.execute(TOTALS).fetchall() + conn.execute(TTFTS).fetchall()
+        conn.execute("DROP TABLE run_totals")
+        conn.execute("DROP TABLE run_ttfts")
+        conn.execute("DELETE FROM escrow_migrations WHERE version = 8")
+        conn.commit()
+    return before
+
+
+def heads(path: Path) -> list[tuple[object, ...]]:
+    with closing(sqlite3.connect(path)) as conn:
+        return conn.execute("SELECT id, chain_seq, chain_head FROM runs ORDER BY id").fetchall()
+
+
+
+
+def test_a_new_store_writes_totals_for_finished_runs_only(tmp_path: Path) -> None:
+    path = tmp_path / "e.db"
+    ids = recorded(path)
+    with closing(sqlite3.connect(path)) as conn:
+        assert {r[0] for r in conn.execute("SELECT DISTINCT run_id FROM run_totals")} == set(ids)
+
+
+@pytest.mark.parametrize("kill_at", [1, 2, 3, 5, 7])
+def test_the_backfill_resumes_after_sigkill(tmp_path: Path, kill_at: int) -> None:
+    """Killed at a commit (the process dies just before it: the first creates
+    the table, each later one writes one run's totals); the next write-open
+    completes it."""
+    path = tmp_path / "e.db"
+    ids = recorded(path)
+    chains = heads(path)
+    written = as_schema_7(path)
+    url = f"sqlite:///{path}"
+    done = killed_upgrade(url, kill_at, 7, ("store.run_totals", "BACKFILL_RUNS", 1))
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode()
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("SELECT max(version) FROM escrow_migrations").fetchone()[0] == 7
+        table = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'run_totals'").fetchone()
+        partial = {r[0] for r in conn.execute("SELECT DISTINCT run_id FROM run_totals")} if table else set()
+    assert (table is not None) == (kill_at > 1)
+    assert len(partial) == max(0, kill_at - 2) < len(ids), "killed before the end"
+    with Store.open(url) as store:  # a write-open resumes the upgrade
+        assert store.schema_version == LATEST == 8
+        assert all(c.ok for c in store.verify_all()) and len(store.verify_all()) == len(ids) + 1
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute(TOTALS).fetchall() + conn.execute(TTFTS).fetchall() == written
+    assert heads(path) == chains
