@@ -126,9 +126,11 @@ class RayCluster:
 
     def alive_nodes(self) -> int:
         probe = ("import ray; ray.init(address=%r, logging_level='ERROR', log_to_driver=False); "
-                 "print(sum(n['Alive'] for n in ray.nodes()))" % self.address)
+                 "print('alive', sum(n['Alive'] for n in ray.nodes()))" % self.address)
         done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
-        return int(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 and done.stdout.strip() else -1
+        # Ray may print cluster events on stdout too (a node marked dead).
+        counts = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("alive ")]
+        return int(counts[-1]) if done.returncode == 0 and counts else -1
 
     def wait_for_nodes(self, count: int, timeout_s: float = 120.0) -> None:
         deadline = time.monotonic() + timeout_s

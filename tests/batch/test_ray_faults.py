@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -260,44 +261,51 @@ def test_start_slots_hold_across_both_nodes_and_a_killed_holder_frees_its_slot(t
     subprocess.run([str(ESCROW), "sandbox", "gc"], capture_output=True)
 
 
-def test_a_worker_ray_declared_lost_that_keeps_running_cannot_overwrite_its_attempt(tmp_path, ray_cluster,
-                                                                                     sandbox_image):
-    # The model gives up (submits no change) turn after turn, slowly: the same
-    # script serves the lost worker and the retry, whichever asks.
-    give_up = Reply(tool_calls=(ScriptedToolCall(name="submit", arguments='{"summary": "no change"}'),), delay_s=6.0)
-    settings = batch_settings(tmp_path / "home", sandbox_image).model_copy(update={"db_url": sqlite_url(tmp_path)})
-    options = PoolOptions(workers=2, infra_retries=2, deadlines=Deadlines(lease_s=5))
-    chosen = CHOSEN[:2]
-    with FaultServer() as model, Store.open(settings.store_url) as store:
-        for task_id in chosen:
-            model.script_for(task_id, [give_up] * 40)
-        batch_id, tasks = ray_batch(store, chosen, fault_url(model), options)
-        batch = InBackground(store, settings, batch_id, tasks, tasks_dir=EXAMPLES, model_urls=[fault_url(model)],
-                             options=options, address=ray_cluster.address)
-        batch.start()
+def test_a_lost_worker_that_keeps_running_cannot_overwrite_its_attempt(tmp_path, ray_cluster, sandbox_image):
+    """The worker node goes silent (its raylet stopped) and the driver is killed:
+    Ray cannot end that node's task worker, which runs on. Ray declares the
+    node dead, ``--resume`` settles the attempt and reruns the task on the live
+    node; when the lost worker's run ends, its verdict is fenced off."""
+    # The model gives up (submits no change) turn after turn, slowly; the same
+    # keyed script serves the lost worker and the rerun, whichever asks.
+    give_up = Reply(tool_calls=(ScriptedToolCall(name="submit", arguments='{"summary": "no change"}'),), delay_s=8.0)
+    db, home = sqlite_url(tmp_path), tmp_path / "home"
+    Store.open(db).close()
+    with FaultServer() as model:
+        for task_id in CHOSEN:
+            model.script_for(task_id, [give_up] * 60)
+        driver = escrow(home, "batch", str(task_file(tmp_path)), "--model-url", fault_url(model),
+                        *cli_on_ray(ray_cluster, db))
         raylet = ray_cluster.worker_raylet()
         try:
-            owners = wait_for(lambda: {r: o for r, o in lease_owners(store).items()
-                                       if owner_pid(o) in ray_cluster.worker_pids()}, "a run on the worker node")
-            (zombie_run, owner), *_ = owners.items()
-            os.kill(raylet, signal.SIGSTOP)  # the node goes silent; its task worker runs on
-            settled = wait_for(lambda: [a for a in bstore.load_batch(store, batch_id).attempts
-                                        if a.run_id == zombie_run and a.outcome == bstore.INFRASTRUCTURE],
-                               "Ray to declare the node lost")
-            assert store.run(zombie_run).status == "running"  # settled while the worker still ran
-            os.kill(owner_pid(owner), 0)  # and it is alive
-            wait_for(lambda: store.run(zombie_run).status != "running", "the lost worker's run to end")
-            results = batch.outcome()
+            with Store.open(db) as store:
+                owners = wait_for(lambda: {r: o for r, o in lease_owners(store).items()
+                                           if owner_pid(o) in ray_cluster.worker_pids()}, "a run on the worker node",
+                                  proc=driver)
+                (lost_run, owner), *_ = owners.items()
+                os.kill(raylet, signal.SIGSTOP)  # the node goes silent; its task workers run on
+                driver.send_signal(signal.SIGKILL)
+                driver.communicate(timeout=30)
+                ray_cluster.wait_for_nodes(1)  # Ray declared the worker node dead
+                (batch_id,) = _batch_ids(store)
+                assert store.run(lost_run).status == "running"
+                os.kill(owner_pid(owner), 0)  # the lost worker is alive
+                resumed = escrow(home, "batch", "--resume", batch_id[:12], "--db", db, *common_flags())
+                out, err = resumed.communicate(timeout=900)
+                assert resumed.returncode == 0, err
+                (settled,) = [a for a in bstore.load_batch(store, batch_id).attempts if a.run_id == lost_run]
+                wait_for(lambda: store.run(lost_run).status != "running", "the lost worker's run to end")
+                view = bstore.load_batch(store, batch_id)
+                (after,) = [a for a in view.attempts if a.run_id == lost_run]
+                # It finished its run and tried to record its verdict: fenced off.
+                assert store.run(lost_run).verdict not in (None, "INFRA_ERROR")
+                assert after == settled and after.outcome == bstore.INFRASTRUCTURE and "driver ended" in after.error
+                assert sorted(a.task_id for a in view.attempts if a.outcome == bstore.MODEL) == sorted(CHOSEN)
         finally:
+            if driver.poll() is None:
+                driver.kill()
             ray_cluster.kill_worker_node()  # the stopped raylet and the lost worker with it
-        view = bstore.load_batch(store, batch_id)
-        (after,) = [a for a in view.attempts if a.run_id == zombie_run]
-        # The lost worker finished its run and tried to record its verdict: fenced off.
-        assert store.run(zombie_run).verdict not in (None, "INFRA_ERROR")
-        assert after == settled[0] and "Ray task lost" in after.error
-        model_of = [a.task_id for a in view.attempts if a.outcome == bstore.MODEL]
-        assert sorted(model_of) == sorted(chosen)  # the retry's verdict, once per task
-    assert {r.outcome for r in results} == {bstore.MODEL}
+    assert json.loads(out)["done"] == len(CHOSEN)
     subprocess.run([str(ESCROW), "sandbox", "gc"], capture_output=True)
 
 
@@ -321,29 +329,31 @@ def test_fifty_concurrent_runs_from_ray_workers_on_both_nodes_on_one_sqlite_file
     worker writes for one run (test_sqlite_fifty's load, not fifty sandboxes:
     two cores cannot hold those), released together at a gate."""
     import ray
-    from ray import cloudpickle
 
     from tests.batch import test_sqlite_fifty as fifty
 
-    cloudpickle.register_pickle_by_value(fifty)  # Ray workers do not import the tests
-    url = sqlite_url(tmp_path)
+    url, root = sqlite_url(tmp_path), str(Path(__file__).resolve().parents[2])
     batch_id = fifty.fifty_batch(url)
     ray.init(address=ray_cluster.address, namespace=NAMESPACE, log_to_driver=False, logging_level="ERROR")
     try:
         gate = ray.remote(Gate).options(num_cpus=0).remote(fifty.RUNS)
 
         def one(index: int) -> tuple[str, list[str]]:
+            import sys
+
             import ray
 
+            sys.path.insert(0, root)  # Ray workers find the tests' code here
+            from tests.batch.test_sqlite_fifty import record_one_run
+
             ray.get(gate.arrive.remote())
-            return ray.get_runtime_context().get_node_id(), fifty.record_one_run(url, batch_id, index, 30_000, 8)
+            return ray.get_runtime_context().get_node_id(), record_one_run(url, batch_id, index, 30_000, 8)
 
         task = ray.remote(one).options(num_cpus=0, scheduling_strategy="SPREAD")
         done = ray.get([task.remote(i) for i in range(fifty.RUNS)], timeout=1200)
         nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
     finally:
         ray.shutdown()
-        cloudpickle.unregister_pickle_by_value(fifty)
     errors = [e for _, errs in done for e in errs]
     assert errors == [], errors[0]
     assert {node for node, _ in done} == nodes and len(nodes) == 2
