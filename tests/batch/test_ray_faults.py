@@ -8,9 +8,11 @@ server, the store a SQLite file on this host (both nodes run here):
 - a model replica that goes away: drained, the task moved, the move recorded;
 - ``--start-slots`` held across both nodes, seen at a real proxy in front of
   dockerd, and a holder killed mid-start does not keep its slot;
-- a worker Ray declared lost that keeps running cannot overwrite its attempt.
+- a worker that keeps running after its node was declared dead and its
+  driver killed cannot overwrite its attempt once ``--resume`` settled it;
+- fifty concurrent run writers in Ray workers on both nodes, one SQLite file.
 
-Ray learns of a silent node quickly here (``RAY_HEAD_ENV``), for the last case.
+Ray learns of a silent node quickly here (``RAY_HEAD_ENV``), for the lost worker.
 """
 
 from __future__ import annotations
