@@ -20,7 +20,7 @@ from orchestrator.batch.pool import PoolOptions
 from orchestrator.batch.progress import BatchProgress
 from orchestrator.batch.ray_executor import require_shared_store, run_batch_on_ray
 from orchestrator.batch.report import BatchReport, batch_report
-from orchestrator.batch.runner import Deadlines
+from orchestrator.batch.runner import INFRASTRUCTURE_FAILURE, Deadlines
 from orchestrator.batch.tasks import load_task_file
 from orchestrator.errors import ConfigError
 from orchestrator.exit_codes import ExitCode
@@ -48,7 +48,8 @@ def batch(
     start_timeout: float = typer.Option(300.0, "--start-timeout", min=1,
                                         help="Seconds for a sandbox to start (then an infrastructure failure)."),
     lease: float = typer.Option(30.0, "--lease", min=1, help="Seconds after which a silent run reads as crashed."),
-    executor: str = typer.Option("local", "--executor", help="local (a worker pool here) or ray (--address)."),
+    executor: str = typer.Option(None, "--executor", help="local (a worker pool here; the default) or ray "
+                                 "(--address). --resume runs where the batch was started."),
     address: str = typer.Option(None, "--address", help="The Ray cluster, HOST:PORT (with --executor ray)."),
     model_url: list[str] = typer.Option(None, "--model-url", help="Model server base URL; repeat for replicas. "
                                         "{task_id} in it is replaced by the task's id."),
@@ -89,7 +90,7 @@ def batch(
             raise ConfigError(f"escrow batch {target} needs a batch id")
         show(settings, target, batch_ref, as_json, html)
         return
-    if executor not in EXECUTORS:
+    if executor is not None and executor not in EXECUTORS:
         raise ConfigError(f"--executor {executor!r} is not one of: {', '.join(EXECUTORS)}")
     if (executor == "ray") != (address is not None):
         raise ConfigError("--address HOST:PORT goes with --executor ray, and only with it")
@@ -99,18 +100,24 @@ def batch(
                           deadlines=Deadlines(task_s=task_timeout, start_s=start_timeout, lease_s=lease))
     err = Console(stderr=True)
     with Store.open(settings.store_url) as store:
-        if address is not None:
-            require_shared_store(store)  # before a batch is recorded
         if resume is not None:
             batch_id = _resolve(store, resume)
-        else:
+            bstore.abandon_started(store, batch_id, verdict=INFRASTRUCTURE_FAILURE,
+                                   error="the batch's driver ended before this attempt did; resumed")
+            if executor is None:  # where the batch was started, as recorded with it
+                recorded, _ = pending_tasks(store, batch_id)
+                executor, address = recorded.executor, recorded.address
+        if address is not None:
+            require_shared_store(store, address)  # before a batch is recorded
+        if resume is None:
             task_file = load_task_file(Path(target))
             for message in task_file.errors:
                 err.print(f"[yellow]skipped[/] {escape(task_file.path)} {escape(message)}", highlight=False)
             plan = BatchPlan(tasks_dir=str(Path(target).resolve().parent),
-                             model_urls=tuple(model_url or [settings.model_url]), options=options)
+                             model_urls=tuple(model_url or [settings.model_url]), options=options,
+                             executor=executor or "local", address=address)
             batch_id = start_batch(store, task_file, plan)
-        err.print(f"batch [bold]{batch_id}[/]")
+        err.print(f"batch [bold]{batch_id}[/]" + (f" on Ray at {escape(address)}" if address else ""))
         _, pending = pending_tasks(store, batch_id)
         run = run_batch if address is None else partial(run_batch_on_ray, address=address)
         _run_with_progress(store, settings, batch_id, len(pending), options, err, run)

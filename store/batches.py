@@ -111,15 +111,20 @@ def start_attempt(store: Store, batch_id: str, task_id: str, *, replica: str | N
 
 
 def finish_attempt(store: Store, attempt_id: str, *, outcome: str, run_id: str | None, verdict: str | None,
-                   error: str | None = None) -> None:
+                   error: str | None = None, was: str = STARTED) -> bool:
+    """Record how the attempt ended, only while its outcome is still ``was``
+    (fencing): a worker its executor declared lost, whose attempt was settled
+    meanwhile, cannot overwrite it. False when fenced off."""
     with store.write() as conn:
-        conn.execute(update(BA).where(BA.c.id == attempt_id).values(
+        done = conn.execute(update(BA).where((BA.c.id == attempt_id) & (BA.c.outcome == was)).values(
             outcome=outcome, run_id=run_id, verdict=verdict, error=error, finished_at=time.time()))
+    return bool(done.rowcount)
 
 
 def note_run(store: Store, attempt_id: str, run_id: str) -> None:
+    """The attempt's run, fenced as ``finish_attempt``."""
     with store.write() as conn:
-        conn.execute(update(BA).where(BA.c.id == attempt_id).values(run_id=run_id))
+        conn.execute(update(BA).where((BA.c.id == attempt_id) & (BA.c.outcome == STARTED)).values(run_id=run_id))
 
 
 # Leases: a run is crashed when it is still running and its lease expired.
@@ -195,3 +200,13 @@ def settle_lost(store: Store, batch_id: str, task_id: str, *, after: int, verdic
                 outcome=INFRASTRUCTURE, verdict=verdict, error=error, finished_at=now))
         row = conn.execute(latest).mappings().one()
     return AttemptView(**{k: row[k] for k in AttemptView.model_fields})
+
+
+def abandon_started(store: Store, batch_id: str, *, verdict: str, error: str) -> int:
+    """Attempts a driver left ``started`` when it died become infrastructure
+    failures before ``--resume``: fenced, so a worker of that driver still
+    running cannot later record a second verdict for its task."""
+    with store.write() as conn:
+        done = conn.execute(update(BA).where((BA.c.batch_id == batch_id) & (BA.c.outcome == STARTED)).values(
+            outcome=INFRASTRUCTURE, verdict=verdict, error=error, finished_at=time.time()))
+    return int(done.rowcount)

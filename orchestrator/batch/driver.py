@@ -23,6 +23,8 @@ class BatchPlan(Frozen):
     tasks_dir: str
     model_urls: tuple[str, ...]
     options: PoolOptions
+    executor: str = "local"  # or "ray", at ``address``
+    address: str | None = None
 
 
 def start_batch(store: Store, task_file: TaskFile, plan: BatchPlan) -> str:

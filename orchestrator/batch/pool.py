@@ -35,7 +35,7 @@ def moved_off(store: Store, replicas: ReplicaPool, url: str, result: AttemptResu
     replicas.drain(url)
     error = f"replica {url} went away (run ended {result.verdict}); drained, task moved to another replica"
     bstore.finish_attempt(store, result.attempt_id, outcome=bstore.INFRASTRUCTURE, run_id=result.run_id,
-                          verdict=INFRASTRUCTURE_FAILURE, error=error)
+                          verdict=INFRASTRUCTURE_FAILURE, error=error, was=bstore.MODEL)
     return result.model_copy(update={"outcome": bstore.INFRASTRUCTURE, "verdict": INFRASTRUCTURE_FAILURE,
                                      "error": error})
 

@@ -10,6 +10,12 @@ attempt is recorded. A Ray task lost with its worker or its node becomes an
 its lease lapses) and is retried up to ``infra_retries``; an attempt that had
 recorded a model verdict before its worker died stands and is not rerun.
 The store going away ends the batch with ``StoreLost``: resume it later.
+Sandbox starts are admitted cluster-wide (``ray_slots``). A worker that Ray
+declared lost but that still runs cannot overwrite what the driver settled:
+an attempt is finished only while it is still ``started`` (fencing).
+
+The store must be one every node reaches: PostgreSQL, or a SQLite file when
+every node of the cluster runs on this host.
 
 Ray is imported only when a batch runs on it (the ``ray`` extra).
 """
@@ -29,6 +35,7 @@ from orchestrator.batch.driver import pending_tasks
 from orchestrator.batch.errors import RayUnavailable, StoreLost
 from orchestrator.batch.placement import ReplicaPool
 from orchestrator.batch.pool import REPLICA_LOST, PoolOptions, moved_off
+from orchestrator.batch.ray_slots import new_token, start_slots_actor
 from orchestrator.batch.runner import INFRASTRUCTURE_FAILURE, AttemptResult, Deadlines, run_attempt
 from orchestrator.batch.tasks import BatchTask
 from orchestrator.settings import Settings
@@ -41,14 +48,27 @@ DRAIN_S = 30.0
 
 
 def attempt_on_worker(settings: Settings, batch_id: str, task: BatchTask, tasks_dir: str, model_url: str,
-                      deadlines: Deadlines) -> dict[str, Any]:
-    """The body of one Ray task, in a worker process on any node."""
+                      deadlines: Deadlines, slots: Any = None, token: str = "") -> dict[str, Any]:
+    """The body of one Ray task, in a worker process on any node. It takes a
+    start slot from ``slots`` (the batch's actor) and gives it back once its
+    sandbox is up; the driver gives it back too, should this process die."""
+    def admitted() -> None:
+        if slots is not None:
+            slots.release.remote(token)
+
+    if slots is not None:
+        import ray
+
+        if not ray.get(slots.acquire.remote(token)):
+            raise RuntimeError("the driver ended this task before it got a start slot")
     try:
         with Store.open(settings.store_url) as store:
             result = run_attempt(store, settings, batch_id, task, tasks_dir=Path(tasks_dir), model_url=model_url,
-                                 deadlines=deadlines, replica=model_url)
+                                 deadlines=deadlines, admitted=admitted, replica=model_url)
     except StoreError as exc:  # plain text back: the driver ends the batch with StoreLost
         return {"store_lost": str(exc)}
+    finally:
+        admitted()
     return result.model_dump(mode="json")
 
 
@@ -76,18 +96,38 @@ def connect(address: str, *, probe_s: float = 10.0) -> Any:
     return ray
 
 
-def require_shared_store(store: Store) -> None:
-    if store.dialect != "postgresql":
-        raise RayUnavailable(
-            f"--executor ray records from every node into one store, which must be PostgreSQL "
-            f"(--db postgresql+psycopg://USER@HOST/DB); {store.url} is {store.dialect}", store=store.url)
+LOOPBACK = ("127.", "localhost", "::1", "[::1]")
+
+
+def require_shared_store(store: Store, address: str) -> None:
+    """Refuse, before anything is recorded, a store other nodes cannot reach:
+    PostgreSQL always serves; a SQLite file only a cluster on this host
+    (a loopback address here; ``require_one_host`` checks its nodes)."""
+    if store.dialect == "postgresql" or (store.dialect == "sqlite" and address.startswith(LOOPBACK)):
+        return
+    raise RayUnavailable(
+        f"--executor ray records from every node into one store, which must be PostgreSQL "
+        f"(--db postgresql+psycopg://USER@HOST/DB), or a SQLite file with a cluster on this host "
+        f"(--address 127.0.0.1:PORT); {store.url} is {store.dialect}", store=store.url)
+
+
+def require_one_host(ray: Any, store: Store) -> None:
+    """A SQLite store is one file on this host: every live node must run here."""
+    if store.dialect != "sqlite":
+        return
+    here = socket.gethostname()
+    away = sorted({n["NodeManagerHostname"] for n in ray.nodes() if n["Alive"]} - {here})
+    if away:
+        raise RayUnavailable(f"a SQLite store is a file on {here}, which Ray nodes on {', '.join(away)} cannot "
+                             f"reach: use PostgreSQL", store=store.url)
 
 
 class _Submitted:
-    """A Ray task in flight: which task, on which replica, above which attempt number."""
+    """A Ray task in flight: which task, on which replica, above which attempt
+    number, under which start-slot token."""
 
-    def __init__(self, task: BatchTask, url: str, after: int) -> None:
-        self.task, self.url, self.after = task, url, after
+    def __init__(self, task: BatchTask, url: str, after: int, token: str) -> None:
+        self.task, self.url, self.after, self.token = task, url, after, token
 
 
 def run_ray(
@@ -96,12 +136,13 @@ def run_ray(
     on_attempt: Callable[[AttemptResult], None] = lambda r: None,
 ) -> list[AttemptResult]:
     """Run ``tasks`` on the Ray cluster at ``address``, at most ``options.workers`` at once."""
-    require_shared_store(store)
+    require_shared_store(store, address)
     # Ray prints cluster events (a node marked dead) on the driver's stdout,
     # which belongs to the caller (``--json``): they go to stderr instead.
     with contextlib.redirect_stdout(sys.stderr):
         ray = connect(address)
         try:
+            require_one_host(ray, store)
             return _drive(ray, store, settings, batch_id, tasks, tasks_dir=tasks_dir, model_urls=model_urls,
                           options=options, on_attempt=on_attempt)
         finally:
@@ -114,6 +155,7 @@ def _drive(ray: Any, store: Store, settings: Settings, batch_id: str, tasks: lis
     # SPREAD puts tasks on every node; a task retried after its node died lands on a live one.
     remote = ray.remote(attempt_on_worker).options(num_cpus=1, max_retries=0, scheduling_strategy="SPREAD")
     replicas = ReplicaPool(model_urls)
+    slots = start_slots_actor(ray, batch_id, options.start_slots)
     view = bstore.load_batch(store, batch_id)
     numbers = {t.id: sum(a.task_id == t.id for a in view.attempts) for t in tasks} if view else {}
     queue, tries = deque(tasks), {t.id: 0 for t in tasks}
@@ -123,12 +165,13 @@ def _drive(ray: Any, store: Store, settings: Settings, batch_id: str, tasks: lis
         while queue or in_flight:
             while queue and len(in_flight) < options.workers:
                 task = queue.popleft()
-                url = replicas.acquire()
-                ref = remote.remote(settings, batch_id, task, str(tasks_dir), url, options.deadlines)
-                in_flight[ref] = _Submitted(task, url, numbers.get(task.id, 0))
+                url, token = replicas.acquire(), new_token()
+                ref = remote.remote(settings, batch_id, task, str(tasks_dir), url, options.deadlines, slots, token)
+                in_flight[ref] = _Submitted(task, url, numbers.get(task.id, 0), token)
             (ref,), _ = ray.wait(list(in_flight), num_returns=1)
             sent = in_flight.pop(ref)
             replicas.release(sent.url)
+            slots.release.remote(sent.token)  # its worker may have died holding it
             result = _collect(ray, store, batch_id, ref, sent)
             numbers[sent.task.id] = sent.after + 1
             if result.verdict == REPLICA_LOST and replicas.live() > 1:

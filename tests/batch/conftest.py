@@ -8,6 +8,9 @@ import pytest
 
 from orchestrator.batch.scripted import example_scripts
 from orchestrator.settings import load_settings
+from tests.batch.pg_server import PostgresServer
+from tests.batch.ray_cluster import RayCluster
+from tests.conftest import require
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 
@@ -25,3 +28,33 @@ def batch_settings(home: Path, image: str):
 @pytest.fixture
 def settings(tmp_path, sandbox_image):
     return batch_settings(tmp_path / "home", sandbox_image)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster_module(request):
+    """One real two-node Ray cluster per test module (``RAY_HEAD_ENV`` in the
+    module: Ray settings for its head node)."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        require(False, "Ray (pip install 'escrow[ray]')")
+    cluster = RayCluster(head_cpus=2, worker_cpus=2, head_env=getattr(request.module, "RAY_HEAD_ENV", {})).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def ray_cluster(ray_cluster_module: RayCluster) -> RayCluster:
+    ray_cluster_module.ensure_worker()  # a test before may have killed it
+    return ray_cluster_module
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    server = PostgresServer().create()
+    try:
+        yield server
+    finally:
+        server.destroy()

@@ -53,10 +53,10 @@ class StallingDockerProxy(FlakyDockerProxy):
     is set (or ``safety_s`` passes): dockerd that accepts a sandbox start and
     does not get to it, as under a start storm."""
 
-    def __init__(self, path: Path, *, stall: int, safety_s: float = 120.0) -> None:
+    def __init__(self, path: Path, *, stall: int, safety_s: float = 120.0, drop: bool = False) -> None:
         super().__init__(path, refuse=0)
-        self.stall, self.safety_s = stall, safety_s
-        self.stalled = 0
+        self.stall, self.safety_s, self.drop = stall, safety_s, drop
+        self.stalled = self.creates = 0
         self.release = threading.Event()
         self.lock = threading.Lock()
 
@@ -71,10 +71,13 @@ class StallingDockerProxy(FlakyDockerProxy):
         if b"/containers/create" not in data.split(b"\r\n", 1)[0]:
             return
         with self.lock:
+            self.creates += 1
             hold = self.stalled < self.stall
             self.stalled += hold
         if hold:
             self.release.wait(self.safety_s)
+            if self.drop:  # its caller is gone: dockerd never sees the request
+                raise OSError("create dropped by the proxy")
 
 
 def _pipe(src: socket.socket, dst: socket.socket, before: Callable[[bytes], None] = lambda data: None) -> None:

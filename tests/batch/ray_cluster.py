@@ -85,14 +85,15 @@ def kill_all(pids: set[int]) -> None:
 class RayCluster:
     """Head and worker node; ``address`` is what ``--address`` takes."""
 
-    def __init__(self, *, head_cpus: int = 2, worker_cpus: int = 2) -> None:
+    def __init__(self, *, head_cpus: int = 2, worker_cpus: int = 2, head_env: dict[str, str] | None = None) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="escrow-ray-", dir="/tmp"))
         self.head_dir, self.worker_dir = self.root / "head", self.root / "worker"
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.head_cpus, self.worker_cpus = head_cpus, worker_cpus
+        self.head_env = head_env or {}
 
-    def _start(self, temp_dir: Path, *args: str) -> None:
+    def _start(self, temp_dir: Path, *args: str, env: dict[str, str] | None = None) -> None:
         low, high = worker_port_block()
         command = [
             str(RAY), "start", *args, "--node-ip-address", "127.0.0.1", "--temp-dir", str(temp_dir),
@@ -102,7 +103,7 @@ class RayCluster:
             "--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
             "--runtime-env-agent-port", str(free_port()), "--metrics-export-port", str(free_port()),
         ]
-        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **(env or {})}
         for _ in range(3):  # Ray gives a raylet 30 s to register: a loaded machine may need another go
             done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
             if done.returncode == 0:
@@ -115,7 +116,7 @@ class RayCluster:
     def start(self) -> RayCluster:
         try:
             self._start(self.head_dir, "--head", "--port", str(self.port), "--num-cpus", str(self.head_cpus),
-                        "--include-dashboard", "false", "--dashboard-port", str(free_port()))
+                        "--include-dashboard", "false", "--dashboard-port", str(free_port()), env=self.head_env)
             self._start(self.worker_dir, "--address", self.address, "--num-cpus", str(self.worker_cpus))
             self.wait_for_nodes(2)
         except BaseException:
@@ -125,9 +126,11 @@ class RayCluster:
 
     def alive_nodes(self) -> int:
         probe = ("import ray; ray.init(address=%r, logging_level='ERROR', log_to_driver=False); "
-                 "print(sum(n['Alive'] for n in ray.nodes()))" % self.address)
+                 "print('alive', sum(n['Alive'] for n in ray.nodes()))" % self.address)
         done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
-        return int(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 and done.stdout.strip() else -1
+        # Ray may print cluster events on stdout too (a node marked dead).
+        counts = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("alive ")]
+        return int(counts[-1]) if done.returncode == 0 and counts else -1
 
     def wait_for_nodes(self, count: int, timeout_s: float = 120.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -164,3 +167,12 @@ class RayCluster:
             kill_all(pids)
             time.sleep(0.5)
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def head_pids(self) -> set[int]:
+        return node_processes(self.head_dir)
+
+    def worker_raylet(self) -> int:
+        """The worker node's raylet process."""
+        procs = _processes()
+        (pid,) = {p for p in self.worker_pids() if "/raylet/raylet " in procs.get(p, (0, ""))[1] + " "}
+        return pid

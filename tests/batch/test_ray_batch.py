@@ -28,40 +28,11 @@ from store import batches as bstore
 from tests.batch.conftest import EXAMPLES, batch_settings
 from tests.batch.pg_server import PostgresServer
 from tests.batch.ray_cluster import RayCluster
-from tests.conftest import require
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 ESCROW = Path(sys.executable).parent / "escrow"
 CHOSEN = ("calc-mean", "roman-four", "kv-split-once", "leap-400")
-
-
-@pytest.fixture(scope="module")
-def ray_cluster_module():
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        require(False, "Ray (pip install 'escrow[ray]')")
-    cluster = RayCluster(head_cpus=2, worker_cpus=2).start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture
-def ray_cluster(ray_cluster_module: RayCluster) -> RayCluster:
-    ray_cluster_module.ensure_worker()  # a test before may have killed it
-    return ray_cluster_module
-
-
-@pytest.fixture(scope="module")
-def postgres():
-    server = PostgresServer().create()
-    try:
-        yield server
-    finally:
-        server.destroy()
 
 
 def subset(ids=CHOSEN):

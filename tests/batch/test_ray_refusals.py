@@ -31,8 +31,9 @@ def batch(tmp_path, *args: str):
                               env={"ESCROW_HOME": str(tmp_path)})
 
 
-def test_a_sqlite_store_is_refused_before_a_batch_is_recorded(tmp_path):
-    result = batch(tmp_path, "--executor", "ray", "--address", f"127.0.0.1:{free_port()}")
+def test_a_sqlite_store_with_a_cluster_elsewhere_is_refused_before_a_batch_is_recorded(tmp_path):
+    # 192.0.2.0/24 is reserved for documentation: no cluster answers there, none is asked.
+    result = batch(tmp_path, "--executor", "ray", "--address", "192.0.2.1:6379")
     assert isinstance(result.exception, RayUnavailable) and result.exception.exit_code == 2
     assert "must be PostgreSQL" in str(result.exception)
     with Store.open(f"sqlite:///{tmp_path / 'escrow.db'}", readonly=True) as store:

@@ -34,9 +34,14 @@ TURNS = 6
 
 
 def one_run(url: str, batch_id: str, index: int, busy_timeout_ms: int, retries: int, barrier, results) -> None:
+    barrier.wait(timeout=300)
+    results.put((index, record_one_run(url, batch_id, index, busy_timeout_ms, retries)))
+
+
+def record_one_run(url: str, batch_id: str, index: int, busy_timeout_ms: int, retries: int) -> list[str]:
+    """What a batch worker writes for one run; the errors it met."""
     errors: list[str] = []
     try:
-        barrier.wait(timeout=300)
         with Store.open(url, busy_timeout_ms=busy_timeout_ms, write_retries=retries) as store:
             recorder = Recorder(store)
             attempt = bstore.start_attempt(store, batch_id, f"t{index}")
@@ -54,14 +59,18 @@ def one_run(url: str, batch_id: str, index: int, busy_timeout_ms: int, retries: 
             bstore.release_lease(store, run_id)
     except Exception:
         errors.append(traceback.format_exc())
-    results.put((index, errors))
+    return errors
+
+
+def fifty_batch(url: str) -> str:
+    with Store.open(url) as store:
+        return bstore.create_batch(store, task_file="fifty.jsonl", settings={},
+                                   tasks={f"t{i}": (i + 1, {}) for i in range(RUNS)})
 
 
 def fifty_runs(tmp_path, busy_timeout_ms: int, retries: int) -> tuple[str, str, list[str]]:
     url = f"sqlite:///{tmp_path / 'store.db'}"
-    with Store.open(url) as store:
-        batch_id = bstore.create_batch(store, task_file="fifty.jsonl", settings={},
-                                       tasks={f"t{i}": (i + 1, {}) for i in range(RUNS)})
+    batch_id = fifty_batch(url)
     ctx = multiprocessing.get_context("fork")
     barrier, results = ctx.Barrier(RUNS), ctx.Queue()
     procs = [ctx.Process(target=one_run, args=(url, batch_id, i, busy_timeout_ms, retries, barrier, results))
@@ -78,6 +87,10 @@ def fifty_runs(tmp_path, busy_timeout_ms: int, retries: int) -> tuple[str, str, 
 def test_fifty_concurrent_runs_on_one_sqlite_file(tmp_path):
     url, batch_id, errors = fifty_runs(tmp_path, busy_timeout_ms=30_000, retries=8)
     assert errors == [], errors[0]
+    every_chain_verifies(url, batch_id)
+
+
+def every_chain_verifies(url: str, batch_id: str) -> None:
     verified = CliRunner().invoke(app, ["verify", "--all", "--db", url])
     assert verified.exit_code == 0, verified.output
     with Store.open(url, readonly=True) as store:
