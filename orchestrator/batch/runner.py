@@ -25,6 +25,7 @@ from orchestrator.batch.tasks import BatchTask
 from orchestrator.contract import Frozen
 from orchestrator.errors import ConfigError, EscrowError
 from orchestrator.launch import RunRequest, run_agent
+from orchestrator.ports import Model
 from orchestrator.settings import Settings
 from sandbox import Sandbox
 from store import Store
@@ -106,7 +107,7 @@ class Heartbeat:
 def run_attempt(
     store: Store, settings: Settings, batch_id: str, task: BatchTask, *, tasks_dir: Path, model_url: str,
     deadlines: Deadlines | None = None, admitted: Callable[[], None] = lambda: None,
-    replica: str | None = None,
+    replica: str | None = None, around_model: Callable[[Model], Model] = lambda model: model,
 ) -> AttemptResult:
     """Run ``task`` once and record the attempt. ``admitted`` is called once the
     sandbox is up (before the first model call) or the attempt is over, whichever is first."""
@@ -141,7 +142,8 @@ def run_attempt(
                 timer.start()
                 outcome = run_agent(task_settings(settings, task, model_url),
                                     RunRequest(task=task.task, repo=repo, verify=task.verify),
-                                    cancel=cancel, on_start=started, start_sandbox=start_sandbox)
+                                    cancel=cancel, on_start=started, start_sandbox=start_sandbox,
+                                    around_model=around_model)
             except (RepoError, ConfigError) as exc:
                 return _finish(store, attempt_id, task, TASK_ERROR, heartbeat.run_id, None, exc)
             except Exception as exc:  # the run could not happen: infrastructure, retried by the executor

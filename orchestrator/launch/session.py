@@ -23,6 +23,7 @@ from orchestrator.limits import Tally
 from orchestrator.model_client.client import ModelClient
 from orchestrator.observer import ObservedJournal, RunObserver
 from orchestrator.perimeter import acl_of
+from orchestrator.ports import Model
 from orchestrator.runspec import build_agent
 from orchestrator.settings import Settings
 from orchestrator.toolset import tool_specs
@@ -118,11 +119,14 @@ def run_agent(
     settings: Settings, request: RunRequest, *, progress: Progress | None = None,
     cancel: threading.Event | None = None, observer: RunObserver | None = None,
     on_start: Callable[[str], None] | None = None, start_sandbox: Callable[..., Sandbox] = Sandbox.start,
+    around_model: Callable[[Model], Model] = lambda model: model,
 ) -> RunOutcome:
     """Run the agent once. Raises typed errors (ConfigError, SandboxError,
     StoreError) for what fails before the run is recorded; after that every
     ending is a recorded verdict. ``start_sandbox`` stands in for
-    ``Sandbox.start`` (a batch bounds it with its start deadline)."""
+    ``Sandbox.start`` (a batch bounds it with its start deadline);
+    ``around_model`` wraps the model client (a batch holds calls to a
+    replica's slot count)."""
     task, repo, verifier, apply = request.task, request.repo, request.verify, request.apply
     repo_path = resolve_repo(repo)
     policy = resolve_policy(settings)
@@ -165,7 +169,8 @@ def run_agent(
                     toolbox = ToolBox(sandbox, policy, verifier_command=verifier, cancel=cancel)
                     tools = SandboxTools(toolbox, policy)
                     agent = build_agent(
-                        spec, counter=probe.counter, model=client, tools=tools, acl=acl_of(policy), journal=observed,
+                        spec, counter=probe.counter, model=around_model(client), tools=tools, acl=acl_of(policy),
+                        journal=observed,
                         cost_of=lambda envelope: call_cost(envelope, price), cancel=cancel, on_turn=progress,
                     )
                     patches = PatchRecorder(sandbox, toolbox, recorder, run_id)
