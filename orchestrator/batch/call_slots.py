@@ -9,12 +9,15 @@ server can take the call.
 The limit is ``--replica-slots`` when given (0: none), otherwise what the
 engine says: llama.cpp's ``/props`` slot count, one for llama-cpp-python
 (its server runs one request at a time), none for an engine that does not say.
+A server tokenizer's requests take a slot too: llama-cpp-python answers them
+only between completions, so behind another run's call they would time out.
 """
 
 from __future__ import annotations
 
 import threading
 
+from orchestrator.context.tokenizer import TokenCounter
 from orchestrator.contract import ModelRequest
 from orchestrator.envelope import Envelope
 from orchestrator.model_client.provenance import EngineInfo
@@ -49,21 +52,25 @@ class CallSlots:
                 self.gates[replica] = threading.Semaphore(size) if size else None
             return self.gates[replica]
 
-    def around(self, replica: str, model: Model) -> Model:
-        return GatedModel(model, self, replica)
+    def around(self, replica: str, model: Model, counter: TokenCounter) -> tuple[Model, TokenCounter]:
+        """The run's model client and token counter, each waiting for a slot
+        of ``replica`` (sized now, from the engine the client probed)."""
+        engine_info = getattr(model, "engine_info", None)
+        gate = self.gate(replica, engine_info() if callable(engine_info) else None)
+        if gate is None:
+            return model, counter
+        remote = counter.name.startswith("server:")  # an offline tokenizer needs no slot
+        return GatedModel(model, gate), GatedCounter(counter, gate) if remote else counter
 
 
 class GatedModel:
     """The Model port, each call waiting for a free slot of its replica first."""
 
-    def __init__(self, model: Model, slots: CallSlots, replica: str) -> None:
-        self.model, self.slots, self.replica = model, slots, replica
+    def __init__(self, model: Model, gate: threading.Semaphore) -> None:
+        self.model, self.gate = model, gate
 
     def call(self, request: ModelRequest, *, cancel: threading.Event | None = None) -> Envelope:
-        engine_info = getattr(self.model, "engine_info", None)  # the client probed it already; cached
-        gate = self.slots.gate(self.replica, engine_info() if callable(engine_info) else None)
-        if gate is None:
-            return self.model.call(request, cancel=cancel)
+        gate = self.gate
         while not gate.acquire(timeout=WAIT_POLL_S):
             if cancel is not None and cancel.is_set():
                 return self.model.call(request, cancel=cancel)  # the client ends it CANCELED at once
@@ -71,3 +78,18 @@ class GatedModel:
             return self.model.call(request, cancel=cancel)
         finally:
             gate.release()
+
+
+class GatedCounter:
+    """A server tokenizer whose requests wait for a free slot of the replica."""
+
+    def __init__(self, counter: TokenCounter, gate: threading.Semaphore) -> None:
+        self.counter, self.gate = counter, gate
+
+    @property
+    def name(self) -> str:
+        return self.counter.name
+
+    def count(self, text: str) -> int:
+        with self.gate:
+            return self.counter.count(text)

@@ -22,6 +22,7 @@ from orchestrator.batch.errors import RepoError
 from orchestrator.batch.repos import prepare_repo
 from orchestrator.batch.start_deadline import BoundedStart
 from orchestrator.batch.tasks import BatchTask
+from orchestrator.context.tokenizer import TokenCounter
 from orchestrator.contract import Frozen
 from orchestrator.errors import ConfigError, EscrowError
 from orchestrator.launch import RunRequest, run_agent
@@ -107,7 +108,8 @@ class Heartbeat:
 def run_attempt(
     store: Store, settings: Settings, batch_id: str, task: BatchTask, *, tasks_dir: Path, model_url: str,
     deadlines: Deadlines | None = None, admitted: Callable[[], None] = lambda: None,
-    replica: str | None = None, around_model: Callable[[Model], Model] = lambda model: model,
+    replica: str | None = None,
+    around_model: Callable[[Model, TokenCounter], tuple[Model, TokenCounter]] = lambda m, c: (m, c),
 ) -> AttemptResult:
     """Run ``task`` once and record the attempt. ``admitted`` is called once the
     sandbox is up (before the first model call) or the attempt is over, whichever is first."""

@@ -10,13 +10,20 @@ import threading
 import pytest
 
 from orchestrator.batch.call_slots import CallSlots, engine_slots
+from orchestrator.context.tokenizer import TiktokenCounter
 from orchestrator.contract import Message, ModelRequest
 from orchestrator.envelope import Status
 from orchestrator.fault_server import Reply
 from orchestrator.model_client.client import ModelClient
 from orchestrator.model_client.provenance import EngineInfo
+from orchestrator.ports import Model
 
 REPLICA = "replica-a"
+OFFLINE = TiktokenCounter("cl100k_base")
+
+
+def gated(slots: CallSlots, client: ModelClient) -> Model:
+    return slots.around(REPLICA, client, OFFLINE)[0]
 
 
 def ask() -> ModelRequest:
@@ -46,7 +53,7 @@ def test_calls_in_flight_never_exceed_the_limit(fault_server, limit):
 
     def one() -> None:
         with ModelClient(fault_server.base_url) as client:
-            envelopes.append(slots.around(REPLICA, client).call(ask()))
+            envelopes.append(gated(slots, client).call(ask()))
 
     threads = [threading.Thread(target=one) for _ in range(calls)]
     for thread in threads:
@@ -72,14 +79,14 @@ def test_without_a_known_slot_count_calls_are_not_held(fault_server):
 
     def slow() -> None:
         with ModelClient(fault_server.base_url) as client:
-            results.append(slots.around(REPLICA, client).call(ask(), cancel=release))
+            results.append(gated(slots, client).call(ask(), cancel=release))
 
     first = threading.Thread(target=slow)
     first.start()
     while not fault_server.requests:  # the first call is at the server, stalled
         threading.Event().wait(0.05)
     with ModelClient(fault_server.base_url) as client:
-        second = slots.around(REPLICA, client).call(ask())
+        second = gated(slots, client).call(ask())
     release.set()
     first.join()
     assert second.status is Status.COMPLETED and second.payload.text == "y"
@@ -94,7 +101,7 @@ def test_a_call_cancelled_while_queued_is_never_sent(fault_server):
     def holder() -> None:
         with ModelClient(fault_server.base_url) as client:
             hold.set()
-            slots.around(REPLICA, client).call(ask(), cancel=stop_first)
+            gated(slots, client).call(ask(), cancel=stop_first)
 
     first = threading.Thread(target=holder)
     first.start()
@@ -104,8 +111,53 @@ def test_a_call_cancelled_while_queued_is_never_sent(fault_server):
     queued_cancel = threading.Event()
     queued_cancel.set()
     with ModelClient(fault_server.base_url) as client:
-        queued = slots.around(REPLICA, client).call(ask(), cancel=queued_cancel)
+        queued = gated(slots, client).call(ask(), cancel=queued_cancel)
     sent = len(fault_server.requests)
     stop_first.set()
     first.join()
     assert queued.status is Status.CANCELED and sent == 1
+
+
+class CountingTokenizer:
+    """A server-tokenizer stand-in that records how many counts run at once."""
+
+    name = "server:llama_cpp:gemma-3-270m"
+
+    def __init__(self) -> None:
+        self.lock, self.now, self.most = threading.Lock(), 0, 0
+        self.entered = threading.Event()
+
+    def count(self, text: str) -> int:
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        self.entered.set()
+        with self.lock:
+            self.now -= 1
+        return len(text)
+
+
+def test_a_server_tokenizer_waits_for_the_slot_a_call_holds(fault_server):
+    """llama-cpp-python answers a tokenize request only between completions: a
+    count is held while another run's call has the replica's one slot, and
+    goes through once that call ends."""
+    fault_server.script([Reply(text="x", delay_s=30.0)])
+    slots = CallSlots(1)
+    stop_call = threading.Event()
+    tokenizer = CountingTokenizer()
+    with ModelClient(fault_server.base_url) as client:
+        model, counter = slots.around(REPLICA, client, tokenizer)
+        assert slots.around(REPLICA, client, OFFLINE)[1] is OFFLINE  # offline counting needs no slot
+        call = threading.Thread(target=lambda: model.call(ask(), cancel=stop_call))
+        call.start()
+        while not fault_server.requests:
+            threading.Event().wait(0.05)
+        counted: list[int] = []
+        count = threading.Thread(target=lambda: counted.append(counter.count("four")))
+        count.start()
+        count.join(timeout=1.0)
+        held_while_calling = count.is_alive() and not tokenizer.entered.is_set()
+        stop_call.set()
+        call.join()
+        count.join()
+    assert held_while_calling and counted == [4] and counter.name == tokenizer.name
