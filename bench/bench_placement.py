@@ -1,126 +1,143 @@
 """Sticky compared with round-robin placement over two llama.cpp replicas:
 the prompt-processing time of a 10-run batch, measured side by side in one run.
 
-Two llama-cpp-python servers (the cached venv and Gemma 3 270M GGUF, as
-scripts/setup.sh starts the shared one; one thread each, on their own ports,
-started and stopped here) are the replicas. A batch of --runs trajectories,
-each --turns turns long and rendered by ContextAssembler as a real run's requests are
-(a stable prefix that grows each turn; every run its own task text), is
-replayed by --workers workers, one run at a time each:
+Replicas: two of llama.cpp's own ``llama-server`` (the binary scripts/setup.sh
+builds, Gemma 3 270M GGUF), started here on free ports, one thread each (the
+machine's two cores, one a replica). The server reports per response
+``timings.prompt_n`` (prompt tokens it evaluated), ``timings.cache_n`` (prompt
+tokens it reused from the slot's KV cache) and ``timings.prompt_ms``.
+
+Configuration, and why it is the one a real fleet has:
+- ``--parallel S`` with S = ceil(runs / 2): as many slots as the runs sticky
+  placement puts on a replica, and the batch's runs all in flight at once
+  (one worker a run). A slot keeps its last prompt's KV cache, so with
+  affinity every run's prefix stays warm in its own slot.
+- ``--cache-ram 0``: no host-memory prompt cache behind the slots. A
+  replica's cache is then its KV cache only, as a real server's is sized:
+  for the runs it serves, not for the whole fleet's. Without affinity every
+  replica would need every run's prefix, twice the slots it has; with
+  affinity each keeps only its own runs'.
+- ``--swa-full``: a full-size cache for Gemma 3's sliding-window layers, so
+  any common prefix is reusable, also one that diverges mid-prompt. Without
+  it llama.cpp can reuse little after a divergence, which would only hurt
+  round-robin; this keeps the comparison conservative.
+- ``--ctx-size S * slot_ctx``: each slot holds a whole trajectory's prompt.
+- ``id_slot`` on every request: each run is pinned to one slot of the
+  replica it lands on. Left to itself, this llama-server build sends a
+  request to the slot whose cached prompt shares the longest prefix with it,
+  and waits for that slot when it is busy; with a system prompt shared by
+  every run that is one slot for all of a replica's runs, one request at a
+  time, each evicting the last (seen in the server log: only slot 1 used).
+  Sticky: the runs on a replica take its slots 0..S-1. Round-robin: run r
+  keeps slot r // 2 on both replicas, the best a balancer without affinity
+  can do with S slots for 2S runs: runs 2k and 2k+1 take turns in slot k.
+- ``--threads-http S + 2``: every slot's request is read at once.
+
+The batch: --runs trajectories of --turns turns, rendered by ContextAssembler
+as a run's requests are: the same system prompt for every run (Escrow's own),
+each run its task, then per turn the assistant's step and a tool output of
+--observation-lines lines of a file unique to the run (3 lines and the step:
+about 160 prompt tokens a turn). Each
+request asks for one output token (``max_tokens=1``), so a request's time is
+prompt processing.
 
   sticky       each run gets a replica from the batch's ReplicaPool (least
-               loaded) and keeps it for its whole trajectory
-  round-robin  a run's requests alternate between the replicas, as a
-               load balancer without affinity spreads one client's requests
-               (a global request counter shared by the workers can fall
-               into step with them and stay on one replica by chance: with
-               2 workers it switched only 2 of 12 times)
+               loaded: 5 and 5) and keeps it for its whole trajectory
+  round-robin  a run's requests alternate between the replicas (request k of
+               run r goes to replica (r + k) mod 2), as a load balancer
+               without affinity spreads one client's requests
 
-Each request asks for one output token, so its time is essentially prompt
-processing. llama-cpp-python keeps one prefix (the previous request's) per
-server, so --workers equal to the number of replicas is the shape in which
-stickiness can keep every cache warm. Printed: total prompt-processing time
-per arm, requests that landed on another replica than the run's previous
-one, prompt tokens, and the ratio.
+Each arm starts fresh replicas, so nothing is cached from the other arm.
+Printed per arm: the batch's wall time (all of it prompt processing), the
+summed server ``prompt_ms``, prompt tokens evaluated and reused, and the
+round-robin / sticky ratios.
 
-    .venv/bin/python bench/bench_placement.py [--runs 10] [--turns 8] [--ports 8091 8092]
+    .venv/bin/python bench/bench_placement.py [--runs 10] [--turns 8] [--observation-lines 3]
 """
 
 from __future__ import annotations
 
 import argparse
-import queue
-import subprocess
+import sys
+import tempfile
 import threading
 import time
-import uuid
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 
-from orchestrator.batch.placement import ReplicaPool
-from orchestrator.context import Budget, ContextAssembler, TiktokenCounter
-from orchestrator.contract import Message
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.llama_server
+from orchestrator.batch.placement import ReplicaPool  # noqa: E402
+from orchestrator.context import Budget, ContextAssembler, TiktokenCounter  # noqa: E402
+from orchestrator.contract import Message  # noqa: E402
+from orchestrator.runspec import SYSTEM_PROMPT  # noqa: E402
+from tests.llama_server import available, llama_server  # noqa: E402
 
-LLAMA_VENV = Path("/var/cache/escrow/llama-venv")
-MODEL = Path("/var/cache/escrow/models/gemma-3-270m-q4_k_m.gguf")
-PREAMBLE = ("You are a coding agent in a sandboxed copy of a Python repository. Each turn, propose one "
-            "shell command, read its output, and continue until the test suite passes. ") * 4
-
-
-def start_replicas(ports: list[int], n_ctx: int) -> list[subprocess.Popen]:
-    procs = [subprocess.Popen(
-        [str(LLAMA_VENV / "bin/python"), "-m", "llama_cpp.server", "--model", str(MODEL), "--model_alias",
-         "gemma-3-270m", "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", "1",
-         "--chat_format", "gemma", "--verbose", "False", "--interrupt_requests", "False"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for port in ports]
-    for port in ports:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit(f"llama.cpp replica on port {port} did not start")
-            time.sleep(1)
-    return procs
+REPLICAS = 2
 
 
-def requests_of(run: int, turns: int, n_ctx: int, nonce: str) -> list[dict]:
-    ctx = ContextAssembler(system=f"Session {nonce}-{run}.\n{PREAMBLE}", task=f"Make test suite {run} pass.", tools=(),
-                  budget=Budget(s_max=n_ctx, k_max=8), counter=TiktokenCounter("cl100k_base"), system_role="user")
+def observation(run: int, turn: int, count: int) -> str:
+    """A tool output unique to the run: a numbered excerpt of one of its files."""
+    lines = [f"{n:>4}  def check_{run}_{turn}_{n}(value): return value * {n + run} - {turn}"
+             for n in range(1, count + 1)]
+    return f"$ sed -n 1,{len(lines)}p src/pkg{run}/mod{turn}.py\n" + "\n".join(lines)
+
+
+def requests_of(run: int, turns: int, slot_ctx: int, observation_lines: int) -> list[dict]:
+    ctx = ContextAssembler(system=SYSTEM_PROMPT, task=f"Task {run}: make tests/test_pkg{run}.py pass.", tools=(),
+                           budget=Budget(s_max=slot_ctx, k_max=8), counter=TiktokenCounter("cl100k_base"),
+                           system_role="user")
     bodies = []
     for turn in range(turns):
         if turn:
             ctx.append([
-                Message(role="assistant", content=f"Step {turn}: run `pytest -x tests/test_mod{turn}.py`."),
-                Message(role="user", content=f"tests/test_mod{turn}.py::test_parse FAILED: expected {turn * 17} "
-                                             f"got {turn * 17 + 1}; src/mod{turn}.py line {turn * 3} returns raw"),
-            ], turn=turn, elidable=[False, True])
-        rendered = ctx.render(turn=turn, turns_left=turns - turn)
-        bodies.append(rendered.build_request(model="gemma-3-270m", stream=False, max_tokens=1).wire_body())
+                Message(role="assistant", content=f"Step {turn}: read src/pkg{run}/mod{turn}.py."),
+                Message(role="user", content=observation(run, turn, observation_lines)),
+            ], turn=turn, elidable=[False, False])
+        rendered = ctx.render(turn=turn, turns_left=None)
+        body = rendered.build_request(model="gemma-3-270m", stream=False, max_tokens=1).wire_body()
+        bodies.append(body | {"temperature": 0.0})
     return bodies
 
 
-def one_arm(urls: list[str], runs: list[list[dict]], workers: int, sticky: bool) -> dict[str, float]:
-    todo: queue.Queue[int] = queue.Queue()
-    for index in range(len(runs)):
-        todo.put(index)
+def one_arm(urls: list[str], runs: list[list[dict]], sticky: bool) -> dict[str, float]:
     pool, lock = ReplicaPool(urls), threading.Lock()
-    out = {"seconds": 0.0, "switches": 0, "prompt_tokens": 0, "requests": 0}
+    out = {"prompt_ms": 0.0, "evaluated": 0, "reused": 0, "requests": 0, "switches": 0}
+    failures: list[BaseException] = []
+    # Sticky: the pool places the runs in order (least loaded: 5 and 5), each run its own slot there.
+    # Round-robin has no home; run r keeps slot r // 2 on both replicas, so each slot serves two runs.
+    homes = [pool.acquire() if sticky else None for _ in runs]
+    slots = [homes[:index].count(home) if sticky else index // len(urls) for index, home in enumerate(homes)]
 
-    def worker() -> None:
-        with httpx.Client(timeout=600) as http:
-            while True:
-                try:
-                    index = todo.get_nowait()
-                except queue.Empty:
-                    return
-                mine = pool.acquire() if sticky else None
+    def run(index: int) -> None:
+        try:
+            with httpx.Client(timeout=1800) as http:
+                mine = homes[index]
                 previous = None
                 for turn, body in enumerate(runs[index]):
                     url = mine or urls[(index + turn) % len(urls)]
-                    started = time.perf_counter()
-                    response = http.post(f"{url}/v1/chat/completions", json=body)
-                    spent = time.perf_counter() - started
+                    response = http.post(f"{url}/v1/chat/completions", json=body | {"id_slot": slots[index]})
                     response.raise_for_status()
+                    timings = response.json()["timings"]
                     with lock:
-                        out["seconds"] += spent
+                        out["prompt_ms"] += timings["prompt_ms"]
+                        out["evaluated"] += timings["prompt_n"]
+                        out["reused"] += timings["cache_n"]
                         out["requests"] += 1
                         out["switches"] += previous is not None and url != previous
-                        out["prompt_tokens"] += (response.json().get("usage") or {}).get("prompt_tokens", 0)
                     previous = url
-                if mine:
-                    pool.release(mine)
+        except BaseException as exc:  # reported after the join: a failed arm must not print a ratio
+            failures.append(exc)
 
     started = time.perf_counter()
-    threads = [threading.Thread(target=worker) for _ in range(workers)]
+    threads = [threading.Thread(target=run, args=(index,)) for index in range(len(runs))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    if failures:
+        raise SystemExit(f"{len(failures)} run(s) failed: {failures[0]!r}")
     out["wall"] = time.perf_counter() - started
     return out
 
@@ -129,32 +146,37 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--turns", type=int, default=8)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--ports", type=int, nargs=2, default=[8091, 8092])
-    parser.add_argument("--n-ctx", type=int, default=8192)
+    parser.add_argument("--observation-lines", type=int, default=3)
+    parser.add_argument("--slot-ctx", type=int, default=4096)
+    parser.add_argument("--logs", type=Path, help="keep the replicas' logs in this folder")
     args = parser.parse_args()
-    procs = start_replicas(args.ports, args.n_ctx)
-    try:
-        urls = [f"http://127.0.0.1:{port}" for port in args.ports]
-        results = {}
+    if not available():
+        raise SystemExit("llama-server or the Gemma GGUF is missing: run scripts/setup.sh escrow_setup_llama_server")
+    slots = -(-args.runs // REPLICAS)
+    runs = [requests_of(r, args.turns, args.slot_ctx, args.observation_lines) for r in range(args.runs)]
+    flags = ("--cache-ram", "0", "--swa-full", "--threads-http", str(slots + 2))
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        logs = args.logs or Path(tmp)
+        logs.mkdir(parents=True, exist_ok=True)
         for name, sticky in (("sticky", True), ("round-robin", False)):
-            nonce = uuid.uuid4().hex[:10]  # each arm its own prompts: nothing cached from the other arm
-            runs = [requests_of(r, args.turns, args.n_ctx, nonce) for r in range(args.runs)]
-            results[name] = one_arm(urls, runs, args.workers, sticky)
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(timeout=30)
-    print(f"{args.runs} runs x {args.turns} turns, {args.workers} workers, 2 llama.cpp replicas (Gemma 3 270M, "
-          f"1 thread each), 1 output token a request")
-    print(f"{'placement':<12} {'prompt-proc s':>14} {'wall s':>8} {'requests':>9} {'replica switches':>17} "
-          f"{'prompt tokens':>14}")
+            with ExitStack() as replicas:  # fresh replicas per arm: nothing cached from the other arm
+                urls = [replicas.enter_context(llama_server(
+                    logs / f"{name}-{i}.log", context=slots * args.slot_ctx, parallel=slots, threads=1,
+                    extra=flags)) for i in range(REPLICAS)]
+                results[name] = one_arm(urls, runs, sticky)
+    print(f"{args.runs} runs x {args.turns} turns (all runs at once), a {args.observation_lines}-line file excerpt "
+          f"a turn; {REPLICAS} llama-server replicas (Gemma 3 270M, 1 thread, {slots} slots, "
+          f"{' '.join(flags)}); 1 output token a request")
+    print(f"{'placement':<12} {'batch wall s':>12} {'prompt_ms sum s':>16} {'tokens evaluated':>17} "
+          f"{'tokens reused':>14} {'requests':>9} {'replica switches':>17}")
     for name, r in results.items():
-        print(f"{name:<12} {r['seconds']:>14.1f} {r['wall']:>8.1f} {r['requests']:>9} {r['switches']:>17} "
-              f"{r['prompt_tokens']:>14,}")
-    print(f"prompt-processing time, round-robin / sticky: "
-          f"{results['round-robin']['seconds'] / results['sticky']['seconds']:.2f}x")
+        print(f"{name:<12} {r['wall']:>12.1f} {r['prompt_ms'] / 1000:>16.1f} {r['evaluated']:>17,} "
+              f"{r['reused']:>14,} {r['requests']:>9} {r['switches']:>17}")
+    rr, st = results["round-robin"], results["sticky"]
+    print(f"round-robin / sticky: batch prompt-processing (wall) {rr['wall'] / st['wall']:.2f}x, "
+          f"summed prompt_ms {rr['prompt_ms'] / st['prompt_ms']:.2f}x, "
+          f"tokens evaluated {rr['evaluated'] / st['evaluated']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -43,6 +43,8 @@ def batch(
     resume: str = typer.Option(None, "--resume", help="Rerun the tasks of BATCH that have no model verdict yet."),
     workers: int = typer.Option(4, "--workers", min=1, max=256, help="Runs at once, each in its own sandbox."),
     start_slots: int = typer.Option(2, "--start-slots", min=1, help="Sandboxes starting at once."),
+    replica_slots: int = typer.Option(None, "--replica-slots", min=0, help="Model calls in flight per replica "
+                                      "(default: the engine's slots when it says; 0: no limit)."),
     infra_retries: int = typer.Option(2, "--infra-retries", min=0, help="Retries of an infrastructure failure."),
     task_timeout: float = typer.Option(1800.0, "--task-timeout", min=1, help="Seconds for a whole task."),
     start_timeout: float = typer.Option(300.0, "--start-timeout", min=1,
@@ -96,7 +98,8 @@ def batch(
         raise ConfigError("--address HOST:PORT goes with --executor ray, and only with it")
     if (target is None) == (resume is None):
         raise ConfigError("give a task file or --resume BATCH (not both)")
-    options = PoolOptions(workers=workers, start_slots=start_slots, infra_retries=infra_retries,
+    options = PoolOptions(workers=workers, start_slots=start_slots, replica_slots=replica_slots,
+                          infra_retries=infra_retries,
                           deadlines=Deadlines(task_s=task_timeout, start_s=start_timeout, lease_s=lease))
     err = Console(stderr=True)
     with Store.open(settings.store_url) as store:

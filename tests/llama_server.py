@@ -11,7 +11,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -35,14 +35,16 @@ def free_port() -> int:
 
 
 @contextmanager
-def llama_server(log_path: Path, *, context: int = CONTEXT, startup_s: float = 300.0) -> Iterator[str]:
-    """Yield the root URL (no ``/v1``) of a one-slot llama-server on the
-    Gemma 3 270M GGUF; stop it (its whole process group) afterwards."""
+def llama_server(log_path: Path, *, context: int = CONTEXT, startup_s: float = 300.0, parallel: int = 1,
+                 threads: int = 2, extra: Sequence[str] = ()) -> Iterator[str]:
+    """Yield the root URL (no ``/v1``) of a llama-server on the Gemma 3 270M
+    GGUF (one slot unless ``parallel``; ``context`` is shared by the slots;
+    ``extra`` flags go last); stop it (its whole process group) afterwards."""
     port = free_port()
     log = log_path.open("wb")
     process = subprocess.Popen(
         [str(BINARY), "--model", str(MODEL), "--host", "127.0.0.1", "--port", str(port), "--ctx-size", str(context),
-         "--parallel", "1", "--threads", "2", "--alias", "gemma-3-270m", "--no-webui"],
+         "--parallel", str(parallel), "--threads", str(threads), "--alias", "gemma-3-270m", "--no-webui", *extra],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"

@@ -8,8 +8,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
+from orchestrator.batch.call_slots import CallSlots
 from orchestrator.batch.placement import NoReplica, ReplicaPool
 from orchestrator.batch.runner import INFRASTRUCTURE_FAILURE, AttemptResult, Deadlines, run_attempt
 from orchestrator.batch.tasks import BatchTask
@@ -22,6 +24,7 @@ from store import batches as bstore
 class PoolOptions(Frozen):
     workers: int = 4
     start_slots: int = 2
+    replica_slots: int | None = None  # model calls in flight per replica; None: what the engine says
     infra_retries: int = 2
     deadlines: Deadlines = Deadlines()
 
@@ -56,7 +59,9 @@ class StartSlot:
 def run_task_with_retries(
     store: Store, settings: Settings, batch_id: str, task: BatchTask, *, tasks_dir: Path, replicas: ReplicaPool,
     options: PoolOptions, starts: threading.Semaphore, on_attempt: Callable[[AttemptResult], None],
+    calls: CallSlots | None = None,
 ) -> AttemptResult:
+    calls = calls or CallSlots(options.replica_slots)
     result: AttemptResult | None = None
     for _ in range(1 + options.infra_retries):
         starts.acquire()
@@ -68,7 +73,8 @@ def run_task_with_retries(
         slot = StartSlot(starts)
         try:
             result = run_attempt(store, settings, batch_id, task, tasks_dir=tasks_dir, model_url=url,
-                                 deadlines=options.deadlines, admitted=slot.release, replica=url)
+                                 deadlines=options.deadlines, admitted=slot.release, replica=url,
+                                 around_model=partial(calls.around, url))
         finally:
             replicas.release(url)
             slot.release()  # also when the attempt failed before its run (the store away): no slot is lost
@@ -87,8 +93,10 @@ def run_pool(
 ) -> list[AttemptResult]:
     replicas = ReplicaPool(model_urls)
     starts = threading.Semaphore(options.start_slots)
+    calls = CallSlots(options.replica_slots)
     with ThreadPoolExecutor(max_workers=options.workers, thread_name_prefix="batch") as pool:
         futures = [pool.submit(run_task_with_retries, store, settings, batch_id, task, tasks_dir=tasks_dir,
-                               replicas=replicas, options=options, starts=starts, on_attempt=on_attempt)
+                               replicas=replicas, options=options, starts=starts, on_attempt=on_attempt,
+                               calls=calls)
                    for task in tasks]
         return [f.result() for f in futures]

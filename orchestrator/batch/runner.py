@@ -22,10 +22,13 @@ from orchestrator.batch.errors import RepoError
 from orchestrator.batch.repos import prepare_repo
 from orchestrator.batch.start_deadline import BoundedStart
 from orchestrator.batch.tasks import BatchTask
+from orchestrator.context.tokenizer import TokenCounter
 from orchestrator.contract import Frozen
 from orchestrator.errors import ConfigError, EscrowError
 from orchestrator.launch import RunRequest, run_agent
+from orchestrator.ports import Model
 from orchestrator.settings import Settings
+from sandbox import Sandbox
 from store import Store
 from store import batches as bstore
 
@@ -106,9 +109,10 @@ def run_attempt(
     store: Store, settings: Settings, batch_id: str, task: BatchTask, *, tasks_dir: Path, model_url: str,
     deadlines: Deadlines | None = None, admitted: Callable[[], None] = lambda: None,
     replica: str | None = None,
+    around_model: Callable[[Model, TokenCounter], tuple[Model, TokenCounter]] = lambda m, c: (m, c),
 ) -> AttemptResult:
     """Run ``task`` once and record the attempt. ``admitted`` is called once the
-    sandbox is up (the first turn ended) or the attempt is over, whichever is first."""
+    sandbox is up (before the first model call) or the attempt is over, whichever is first."""
     deadlines = deadlines or Deadlines()
     attempt_id = bstore.start_attempt(store, batch_id, task.id, replica=replica)
     heartbeat = Heartbeat(store, deadlines.lease_s)
@@ -122,6 +126,13 @@ def run_attempt(
             released.set()
             admitted()
 
+    bounded = BoundedStart(deadlines.start_s)
+
+    def start_sandbox(*args: object, **kwargs: object) -> Sandbox:
+        sandbox = bounded(*args, **kwargs)
+        admit()  # up: the next start may begin while this run waits on the model
+        return sandbox
+
     def started(run_id: str) -> None:
         bstore.note_run(store, attempt_id, run_id)
         heartbeat.started(run_id)
@@ -133,8 +144,8 @@ def run_attempt(
                 timer.start()
                 outcome = run_agent(task_settings(settings, task, model_url),
                                     RunRequest(task=task.task, repo=repo, verify=task.verify),
-                                    progress=admit, cancel=cancel, on_start=started,
-                                    start_sandbox=BoundedStart(deadlines.start_s))
+                                    cancel=cancel, on_start=started, start_sandbox=start_sandbox,
+                                    around_model=around_model)
             except (RepoError, ConfigError) as exc:
                 return _finish(store, attempt_id, task, TASK_ERROR, heartbeat.run_id, None, exc)
             except Exception as exc:  # the run could not happen: infrastructure, retried by the executor

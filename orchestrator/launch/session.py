@@ -16,6 +16,7 @@ from pathlib import Path
 import structlog
 
 from orchestrator.agent import RunResult, Verdict
+from orchestrator.context.tokenizer import TokenCounter
 from orchestrator.contract import Frozen
 from orchestrator.envelope import Envelope
 from orchestrator.launch.compose import ModelProbe, make_spec, open_store, resolve_policy, resolve_repo
@@ -23,6 +24,7 @@ from orchestrator.limits import Tally
 from orchestrator.model_client.client import ModelClient
 from orchestrator.observer import ObservedJournal, RunObserver
 from orchestrator.perimeter import acl_of
+from orchestrator.ports import Model
 from orchestrator.runspec import build_agent
 from orchestrator.settings import Settings
 from orchestrator.toolset import tool_specs
@@ -118,11 +120,14 @@ def run_agent(
     settings: Settings, request: RunRequest, *, progress: Progress | None = None,
     cancel: threading.Event | None = None, observer: RunObserver | None = None,
     on_start: Callable[[str], None] | None = None, start_sandbox: Callable[..., Sandbox] = Sandbox.start,
+    around_model: Callable[[Model, TokenCounter], tuple[Model, TokenCounter]] = lambda m, c: (m, c),
 ) -> RunOutcome:
     """Run the agent once. Raises typed errors (ConfigError, SandboxError,
     StoreError) for what fails before the run is recorded; after that every
     ending is a recorded verdict. ``start_sandbox`` stands in for
-    ``Sandbox.start`` (a batch bounds it with its start deadline)."""
+    ``Sandbox.start`` (a batch bounds it with its start deadline);
+    ``around_model`` wraps the model client and the token counter (a batch
+    holds their requests to a replica's slot count)."""
     task, repo, verifier, apply = request.task, request.repo, request.verify, request.apply
     repo_path = resolve_repo(repo)
     policy = resolve_policy(settings)
@@ -164,8 +169,10 @@ def run_agent(
                 with verdict_on_failure(recorder, run_id):
                     toolbox = ToolBox(sandbox, policy, verifier_command=verifier, cancel=cancel)
                     tools = SandboxTools(toolbox, policy)
+                    model, counter = around_model(client, probe.counter)
                     agent = build_agent(
-                        spec, counter=probe.counter, model=client, tools=tools, acl=acl_of(policy), journal=observed,
+                        spec, counter=counter, model=model, tools=tools, acl=acl_of(policy),
+                        journal=observed,
                         cost_of=lambda envelope: call_cost(envelope, price), cancel=cancel, on_turn=progress,
                     )
                     patches = PatchRecorder(sandbox, toolbox, recorder, run_id)
