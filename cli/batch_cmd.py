@@ -73,7 +73,8 @@ def batch(
     \b
     escrow batch TASKS.jsonl --workers 4   start a batch
     escrow batch TASKS.jsonl --executor ray --address HOST:PORT --db PG_URL
-    escrow batch --resume BATCH            rerun tasks without a model verdict
+    escrow batch --resume BATCH            rerun tasks without a model verdict,
+                                           with the run flags it started with
     escrow batch status BATCH [--json]     where it stands
     escrow batch report BATCH [--json]     pass rate, cost, tokens, failures
     escrow batch report BATCH --html FILE  the same as one HTML page
@@ -82,11 +83,12 @@ def batch(
     not), 1 when some did not (infrastructure or task errors: resume them),
     2 for a usage error, 3 when the store went away mid-batch (resume it
     once the store is back)."""
-    settings = load_settings(
-        config, db_url=db, model_url=model_url[0] if model_url else None, model=model, max_turns=max_turns,
-        max_output_tokens=max_tokens, context_window=context_window, tool_protocol=tool_protocol,
-        system_role=system_role, tokenizer=tokenizer, stream=stream,
-    )
+    given = {name: value for name, value in {
+        "model_url": model_url[0] if model_url else None, "model": model, "max_turns": max_turns,
+        "max_output_tokens": max_tokens, "context_window": context_window, "tool_protocol": tool_protocol,
+        "system_role": system_role, "tokenizer": tokenizer, "stream": stream,
+    }.items() if value is not None}
+    settings = load_settings(config, db_url=db, **given)
     if target in VIEWS:
         if not batch_ref:
             raise ConfigError(f"escrow batch {target} needs a batch id")
@@ -107,9 +109,11 @@ def batch(
             batch_id = _resolve(store, resume)
             bstore.abandon_started(store, batch_id, verdict=INFRASTRUCTURE_FAILURE,
                                    error="the batch's driver ended before this attempt did; resumed")
+            recorded, _ = pending_tasks(store, batch_id)
             if executor is None:  # where the batch was started, as recorded with it
-                recorded, _ = pending_tasks(store, batch_id)
                 executor, address = recorded.executor, recorded.address
+            # The run settings it started with, under the flags given now.
+            settings = load_settings(config, db_url=db, **{**recorded.run_settings, **given})
         if address is not None:
             require_shared_store(store, address)  # before a batch is recorded
         if resume is None:
@@ -118,7 +122,7 @@ def batch(
                 err.print(f"[yellow]skipped[/] {escape(task_file.path)} {escape(message)}", highlight=False)
             plan = BatchPlan(tasks_dir=str(Path(target).resolve().parent),
                              model_urls=tuple(model_url or [settings.model_url]), options=options,
-                             executor=executor or "local", address=address)
+                             executor=executor or "local", address=address, run_settings=given)
             batch_id = start_batch(store, task_file, plan)
         err.print(f"batch [bold]{batch_id}[/]" + (f" on Ray at {escape(address)}" if address else ""))
         _, pending = pending_tasks(store, batch_id)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from pydantic import Field
+
 from orchestrator.batch.errors import BatchNotFound, StoreLost
 from orchestrator.batch.pool import PoolOptions, run_pool
 from orchestrator.batch.runner import AttemptResult
@@ -25,6 +27,10 @@ class BatchPlan(Frozen):
     options: PoolOptions
     executor: str = "local"  # or "ray", at ``address``
     address: str | None = None
+    run_settings: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    """The run settings given as flags when the batch started (model, context
+    window, turn and token limits...): a resume applies them again, under any
+    flag it is given itself."""
 
 
 def start_batch(store: Store, task_file: TaskFile, plan: BatchPlan) -> str:

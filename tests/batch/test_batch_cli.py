@@ -89,7 +89,8 @@ def test_kill_9_of_the_driver_then_resume_counts_every_task_once(tmp_path, fault
     done_before = {a.task_id for a in before if a.outcome == bstore.MODEL}
     for task_id in set(tasks) - done_before:  # the killed runs consumed part of their scripts
         fault_server.script_for(task_id, fix_scripts[task_id])
-    resumed = escrow(home, "batch", "--resume", batch_id[:8], *common)
+    # Without the run flags: the resume applies the ones the batch started with.
+    resumed = escrow(home, "batch", "--resume", batch_id[:8], "--workers", "2", "--json")
     out, err = resumed.communicate(timeout=900)
     assert resumed.returncode == 0, err
     assert "Traceback" not in err
