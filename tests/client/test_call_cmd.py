@@ -92,7 +92,8 @@ def test_fault_server_cli_serves_a_script_until_interrupted(tmp_path):
         assert json.loads(call.stdout)["payload"]["text"] == "from the cli server"
     finally:
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=15)
+        # Generous: the test is that SIGINT ends it cleanly, not how fast (once >15 s in a loaded full run).
+        _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0 and "Traceback" not in err
 
 
