@@ -21,14 +21,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import func, select, text
 from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).parent))
+from bench_report import timed  # noqa: E402  (best of N, one definition for both report benches)
 from store_generator import generate_sql  # noqa: E402
 from throwaway_postgres import throwaway_postgres  # noqa: E402
 
@@ -41,15 +40,6 @@ from store.reports import query_plans  # noqa: E402
 from store.reports.aggregate_query import totals_query  # noqa: E402
 
 WINDOWS = (("7d", 7), ("30d", 30), ("all", None))
-
-
-def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
-    best, result = float("inf"), None
-    for _ in range(repeat):
-        started = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - started)
-    return best, result
 
 
 def as_schema7(url: str) -> None:
