@@ -145,7 +145,8 @@ def _run_with_progress(store: Store, settings: Settings, batch_id: str, total: i
         ticker = threading.Thread(target=tick, daemon=True)
         ticker.start()
         try:
-            run(store, settings, batch_id, on_attempt=progress.attempt, options=options)
+            run(store, settings, batch_id, on_attempt=progress.attempt, options=options,
+                on_stopping=lambda: err.print("[yellow]Ctrl-C[/]: canceling the runs in flight, starting no more"))
         finally:
             finished.set()
             ticker.join()
@@ -187,7 +188,7 @@ def _render(report: BatchReport, as_json: bool, *, full: bool = True) -> None:
     typer.echo(f"tasks {report.n_tasks} · done {report.done} · passed {report.passed} ({rate}) · running "
                f"{report.running} · not started {report.not_started} · infrastructure failures "
                f"{report.infra_failures} (sandbox start timeouts {report.start_timeouts}) · task errors "
-               f"{report.task_errors}")
+               f"{report.task_errors}" + (f" · interrupted {report.interrupted}" if report.interrupted else ""))
     times = " · ".join(f"{k} {v:.1f}s" for k, v in (("p50", report.p50_s), ("p95", report.p95_s)) if v is not None)
     typer.echo(f"cost ${report.cost_usd:.4f} · tokens {report.tokens:,}" + (f" · {times}" if times else ""))
     if report.verdicts:

@@ -32,7 +32,8 @@ The one tree (exit code in brackets)::
     ├── SandboxError [71]            sandbox/errors.py
     │   ├── DaemonUnavailable [69], ImageMissing [67], ImageBuildError [70], ExecError [71]
     │   └── WorkspaceError [71]: ExportRefused, GitTimeout [71], ApplyRefused [77]
-    └── TaskFileError, TaskRowError, RepoError, BatchNotFound, RayUnavailable [2]   orchestrator/batch/errors.py
+    ├── TaskFileError, TaskRowError, RepoError, BatchNotFound, RayUnavailable [2]   orchestrator/batch/errors.py
+    └── BatchInterrupted [130]       orchestrator/batch/errors.py: Ctrl-C stopped a batch
 
 Model-call failures are *not* exceptions: the client turns every outcome into an
 Envelope with a Status, so that the loop routes on data rather than on ``except``.

@@ -23,6 +23,7 @@ from store.tables import Run, table_of
 MODEL = "model"
 INFRASTRUCTURE = "infrastructure"
 STARTED = "started"
+INTERRUPTED = "interrupted"  # Ctrl-C ended it: not a verdict; --resume reruns the task
 
 B = table_of(BatchRow)
 BT = table_of(BatchTaskRow)
@@ -202,11 +203,13 @@ def settle_lost(store: Store, batch_id: str, task_id: str, *, after: int, verdic
     return AttemptView(**{k: row[k] for k in AttemptView.model_fields})
 
 
-def abandon_started(store: Store, batch_id: str, *, verdict: str, error: str) -> int:
+def abandon_started(store: Store, batch_id: str, *, verdict: str | None, error: str,
+                    outcome: str = INFRASTRUCTURE) -> int:
     """Attempts a driver left ``started`` when it died become infrastructure
-    failures before ``--resume``: fenced, so a worker of that driver still
-    running cannot later record a second verdict for its task."""
+    failures before ``--resume`` (or ``interrupted`` ones, when Ctrl-C stopped
+    it): fenced, so a worker of that driver still running cannot later record
+    a second verdict for its task."""
     with store.write() as conn:
         done = conn.execute(update(BA).where((BA.c.batch_id == batch_id) & (BA.c.outcome == STARTED)).values(
-            outcome=INFRASTRUCTURE, verdict=verdict, error=error, finished_at=time.time()))
+            outcome=outcome, verdict=verdict, error=error, finished_at=time.time()))
     return int(done.rowcount)

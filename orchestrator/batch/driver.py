@@ -48,12 +48,14 @@ def pending_tasks(store: Store, batch_id: str) -> tuple[BatchPlan, list[BatchTas
 
 def run_batch(store: Store, settings: Settings, batch_id: str, *,
               on_attempt: Callable[[AttemptResult], None] = lambda r: None,
-              options: PoolOptions | None = None) -> list[AttemptResult]:
+              options: PoolOptions | None = None,
+              on_stopping: Callable[[], None] = lambda: None) -> list[AttemptResult]:
     """Run every task of the batch that has no model verdict yet."""
     plan, tasks = pending_tasks(store, batch_id)
     try:
         return run_pool(store, settings, batch_id, tasks, tasks_dir=Path(plan.tasks_dir),
-                        model_urls=list(plan.model_urls), options=options or plan.options, on_attempt=on_attempt)
+                        model_urls=list(plan.model_urls), options=options or plan.options, on_attempt=on_attempt,
+                        on_stopping=on_stopping)
     except StoreError as exc:
         raise StoreLost(
             f"{' '.join(str(exc).split())} -- batch {batch_id} stopped; once the store is back, finish it with "

@@ -1,9 +1,10 @@
 """Typed errors of batch runs (exit code 2: the user can fix them; 3, as
-any store error: the store went away)."""
+any store error: the store went away; 130: Ctrl-C)."""
 
 from __future__ import annotations
 
 from orchestrator.errors import EscrowError
+from orchestrator.exit_codes import ExitCode
 from store.errors import StoreError
 
 
@@ -36,3 +37,11 @@ class StoreLost(StoreError):
     """The store went away during a batch (exit code 3, as any store error):
     the batch stops; ``escrow batch --resume BATCH`` finishes it once the store
     is back, rerunning only the tasks without a model verdict."""
+
+
+class BatchInterrupted(EscrowError):
+    """Ctrl-C stopped the batch (exit code 130): its runs in flight ended
+    CANCELED and their attempts read ``interrupted``; ``escrow batch --resume
+    BATCH`` reruns every task without a model verdict."""
+
+    exit_code = ExitCode.INTERRUPTED

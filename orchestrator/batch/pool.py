@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from functools import partial
 from pathlib import Path
 
 from orchestrator.batch.call_slots import CallSlots
+from orchestrator.batch.errors import BatchInterrupted
 from orchestrator.batch.placement import NoReplica, ReplicaPool
 from orchestrator.batch.runner import INFRASTRUCTURE_FAILURE, AttemptResult, Deadlines, run_attempt
+from orchestrator.batch.stopping import BatchStop
 from orchestrator.batch.tasks import BatchTask
 from orchestrator.contract import Frozen
 from orchestrator.settings import Settings
@@ -59,12 +61,16 @@ class StartSlot:
 def run_task_with_retries(
     store: Store, settings: Settings, batch_id: str, task: BatchTask, *, tasks_dir: Path, replicas: ReplicaPool,
     options: PoolOptions, starts: threading.Semaphore, on_attempt: Callable[[AttemptResult], None],
-    calls: CallSlots | None = None,
-) -> AttemptResult:
-    calls = calls or CallSlots(options.replica_slots)
+    calls: CallSlots | None = None, stop: BatchStop | None = None,
+) -> AttemptResult | None:
+    """The task's last attempt; None when the batch stopped before it had one."""
+    calls, stop = calls or CallSlots(options.replica_slots), stop or BatchStop()
     result: AttemptResult | None = None
     for _ in range(1 + options.infra_retries):
         starts.acquire()
+        if stop.stopped:
+            starts.release()
+            break
         try:
             url = replicas.acquire()
         except NoReplica:
@@ -74,7 +80,7 @@ def run_task_with_retries(
         try:
             result = run_attempt(store, settings, batch_id, task, tasks_dir=tasks_dir, model_url=url,
                                  deadlines=options.deadlines, admitted=slot.release, replica=url,
-                                 around_model=partial(calls.around, url))
+                                 around_model=partial(calls.around, url), stop=stop)
         finally:
             replicas.release(url)
             slot.release()  # also when the attempt failed before its run (the store away): no slot is lost
@@ -83,20 +89,36 @@ def run_task_with_retries(
         on_attempt(result)
         if result.outcome != bstore.INFRASTRUCTURE:
             break
-    assert result is not None
     return result
 
 
 def run_pool(
     store: Store, settings: Settings, batch_id: str, tasks: list[BatchTask], *, tasks_dir: Path,
     model_urls: list[str], options: PoolOptions, on_attempt: Callable[[AttemptResult], None] = lambda r: None,
+    on_stopping: Callable[[], None] = lambda: None,
 ) -> list[AttemptResult]:
+    """Run ``tasks``, ``options.workers`` at once. Ctrl-C cancels the runs in
+    flight and starts no more (``on_stopping`` is told), then raises
+    ``BatchInterrupted`` once they have ended (each ends its call and removes
+    its sandbox)."""
     replicas = ReplicaPool(model_urls)
     starts = threading.Semaphore(options.start_slots)
-    calls = CallSlots(options.replica_slots)
+    calls, stop = CallSlots(options.replica_slots), BatchStop()
     with ThreadPoolExecutor(max_workers=options.workers, thread_name_prefix="batch") as pool:
         futures = [pool.submit(run_task_with_retries, store, settings, batch_id, task, tasks_dir=tasks_dir,
                                replicas=replicas, options=options, starts=starts, on_attempt=on_attempt,
-                               calls=calls)
+                               calls=calls, stop=stop)
                    for task in tasks]
-        return [f.result() for f in futures]
+        try:
+            results = [f.result() for f in futures]
+        except KeyboardInterrupt:
+            stop.stop()
+            for future in futures:
+                future.cancel()
+            on_stopping()
+            wait(futures)
+            ended = sum(f.result() is not None for f in futures if not f.cancelled())
+            raise BatchInterrupted(
+                f"batch {batch_id} interrupted: {ended} of {len(tasks)} tasks ran, the runs in flight were "
+                f"canceled; finish it with `escrow batch --resume {batch_id[:12]}`", batch_id=batch_id) from None
+    return [r for r in results if r is not None]

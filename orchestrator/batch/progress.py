@@ -7,7 +7,7 @@ import time
 
 from orchestrator.batch.report import start_timed_out
 from orchestrator.batch.runner import AttemptResult
-from store.batches import INFRASTRUCTURE, MODEL
+from store.batches import INFRASTRUCTURE, INTERRUPTED, MODEL
 
 
 class BatchProgress:
@@ -27,7 +27,7 @@ class BatchProgress:
             elif result.outcome == INFRASTRUCTURE:
                 self.infra += 1
                 self.start_timeouts += start_timed_out(result.error)
-            else:
+            elif result.outcome != INTERRUPTED:  # a canceled run is not finished: --resume reruns it
                 self.task_errors += 1
 
     @property

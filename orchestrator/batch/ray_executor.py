@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.batch.driver import pending_tasks
-from orchestrator.batch.errors import RayUnavailable, StoreLost
+from orchestrator.batch.errors import BatchInterrupted, RayUnavailable, StoreLost
 from orchestrator.batch.placement import ReplicaPool
 from orchestrator.batch.pool import REPLICA_LOST, PoolOptions, moved_off
 from orchestrator.batch.ray_slots import new_token, start_slots_actor
@@ -133,9 +133,10 @@ class _Submitted:
 def run_ray(
     store: Store, settings: Settings, batch_id: str, tasks: list[BatchTask], *, tasks_dir: Path,
     model_urls: list[str], options: PoolOptions, address: str,
-    on_attempt: Callable[[AttemptResult], None] = lambda r: None,
+    on_attempt: Callable[[AttemptResult], None] = lambda r: None, on_stopping: Callable[[], None] = lambda: None,
 ) -> list[AttemptResult]:
-    """Run ``tasks`` on the Ray cluster at ``address``, at most ``options.workers`` at once."""
+    """Run ``tasks`` on the Ray cluster at ``address``, at most ``options.workers`` at once.
+    Ctrl-C cancels the Ray tasks in flight and raises ``BatchInterrupted``."""
     require_shared_store(store, address)
     # Ray prints cluster events (a node marked dead) on the driver's stdout,
     # which belongs to the caller (``--json``): they go to stderr instead.
@@ -144,14 +145,14 @@ def run_ray(
         try:
             require_one_host(ray, store)
             return _drive(ray, store, settings, batch_id, tasks, tasks_dir=tasks_dir, model_urls=model_urls,
-                          options=options, on_attempt=on_attempt)
+                          options=options, on_attempt=on_attempt, on_stopping=on_stopping)
         finally:
             ray.shutdown()
 
 
 def _drive(ray: Any, store: Store, settings: Settings, batch_id: str, tasks: list[BatchTask], *, tasks_dir: Path,
-           model_urls: list[str], options: PoolOptions,
-           on_attempt: Callable[[AttemptResult], None]) -> list[AttemptResult]:
+           model_urls: list[str], options: PoolOptions, on_attempt: Callable[[AttemptResult], None],
+           on_stopping: Callable[[], None]) -> list[AttemptResult]:
     # SPREAD puts tasks on every node; a task retried after its node died lands on a live one.
     remote = ray.remote(attempt_on_worker).options(num_cpus=1, max_retries=0, scheduling_strategy="SPREAD")
     replicas = ReplicaPool(model_urls)
@@ -182,6 +183,13 @@ def _drive(ray: Any, store: Store, settings: Settings, batch_id: str, tasks: lis
                 queue.append(sent.task)
             else:
                 results[sent.task.id] = result
+    except KeyboardInterrupt:
+        on_stopping()
+        _drain(ray, list(in_flight))  # each canceled task's run ends CANCELED
+        bstore.abandon_started(store, batch_id, verdict=None, error="Ctrl-C stopped the batch",
+                               outcome=bstore.INTERRUPTED)
+        raise BatchInterrupted(f"batch {batch_id} interrupted: the runs in flight were canceled; finish it with "
+                               f"`escrow batch --resume {batch_id[:12]}`", batch_id=batch_id) from None
     except (StoreError, StoreLost) as exc:
         _drain(ray, list(in_flight))
         raise StoreLost(f"the store went away during batch {batch_id} ({exc}); what was recorded stands: "
@@ -214,9 +222,10 @@ def _drain(ray: Any, refs: list[Any]) -> None:
 
 def run_batch_on_ray(store: Store, settings: Settings, batch_id: str, *, address: str,
                      on_attempt: Callable[[AttemptResult], None] = lambda r: None,
-                     options: PoolOptions | None = None) -> list[AttemptResult]:
+                     options: PoolOptions | None = None,
+                     on_stopping: Callable[[], None] = lambda: None) -> list[AttemptResult]:
     """Run every task of the batch that has no model verdict yet, on Ray."""
     plan, tasks = pending_tasks(store, batch_id)
     return run_ray(store, settings, batch_id, tasks, tasks_dir=Path(plan.tasks_dir),
                    model_urls=list(plan.model_urls), options=options or plan.options, address=address,
-                   on_attempt=on_attempt)
+                   on_attempt=on_attempt, on_stopping=on_stopping)

@@ -8,7 +8,7 @@ from collections import Counter
 
 from orchestrator.contract import Frozen
 from orchestrator.trajectory import RunSummary
-from store.batches import INFRASTRUCTURE, MODEL, STARTED, BatchView
+from store.batches import INFRASTRUCTURE, INTERRUPTED, MODEL, STARTED, BatchView
 
 # How an attempt whose sandbox missed ``--start-timeout`` is recorded: its
 # error names the exception (``SandboxStartTimeout`` in start_deadline.py).
@@ -46,6 +46,7 @@ class BatchReport(Frozen):
     infra_failures: int
     start_timeouts: int
     task_errors: int
+    interrupted: int = 0  # the latest attempt was canceled by Ctrl-C on the batch
     verdicts: dict[str, int]
     cost_usd: float
     tokens: int
@@ -102,6 +103,7 @@ def batch_report(
         infra_failures=sum(line.infra_failures for line in lines),
         start_timeouts=sum(line.start_timeouts for line in lines),
         task_errors=sum(line.outcome == "task" for line in lines),
+        interrupted=sum(line.outcome == INTERRUPTED for line in lines),
         verdicts=dict(Counter(line.verdict or "" for line in done)),
         cost_usd=sum(line.cost_usd for line in lines), tokens=sum(line.tokens for line in lines),
         p50_s=percentile(times, 50), p95_s=percentile(times, 95),

@@ -21,6 +21,7 @@ from orchestrator.agent import Verdict
 from orchestrator.batch.errors import RepoError
 from orchestrator.batch.repos import prepare_repo
 from orchestrator.batch.start_deadline import BoundedStart
+from orchestrator.batch.stopping import BatchStop
 from orchestrator.batch.tasks import BatchTask
 from orchestrator.context.tokenizer import TokenCounter
 from orchestrator.contract import Frozen
@@ -110,10 +111,13 @@ def run_attempt(
     deadlines: Deadlines | None = None, admitted: Callable[[], None] = lambda: None,
     replica: str | None = None,
     around_model: Callable[[Model, TokenCounter], tuple[Model, TokenCounter]] = lambda m, c: (m, c),
+    stop: BatchStop | None = None,
 ) -> AttemptResult:
     """Run ``task`` once and record the attempt. ``admitted`` is called once the
-    sandbox is up (before the first model call) or the attempt is over, whichever is first."""
+    sandbox is up (before the first model call) or the attempt is over, whichever is first.
+    ``stop`` (Ctrl-C on the batch) cancels the run; the attempt then reads ``interrupted``."""
     deadlines = deadlines or Deadlines()
+    stop = stop or BatchStop()
     attempt_id = bstore.start_attempt(store, batch_id, task.id, replica=replica)
     heartbeat = Heartbeat(store, deadlines.lease_s)
     cancel = threading.Event()
@@ -142,13 +146,16 @@ def run_attempt(
             try:
                 repo = prepare_repo(task, tasks_dir, Path(work))
                 timer.start()
-                outcome = run_agent(task_settings(settings, task, model_url),
-                                    RunRequest(task=task.task, repo=repo, verify=task.verify),
-                                    cancel=cancel, on_start=started, start_sandbox=start_sandbox,
-                                    around_model=around_model)
+                with stop.watching(cancel):
+                    outcome = run_agent(task_settings(settings, task, model_url),
+                                        RunRequest(task=task.task, repo=repo, verify=task.verify),
+                                        cancel=cancel, on_start=started, start_sandbox=start_sandbox,
+                                        around_model=around_model)
             except (RepoError, ConfigError) as exc:
                 return _finish(store, attempt_id, task, TASK_ERROR, heartbeat.run_id, None, exc)
             except Exception as exc:  # the run could not happen: infrastructure, retried by the executor
+                if stop.stopped:
+                    return _finish(store, attempt_id, task, bstore.INTERRUPTED, heartbeat.run_id, None, exc)
                 return _finish(store, attempt_id, task, bstore.INFRASTRUCTURE, heartbeat.run_id,
                                INFRASTRUCTURE_FAILURE, exc)
     finally:
@@ -159,7 +166,9 @@ def run_attempt(
     # A run that ended INFRA_ERROR (the sandbox died, the export failed) is
     # not the model's failure: the executor retries it like one that never started.
     ended = bstore.INFRASTRUCTURE if result.verdict is Verdict.INFRA_ERROR else bstore.MODEL
-    error = result.detail if ended == bstore.INFRASTRUCTURE else None
+    if stop.stopped and result.verdict in (Verdict.CANCELED, Verdict.INFRA_ERROR):
+        ended = bstore.INTERRUPTED  # the user stopped it: no verdict on the model, rerun on --resume
+    error = result.detail if ended != bstore.MODEL else None
     bstore.finish_attempt(store, attempt_id, outcome=ended, run_id=outcome.run_id, verdict=result.verdict.value,
                           error=error)
     return AttemptResult(task_id=task.id, attempt_id=attempt_id, outcome=ended, verdict=result.verdict.value,

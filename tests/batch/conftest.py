@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,19 @@ from tests.batch.ray_cluster import RayCluster
 from tests.conftest import require
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
+
+
+def subset_task_file(where: Path, ids: Iterable[str]) -> Path:
+    """A task file in ``where`` of the example tasks ``ids``, their micro-repositories beside it."""
+    ids = set(ids)
+    path = where / "tasks.jsonl"
+    lines = [line for line in (EXAMPLES / "tasks.jsonl").read_text().splitlines(True)
+             if json.loads(line)["instance_id"] in ids]
+    assert len(lines) == len(ids), "an id that is not an example task"
+    path.write_text("".join(lines))
+    for task_id in ids:
+        (where / task_id).symlink_to(EXAMPLES / task_id)
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -25,7 +25,7 @@ from orchestrator.batch.tasks import load_task_file
 from orchestrator.fault_server import Reply, ScriptedToolCall
 from store import Store
 from store import batches as bstore
-from tests.batch.conftest import EXAMPLES, batch_settings
+from tests.batch.conftest import EXAMPLES, batch_settings, subset_task_file
 from tests.batch.pg_server import PostgresServer
 from tests.batch.ray_cluster import RayCluster
 
@@ -170,13 +170,7 @@ def test_kill_9_of_the_worker_node_mid_batch_loses_and_double_counts_nothing(tmp
 
 
 def task_file(where: Path) -> Path:
-    """A task file of the CHOSEN tasks, their micro-repositories beside it."""
-    path = where / "tasks.jsonl"
-    path.write_text("".join(line for line in (EXAMPLES / "tasks.jsonl").read_text().splitlines(True)
-                            if json.loads(line)["instance_id"] in CHOSEN))
-    for task_id in CHOSEN:
-        (where / task_id).symlink_to(EXAMPLES / task_id)
-    return path
+    return subset_task_file(where, CHOSEN)
 
 
 def fault_url(fault_server) -> str:
