@@ -48,12 +48,14 @@ def settings(tmp_path, sandbox_image):
 @pytest.fixture(scope="module")
 def ray_cluster_module(request):
     """One real two-node Ray cluster per test module (``RAY_HEAD_ENV`` in the
-    module: Ray settings for its head node)."""
+    module: Ray settings for its head node; ``RAY_CPUS``: each node's logical CPUs)."""
     try:
         import ray  # noqa: F401
     except ImportError:
         require(False, "Ray (pip install 'escrow[ray]')")
-    cluster = RayCluster(head_cpus=2, worker_cpus=2, head_env=getattr(request.module, "RAY_HEAD_ENV", {})).start()
+    head_cpus, worker_cpus = getattr(request.module, "RAY_CPUS", (2, 2))
+    cluster = RayCluster(head_cpus=head_cpus, worker_cpus=worker_cpus,
+                         head_env=getattr(request.module, "RAY_HEAD_ENV", {})).start()
     try:
         yield cluster
     finally:
