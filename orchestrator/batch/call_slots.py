@@ -11,11 +11,14 @@ engine says: llama.cpp's ``/props`` slot count, one for llama-cpp-python
 (its server runs one request at a time), none for an engine that does not say.
 A server tokenizer's requests take a slot too: llama-cpp-python answers them
 only between completions, so behind another run's call they would time out.
+On Ray the gates are shared by every worker of the batch (``ray_slots``).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Protocol
 
 from orchestrator.context.tokenizer import TokenCounter
 from orchestrator.contract import ModelRequest
@@ -38,18 +41,29 @@ def engine_slots(info: EngineInfo | None) -> int | None:
     return None
 
 
+class Gate(Protocol):
+    """What a call waits on: a semaphore here, or one shared across a Ray
+    cluster (``ray_slots.SharedGate``)."""
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool: ...
+
+    def release(self) -> None: ...
+
+
 class CallSlots:
-    """One semaphore per replica, sized on the first call to it."""
+    """One gate per replica, sized on the first call to it. ``make_gate``
+    builds it from the replica and its size (a process-local semaphore by default)."""
 
-    def __init__(self, limit: int | None = None) -> None:
-        self.limit, self.lock = limit, threading.Lock()
-        self.gates: dict[str, threading.Semaphore | None] = {}
+    def __init__(self, limit: int | None = None,
+                 make_gate: Callable[[str, int], Gate] = lambda replica, size: threading.Semaphore(size)) -> None:
+        self.limit, self.lock, self.make_gate = limit, threading.Lock(), make_gate
+        self.gates: dict[str, Gate | None] = {}
 
-    def gate(self, replica: str, engine: EngineInfo | None) -> threading.Semaphore | None:
+    def gate(self, replica: str, engine: EngineInfo | None) -> Gate | None:
         with self.lock:
             if replica not in self.gates:
                 size = engine_slots(engine) if self.limit is None else self.limit
-                self.gates[replica] = threading.Semaphore(size) if size else None
+                self.gates[replica] = self.make_gate(replica, size) if size else None
             return self.gates[replica]
 
     def around(self, replica: str, model: Model, counter: TokenCounter) -> tuple[Model, TokenCounter]:
@@ -66,7 +80,7 @@ class CallSlots:
 class GatedModel:
     """The Model port, each call waiting for a free slot of its replica first."""
 
-    def __init__(self, model: Model, gate: threading.Semaphore) -> None:
+    def __init__(self, model: Model, gate: Gate) -> None:
         self.model, self.gate = model, gate
 
     def call(self, request: ModelRequest, *, cancel: threading.Event | None = None) -> Envelope:
@@ -83,7 +97,7 @@ class GatedModel:
 class GatedCounter:
     """A server tokenizer whose requests wait for a free slot of the replica."""
 
-    def __init__(self, counter: TokenCounter, gate: threading.Semaphore) -> None:
+    def __init__(self, counter: TokenCounter, gate: Gate) -> None:
         self.counter, self.gate = counter, gate
 
     @property
@@ -91,5 +105,8 @@ class GatedCounter:
         return self.counter.name
 
     def count(self, text: str) -> int:
-        with self.gate:
+        self.gate.acquire()
+        try:
             return self.counter.count(text)
+        finally:
+            self.gate.release()

@@ -10,9 +10,10 @@ attempt is recorded. A Ray task lost with its worker or its node becomes an
 its lease lapses) and is retried up to ``infra_retries``; an attempt that had
 recorded a model verdict before its worker died stands and is not rerun.
 The store going away ends the batch with ``StoreLost``: resume it later.
-Sandbox starts are admitted cluster-wide (``ray_slots``). A worker that Ray
-declared lost but that still runs cannot overwrite what the driver settled:
-an attempt is finished only while it is still ``started`` (fencing).
+Sandbox starts and each replica's model calls are admitted cluster-wide
+(``ray_slots``). A worker that Ray declared lost but that still runs cannot
+overwrite what the driver settled: an attempt is finished only while it is
+still ``started`` (fencing).
 
 The store must be one every node reaches: PostgreSQL, or a SQLite file when
 every node of the cluster runs on this host.
@@ -28,14 +29,16 @@ import socket
 import sys
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from orchestrator.batch.call_slots import CallSlots
 from orchestrator.batch.driver import pending_tasks
 from orchestrator.batch.errors import BatchInterrupted, RayUnavailable, StoreLost
 from orchestrator.batch.placement import ReplicaPool
 from orchestrator.batch.pool import REPLICA_LOST, PoolOptions, moved_off
-from orchestrator.batch.ray_slots import new_token, start_slots_actor
+from orchestrator.batch.ray_slots import SharedGate, call_gates_actor, new_token, start_slots_actor
 from orchestrator.batch.runner import INFRASTRUCTURE_FAILURE, AttemptResult, Deadlines, run_attempt
 from orchestrator.batch.tasks import BatchTask
 from orchestrator.settings import Settings
@@ -48,10 +51,12 @@ DRAIN_S = 30.0
 
 
 def attempt_on_worker(settings: Settings, batch_id: str, task: BatchTask, tasks_dir: str, model_url: str,
-                      deadlines: Deadlines, slots: Any = None, token: str = "") -> dict[str, Any]:
+                      deadlines: Deadlines, slots: Any = None, token: str = "", call_gates: Any = None,
+                      replica_slots: int | None = None) -> dict[str, Any]:
     """The body of one Ray task, in a worker process on any node. It takes a
     start slot from ``slots`` (the batch's actor) and gives it back once its
-    sandbox is up; the driver gives it back too, should this process die."""
+    sandbox is up; the driver gives it back too, should this process die. Its
+    model calls take the replica's slots from ``call_gates``, shared by every worker."""
     def admitted() -> None:
         if slots is not None:
             slots.release.remote(token)
@@ -61,10 +66,13 @@ def attempt_on_worker(settings: Settings, batch_id: str, task: BatchTask, tasks_
 
         if not ray.get(slots.acquire.remote(token)):
             raise RuntimeError("the driver ended this task before it got a start slot")
+    calls = CallSlots(replica_slots) if call_gates is None else CallSlots(
+        replica_slots, make_gate=lambda replica, size: SharedGate(call_gates, replica, size, token))
     try:
         with Store.open(settings.store_url) as store:
             result = run_attempt(store, settings, batch_id, task, tasks_dir=Path(tasks_dir), model_url=model_url,
-                                 deadlines=deadlines, admitted=admitted, replica=model_url)
+                                 deadlines=deadlines, admitted=admitted, replica=model_url,
+                                 around_model=partial(calls.around, model_url))
     except StoreError as exc:  # plain text back: the driver ends the batch with StoreLost
         return {"store_lost": str(exc)}
     finally:
@@ -156,7 +164,7 @@ def _drive(ray: Any, store: Store, settings: Settings, batch_id: str, tasks: lis
     # SPREAD puts tasks on every node; a task retried after its node died lands on a live one.
     remote = ray.remote(attempt_on_worker).options(num_cpus=1, max_retries=0, scheduling_strategy="SPREAD")
     replicas = ReplicaPool(model_urls)
-    slots = start_slots_actor(ray, batch_id, options.start_slots)
+    slots, calls = start_slots_actor(ray, batch_id, options.start_slots), call_gates_actor(ray, batch_id)
     view = bstore.load_batch(store, batch_id)
     numbers = {t.id: sum(a.task_id == t.id for a in view.attempts) for t in tasks} if view else {}
     queue, tries = deque(tasks), {t.id: 0 for t in tasks}
@@ -167,12 +175,14 @@ def _drive(ray: Any, store: Store, settings: Settings, batch_id: str, tasks: lis
             while queue and len(in_flight) < options.workers:
                 task = queue.popleft()
                 url, token = replicas.acquire(), new_token()
-                ref = remote.remote(settings, batch_id, task, str(tasks_dir), url, options.deadlines, slots, token)
+                ref = remote.remote(settings, batch_id, task, str(tasks_dir), url, options.deadlines, slots, token,
+                                    calls, options.replica_slots)
                 in_flight[ref] = _Submitted(task, url, numbers.get(task.id, 0), token)
             (ref,), _ = ray.wait(list(in_flight), num_returns=1)
             sent = in_flight.pop(ref)
             replicas.release(sent.url)
             slots.release.remote(sent.token)  # its worker may have died holding it
+            calls.release_task.remote(sent.token)
             result = _collect(ray, store, batch_id, ref, sent)
             numbers[sent.task.id] = sent.after + 1
             if result.verdict == REPLICA_LOST and replicas.live() > 1:

@@ -150,6 +150,36 @@ def ray_batch(store: Store, ids, url: str, options: PoolOptions) -> tuple[str, l
     return batch_id, list(tasks.tasks)
 
 
+def test_replica_call_slots_hold_across_both_nodes(tmp_path, ray_cluster, fault_server, fix_scripts, sandbox_image):
+    """``--replica-slots 1``, four runs in worker processes on two nodes: the
+    server never has two calls at once (a gate per process would let four in)."""
+    for task_id in CHOSEN:
+        fault_server.script_for(task_id, paced(fix_scripts[task_id], 20.0))
+    settings = batch_settings(tmp_path / "home", sandbox_image).model_copy(update={"db_url": sqlite_url(tmp_path)})
+    options = PoolOptions(workers=4, replica_slots=1, deadlines=Deadlines(lease_s=5))
+    owners: set[tuple[str, str]] = set()
+    pids: set[int] = set()
+    done = threading.Event()
+    with Store.open(settings.store_url) as store:
+        batch_id, tasks = ray_batch(store, CHOSEN, fault_url(fault_server), options)
+        watcher = threading.Thread(target=watch, args=(owners, pids, ray_cluster, store, done))
+        watcher.start()
+        try:
+            results = run_ray(store, settings, batch_id, tasks, tasks_dir=EXAMPLES,
+                              model_urls=[fault_url(fault_server)], options=options, address=ray_cluster.address)
+        finally:
+            done.set()
+            watcher.join()
+    assert sorted(r.verdict for r in results) == ["PASS"] * len(CHOSEN), [r.error for r in results]
+    processes = {owner_pid(o) for _, o in owners}
+    assert len(processes) >= 2 and processes <= pids  # runs in several Ray worker processes shared the gate
+    arrived = sorted(r.received_at for r in fault_server.requests if r.path.endswith("/chat/completions"))
+    finished = sorted(stream.sent_at[-1] for stream in fault_server.streams)
+    assert len(arrived) == len(finished) >= len(CHOSEN)
+    for at in arrived:  # no call reached the server while another's stream was still being sent
+        assert sum(a < at for a in arrived) - sum(f < at for f in finished) == 0, (at, arrived, finished)
+
+
 def test_dockerd_away_for_one_sandbox_start_on_ray_is_retried_and_never_a_model_verdict(
         tmp_path, ray_cluster, fault_server, fix_scripts, sandbox_image):
     chosen = ("leap-400", "dedupe-order")
