@@ -60,20 +60,23 @@ def source_sql(dialect: str) -> Any:
 
 def totals_query(since: float | None, until: float | None, include_replays: bool = False,
                  dialect: str = "sqlite") -> Any:
-    """Stored totals of the runs in the window that have them, with a flag
-    for a numeric cell that is not a number (only SQLite stores one)."""
+    """Stored totals of the runs in the window that have them, as tuples (key,
+    figures, then a flag for a numeric cell that is not a number: only SQLite
+    stores one)."""
     spend = true() if include_replays else TOTALS.c.own == 1
     damaged = case((not_a_number(TOTALS, run_totals.NUMBERS), 1), else_=0) if dialect == "sqlite" else literal(0)
-    return (select(TOTALS, damaged.label("damaged"))
+    columns = [TOTALS.c[name] for name in ("run_id", "own", "model", "engine", *run_totals.FIGURES)]
+    return (select(*columns, TOTALS.c.id, damaged.label("damaged"))
             .join(RUNS, RUNS.c.id == TOTALS.c.run_id)
             .where(window(since, until, include_replays), run_totals.has_totals(), spend))
 
 
 def _stored(conn: Connection, since: float | None, until: float | None, include_replays: bool) -> dict[Key, Totals]:
-    rows = conn.execute(totals_query(since, until, include_replays, conn.dialect.name)).mappings().all()
-    if conn.dialect.name == "sqlite" and any(r["damaged"] for r in rows):
-        check_numbers(conn, TOTALS, TOTALS.c.id.in_([r["id"] for r in rows if r["damaged"]]))
-    return dict(run_totals.from_row(row) for row in rows)
+    rows = conn.execute(totals_query(since, until, include_replays, conn.dialect.name)).all()
+    if conn.dialect.name == "sqlite" and any(r[-1] for r in rows):
+        check_numbers(conn, TOTALS, TOTALS.c.id.in_([r[-2] for r in rows if r[-1]]))
+    # Positional: a report reads one row per (run, model), so no mapping per row.
+    return {(r[0], r[1], r[2], r[3]): Totals(*r[4:-2]) for r in rows}
 
 
 def _from_rows(conn: Connection, runs: Any, include_replays: bool) -> dict[Key, Totals]:
@@ -92,10 +95,20 @@ def unsummed(since: float | None, until: float | None, include_replays: bool, ra
     return in_window if raw else and_(in_window, ~run_totals.has_totals())
 
 
+def any_unsummed(conn: Connection, since: float | None, until: float | None, include_replays: bool,
+                 raw: bool) -> bool:
+    """Whether a run in the window is read from its rows: one pass over the
+    window's runs, so that a fleet of finished runs skips the queries over
+    the rows (their plans may scan a whole table to find no run)."""
+    return raw or conn.execute(select(RUNS.c.id).where(unsummed(since, until, include_replays, raw))
+                               .limit(1)).first() is not None
+
+
 def run_slices(conn: Connection, since: float | None, until: float | None, by: str = "model",
                include_replays: bool = False, raw: bool = False) -> list[RunSlice]:
     totals = {} if raw else _stored(conn, since, until, include_replays)
-    totals.update(_from_rows(conn, unsummed(since, until, include_replays, raw), include_replays))
+    if any_unsummed(conn, since, until, include_replays, raw):
+        totals.update(_from_rows(conn, unsummed(since, until, include_replays, raw), include_replays))
     runs = {r[0]: r[1:] for r in conn.execute(
         select(RUNS.c.id, RUNS.c.created_at, RUNS.c.status, RUNS.c.verdict, source_sql(conn.dialect.name))
         .where(window(since, until, include_replays)))}
@@ -125,11 +138,14 @@ def slices(totals: Mapping[Key, Totals], runs: Mapping[str, Any], by_engine: boo
         if t.calls == 0 or run_id not in runs:
             continue
         created, status, verdict, source = runs[run_id]
-        out.append(RunSlice(
-            run_id=run_id, created_at=created, status=status, verdict=verdict, model=slot[1], source=source,
-            calls=t.calls, prompt_tokens=t.prompt_tokens, cached_tokens=t.cached_tokens,
-            completion_tokens=t.output_tokens, gpu_s=t.direct_s + t.http_s, wait_s=t.wait_s, decode_s=t.decode_s,
-            retries=t.retries, tool_s=tool_s.get(run_id, 0.0), engine=engines[slot], batch=batch_of.get(run_id),
+        # Built without validation (a fleet report has one a run): every field
+        # is given, as the type the model declares.
+        out.append(RunSlice.model_construct(
+            run_id=run_id, created_at=float(created), status=status, verdict=verdict, model=slot[1],
+            calls=int(t.calls), prompt_tokens=int(t.prompt_tokens), cached_tokens=int(t.cached_tokens),
+            completion_tokens=int(t.output_tokens), gpu_s=float(t.direct_s + t.http_s), decode_s=float(t.decode_s),
+            retries=int(t.retries), tool_s=float(tool_s.get(run_id, 0.0)), engine=engines[slot],
+            wait_s=float(t.wait_s), source=source, batch=batch_of.get(run_id),
         ))
     return out
 
@@ -183,7 +199,10 @@ def ttft_histogram(conn: Connection, since: float | None, until: float | None, b
                    include_replays: bool = False, raw: bool = False) -> list[tuple[str, float, int]]:
     """(group key, TTFT seconds, calls): the buckets of docs/SCHEMA.md, whichever way a run is read."""
     counts: dict[tuple[str, int], int] = defaultdict(int)
-    for name, query in ttft_queries(since, until, by, conn.dialect.name, include_replays, raw).items():
+    queries = ttft_queries(since, until, by, conn.dialect.name, include_replays, raw)
+    if not any_unsummed(conn, since, until, include_replays, raw):
+        del queries["from_rows"]
+    for name, query in queries.items():
         for key, value, n in conn.execute(query):
             bucket = int(value) if name == "stored" else run_totals.ttft_bucket(int(value))
             counts[(str(key), bucket)] += int(n)
