@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
+from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, Connection, Integer, and_, case, cast, func, literal, select, true
+from sqlalchemy import JSON, Connection, Integer, and_, case, cast, func, literal, or_, select, true
 
 from orchestrator.costing.figures import DAY_FORMAT, ESCROW_SOURCE, NO_BATCH, NO_ENGINE, NO_VERDICT, RunSlice
 from orchestrator.interop.records import IMPORT_MODE
@@ -27,13 +28,12 @@ from store.cells import check_numbers, not_a_number
 from store.run_totals import RUNS, TOTALS, TTFTS, Key, Totals, bucket_seconds
 from store.store import Store
 from store.tables import CallAttempt, ModelResponse, table_of
+from store.ttft_days import DAY_S, DAYS, REPLAY_MODES, day_of
 
 RESPONSES = table_of(ModelResponse)
 ATTEMPTS = table_of(CallAttempt)
 BATCH_ATTEMPTS = table_of(BatchAttemptRow)
 
-# Runs whose model calls were served from a recording: no spend of their own.
-REPLAY_MODES = ("replay", "reexecute")
 
 
 def window(since: float | None, until: float | None, include_replays: bool = False) -> Any:
@@ -171,28 +171,61 @@ def group_key_sql(by: str, dialect: str, model: Any, engine: Any) -> Any:
     raise ValueError(f"cannot group by {by!r}")
 
 
+ROLLED_UP_BY = ("model", "engine", "day")
+"""Groupings the per-day TTFT rollup (``store.ttft_days``) holds the key of."""
+
+
+def whole_days(since: float | None, until: float | None) -> tuple[int | None, int | None] | None:
+    """The days [first, end) the window covers whole (None: unbounded), or None when it covers none."""
+    first = None if since is None else day_of(since) + (since > day_of(since) * DAY_S)
+    end = None if until is None else day_of(until)
+    return None if first is not None and end is not None and first >= end else (first, end)
+
+
 def ttft_queries(since: float | None, until: float | None, by: str, dialect: str, include_replays: bool = False,
                  raw: bool = False) -> dict[str, Any]:
-    """Per group: calls per TTFT bucket from the stored totals, and calls per
-    millisecond from the rows of the runs without them."""
+    """Per group: calls per TTFT bucket from the per-day rollup over the
+    window's whole days (grouped by model, engine or day), from the runs'
+    stored buckets over the rest of it, and calls per millisecond from the
+    rows of the runs without totals."""
     def grouped(rows: Any, model: Any, engine: Any) -> tuple[Any, Any]:
         joins = RUNS.join(rows, rows.c.run_id == RUNS.c.id)
         if by == "batch":
             joins = joins.outerjoin(BATCH_ATTEMPTS, BATCH_ATTEMPTS.c.run_id == RUNS.c.id)
         return joins, group_key_sql(by, dialect, model, engine)
 
-    joins, key = grouped(TTFTS, TTFTS.c.model, TTFTS.c.engine)
-    spend = true() if include_replays else TTFTS.c.own == 1
-    stored = (select(key, TTFTS.c.bucket_ms, func.sum(TTFTS.c.calls)).select_from(joins)
-              .where(window(since, until, include_replays), run_totals.has_totals(), spend)
-              .group_by(key, TTFTS.c.bucket_ms))
+    days = whole_days(since, until) if by in ROLLED_UP_BY else None
+    in_window = window(since, until, include_replays)
+    queries: dict[str, Any] = {}
+    if days is not None:
+        first, end = days
+        key = DAYS.c.day if by == "day" else group_key_sql(by, dialect, DAYS.c.model, DAYS.c.engine)
+        bounds = [DAYS.c.day >= first] if first is not None else []
+        bounds += [DAYS.c.day < end] if end is not None else []
+        real = [] if include_replays else [DAYS.c.own == 1, DAYS.c.replay == 0]
+        queries["days"] = (select(key, DAYS.c.bucket_ms, func.sum(DAYS.c.calls)).where(true(), *bounds, *real)
+                           .group_by(key, DAYS.c.bucket_ms))
+        created = RUNS.c.created_at
+        edges = [created < first * DAY_S] if first is not None else []
+        edges += [created >= end * DAY_S] if end is not None else []
+        in_window = and_(in_window, or_(*edges)) if edges else None
+    if in_window is not None:
+        joins, key = grouped(TTFTS, TTFTS.c.model, TTFTS.c.engine)
+        spend = true() if include_replays else TTFTS.c.own == 1
+        queries["stored"] = (select(key, TTFTS.c.bucket_ms, func.sum(TTFTS.c.calls)).select_from(joins)
+                             .where(in_window, run_totals.has_totals(), spend)
+                             .group_by(key, TTFTS.c.bucket_ms))
     joins, key = grouped(RESPONSES, RESPONSES.c[run_totals.MODEL], RESPONSES.c.engine)
     own = true() if include_replays else run_totals.own_flag(RESPONSES) == 1
     millis = cast(func.round(RESPONSES.c.ttft_s * 1000), Integer)
-    from_rows = (select(key, millis, func.count()).select_from(joins)
-                 .where(unsummed(since, until, include_replays, raw), own, RESPONSES.c.ttft_s.is_not(None))
-                 .group_by(key, millis))
-    return {"from_rows": from_rows} if raw else {"stored": stored, "from_rows": from_rows}
+    queries["from_rows"] = (select(key, millis, func.count()).select_from(joins)
+                            .where(unsummed(since, until, include_replays, raw), own, RESPONSES.c.ttft_s.is_not(None))
+                            .group_by(key, millis))
+    return {"from_rows": queries["from_rows"]} if raw else queries
+
+
+def day_label(day: int) -> str:
+    return datetime.fromtimestamp(day * DAY_S, tz=timezone.utc).strftime(DAY_FORMAT)
 
 
 def ttft_histogram(conn: Connection, since: float | None, until: float | None, by: str,
@@ -204,9 +237,11 @@ def ttft_histogram(conn: Connection, since: float | None, until: float | None, b
         del queries["from_rows"]
     for name, query in queries.items():
         for key, value, n in conn.execute(query):
-            bucket = int(value) if name == "stored" else run_totals.ttft_bucket(int(value))
-            counts[(str(key), bucket)] += int(n)
-    return [(key, bucket_seconds(bucket), n) for (key, bucket), n in sorted(counts.items())]
+            bucket = run_totals.ttft_bucket(int(value)) if name == "from_rows" else int(value)
+            label = day_label(key) if name == "days" and by == "day" else str(key)
+            counts[(label, bucket)] += int(n)
+    # A rollup key may sum to nothing (its runs deleted): the rows never give one.
+    return [(key, bucket_seconds(bucket), n) for (key, bucket), n in sorted(counts.items()) if n]
 
 
 def read_slices(store: Store, *, by: str, since: float | None, until: float | None,
@@ -228,8 +263,9 @@ def query_plans(store: Store, since: float | None, until: float | None, raw: boo
         queries = {**run_totals.queries(window(since, until), "sqlite"),
                    "ttft": ttft_queries(since, until, "model", "sqlite", raw=True)["from_rows"]}
     else:
+        ttft = ttft_queries(since, until, "model", "sqlite")
         queries = {"totals": totals_query(since, until),
-                   "ttft": ttft_queries(since, until, "model", "sqlite")["stored"]}
+                   **{f"ttft {name}": ttft[name] for name in ("days", "stored") if name in ttft}}
     plans: dict[str, list[str]] = {}
     with store.read() as conn:
         for name, query in queries.items():
