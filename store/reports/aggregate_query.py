@@ -13,24 +13,29 @@ prompt tokens, so sums can be priced linearly.
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, Connection, Integer, and_, case, cast, func, literal, or_, select, true
+from sqlalchemy import JSON, Connection, Integer, and_, case, cast, func, or_, select, true
 
 from orchestrator.costing.figures import DAY_FORMAT, ESCROW_SOURCE, NO_BATCH, NO_ENGINE, NO_VERDICT, RunSlice
 from orchestrator.interop.records import IMPORT_MODE
 from store import run_totals
 from store.batch_tables import BatchAttemptRow
-from store.cells import check_numbers, not_a_number
+from store.cells import check_numbers
 from store.run_totals import RUNS, TOTALS, TTFTS, Key, Totals, bucket_seconds
 from store.store import Store
 from store.tables import CallAttempt, ModelResponse, table_of
 from store.ttft_days import DAY_S, DAYS, REPLAY_MODES, day_of
 
 RESPONSES = table_of(ModelResponse)
+Figures = tuple[Any, ...]
+"""A totals row's figures, in ``run_totals.FIGURES`` order."""
+ZERO: Figures = tuple(getattr(Totals(), name) for name in run_totals.FIGURES)
+TOOL_S = run_totals.FIGURES.index("tool_s")
 ATTEMPTS = table_of(CallAttempt)
 BATCH_ATTEMPTS = table_of(BatchAttemptRow)
 
@@ -58,35 +63,39 @@ def source_sql(dialect: str) -> Any:
     return case((RUNS.c.mode == IMPORT_MODE, func.coalesce(fmt, IMPORT_MODE)), else_=ESCROW_SOURCE)
 
 
-def totals_query(since: float | None, until: float | None, include_replays: bool = False,
-                 dialect: str = "sqlite") -> Any:
-    """Stored totals of the runs in the window that have them, as tuples (key,
-    figures, then a flag for a numeric cell that is not a number: only SQLite
-    stores one)."""
+def totals_query(since: float | None, until: float | None, include_replays: bool = False) -> Any:
+    """Stored totals of the runs in the window that have them, as tuples:
+    key, figures, row id."""
     spend = true() if include_replays else TOTALS.c.own == 1
-    damaged = case((not_a_number(TOTALS, run_totals.NUMBERS), 1), else_=0) if dialect == "sqlite" else literal(0)
     columns = [TOTALS.c[name] for name in ("run_id", "own", "model", "engine", *run_totals.FIGURES)]
-    return (select(*columns, TOTALS.c.id, damaged.label("damaged"))
+    return (select(*columns, TOTALS.c.id)
             .join(RUNS, RUNS.c.id == TOTALS.c.run_id)
             .where(window(since, until, include_replays), run_totals.has_totals(), spend))
 
 
-def _stored(conn: Connection, since: float | None, until: float | None, include_replays: bool) -> dict[Key, Totals]:
-    rows = conn.execute(totals_query(since, until, include_replays, conn.dialect.name)).all()
-    if conn.dialect.name == "sqlite" and any(r[-1] for r in rows):
-        check_numbers(conn, TOTALS, TOTALS.c.id.in_([r[-2] for r in rows if r[-1]]))
+NUMBER_TYPES = frozenset((int, float, type(None)))
+
+
+def _stored(conn: Connection, since: float | None, until: float | None, include_replays: bool) -> dict[Key, Figures]:
+    rows = conn.execute(totals_query(since, until, include_replays)).all()
+    # A numeric cell holding text (only SQLite stores one) arrives as str or
+    # bytes: one pass over the cells' types, the details only when one is off.
+    if not {type(v) for r in rows for v in (r[1], *r[4:])} <= NUMBER_TYPES:
+        off = [r[-1] for r in rows if not {type(v) for v in (r[1], *r[4:])} <= NUMBER_TYPES]
+        check_numbers(conn, TOTALS, TOTALS.c.id.in_(off))
     # Positional: a report reads one row per (run, model), so no mapping per row.
-    return {(r[0], r[1], r[2], r[3]): Totals(*r[4:-2]) for r in rows}
+    return {(r[0], r[1], r[2], r[3]): tuple(r[4:-1]) for r in rows}
 
 
-def _from_rows(conn: Connection, runs: Any, include_replays: bool) -> dict[Key, Totals]:
+def _from_rows(conn: Connection, runs: Any, include_replays: bool) -> dict[Key, Figures]:
     """Totals computed from the rows of the runs ``runs`` selects; a damaged cell stops the report."""
     totals, damaged = run_totals.compute(conn, runs)
     if damaged:
         ids = RUNS.c.id.in_(sorted(damaged))
         check_numbers(conn, RESPONSES, RESPONSES.c.run_id.in_(select(RUNS.c.id).where(ids)), run_totals.SUMMED)
         check_numbers(conn, ATTEMPTS, ATTEMPTS.c.run_id.in_(select(RUNS.c.id).where(ids)), run_totals.ATTEMPT_SUMMED)
-    return {k: t for k, t in totals.items() if include_replays or k[1] == 1}
+    return {k: tuple(getattr(t, name) for name in run_totals.FIGURES)
+            for k, t in totals.items() if include_replays or k[1] == 1}
 
 
 def unsummed(since: float | None, until: float | None, include_replays: bool, raw: bool) -> Any:
@@ -117,35 +126,33 @@ def run_slices(conn: Connection, since: float | None, until: float | None, by: s
     return slices(totals, runs, by == "engine", batch_of)
 
 
-def slices(totals: Mapping[Key, Totals], runs: Mapping[str, Any], by_engine: bool,
+def slices(totals: Mapping[Key, Figures], runs: Mapping[str, Any], by_engine: bool,
            batch_of: Mapping[str, str]) -> list[RunSlice]:
     """Totals folded into slices, in one fixed order (so the float sums come
     out the same whichever way the totals were read)."""
-    merged: dict[tuple[str, str, str], Totals] = {}
+    merged: dict[tuple[str, str, str], Figures] = {}
     engines: dict[tuple[str, str, str], str | None] = {}
     tool_s: dict[str, float] = defaultdict(float)
     for key in sorted(totals, key=run_totals.order):
         run_id, _, model, engine = key
         if model is None:
-            tool_s[run_id] += totals[key].tool_s
+            tool_s[run_id] += totals[key][TOOL_S]
             continue
         slot = (run_id, model, (engine or "") if by_engine else "")
         engines[slot] = engine if by_engine else None
-        merged.setdefault(slot, Totals()).add(totals[key])
+        # Each figure added to the slot's, from zero: as ``Totals.add`` does.
+        merged[slot] = tuple(map(operator.add, merged.get(slot, ZERO), totals[key]))
     out = []
     for slot in sorted(merged):
-        t, run_id = merged[slot], slot[0]
-        if t.calls == 0 or run_id not in runs:
+        (calls, prompt, cached, output, direct_s, http_s, wait_s, decode_s, retries, _), run_id = merged[slot], slot[0]
+        if calls == 0 or run_id not in runs:
             continue
         created, status, verdict, source = runs[run_id]
-        # Built without validation (a fleet report has one a run): every field
-        # is given, as the type the model declares.
-        out.append(RunSlice.model_construct(
-            run_id=run_id, created_at=float(created), status=status, verdict=verdict, model=slot[1],
-            calls=int(t.calls), prompt_tokens=int(t.prompt_tokens), cached_tokens=int(t.cached_tokens),
-            completion_tokens=int(t.output_tokens), gpu_s=float(t.direct_s + t.http_s), decode_s=float(t.decode_s),
-            retries=int(t.retries), tool_s=float(tool_s.get(run_id, 0.0)), engine=engines[slot],
-            wait_s=float(t.wait_s), source=source, batch=batch_of.get(run_id),
+        out.append(RunSlice(
+            run_id=run_id, created_at=created, status=status, verdict=verdict, model=slot[1], source=source,
+            calls=calls, prompt_tokens=prompt, cached_tokens=cached, completion_tokens=output,
+            gpu_s=direct_s + http_s, wait_s=wait_s, decode_s=decode_s, retries=retries,
+            tool_s=tool_s.get(run_id, 0.0), engine=engines[slot], batch=batch_of.get(run_id),
         ))
     return out
 
