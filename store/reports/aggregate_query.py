@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, Connection, Integer, and_, case, cast, func, or_, select, true
+from sqlalchemy import JSON, Connection, Integer, String, and_, case, cast, func, or_, select, true, type_coerce
 
 from orchestrator.costing.figures import DAY_FORMAT, ESCROW_SOURCE, NO_BATCH, NO_ENGINE, NO_VERDICT, RunSlice
 from orchestrator.interop.records import IMPORT_MODE
@@ -29,6 +29,7 @@ from store.cells import check_numbers
 from store.run_totals import RUNS, TOTALS, TTFTS, Key, Totals, bucket_seconds
 from store.store import Store
 from store.tables import CallAttempt, ModelResponse, table_of
+from store.text_codec import unescape
 from store.ttft_days import DAY_S, DAYS, REPLAY_MODES, day_of
 
 RESPONSES = table_of(ModelResponse)
@@ -67,7 +68,9 @@ def totals_query(since: float | None, until: float | None, include_replays: bool
     """Stored totals of the runs in the window that have them, as tuples:
     key, figures, row id."""
     spend = true() if include_replays else TOTALS.c.own == 1
-    columns = [TOTALS.c[name] for name in ("run_id", "own", "model", "engine", *run_totals.FIGURES)]
+    # Model and engine as stored (escaped): ``_stored`` unescapes each distinct name once.
+    names = [type_coerce(TOTALS.c[name], String).label(name) for name in ("model", "engine")]
+    columns = [TOTALS.c.run_id, TOTALS.c.own, *names, *(TOTALS.c[name] for name in run_totals.FIGURES)]
     return (select(*columns, TOTALS.c.id)
             .join(RUNS, RUNS.c.id == TOTALS.c.run_id)
             .where(window(since, until, include_replays), run_totals.has_totals(), spend))
@@ -83,8 +86,15 @@ def _stored(conn: Connection, since: float | None, until: float | None, include_
     if not {type(v) for r in rows for v in (r[1], *r[4:])} <= NUMBER_TYPES:
         off = [r[-1] for r in rows if not {type(v) for v in (r[1], *r[4:])} <= NUMBER_TYPES]
         check_numbers(conn, TOTALS, TOTALS.c.id.in_(off))
+    names: dict[str | None, str | None] = {None: None}
+
+    def name(stored: str | None) -> str | None:
+        if stored not in names:
+            names[stored] = unescape(stored) if isinstance(stored, str) else stored
+        return names[stored]
+
     # Positional: a report reads one row per (run, model), so no mapping per row.
-    return {(r[0], r[1], r[2], r[3]): tuple(r[4:-1]) for r in rows}
+    return {(r[0], r[1], name(r[2]), name(r[3])): tuple(r[4:-1]) for r in rows}
 
 
 def _from_rows(conn: Connection, runs: Any, include_replays: bool) -> dict[Key, Figures]:
@@ -115,15 +125,23 @@ def any_unsummed(conn: Connection, since: float | None, until: float | None, inc
 
 def run_slices(conn: Connection, since: float | None, until: float | None, by: str = "model",
                include_replays: bool = False, raw: bool = False) -> list[RunSlice]:
+    return _run_slices(conn, since, until, by, include_replays, raw)[0]
+
+
+def _run_slices(conn: Connection, since: float | None, until: float | None, by: str, include_replays: bool,
+                raw: bool) -> tuple[list[RunSlice], bool]:
+    """The slices, and whether a run in the window was read from its rows."""
     totals = {} if raw else _stored(conn, since, until, include_replays)
-    if any_unsummed(conn, since, until, include_replays, raw):
-        totals.update(_from_rows(conn, unsummed(since, until, include_replays, raw), include_replays))
     runs = {r[0]: r[1:] for r in conn.execute(
-        select(RUNS.c.id, RUNS.c.created_at, RUNS.c.status, RUNS.c.verdict, source_sql(conn.dialect.name))
+        select(RUNS.c.id, RUNS.c.created_at, RUNS.c.status, RUNS.c.verdict, source_sql(conn.dialect.name),
+               run_totals.has_totals())
         .where(window(since, until, include_replays)))}
+    from_rows = raw or not all(run[-1] for run in runs.values())
+    if from_rows:
+        totals.update(_from_rows(conn, unsummed(since, until, include_replays, raw), include_replays))
     batch_of: dict[str, str] = dict(conn.execute(select(BATCH_ATTEMPTS.c.run_id, BATCH_ATTEMPTS.c.batch_id)
                                  .where(BATCH_ATTEMPTS.c.run_id.is_not(None))).all())
-    return slices(totals, runs, by == "engine", batch_of)
+    return slices(totals, runs, by == "engine", batch_of), from_rows
 
 
 def slices(totals: Mapping[Key, Figures], runs: Mapping[str, Any], by_engine: bool,
@@ -147,7 +165,7 @@ def slices(totals: Mapping[Key, Figures], runs: Mapping[str, Any], by_engine: bo
         (calls, prompt, cached, output, direct_s, http_s, wait_s, decode_s, retries, _), run_id = merged[slot], slot[0]
         if calls == 0 or run_id not in runs:
             continue
-        created, status, verdict, source = runs[run_id]
+        created, status, verdict, source = runs[run_id][:4]
         out.append(RunSlice(
             run_id=run_id, created_at=created, status=status, verdict=verdict, model=slot[1], source=source,
             calls=calls, prompt_tokens=prompt, cached_tokens=cached, completion_tokens=output,
@@ -236,11 +254,15 @@ def day_label(day: int) -> str:
 
 
 def ttft_histogram(conn: Connection, since: float | None, until: float | None, by: str,
-                   include_replays: bool = False, raw: bool = False) -> list[tuple[str, float, int]]:
-    """(group key, TTFT seconds, calls): the buckets of docs/SCHEMA.md, whichever way a run is read."""
+                   include_replays: bool = False, raw: bool = False,
+                   from_rows: bool | None = None) -> list[tuple[str, float, int]]:
+    """(group key, TTFT seconds, calls): the buckets of docs/SCHEMA.md, whichever way a run is read.
+    ``from_rows``: whether a run in the window is read from its rows (None: find out)."""
     counts: dict[tuple[str, int], int] = defaultdict(int)
     queries = ttft_queries(since, until, by, conn.dialect.name, include_replays, raw)
-    if not any_unsummed(conn, since, until, include_replays, raw):
+    if from_rows is None:
+        from_rows = any_unsummed(conn, since, until, include_replays, raw)
+    if not from_rows:
         del queries["from_rows"]
     for name, query in queries.items():
         for key, value, n in conn.execute(query):
@@ -258,8 +280,8 @@ def read_slices(store: Store, *, by: str, since: float | None, until: float | No
     model) and the TTFT histogram per group. Real spend only, unless
     ``include_replays`` (see ``window``). ``raw``: every run read from its rows."""
     with store.read() as conn:
-        pieces = run_slices(conn, since, until, by, include_replays, raw)
-        ttfts = ttft_histogram(conn, since, until, by, include_replays, raw)
+        pieces, from_rows = _run_slices(conn, since, until, by, include_replays, raw)
+        ttfts = ttft_histogram(conn, since, until, by, include_replays, raw, from_rows)
     return pieces, ttfts
 
 
