@@ -19,7 +19,21 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, Connection, Integer, String, and_, case, cast, func, or_, select, true, type_coerce
+from sqlalchemy import (
+    JSON,
+    Connection,
+    Integer,
+    String,
+    and_,
+    case,
+    cast,
+    func,
+    literal,
+    or_,
+    select,
+    true,
+    type_coerce,
+)
 
 from orchestrator.costing.figures import DAY_FORMAT, ESCROW_SOURCE, NO_BATCH, NO_ENGINE, NO_VERDICT, RunSlice
 from orchestrator.interop.records import IMPORT_MODE
@@ -134,7 +148,7 @@ def _run_slices(conn: Connection, since: float | None, until: float | None, by: 
     totals = {} if raw else _stored(conn, since, until, include_replays)
     runs = {r[0]: r[1:] for r in conn.execute(
         select(RUNS.c.id, RUNS.c.created_at, RUNS.c.status, RUNS.c.verdict, source_sql(conn.dialect.name),
-               run_totals.has_totals())
+               literal(False) if raw else run_totals.has_totals())
         .where(window(since, until, include_replays)))}
     from_rows = raw or not all(run[-1] for run in runs.values())
     if from_rows:
