@@ -1,5 +1,6 @@
-"""Aggregate reports over 1,000,000 model calls (or --calls N), before and
-after schema 8 (per-run totals written when a run finishes), in one run.
+"""Aggregate reports over 1,000,000 model calls (or --calls N): schema 7
+(every run's rows), schema 8 as released (per-run totals) and this version
+(schema 9: the per-day TTFT rollup, lean folding and costing), in one run.
 
 A schema-7 store of N/100 finished runs x 100 turns (call, response, HTTP
 attempt and turn row each, hash-chained) is generated with
@@ -13,14 +14,17 @@ run of this bench works on a copy of the cached store:
    at SCHEMA7_REV, read from git), and through this version's row path
    (``raw``: every run summed from its rows, as a run without totals is
    read), with the row path's EXPLAIN QUERY PLAN; best of --repeat-before (1);
-2. ``escrow migrate`` to schema 8 (the resumable backfill of the totals), timed;
-3. after: the plan of the totals query and the same reports from the
-   totals, best of --repeat (3); the ratio before/after side by side, and
-   whether every report is identical both ways;
-4. the rows each side reads: responses, attempts and tool rows against
-   totals rows, and the TTFT histogram entries.
+   --skip-before leaves this step out;
+2. ``escrow migrate`` 7 -> 8 (the resumable backfill of the totals) and
+   8 -> 9 (the rollup built from them), each timed;
+3. after: the plans of this version's queries, then each report through the
+   schema-8 report code as released (the store's queries and the costing
+   core at SCHEMA8_REV, read from git) and through this version, alternated,
+   best of --repeat (3): wall and CPU seconds side by side, the ratios, and
+   whether every report is identical each way;
+4. the rows each side reads.
 
-Usage: .venv/bin/python bench/bench_report.py [--calls 1000000] [--cache-dir /var/tmp]
+Usage: .venv/bin/python bench/bench_report.py [--calls 1000000] [--cache-dir /var/tmp] [--skip-before]
 """
 
 from __future__ import annotations
@@ -51,17 +55,25 @@ from store.reports import query_plans
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA7_REV = "14a009a"  # the last commit whose report queries summed every run's rows
+SCHEMA8_REV = "f2a614a"  # the last commit whose reports summed every run's TTFT buckets
 WINDOWS = (("7d", 7), ("30d", 30), ("all", None))
 BYS = ("model", "day")
 
 
 def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
-    best, result = float("inf"), None
-    for _ in range(repeat):
-        started = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - started)
+    best, _, result = best_of(fn, repeat)
     return best, result
+
+
+def best_of(fn: Callable[[], Any], repeat: int) -> tuple[float, float, Any]:
+    """The best wall seconds of ``repeat`` runs, that run's CPU seconds, and the result."""
+    best, cpu, result = float("inf"), 0.0, None
+    for _ in range(repeat):
+        started, cpu_started = time.perf_counter(), time.process_time()
+        result = fn()
+        if time.perf_counter() - started < best:
+            best, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    return best, cpu, result
 
 
 def with_ttfts(link: Callable[..., str]) -> Callable[..., str]:
@@ -95,7 +107,8 @@ def schema7_store(path: Path, calls: int) -> None:
     with closing(sqlite3.connect(partial)) as conn:
         conn.execute("DROP TABLE run_totals")
         conn.execute("DROP TABLE run_ttfts")
-        conn.execute("DELETE FROM escrow_migrations WHERE version = 8")
+        conn.execute("DROP TABLE ttft_days")
+        conn.execute("DELETE FROM escrow_migrations WHERE version >= 8")
         conn.commit()
     bench_store.generate(partial)
     partial.rename(path)
@@ -124,17 +137,18 @@ def times(store: Store, newest: float, raw: bool, repeat: int) -> dict[tuple[str
     return out
 
 
-def schema7_queries() -> types.ModuleType:
-    """The schema-7 report queries as released, loaded from git."""
-    text = subprocess.run(["git", "show", f"{SCHEMA7_REV}:store/reports/aggregate_query.py"], cwd=ROOT,
-                          capture_output=True, text=True, check=True).stdout
-    module = types.ModuleType("schema7_aggregate_query")
-    exec(compile(text, f"{SCHEMA7_REV}:store/reports/aggregate_query.py", "exec"), module.__dict__)
+def released(rev: str, path: str) -> types.ModuleType:
+    """A module as released at ``rev``, loaded from git."""
+    text = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout
+    module = types.ModuleType(f"released_{rev}_{Path(path).stem}")
+    sys.modules[module.__name__] = module  # pydantic resolves the module's annotations through it
+    exec(compile(text, f"{rev}:{path}", "exec"), module.__dict__)
     return module
 
 
 def released_times(store: Store, newest: float, repeat: int) -> dict[tuple[str, str], tuple[float, Any]]:
-    old, prices = schema7_queries(), load_price_table(None)
+    old, prices = released(SCHEMA7_REV, "store/reports/aggregate_query.py"), load_price_table(None)
 
     def report(since: float | None, by: str) -> Any:
         pieces, ttfts = old.read_slices(store, by=by, since=since, until=None)
@@ -148,59 +162,115 @@ def released_times(store: Store, newest: float, repeat: int) -> dict[tuple[str, 
     return out
 
 
+def schema8_report() -> Callable[..., Any]:
+    """``report_runs`` as released at SCHEMA8_REV: its store queries and its costing core."""
+    queries = released(SCHEMA8_REV, "store/reports/aggregate_query.py")
+    costing = released(SCHEMA8_REV, "orchestrator/costing/aggregate.py")
+    prices = load_price_table(None)
+
+    def report(store: Store, by: str, since: float | None) -> Any:
+        pieces, ttfts = queries.read_slices(store, by=by, since=since, until=None)
+        return costing.aggregate(pieces, ttfts, by=by, prices=prices.lookup, price_version=prices.version,
+                                 since=since)
+
+    return report
+
+
+def side_by_side(store: Store, newest: float, repeat: int) -> dict[tuple[str, str], tuple[Any, ...]]:
+    """Per report: (schema-8 wall, cpu, report, this version's wall, cpu, report), alternated."""
+    old, prices, out = schema8_report(), load_price_table(None), {}
+    for label, days in WINDOWS:
+        since = None if days is None else newest - days * 86400
+        for by in BYS:
+            best8 = best_of(lambda since=since, by=by: old(store, by, since), 1)
+            now = best_of(lambda since=since, by=by: report_runs(
+                store, by=by, since=since, until=None, prices=prices), 1)
+            for _ in range(repeat - 1):
+                again8 = best_of(lambda since=since, by=by: old(store, by, since), 1)
+                again = best_of(lambda since=since, by=by: report_runs(
+                    store, by=by, since=since, until=None, prices=prices), 1)
+                best8, now = min(best8, again8, key=lambda t: t[0]), min(now, again, key=lambda t: t[0])
+            out[(label, by)] = (*best8, *now)
+    return out
+
+
 def counts(path: Path) -> list[str]:
     with closing(sqlite3.connect(path)) as conn:
         rows = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-                for t in ("runs", "model_responses", "call_attempts", "tool_executions", "run_totals", "run_ttfts")}
+                for t in ("runs", "model_responses", "call_attempts", "tool_executions", "run_totals", "run_ttfts",
+                          "ttft_days")}
         slices = conn.execute("SELECT count(*) FROM run_totals WHERE model IS NOT NULL").fetchone()[0]
+        days = conn.execute("SELECT count(DISTINCT day) FROM ttft_days").fetchone()[0]
     return [
-        f"   runs {rows['runs']:,}; rows summed before: {rows['model_responses']:,} responses, "
+        f"   runs {rows['runs']:,}; rows summed at schema 7: {rows['model_responses']:,} responses, "
         f"{rows['call_attempts']:,} attempts, {rows['tool_executions']:,} tool executions",
-        f"   rows read after: {rows['run_totals']:,} run_totals rows ({slices:,} with calls), "
-        f"{rows['run_ttfts']:,} run_ttfts rows: {rows['run_ttfts'] / max(1, slices):.1f} TTFT buckets a slice "
-        f"of {rows['model_responses'] / max(1, slices):.0f} calls",
+        f"   schema 8 reads {rows['run_totals']:,} run_totals rows ({slices:,} with calls) and "
+        f"{rows['run_ttfts']:,} run_ttfts rows ({rows['run_ttfts'] / max(1, slices):.1f} TTFT buckets a slice "
+        f"of {rows['model_responses'] / max(1, slices):.0f} calls)",
+        f"   schema 9 reads the same run_totals rows and, over whole days, {rows['ttft_days']:,} ttft_days rows "
+        f"({days:,} days) instead of the run_ttfts rows",
     ]
+
+
+def load() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def migrate(work: Path, start: int, end: int) -> None:
+    started = time.perf_counter()
+    engine = make_engine(make_url(f"sqlite:///{work}"), readonly=False)
+    applied = upgrade(engine, start, end)
+    engine.dispose()
+    print(f"   migrate {start} -> {end} (applied {applied}): {time.perf_counter() - started:.1f} s", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=1_000_000)
     parser.add_argument("--cache-dir", type=Path, default=Path("/var/tmp"))
-    parser.add_argument("--repeat", type=int, default=3, help="best of this many runs of each report from totals")
-    parser.add_argument("--repeat-before", type=int, default=1, help="the same, summing the rows")
+    parser.add_argument("--repeat", type=int, default=3, help="best of this many runs of each report after")
+    parser.add_argument("--repeat-before", type=int, default=1, help="the same, at schema 7")
+    parser.add_argument("--skip-before", action="store_true", help="leave out the schema-7 timings (step 1)")
     args = parser.parse_args()
     cached = args.cache_dir / f"escrow-bench-report-s7-{args.calls}.db"
     schema7_store(cached, args.calls)
     work = args.cache_dir / f"escrow-bench-report-work-{os.getpid()}.db"
     shutil.copyfile(cached, work)
+    print(f"start: {load()}", flush=True)
     try:
         with closing(sqlite3.connect(work)) as conn:
             newest = conn.execute("SELECT max(created_at) FROM runs").fetchone()[0]
-        print(f"\n1. before (schema 7: every run summed from its rows), best of {args.repeat_before}")
-        with open_at(work, 7) as store:
-            print("\n".join(plans(store, raw=True)))
-            released = released_times(store, newest, args.repeat_before)
-            rows = times(store, newest, raw=True, repeat=args.repeat_before)
-        started = time.perf_counter()
-        engine = make_engine(make_url(f"sqlite:///{work}"), readonly=False)
-        applied = upgrade(engine, 7)
-        engine.dispose()
-        print(f"\n2. migrate 7 -> 8 (applied {applied}): {time.perf_counter() - started:.1f} s")
-        print(f"\n3. after (schema 8: per-run totals), best of {args.repeat}")
-        with open_at(work, 8) as store:
-            print("\n".join(plans(store, raw=False)))
-            after = times(store, newest, raw=False, repeat=args.repeat)
-        print("\n   released: schema-7 queries at " + SCHEMA7_REV + "; rows: this version, every run from its rows;"
-              "\n   totals: this version, schema 8; identical: the rows report equals the totals report")
-        print(f"\n   {'window':<6} {'--by':<6} {'calls':>9} {'released s':>10} {'rows s':>7} {'totals s':>8} "
-              f"{'released/totals':>15} {'rows/totals':>11}  identical")
-        for key, (new_s, new_report) in after.items():
-            old_s, raw = released[key][0], rows[key]
-            calls = new_report.total.calls if new_report.total else 0
-            same = "yes" if raw[1].model_dump() == new_report.model_dump() else "NO"
-            print(f"   {key[0]:<6} {key[1]:<6} {calls:>9,} {old_s:>10.2f} {raw[0]:>7.2f} {new_s:>8.3f} "
-                  f"{old_s / new_s:>14.0f}x {raw[0] / new_s:>10.0f}x  {same}")
-        print("\n4. rows read")
+        before: dict[tuple[str, str], tuple[float, Any]] = {}
+        rows: dict[tuple[str, str], tuple[float, Any]] = {}
+        if not args.skip_before:
+            print(f"\n1. before (schema 7: every run summed from its rows), best of {args.repeat_before}")
+            with open_at(work, 7) as store:
+                print("\n".join(plans(store, raw=True)))
+                before = released_times(store, newest, args.repeat_before)
+                rows = times(store, newest, raw=True, repeat=args.repeat_before)
+        print("\n2. migrations")
+        migrate(work, 7, 8)
+        migrate(work, 8, 9)
+        print(f"\n3. after: schema 8 as released at {SCHEMA8_REV} and this version (schema 9), "
+              f"alternated, best of {args.repeat}; {load()}")
+        with open_at(work, 9) as store:
+            print("\n".join(plans(store, raw=False)), flush=True)
+            after = side_by_side(store, newest, args.repeat)
+        print("\n   s: wall seconds (cpu: that run's CPU seconds); schema 7: its queries as released at "
+              f"{SCHEMA7_REV}; rows: this version reading every run from its rows;\n   identical: the schema-8 "
+              "report (and the rows report) equals this version's, model_dump for model_dump")
+        head = f"{'schema 7 s':>10} {'rows s':>7} " if before else ""
+        print(f"\n   {'window':<6} {'--by':<6} {'calls':>9} {head}{'schema 8 s':>10} {'cpu':>6} "
+              f"{'now s':>7} {'cpu':>6} {'8/now':>6}{' 7/now' if before else ''}  identical")
+        for key, (s8, c8, r8, now_s, now_c, report) in after.items():
+            calls = report.total.calls if report.total else 0
+            dump = report.model_dump()
+            same = r8.model_dump() == dump and (not rows or rows[key][1].model_dump() == dump)
+            old = f"{before[key][0]:>10.2f} {rows[key][0]:>7.2f} " if before else ""
+            ratio7 = f" {before[key][0] / now_s:>5.0f}x" if before else ""
+            print(f"   {key[0]:<6} {key[1]:<6} {calls:>9,} {old}{s8:>10.3f} {c8:>6.3f} {now_s:>7.3f} {now_c:>6.3f} "
+                  f"{s8 / now_s:>5.1f}x{ratio7}  {'yes' if same else 'NO'}")
+        print(f"\n4. rows read; end: {load()}")
         print("\n".join(counts(work)))
     finally:
         for suffix in ("", "-wal", "-shm"):

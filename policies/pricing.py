@@ -64,18 +64,28 @@ class CostBreakdown(Frozen):
         )
 
 
+def cost_parts(
+    prompt_tokens: int, cached_prompt_tokens: int, completion_tokens: int, gpu_seconds: float, price: Price | None
+) -> tuple[float, float, float, float]:
+    """The one cost computation: (input, cached input, output, GPU) dollars.
+    Token counts may be sums over many calls: the cost is linear in them. The
+    cached part is clamped to the prompt. Plain floats, so a report over
+    many slices sums them without building a model per slice."""
+    if price is None:
+        return 0.0, 0.0, 0.0, 0.0
+    cached = min(cached_prompt_tokens, prompt_tokens)
+    return (
+        (prompt_tokens - cached) * price.input_per_mtok / 1e6,
+        cached * price.cached_rate / 1e6,
+        completion_tokens * price.output_per_mtok / 1e6,
+        gpu_cost(gpu_seconds, price),
+    )
+
+
 def cost_breakdown(
     prompt_tokens: int, cached_prompt_tokens: int, completion_tokens: int, gpu_seconds: float, price: Price | None
 ) -> CostBreakdown:
-    """The one cost computation, split by kind; ``token_cost`` and ``call_cost``
-    are sums of it. Token counts may be sums over many calls: the cost is linear
-    in them. The cached part is clamped to the prompt."""
-    if price is None:
-        return CostBreakdown()
-    cached = min(cached_prompt_tokens, prompt_tokens)
-    return CostBreakdown(
-        input_usd=(prompt_tokens - cached) * price.input_per_mtok / 1e6,
-        cached_input_usd=cached * price.cached_rate / 1e6,
-        output_usd=completion_tokens * price.output_per_mtok / 1e6,
-        gpu_usd=gpu_cost(gpu_seconds, price),
-    )
+    """``cost_parts`` split by kind; ``token_cost`` and ``call_cost`` are sums of it."""
+    input_usd, cached_usd, output_usd, gpu_usd = cost_parts(
+        prompt_tokens, cached_prompt_tokens, completion_tokens, gpu_seconds, price)
+    return CostBreakdown(input_usd=input_usd, cached_input_usd=cached_usd, output_usd=output_usd, gpu_usd=gpu_usd)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from sqlalchemy import Column, Connection, Engine, Float, Index, Integer, MetaData, String, Table, inspect, select
 from sqlmodel import SQLModel
 
-from store import batch_tables, content_migration, model_column, run_totals, schema_version, tables
+from store import batch_tables, content_migration, model_column, run_totals, schema_version, tables, ttft_days
 from store.tables import table_of
 
 migration_log_metadata = MetaData()
@@ -137,6 +137,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         run_totals.add_table,
         run_totals.backfill,
     ),
+    Migration(9, "the TTFT histogram of the runs with totals summed per day, for aggregate reports", ttft_days.rebuild),
 )
 LATEST = MIGRATIONS[-1].version
 if LATEST != schema_version.LATEST:  # one number, read by the light reader too
@@ -149,6 +150,7 @@ def store_tables() -> list[Table]:
         *(table_of(model) for model in tables.CHAINED),
         *(table_of(model) for model in batch_tables.BATCH_TABLES),
         *run_totals.DERIVED,
+        ttft_days.DAYS,
     ]
 
 

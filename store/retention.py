@@ -26,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy import String as SAString
 
 from orchestrator.contract import Frozen
-from store import blobs, run_totals
+from store import blobs, run_totals, ttft_days
 from store.tables import CHAINED, Deletion, ModelCall, Run, table_of
 
 RUNS: Table = table_of(Run)
@@ -89,6 +89,7 @@ def collect(
             table = tables[name]
             freed += _size(conn, table, table.c.run_id.in_(chunk))
             rows += conn.execute(delete(table).where(table.c.run_id.in_(chunk))).rowcount or 0
+        ttft_days.moved(conn, ttft_days.sums(conn, RUNS.c.id.in_(chunk))[0], {})
         for derived in run_totals.DERIVED:  # not counted: derived data
             conn.execute(delete(derived).where(derived.c.run_id.in_(chunk)))
         freed += _size(conn, RUNS, RUNS.c.id.in_(chunk))

@@ -240,18 +240,24 @@ def order(key: Key) -> tuple[str, int, bool, str, str]:
     return run_id, own, model is not None, model or "", engine or ""
 
 
-def write(conn: Connection, run_ids: Iterable[str]) -> None:
+def write(conn: Connection, run_ids: Iterable[str], days: bool = True) -> None:
     """Write the totals of these runs (in the caller's transaction), replacing
-    any; a run with a damaged cell gets none."""
+    any; a run with a damaged cell gets none. ``days``: the per-day TTFT
+    rollup follows (schema 9; not while migration 8 backfills, before it exists)."""
+    from store import ttft_days  # it reads this module's tables
+
     ids = list(run_ids)
     if not ids:
         return
+    before = ttft_days.sums(conn, RUNS.c.id.in_(ids))[0] if days else {}
     for table in DERIVED:
         conn.execute(delete(table).where(table.c.run_id.in_(ids)))
     totals, damaged = compute(conn, RUNS.c.id.in_(ids))
     for table, rows in zip(DERIVED, as_rows({k: t for k, t in totals.items() if k[0] not in damaged}), strict=True):
         if rows:
             conn.execute(table.insert(), rows)
+    if days:
+        ttft_days.moved(conn, before, ttft_days.sums(conn, RUNS.c.id.in_(ids))[0])
 
 
 def has_totals() -> Any:
@@ -307,5 +313,5 @@ def backfill(engine: Engine, batch_runs: int | None = None) -> None:
                 .order_by(RUNS.c.id).limit(batch_runs or BACKFILL_RUNS)).scalars())
             if not ids:
                 return
-            write(conn, ids)
+            write(conn, ids, days=False)  # migration 9 builds the rollup from all of them
             after = ids[-1]

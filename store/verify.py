@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, select
 
-from store import blob_check, model_column, run_totals
+from store import blob_check, model_column, run_totals, ttft_days
 from store.cells import check_row
 from store.chain import ChainCheck, ChainRow, check_chain
 from store.recorder import VERDICT_EVENT
@@ -107,5 +107,14 @@ def _checked(conn: Connection, run_rows: list[dict[str, Any]], rows: list[ChainR
     hashed, blob_problems = blob_check.prepare(conn, rows)
     checks = blob_check.flag(check_records(run_rows, hashed), blob_problems)
     totals = run_totals.problems(conn, run_id)
-    return [c.model_copy(update={"ok": False, "table": run_totals.TOTALS.name, "problem": totals[c.run_id]})
-            if c.ok and c.run_id in totals else c for c in checks]
+    days = ttft_days.problems(conn, run_id, explained=totals)
+
+    def derived(c: ChainCheck) -> ChainCheck:
+        if not c.ok or (c.run_id not in totals and c.run_id not in days):
+            return c
+        if c.run_id in totals:
+            return c.model_copy(update={"ok": False, "table": run_totals.TOTALS.name, "problem": totals[c.run_id]})
+        row_id, problem = days[c.run_id]
+        return c.model_copy(update={"ok": False, "table": ttft_days.DAYS.name, "row_id": row_id, "problem": problem})
+
+    return [derived(c) for c in checks]

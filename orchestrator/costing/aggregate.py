@@ -23,7 +23,7 @@ from orchestrator.costing.figures import (
     ratio,
 )
 from orchestrator.costing.trajectory import unpriced_warnings
-from policies.pricing import CostBreakdown, cost_breakdown
+from policies.pricing import CostBreakdown, cost_parts
 
 GroupBy = Literal["model", "day", "status", "verdict", "engine", "source", "batch"]
 GROUP_BY: tuple[str, ...] = ("model", "day", "status", "verdict", "engine", "source", "batch")
@@ -98,12 +98,15 @@ def group_stats(
 ) -> GroupStats:
     per_run_cost: dict[str, float] = defaultdict(float)
     per_run_tokens: dict[str, int] = defaultdict(int)
-    cost = CostBreakdown()
+    # Plain floats added in the pieces' order: the same sums as adding one
+    # CostBreakdown a piece, without building two models a piece.
+    input_usd = cached_usd = output_usd = gpu_usd = 0.0
     for p in pieces:
-        piece_cost = cost_breakdown(p.prompt_tokens, p.cached_tokens, p.completion_tokens, p.gpu_s, prices(p.model))
-        cost = cost + piece_cost
-        per_run_cost[p.run_id] += piece_cost.total_usd
+        a, b, c, d = cost_parts(p.prompt_tokens, p.cached_tokens, p.completion_tokens, p.gpu_s, prices(p.model))
+        input_usd, cached_usd, output_usd, gpu_usd = input_usd + a, cached_usd + b, output_usd + c, gpu_usd + d
+        per_run_cost[p.run_id] += a + b + c + d
         per_run_tokens[p.run_id] += p.prompt_tokens + p.completion_tokens
+    cost = CostBreakdown(input_usd=input_usd, cached_input_usd=cached_usd, output_usd=output_usd, gpu_usd=gpu_usd)
     # Tool time belongs to a run, not to one of its models: count it once.
     tool_s = {p.run_id: p.tool_s for p in pieces}
     prompt, cached = sum(p.prompt_tokens for p in pieces), sum(p.cached_tokens for p in pieces)

@@ -13,27 +13,47 @@ prompt tokens, so sums can be priced linearly.
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict
 from collections.abc import Mapping
+from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, Connection, Integer, and_, case, cast, func, literal, select, true
+from sqlalchemy import (
+    JSON,
+    Connection,
+    Integer,
+    String,
+    and_,
+    case,
+    cast,
+    func,
+    literal,
+    or_,
+    select,
+    true,
+    type_coerce,
+)
 
 from orchestrator.costing.figures import DAY_FORMAT, ESCROW_SOURCE, NO_BATCH, NO_ENGINE, NO_VERDICT, RunSlice
 from orchestrator.interop.records import IMPORT_MODE
 from store import run_totals
 from store.batch_tables import BatchAttemptRow
-from store.cells import check_numbers, not_a_number
+from store.cells import check_numbers
 from store.run_totals import RUNS, TOTALS, TTFTS, Key, Totals, bucket_seconds
 from store.store import Store
 from store.tables import CallAttempt, ModelResponse, table_of
+from store.text_codec import unescape
+from store.ttft_days import DAY_S, DAYS, REPLAY_MODES, day_of
 
 RESPONSES = table_of(ModelResponse)
+Figures = tuple[Any, ...]
+"""A totals row's figures, in ``run_totals.FIGURES`` order."""
+ZERO: Figures = tuple(getattr(Totals(), name) for name in run_totals.FIGURES)
+TOOL_S = run_totals.FIGURES.index("tool_s")
 ATTEMPTS = table_of(CallAttempt)
 BATCH_ATTEMPTS = table_of(BatchAttemptRow)
 
-# Runs whose model calls were served from a recording: no spend of their own.
-REPLAY_MODES = ("replay", "reexecute")
 
 
 def window(since: float | None, until: float | None, include_replays: bool = False) -> Any:
@@ -58,32 +78,48 @@ def source_sql(dialect: str) -> Any:
     return case((RUNS.c.mode == IMPORT_MODE, func.coalesce(fmt, IMPORT_MODE)), else_=ESCROW_SOURCE)
 
 
-def totals_query(since: float | None, until: float | None, include_replays: bool = False,
-                 dialect: str = "sqlite") -> Any:
-    """Stored totals of the runs in the window that have them, with a flag
-    for a numeric cell that is not a number (only SQLite stores one)."""
+def totals_query(since: float | None, until: float | None, include_replays: bool = False) -> Any:
+    """Stored totals of the runs in the window that have them, as tuples:
+    key, figures, row id."""
     spend = true() if include_replays else TOTALS.c.own == 1
-    damaged = case((not_a_number(TOTALS, run_totals.NUMBERS), 1), else_=0) if dialect == "sqlite" else literal(0)
-    return (select(TOTALS, damaged.label("damaged"))
+    # Model and engine as stored (escaped): ``_stored`` unescapes each distinct name once.
+    names = [type_coerce(TOTALS.c[name], String).label(name) for name in ("model", "engine")]
+    columns = [TOTALS.c.run_id, TOTALS.c.own, *names, *(TOTALS.c[name] for name in run_totals.FIGURES)]
+    return (select(*columns, TOTALS.c.id)
             .join(RUNS, RUNS.c.id == TOTALS.c.run_id)
             .where(window(since, until, include_replays), run_totals.has_totals(), spend))
 
 
-def _stored(conn: Connection, since: float | None, until: float | None, include_replays: bool) -> dict[Key, Totals]:
-    rows = conn.execute(totals_query(since, until, include_replays, conn.dialect.name)).mappings().all()
-    if conn.dialect.name == "sqlite" and any(r["damaged"] for r in rows):
-        check_numbers(conn, TOTALS, TOTALS.c.id.in_([r["id"] for r in rows if r["damaged"]]))
-    return dict(run_totals.from_row(row) for row in rows)
+NUMBER_TYPES = frozenset((int, float, type(None)))
 
 
-def _from_rows(conn: Connection, runs: Any, include_replays: bool) -> dict[Key, Totals]:
+def _stored(conn: Connection, since: float | None, until: float | None, include_replays: bool) -> dict[Key, Figures]:
+    rows = conn.execute(totals_query(since, until, include_replays)).all()
+    # A numeric cell holding text (only SQLite stores one) arrives as str or
+    # bytes: one pass over the cells' types, the details only when one is off.
+    if not {type(v) for r in rows for v in (r[1], *r[4:])} <= NUMBER_TYPES:
+        off = [r[-1] for r in rows if not {type(v) for v in (r[1], *r[4:])} <= NUMBER_TYPES]
+        check_numbers(conn, TOTALS, TOTALS.c.id.in_(off))
+    names: dict[str | None, str | None] = {None: None}
+
+    def name(stored: str | None) -> str | None:
+        if stored not in names:
+            names[stored] = unescape(stored) if isinstance(stored, str) else stored
+        return names[stored]
+
+    # Positional: a report reads one row per (run, model), so no mapping per row.
+    return {(r[0], r[1], name(r[2]), name(r[3])): tuple(r[4:-1]) for r in rows}
+
+
+def _from_rows(conn: Connection, runs: Any, include_replays: bool) -> dict[Key, Figures]:
     """Totals computed from the rows of the runs ``runs`` selects; a damaged cell stops the report."""
     totals, damaged = run_totals.compute(conn, runs)
     if damaged:
         ids = RUNS.c.id.in_(sorted(damaged))
         check_numbers(conn, RESPONSES, RESPONSES.c.run_id.in_(select(RUNS.c.id).where(ids)), run_totals.SUMMED)
         check_numbers(conn, ATTEMPTS, ATTEMPTS.c.run_id.in_(select(RUNS.c.id).where(ids)), run_totals.ATTEMPT_SUMMED)
-    return {k: t for k, t in totals.items() if include_replays or k[1] == 1}
+    return {k: tuple(getattr(t, name) for name in run_totals.FIGURES)
+            for k, t in totals.items() if include_replays or k[1] == 1}
 
 
 def unsummed(since: float | None, until: float | None, include_replays: bool, raw: bool) -> Any:
@@ -92,44 +128,63 @@ def unsummed(since: float | None, until: float | None, include_replays: bool, ra
     return in_window if raw else and_(in_window, ~run_totals.has_totals())
 
 
+def any_unsummed(conn: Connection, since: float | None, until: float | None, include_replays: bool,
+                 raw: bool) -> bool:
+    """Whether a run in the window is read from its rows: one pass over the
+    window's runs, so that a fleet of finished runs skips the queries over
+    the rows (their plans may scan a whole table to find no run)."""
+    return raw or conn.execute(select(RUNS.c.id).where(unsummed(since, until, include_replays, raw))
+                               .limit(1)).first() is not None
+
+
 def run_slices(conn: Connection, since: float | None, until: float | None, by: str = "model",
                include_replays: bool = False, raw: bool = False) -> list[RunSlice]:
+    return _run_slices(conn, since, until, by, include_replays, raw)[0]
+
+
+def _run_slices(conn: Connection, since: float | None, until: float | None, by: str, include_replays: bool,
+                raw: bool) -> tuple[list[RunSlice], bool]:
+    """The slices, and whether a run in the window was read from its rows."""
     totals = {} if raw else _stored(conn, since, until, include_replays)
-    totals.update(_from_rows(conn, unsummed(since, until, include_replays, raw), include_replays))
     runs = {r[0]: r[1:] for r in conn.execute(
-        select(RUNS.c.id, RUNS.c.created_at, RUNS.c.status, RUNS.c.verdict, source_sql(conn.dialect.name))
+        select(RUNS.c.id, RUNS.c.created_at, RUNS.c.status, RUNS.c.verdict, source_sql(conn.dialect.name),
+               literal(False) if raw else run_totals.has_totals())
         .where(window(since, until, include_replays)))}
+    from_rows = raw or not all(run[-1] for run in runs.values())
+    if from_rows:
+        totals.update(_from_rows(conn, unsummed(since, until, include_replays, raw), include_replays))
     batch_of: dict[str, str] = dict(conn.execute(select(BATCH_ATTEMPTS.c.run_id, BATCH_ATTEMPTS.c.batch_id)
                                  .where(BATCH_ATTEMPTS.c.run_id.is_not(None))).all())
-    return slices(totals, runs, by == "engine", batch_of)
+    return slices(totals, runs, by == "engine", batch_of), from_rows
 
 
-def slices(totals: Mapping[Key, Totals], runs: Mapping[str, Any], by_engine: bool,
+def slices(totals: Mapping[Key, Figures], runs: Mapping[str, Any], by_engine: bool,
            batch_of: Mapping[str, str]) -> list[RunSlice]:
     """Totals folded into slices, in one fixed order (so the float sums come
     out the same whichever way the totals were read)."""
-    merged: dict[tuple[str, str, str], Totals] = {}
+    merged: dict[tuple[str, str, str], Figures] = {}
     engines: dict[tuple[str, str, str], str | None] = {}
     tool_s: dict[str, float] = defaultdict(float)
     for key in sorted(totals, key=run_totals.order):
         run_id, _, model, engine = key
         if model is None:
-            tool_s[run_id] += totals[key].tool_s
+            tool_s[run_id] += totals[key][TOOL_S]
             continue
         slot = (run_id, model, (engine or "") if by_engine else "")
         engines[slot] = engine if by_engine else None
-        merged.setdefault(slot, Totals()).add(totals[key])
+        # Each figure added to the slot's, from zero: as ``Totals.add`` does.
+        merged[slot] = tuple(map(operator.add, merged.get(slot, ZERO), totals[key]))
     out = []
     for slot in sorted(merged):
-        t, run_id = merged[slot], slot[0]
-        if t.calls == 0 or run_id not in runs:
+        (calls, prompt, cached, output, direct_s, http_s, wait_s, decode_s, retries, _), run_id = merged[slot], slot[0]
+        if calls == 0 or run_id not in runs:
             continue
-        created, status, verdict, source = runs[run_id]
+        created, status, verdict, source = runs[run_id][:4]
         out.append(RunSlice(
             run_id=run_id, created_at=created, status=status, verdict=verdict, model=slot[1], source=source,
-            calls=t.calls, prompt_tokens=t.prompt_tokens, cached_tokens=t.cached_tokens,
-            completion_tokens=t.output_tokens, gpu_s=t.direct_s + t.http_s, wait_s=t.wait_s, decode_s=t.decode_s,
-            retries=t.retries, tool_s=tool_s.get(run_id, 0.0), engine=engines[slot], batch=batch_of.get(run_id),
+            calls=calls, prompt_tokens=prompt, cached_tokens=cached, completion_tokens=output,
+            gpu_s=direct_s + http_s, wait_s=wait_s, decode_s=decode_s, retries=retries,
+            tool_s=tool_s.get(run_id, 0.0), engine=engines[slot], batch=batch_of.get(run_id),
         ))
     return out
 
@@ -155,39 +210,81 @@ def group_key_sql(by: str, dialect: str, model: Any, engine: Any) -> Any:
     raise ValueError(f"cannot group by {by!r}")
 
 
+ROLLED_UP_BY = ("model", "engine", "day")
+"""Groupings the per-day TTFT rollup (``store.ttft_days``) holds the key of."""
+
+
+def whole_days(since: float | None, until: float | None) -> tuple[int | None, int | None] | None:
+    """The days [first, end) the window covers whole (None: unbounded), or None when it covers none."""
+    first = None if since is None else day_of(since) + (since > day_of(since) * DAY_S)
+    end = None if until is None else day_of(until)
+    return None if first is not None and end is not None and first >= end else (first, end)
+
+
 def ttft_queries(since: float | None, until: float | None, by: str, dialect: str, include_replays: bool = False,
                  raw: bool = False) -> dict[str, Any]:
-    """Per group: calls per TTFT bucket from the stored totals, and calls per
-    millisecond from the rows of the runs without them."""
+    """Per group: calls per TTFT bucket from the per-day rollup over the
+    window's whole days (grouped by model, engine or day), from the runs'
+    stored buckets over the rest of it, and calls per millisecond from the
+    rows of the runs without totals."""
     def grouped(rows: Any, model: Any, engine: Any) -> tuple[Any, Any]:
         joins = RUNS.join(rows, rows.c.run_id == RUNS.c.id)
         if by == "batch":
             joins = joins.outerjoin(BATCH_ATTEMPTS, BATCH_ATTEMPTS.c.run_id == RUNS.c.id)
         return joins, group_key_sql(by, dialect, model, engine)
 
-    joins, key = grouped(TTFTS, TTFTS.c.model, TTFTS.c.engine)
-    spend = true() if include_replays else TTFTS.c.own == 1
-    stored = (select(key, TTFTS.c.bucket_ms, func.sum(TTFTS.c.calls)).select_from(joins)
-              .where(window(since, until, include_replays), run_totals.has_totals(), spend)
-              .group_by(key, TTFTS.c.bucket_ms))
+    days = whole_days(since, until) if by in ROLLED_UP_BY else None
+    in_window = window(since, until, include_replays)
+    queries: dict[str, Any] = {}
+    if days is not None:
+        first, end = days
+        key = DAYS.c.day if by == "day" else group_key_sql(by, dialect, DAYS.c.model, DAYS.c.engine)
+        bounds = [DAYS.c.day >= first] if first is not None else []
+        bounds += [DAYS.c.day < end] if end is not None else []
+        real = [] if include_replays else [DAYS.c.own == 1, DAYS.c.replay == 0]
+        queries["days"] = (select(key, DAYS.c.bucket_ms, func.sum(DAYS.c.calls)).where(true(), *bounds, *real)
+                           .group_by(key, DAYS.c.bucket_ms))
+        created = RUNS.c.created_at
+        edges = [created < first * DAY_S] if first is not None else []
+        edges += [created >= end * DAY_S] if end is not None else []
+        in_window = and_(in_window, or_(*edges)) if edges else None
+    if in_window is not None:
+        joins, key = grouped(TTFTS, TTFTS.c.model, TTFTS.c.engine)
+        spend = true() if include_replays else TTFTS.c.own == 1
+        queries["stored"] = (select(key, TTFTS.c.bucket_ms, func.sum(TTFTS.c.calls)).select_from(joins)
+                             .where(in_window, run_totals.has_totals(), spend)
+                             .group_by(key, TTFTS.c.bucket_ms))
     joins, key = grouped(RESPONSES, RESPONSES.c[run_totals.MODEL], RESPONSES.c.engine)
     own = true() if include_replays else run_totals.own_flag(RESPONSES) == 1
     millis = cast(func.round(RESPONSES.c.ttft_s * 1000), Integer)
-    from_rows = (select(key, millis, func.count()).select_from(joins)
-                 .where(unsummed(since, until, include_replays, raw), own, RESPONSES.c.ttft_s.is_not(None))
-                 .group_by(key, millis))
-    return {"from_rows": from_rows} if raw else {"stored": stored, "from_rows": from_rows}
+    queries["from_rows"] = (select(key, millis, func.count()).select_from(joins)
+                            .where(unsummed(since, until, include_replays, raw), own, RESPONSES.c.ttft_s.is_not(None))
+                            .group_by(key, millis))
+    return {"from_rows": queries["from_rows"]} if raw else queries
+
+
+def day_label(day: int) -> str:
+    return datetime.fromtimestamp(day * DAY_S, tz=timezone.utc).strftime(DAY_FORMAT)
 
 
 def ttft_histogram(conn: Connection, since: float | None, until: float | None, by: str,
-                   include_replays: bool = False, raw: bool = False) -> list[tuple[str, float, int]]:
-    """(group key, TTFT seconds, calls): the buckets of docs/SCHEMA.md, whichever way a run is read."""
+                   include_replays: bool = False, raw: bool = False,
+                   from_rows: bool | None = None) -> list[tuple[str, float, int]]:
+    """(group key, TTFT seconds, calls): the buckets of docs/SCHEMA.md, whichever way a run is read.
+    ``from_rows``: whether a run in the window is read from its rows (None: find out)."""
     counts: dict[tuple[str, int], int] = defaultdict(int)
-    for name, query in ttft_queries(since, until, by, conn.dialect.name, include_replays, raw).items():
+    queries = ttft_queries(since, until, by, conn.dialect.name, include_replays, raw)
+    if from_rows is None:
+        from_rows = any_unsummed(conn, since, until, include_replays, raw)
+    if not from_rows:
+        del queries["from_rows"]
+    for name, query in queries.items():
         for key, value, n in conn.execute(query):
-            bucket = int(value) if name == "stored" else run_totals.ttft_bucket(int(value))
-            counts[(str(key), bucket)] += int(n)
-    return [(key, bucket_seconds(bucket), n) for (key, bucket), n in sorted(counts.items())]
+            bucket = run_totals.ttft_bucket(int(value)) if name == "from_rows" else int(value)
+            label = day_label(key) if name == "days" and by == "day" else str(key)
+            counts[(label, bucket)] += int(n)
+    # A rollup key may sum to nothing (its runs deleted): the rows never give one.
+    return [(key, bucket_seconds(bucket), n) for (key, bucket), n in sorted(counts.items()) if n]
 
 
 def read_slices(store: Store, *, by: str, since: float | None, until: float | None,
@@ -197,8 +294,8 @@ def read_slices(store: Store, *, by: str, since: float | None, until: float | No
     model) and the TTFT histogram per group. Real spend only, unless
     ``include_replays`` (see ``window``). ``raw``: every run read from its rows."""
     with store.read() as conn:
-        pieces = run_slices(conn, since, until, by, include_replays, raw)
-        ttfts = ttft_histogram(conn, since, until, by, include_replays, raw)
+        pieces, from_rows = _run_slices(conn, since, until, by, include_replays, raw)
+        ttfts = ttft_histogram(conn, since, until, by, include_replays, raw, from_rows)
     return pieces, ttfts
 
 
@@ -209,8 +306,9 @@ def query_plans(store: Store, since: float | None, until: float | None, raw: boo
         queries = {**run_totals.queries(window(since, until), "sqlite"),
                    "ttft": ttft_queries(since, until, "model", "sqlite", raw=True)["from_rows"]}
     else:
+        ttft = ttft_queries(since, until, "model", "sqlite")
         queries = {"totals": totals_query(since, until),
-                   "ttft": ttft_queries(since, until, "model", "sqlite")["stored"]}
+                   **{f"ttft {name}": ttft[name] for name in ("days", "stored") if name in ttft}}
     plans: dict[str, list[str]] = {}
     with store.read() as conn:
         for name, query in queries.items():

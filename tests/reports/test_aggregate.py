@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 
 from orchestrator.contract import Message, ModelRequest
 from orchestrator.costing import percentile
-from orchestrator.costing.figures import percentile_of_counts
+from orchestrator.costing.aggregate import group_stats
+from orchestrator.costing.figures import RunSlice, percentile_of_counts
 from orchestrator.launch.reports import report_run, report_runs
 from policies.price_table import load_price_table, set_price
+from policies.pricing import CostBreakdown, Price, cost_breakdown
 from store import Recorder
 
 DAY = 86_400.0
@@ -33,6 +35,30 @@ def test_percentile_of_a_histogram_is_the_percentile_of_its_values(counts: list[
     expanded = [float(v) for v, n in counts for _ in range(n)]
     got = percentile_of_counts([(float(v), n) for v, n in counts], q)
     assert (got is None and not expanded) or got == pytest.approx(percentile(expanded, q))
+
+
+PIECE = st.tuples(st.sampled_from(["r1", "r2", "r3"]), st.sampled_from(["m1", "m2", "free"]),
+                  st.integers(0, 10**7), st.integers(0, 10**7), st.integers(0, 10**6),
+                  st.floats(0, 1e5, allow_nan=False))
+
+
+@given(st.lists(PIECE, min_size=1, max_size=40))
+def test_group_cost_is_the_sum_of_each_slices_breakdown_bit_for_bit(pieces: list[tuple[object, ...]]) -> None:
+    """The costing core sums plain floats: the same sums, in the same order,
+    as adding one ``CostBreakdown`` a slice (the definition it replaced)."""
+    prices = {"m1": Price(model="m1", input_per_mtok=2.5, cached_input_per_mtok=0.3, output_per_mtok=10.1,
+                          gpu_per_hour=3.7),
+              "m2": Price(model="m2", input_per_mtok=0.15, output_per_mtok=0.6)}
+    slices = [RunSlice(run_id=r, created_at=T0, status="finished", verdict=None, model=m, calls=1, prompt_tokens=p,
+                       cached_tokens=min(c, p), completion_tokens=o, gpu_s=g, decode_s=0.0, retries=0)
+              for r, m, p, c, o, g in pieces]  # type: ignore[misc]
+    stats = group_stats("g", slices, [], prices.get)
+    want, per_run = CostBreakdown(), dict.fromkeys(("r1", "r2", "r3"), 0.0)
+    for s in slices:
+        piece = cost_breakdown(s.prompt_tokens, s.cached_tokens, s.completion_tokens, s.gpu_s, prices.get(s.model))
+        want, per_run[s.run_id] = want + piece, per_run[s.run_id] + piece.total_usd
+    assert stats.cost == want
+    assert stats.cost_per_run.p95 == percentile([v for r, v in per_run.items() if r in {s.run_id for s in slices}], 95)
 
 
 def test_percentile_edges() -> None:

@@ -1,4 +1,4 @@
-"""Schema 8: per-run totals. A report read from the stored totals equals the
+"""Schemas 8 and 9: per-run totals and the per-day TTFT rollup. A report read from the stored totals equals the
 one read from the rows, for every grouping, window and spend rule, over
 varied runs (forks, replays, re-executions, an import, retries, unanswered
 calls, NULL cells, several models and engines, runs still running)."""
@@ -17,10 +17,11 @@ from orchestrator.costing.aggregate import GROUP_BY
 from orchestrator.envelope import Attempt, Envelope, Payload, Status, Timings, Usage
 from orchestrator.launch.reports import report_runs
 from policies.price_table import load_price_table, set_price
-from store import Recorder, Store, run_totals
+from store import Recorder, Store, run_totals, ttft_days
 from store.errors import StoreDamaged
 from store.importer import import_file
 from store.reports import read_slices
+from store.reports.aggregate_query import query_plans, whole_days
 from store.retention import collect
 from tests.interop.conftest import own
 
@@ -97,13 +98,18 @@ def varied(store: Store, home: Path) -> Store:
     return store
 
 
+# All time; from within a day; whole days (UTC) only; from and to within a day.
+WINDOWS = ((None, None), (1_790_050_000.0, None), (1_790_035_200.0, 1_790_208_000.0),
+           (1_790_050_000.0, 1_790_150_000.0))
+
+
 def reports(store: Store, home: Path, raw: bool) -> list[dict[str, object]]:
     prices = load_price_table(home)
     out = []
     for by in GROUP_BY:
-        for since in (None, 1_790_050_000.0):
+        for since, until in WINDOWS:
             for include_replays in (False, True):
-                report = report_runs(store, by=by, since=since, until=None, prices=prices,
+                report = report_runs(store, by=by, since=since, until=until, prices=prices,
                                      include_replays=include_replays, raw=raw)
                 out.append(report.model_dump())
     return out
@@ -250,3 +256,98 @@ def test_a_summed_row_recorded_after_the_finish_updates_the_totals(store: Store)
     assert store.verify(run_id).ok
     assert read_slices(store, by="model", since=None, until=None) == read_slices(
         store, by="model", since=None, until=None, raw=True)
+
+
+# Schema 9: the per-day TTFT rollup. A report over whole days reads it, so it must stay the sum of
+# the runs' stored buckets through every write, rewrite and deletion.
+
+
+def rollup(store: Store) -> list[tuple[object, ...]]:
+    with store.read() as conn:
+        return sorted((tuple(r) for r in conn.exec_driver_sql(
+            "SELECT day, replay, own, model, engine, bucket_ms, sum(calls) FROM ttft_days "
+            "GROUP BY day, replay, own, model, engine, bucket_ms HAVING sum(calls) != 0")), key=repr)
+
+
+def rebuilt(store: Store) -> list[tuple[object, ...]]:
+    with store.read() as conn:
+        want, _ = ttft_days.sums(conn, ttft_days.true())
+    return sorted(((*k, n) for k, n in want.items()), key=repr)
+
+
+def test_the_rollup_is_the_sum_of_the_runs_buckets(varied: Store) -> None:
+    """Written run by run as runs finish (and once rewritten, for a run whose
+    rows changed): the same as summing every run's buckets afresh."""
+    assert rollup(varied) == rebuilt(varied) and len(rollup(varied)) > 10
+    with varied.read() as conn:
+        days = conn.exec_driver_sql("SELECT count(DISTINCT day), sum(replay) FROM ttft_days").one()
+        zeros = conn.exec_driver_sql("SELECT count(*) FROM ttft_days WHERE calls = 0").scalar()
+    assert days[0] > 1 and days[1] > 0 and zeros == 0, "several days, replays flagged, no empty rows"
+    with varied.read() as conn:
+        assert ttft_days.problems(conn) == {}
+
+
+def test_whole_days_of_a_window() -> None:
+    day = ttft_days.DAY_S
+    assert whole_days(None, None) == (None, None)
+    assert whole_days(10 * day, 12 * day) == (10, 12)
+    assert whole_days(10 * day + 1, 12 * day - 1) is None
+    assert whole_days(10 * day + 1, 11 * day + 5) is None
+    assert whole_days(10 * day - 0.5, None) == (10, None)
+    for created in (0.0, day - 1e-9, day * 1.0, 20717.5 * day, 20718 * day - 1e-6):
+        d = ttft_days.day_of(created)
+        assert d * day <= created < (d + 1) * day
+
+
+def test_a_report_over_whole_days_reads_the_rollup(varied: Store, home: Path) -> None:
+    """A rollup row changed behind the store's back moves the TTFT of the
+    report from totals (and only it), and verify names that row."""
+    with varied.read() as conn:
+        row_id, day = conn.exec_driver_sql(
+            "SELECT id, day FROM ttft_days WHERE own = 1 AND replay = 0 ORDER BY calls DESC LIMIT 1").one()
+        run_id = conn.exec_driver_sql(
+            "SELECT id FROM runs WHERE created_at >= ? AND created_at < ? AND mode = 'run' LIMIT 1",
+            (day * ttft_days.DAY_S, (day + 1) * ttft_days.DAY_S)).scalar()
+    assert run_id and all(c.ok for c in varied.verify_all())
+    before = read_slices(varied, by="model", since=None, until=None)
+    with closing(sqlite3.connect(totals_db(home))) as conn:
+        conn.execute("UPDATE ttft_days SET calls = calls + 100000 WHERE id = ?", (row_id,))
+        conn.commit()
+    after = read_slices(varied, by="model", since=None, until=None)
+    assert after[0] == before[0] and after[1] != before[1]
+    assert after[1] != read_slices(varied, by="model", since=None, until=None, raw=True)[1]
+    check = varied.verify(run_id)
+    assert not check.ok and check.table == "ttft_days" and check.row_id == str(row_id), check
+    assert "holds" in (check.problem or "") and "add up to" in (check.problem or "")
+    failed = [c for c in varied.verify_all() if not c.ok]
+    assert failed and all(c.table == "ttft_days" and c.row_id == str(row_id) for c in failed)
+    with closing(sqlite3.connect(totals_db(home))) as conn:
+        conn.execute("UPDATE ttft_days SET calls = calls - 100000 WHERE id = ?", (row_id,))
+        conn.execute("INSERT INTO ttft_days (day, replay, own, model, engine, bucket_ms, calls) "
+                     "VALUES (?, 0, 1, 'forged', NULL, 5, 3)", (day,))
+        conn.commit()
+    failed = [c for c in varied.verify_all() if not c.ok]
+    assert failed and all(c.table == "ttft_days" and "'forged'" in (c.problem or "") for c in failed)
+
+
+def test_gc_takes_the_deleted_runs_out_of_the_rollup(varied: Store, home: Path) -> None:
+    with varied.read() as conn:
+        cut = conn.exec_driver_sql("SELECT created_at FROM runs ORDER BY created_at LIMIT 1 OFFSET 8").scalar()
+        first_day = conn.exec_driver_sql("SELECT min(day) FROM ttft_days").scalar()
+    before = rollup(varied)
+    with varied.write() as conn:
+        assert collect(conn, before=cut).runs_deleted > 0
+    assert rollup(varied) == rebuilt(varied) and rollup(varied) != before
+    with varied.read() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM ttft_days WHERE calls = 0").scalar() == 0
+        assert conn.exec_driver_sql("SELECT min(day) FROM ttft_days").scalar() >= first_day
+    assert all(c.ok for c in varied.verify_all())
+    assert reports(varied, home, raw=False) == reports(varied, home, raw=True)
+
+
+def test_an_all_time_report_reads_no_runs_buckets(varied: Store) -> None:
+    plans = query_plans(varied, None, None)
+    assert "ttft days" in plans and "ttft stored" not in plans
+    assert all("run_ttfts" not in step and "runs" not in step for step in plans["ttft days"]), plans
+    edges = query_plans(varied, 1_790_050_000.0, None)
+    assert "ttft days" in edges and "ttft stored" in edges

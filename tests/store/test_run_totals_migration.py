@@ -32,12 +32,13 @@ def recorded(path: Path) -> list[str]:
 
 
 def as_schema_7(path: Path) -> list[tuple[object, ...]]:
-    """What a schema-7 store holds: no totals table, no stamp 8. Returns the totals it had."""
+    """What a schema-7 store holds: no totals tables, no stamps 8 and 9. Returns the totals it had."""
     with closing(sqlite3.connect(path)) as conn:
         before = conn.execute(TOTALS).fetchall() + conn.execute(TTFTS).fetchall()
         conn.execute("DROP TABLE run_totals")
         conn.execute("DROP TABLE run_ttfts")
-        conn.execute("DELETE FROM escrow_migrations WHERE version = 8")
+        conn.execute("DROP TABLE ttft_days")
+        conn.execute("DELETE FROM escrow_migrations WHERE version >= 8")
         conn.commit()
     return before
 
@@ -75,8 +76,37 @@ def test_the_backfill_resumes_after_sigkill(tmp_path: Path, kill_at: int) -> Non
     assert (table is not None) == (kill_at > 1)
     assert len(partial) == max(0, kill_at - 2) < len(ids), "killed before the end"
     with Store.open(url) as store:  # a write-open resumes the upgrade
-        assert store.schema_version == LATEST == 8
+        assert store.schema_version == LATEST == 9
         assert all(c.ok for c in store.verify_all()) and len(store.verify_all()) == len(ids) + 1
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute(TOTALS).fetchall() + conn.execute(TTFTS).fetchall() == written
     assert heads(path) == chains
+
+
+DAYS = "SELECT day, replay, own, model, engine, bucket_ms, calls FROM ttft_days " \
+       "ORDER BY day, replay, own, model, engine, bucket_ms"
+
+
+@pytest.mark.parametrize("kill_at", [0, 1])
+def test_migration_9_builds_the_rollup_the_writer_keeps(tmp_path: Path, kill_at: int) -> None:
+    """From schema 8 (killed first before its one commit, or not): the rollup
+    built from the runs' buckets is the one written run by run, and verify passes."""
+    path = tmp_path / "e.db"
+    ids = recorded(path)
+    with closing(sqlite3.connect(path)) as conn:
+        written = conn.execute(DAYS).fetchall()
+        conn.execute("DROP TABLE ttft_days")
+        conn.execute("DELETE FROM escrow_migrations WHERE version = 9")
+        conn.commit()
+    url = f"sqlite:///{path}"
+    if kill_at:
+        done = killed_upgrade(url, kill_at, 8, ("store.run_totals", "BACKFILL_RUNS", 1))
+        assert done.returncode == -signal.SIGKILL, done.stderr.decode()
+        with closing(sqlite3.connect(path)) as conn:
+            assert conn.execute("SELECT max(version) FROM escrow_migrations").fetchone()[0] == 8
+            assert conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'ttft_days'").fetchone() is None
+    with Store.open(url) as store:
+        assert store.schema_version == LATEST == 9
+        assert all(c.ok for c in store.verify_all()) and len(store.verify_all()) == len(ids) + 1
+    with closing(sqlite3.connect(path)) as conn:
+        assert written and conn.execute(DAYS).fetchall() == written

@@ -1,0 +1,157 @@
+"""The TTFT histogram of the runs with totals, summed per UTC day the run
+started (schema 9), so an aggregate report by model, engine or day over
+whole days reads a few rows a day instead of every run's TTFT buckets.
+
+One row per (day, replay, spend flag, model, engine, bucket): the calls of
+``run_ttfts`` rows of the runs started that day. ``day`` is the day number
+since the epoch (``floor(created_at / 86400)``); ``replay`` is 1 for an
+offline replay or re-execution (left out of real spend). It is derived data,
+kept equal to the sum of ``run_ttfts``: ``run_totals.write`` moves a run's
+buckets out and in again (``moved``), ``gc`` moves a deleted run's out,
+migration 9 builds it, and ``escrow verify`` recomputes it (``problems``).
+
+A key is updated in place on its lowest id; a key two writers inserted at
+once (PostgreSQL) holds two rows, which a report sums like one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from sqlalchemy import Connection, Index, Table, and_, delete, func, select, true, update
+from sqlmodel import Field, SQLModel
+
+from store.run_totals import RUNS, TTFTS, has_totals
+from store.tables import outside, table_of
+
+DAY_S = 86400
+# Runs whose model calls were served from a recording: no spend of their own.
+REPLAY_MODES = ("replay", "reexecute")
+
+
+class TtftDay(SQLModel, table=True):
+    __tablename__ = "ttft_days"
+    # Covering: a report sums whole days without reading the table's rows.
+    __table_args__ = (Index("ix_ttft_days_key", "day", "replay", "own", "model", "engine", "bucket_ms", "calls"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    day: int
+    replay: int
+    own: int
+    model: str | None = outside(default=None)
+    engine: str | None = outside(default=None)
+    bucket_ms: int
+    calls: int
+
+
+DAYS: Table = table_of(TtftDay)
+KEY = ("day", "replay", "own", "model", "engine", "bucket_ms")
+DayKey = tuple[int, int, int, str | None, str | None, int]
+
+
+def day_of(created_at: float) -> int:
+    """The day ``d`` with ``d * DAY_S <= created_at < (d + 1) * DAY_S``, the
+    bounds a report's window compares with (a rounded division may be one off)."""
+    day = math.floor(created_at / DAY_S)
+    if created_at < day * DAY_S:
+        return day - 1
+    return day + 1 if created_at >= (day + 1) * DAY_S else day
+
+
+def sums(conn: Connection, runs: Any) -> tuple[dict[DayKey, int], dict[DayKey, set[str]]]:
+    """The rollup of the ``run_ttfts`` of the runs with totals that ``runs``
+    (a condition on ``runs``) selects, and which runs each key sums."""
+    query = (select(RUNS.c.id, RUNS.c.created_at, RUNS.c.mode, TTFTS.c.own, TTFTS.c.model, TTFTS.c.engine,
+                    TTFTS.c.bucket_ms, TTFTS.c.calls)
+             .join(RUNS, RUNS.c.id == TTFTS.c.run_id).where(runs, has_totals()))
+    out: dict[DayKey, int] = defaultdict(int)
+    whose: dict[DayKey, set[str]] = defaultdict(set)
+    for run_id, created, mode, own, model, engine, bucket, calls in conn.execute(query):
+        key = (day_of(created), int(mode in REPLAY_MODES), own, model, engine, bucket)
+        out[key] += calls
+        whose[key].add(run_id)
+    return dict(out), dict(whose)
+
+
+def _matches(key: DayKey) -> Any:
+    return and_(*(DAYS.c[name].is_not_distinct_from(value) for name, value in zip(KEY, key, strict=True)))
+
+
+def add(conn: Connection, delta: Mapping[DayKey, int]) -> None:
+    """Add calls per key (negative: take them out), in sorted key order."""
+    for key in sorted(delta, key=repr):
+        n = delta[key]
+        if n == 0:
+            continue
+        first = select(func.min(DAYS.c.id)).where(_matches(key)).scalar_subquery()
+        if conn.execute(update(DAYS).where(DAYS.c.id == first).values(calls=DAYS.c.calls + n)).rowcount == 0:
+            conn.execute(DAYS.insert().values({**dict(zip(KEY, key, strict=True)), "calls": n}))
+        elif n < 0:
+            conn.execute(delete(DAYS).where(_matches(key), DAYS.c.calls == 0))
+
+
+def moved(conn: Connection, before: Mapping[DayKey, int], after: Mapping[DayKey, int]) -> None:
+    """The rollup follows runs whose TTFT rows went from ``before`` to ``after``."""
+    add(conn, {k: after.get(k, 0) - before.get(k, 0) for k in before.keys() | after.keys()})
+
+
+def rebuild(conn: Connection) -> None:
+    """The whole rollup from ``run_ttfts`` (migration 9: idempotent, one transaction)."""
+    SQLModel.metadata.create_all(conn, tables=[DAYS])
+    conn.execute(delete(DAYS))
+    rows, _ = sums(conn, true())
+    if rows:
+        conn.execute(DAYS.insert(), [{**dict(zip(KEY, k, strict=True)), "calls": n} for k, n in sorted(
+            rows.items(), key=lambda kv: repr(kv[0]))])
+
+
+def stored(conn: Connection, days: Iterable[int] | None) -> tuple[dict[DayKey, int], dict[DayKey, list[int]]]:
+    where = true() if days is None else DAYS.c.day.in_(sorted(set(days)))
+    out: dict[DayKey, int] = defaultdict(int)
+    ids: dict[DayKey, list[int]] = defaultdict(list)
+    for row in conn.execute(select(DAYS).where(where).order_by(DAYS.c.id)).mappings():
+        key: DayKey = tuple(row[name] for name in KEY)  # type: ignore[assignment]
+        out[key] += row["calls"]
+        ids[key].append(row["id"])
+    return {k: n for k, n in out.items() if n}, dict(ids)
+
+
+def problems(conn: Connection, run_id: str | None = None,
+             explained: Iterable[str] = ()) -> dict[str, tuple[str, str]]:
+    """Per run, (row id, what differs) where the rollup of a day the run
+    counts in is not the sum of that day's ``run_ttfts``. A key no run sums
+    (a row added behind the store's back) is charged to the runs of its day,
+    or, with none, to every run with totals. A key one of the ``explained``
+    runs sums is left out: that run's own TTFT rows differ (named already)."""
+    skip = set(explained)
+    days: list[int] | None = None
+    runs: Any = true()
+    if run_id is not None:
+        created = conn.execute(select(RUNS.c.created_at).where(RUNS.c.id == run_id)).scalar()
+        if created is None:
+            return {}
+        day = day_of(created)
+        days, runs = [day], and_(RUNS.c.created_at >= day * DAY_S, RUNS.c.created_at < (day + 1) * DAY_S)
+    want, whose = sums(conn, runs)
+    have, ids = stored(conn, days)
+    found: dict[str, tuple[str, str]] = {}
+    for key in sorted(want.keys() | have.keys(), key=repr):
+        if want.get(key, 0) == have.get(key, 0) or whose.get(key, set()) & skip:
+            continue
+        row = ",".join(str(i) for i in ids.get(key, [])) or "none"
+        problem = (f"ttft_days row {row} (day {key[0]}, model {key[3]!r}, engine {key[4]!r}, own {key[2]}, "
+                   f"bucket {key[5]} ms) holds {have.get(key, 0)} calls, the runs' run_ttfts add up to "
+                   f"{want.get(key, 0)}")
+        blamed = [run_id] if run_id is not None else sorted(whose.get(key) or _runs_of(conn, key[0]))
+        for blame in blamed:
+            found.setdefault(blame, (row, problem))
+    return found
+
+
+def _runs_of(conn: Connection, day: int) -> set[str]:
+    that_day = and_(RUNS.c.created_at >= day * DAY_S, RUNS.c.created_at < (day + 1) * DAY_S, has_totals())
+    ids = set(conn.execute(select(RUNS.c.id).where(that_day)).scalars())
+    return ids or set(conn.execute(select(RUNS.c.id).where(has_totals())).scalars())
