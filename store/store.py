@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy import exc as sa_exc
 
-from store import browse, migrations, reader, verify
-from store.browse import ChainPosition, Facets, TurnIndexEntry, TurnSlice
+from store import browse, migrations, reader, request_texts, turn_browse, verify
+from store.browse import ChainPosition, Facets
 from store.chain import ChainCheck
 from store.engine import ensure_parent, make_engine, parse_url, probe_file, sqlite_path, use_wal
 from store.errors import NotAStore, RecordingError, RunNotFound, SchemaTooNew, SchemaTooOld, StoreDamaged, StoreError
+from store.turn_browse import TurnIndexEntry, TurnSlice
 
 if TYPE_CHECKING:
     from store.recorder import Recorder
@@ -132,22 +133,22 @@ class Store:
         return self._query(browse.chain_positions, run_id)
 
     def turn_index(self, run_id: str) -> list[TurnIndexEntry]:
-        return self._query(browse.turn_index, run_id)
+        return self._query(turn_browse.turn_index, run_id)
 
     def turn_slice(self, run_id: str, first: int | None = None, last: int | None = None, *, tails: bool = True,
                    detail: bool = True, only: Collection[int] | None = None) -> TurnSlice:
         """Some turns of a run, read without the requests' text (``escrow view``)."""
         with self.read() as conn:
-            return browse.turn_slice(conn, run_id, first, last, tails=tails, detail=detail, only=only)
+            return turn_browse.turn_slice(conn, run_id, first, last, tails=tails, detail=detail, only=only)
 
     def search_turns(self, run_id: str, text: str) -> list[int] | None:
-        return self._query(browse.search_turns, run_id, text)
+        return self._query(turn_browse.search_turns, run_id, text)
 
     def request_outlines(self, pairs: list[tuple[str, str]]) -> dict[str, str]:
-        return self._query(browse.request_outlines, pairs)
+        return self._query(request_texts.request_outlines, pairs)
 
     def requests(self, call_ids: list[str]) -> dict[str, str]:
-        return self._query(browse.requests, call_ids)
+        return self._query(request_texts.requests, call_ids)
 
     def _query(self, fn: Callable[..., T], *args: Any) -> T:
         with self.read() as conn:

@@ -14,7 +14,8 @@ from cli.view.pages import RunShown, matching, run_shown
 from cli.view.render import Links, Renderer
 from orchestrator.trajectory import Trajectory
 from store import ChainCheck, Store
-from store.browse import SORT_KEYS, RunFilter, TurnIndexEntry
+from store.browse import SORT_KEYS, RunFilter
+from store.turn_browse import TurnIndexEntry
 
 FILTER_KEYS = (
     "verdict",
