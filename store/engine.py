@@ -24,10 +24,13 @@ import sqlite3
 import struct
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql.expression import ClauseElement
 
 from store.errors import NotAStore, StoreNotFound
 
@@ -166,3 +169,24 @@ def use_wal(engine: Engine) -> None:
         cursor.close()
     finally:
         raw.close()
+
+
+def driver_rows(conn: Connection, query: ClauseElement) -> list[tuple[Any, ...]]:
+    """A query's rows as the database driver returns them: plain tuples,
+    without SQLAlchemy's result rows or type processing. For fleet reads of
+    tens of thousands of rows whose columns the driver already returns as
+    their Python types (numbers and text); the caller checks the cells."""
+    compiled: Any = query.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
+    params = compiled.construct_params()
+    args = tuple(params[name] for name in compiled.positiontup or ()) if compiled.positional else params
+    statement, driver_error = str(compiled), conn.dialect.loaded_dbapi.Error
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(statement, args)
+        rows: list[tuple[Any, ...]] = cursor.fetchall()  # tuples: both drivers' default rows
+        return rows
+    except driver_error as exc:
+        # As SQLAlchemy raises it, so the store's one translation names it (a damaged page, a lost server).
+        raise DBAPIError.instance(statement, args, exc, driver_error) from exc
+    finally:
+        cursor.close()

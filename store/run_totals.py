@@ -100,6 +100,7 @@ MODEL = "gen_ai.request.model"
 SUMMED = ("gen_ai.usage.input_tokens", "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.output_tokens",
           "total_s", "decode_s", "ttft_s", "n_attempts")
 ATTEMPT_SUMMED = ("duration_s", "backoff_s")
+TOOL_SUMMED = ("duration_s",)
 SUMMED_TABLES = (RESPONSES.name, ATTEMPTS.name, TOOLS.name)
 NUMBERS = tuple(c.name for c in TOTALS.columns if c.name not in ("run_id", "model", "engine"))
 FIGURES = tuple(c.name for c in TOTALS.columns if c.name not in ("id", "run_id", "own", "model", "engine"))
@@ -186,7 +187,7 @@ def queries(runs: Any, dialect: str) -> dict[str, Any]:
         ).select_from(RUNS.join(ATTEMPTS, ATTEMPTS.c.run_id == RUNS.c.id)
                       .outerjoin(RESPONSES, RESPONSES.c.call_id == ATTEMPTS.c.call_id))
         .where(runs).group_by(RUNS.c.id, a_own, ATTEMPTS.c[MODEL], engine),
-        "tools": select(RUNS.c.id, t_own, func.sum(TOOLS.c.duration_s))
+        "tools": select(RUNS.c.id, t_own, func.sum(TOOLS.c.duration_s), _damage(TOOLS, TOOL_SUMMED, dialect))
         .select_from(RUNS.join(TOOLS, TOOLS.c.run_id == RUNS.c.id)).where(runs).group_by(RUNS.c.id, t_own),
         "ttft": select(RUNS.c.id, own, model, engine, millis, func.count())
         .select_from(with_responses).where(runs, RESPONSES.c.ttft_s.is_not(None))
@@ -212,8 +213,10 @@ def compute(conn: Connection, runs: Any) -> tuple[dict[Key, Totals], set[str]]:
         slot.http_s, slot.wait_s = http or 0.0, wait or 0.0
         if bad:
             damaged.add(run_id)
-    for run_id, own, seconds in conn.execute(sql["tools"]):
+    for run_id, own, seconds, bad in conn.execute(sql["tools"]):
         out.setdefault((run_id, own, None, None), Totals()).tool_s = seconds or 0.0
+        if bad:
+            damaged.add(run_id)
     for run_id, own, model, engine, ms, n in conn.execute(sql["ttft"]):
         hist = out[(run_id, own, model, engine)].ttft
         bucket = ttft_bucket(int(ms))

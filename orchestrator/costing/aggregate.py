@@ -6,7 +6,7 @@ calls' TTFTs per group (so a million calls are not shipped one by one)."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Literal
 
@@ -23,7 +23,7 @@ from orchestrator.costing.figures import (
     ratio,
 )
 from orchestrator.costing.trajectory import unpriced_warnings
-from policies.pricing import CostBreakdown, cost_parts
+from policies.pricing import CostBreakdown, Price, cost_parts
 
 GroupBy = Literal["model", "day", "status", "verdict", "engine", "source", "batch"]
 GROUP_BY: tuple[str, ...] = ("model", "day", "status", "verdict", "engine", "source", "batch")
@@ -79,7 +79,7 @@ def group_key(by: str, piece: RunSlice) -> str:
     if by == "model":
         return piece.model
     if by == "day":
-        return datetime.fromtimestamp(piece.created_at, tz=timezone.utc).strftime(DAY_FORMAT)
+        return day_key(piece.created_at)
     if by == "status":
         return piece.status
     if by == "verdict":
@@ -93,41 +93,100 @@ def group_key(by: str, piece: RunSlice) -> str:
     raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUP_BY)}")
 
 
+def day_key(created_at: float) -> str:
+    return datetime.fromtimestamp(created_at, tz=timezone.utc).strftime(DAY_FORMAT)
+
+
+CostParts = tuple[float, float, float, float]
+DAY_S = 86_400
+
+
+class _Sums:
+    """One group's running sums. Every float is added in the pieces' order,
+    from zero, as ``sum`` over the pieces adds them: the figures do not
+    depend on how the pieces were grouped or read."""
+
+    __slots__ = ("calls", "prompt", "cached", "completion", "gpu_s", "decode_s", "retries", "wait_s",
+                 "usd", "run_cost", "run_tokens", "tool_s")
+
+    def __init__(self) -> None:
+        self.calls = self.prompt = self.cached = self.completion = self.retries = 0
+        self.gpu_s: float = 0
+        self.decode_s: float = 0
+        self.wait_s: float = 0
+        self.usd = (0.0, 0.0, 0.0, 0.0)
+        self.run_cost: dict[str, float] = defaultdict(float)
+        self.run_tokens: dict[str, int] = defaultdict(int)
+        # Tool time belongs to a run, not to one of its models: counted once a run.
+        self.tool_s: dict[str, float] = {}
+
+    def add(self, p: RunSlice, parts: CostParts) -> None:
+        a, b, c, d = parts
+        usd = self.usd
+        self.usd = (usd[0] + a, usd[1] + b, usd[2] + c, usd[3] + d)
+        self.run_cost[p.run_id] += a + b + c + d
+        self.run_tokens[p.run_id] += p.prompt_tokens + p.completion_tokens
+        self.tool_s[p.run_id] = p.tool_s
+        self.calls += p.calls
+        self.prompt += p.prompt_tokens
+        self.cached += p.cached_tokens
+        self.completion += p.completion_tokens
+        self.gpu_s += p.gpu_s
+        self.decode_s += p.decode_s
+        self.retries += p.retries
+        self.wait_s += p.wait_s
+
+    def stats(self, key: str, ttfts: Sequence[tuple[float, int]]) -> GroupStats:
+        input_usd, cached_usd, output_usd, gpu_usd = self.usd
+        return GroupStats(
+            key=key, runs=len(self.run_cost), calls=self.calls, prompt_tokens=self.prompt,
+            cached_tokens=self.cached, prefilled_tokens=self.prompt - self.cached,
+            completion_tokens=self.completion,
+            cost=CostBreakdown(input_usd=input_usd, cached_input_usd=cached_usd, output_usd=output_usd,
+                               gpu_usd=gpu_usd),
+            gpu_s=self.gpu_s, decode_s=self.decode_s, tool_s=sum(self.tool_s.values()), retries=self.retries,
+            wait_s=self.wait_s, cost_per_run=Spread.of(list(self.run_cost.values())),
+            tokens_per_run=Spread.of(list(self.run_tokens.values())), ttft_s=Spread.of_counts(ttfts),
+        )
+
+
+def _cost_of(prices: PriceLookup) -> Callable[[RunSlice], CostParts]:
+    """A piece's cost parts, each model's price looked up once."""
+    price_of: dict[str, Price | None] = {}
+
+    def cost(p: RunSlice) -> CostParts:
+        if p.model not in price_of:
+            price_of[p.model] = prices(p.model)
+        return cost_parts(p.prompt_tokens, p.cached_tokens, p.completion_tokens, p.gpu_s, price_of[p.model])
+
+    return cost
+
+
 def group_stats(
     key: str, pieces: Sequence[RunSlice], ttfts: Sequence[tuple[float, int]], prices: PriceLookup
 ) -> GroupStats:
-    per_run_cost: dict[str, float] = defaultdict(float)
-    per_run_tokens: dict[str, int] = defaultdict(int)
-    # Plain floats added in the pieces' order: the same sums as adding one
-    # CostBreakdown a piece, without building two models a piece.
-    input_usd = cached_usd = output_usd = gpu_usd = 0.0
+    sums, cost = _Sums(), _cost_of(prices)
     for p in pieces:
-        a, b, c, d = cost_parts(p.prompt_tokens, p.cached_tokens, p.completion_tokens, p.gpu_s, prices(p.model))
-        input_usd, cached_usd, output_usd, gpu_usd = input_usd + a, cached_usd + b, output_usd + c, gpu_usd + d
-        per_run_cost[p.run_id] += a + b + c + d
-        per_run_tokens[p.run_id] += p.prompt_tokens + p.completion_tokens
-    cost = CostBreakdown(input_usd=input_usd, cached_input_usd=cached_usd, output_usd=output_usd, gpu_usd=gpu_usd)
-    # Tool time belongs to a run, not to one of its models: count it once.
-    tool_s = {p.run_id: p.tool_s for p in pieces}
-    prompt, cached = sum(p.prompt_tokens for p in pieces), sum(p.cached_tokens for p in pieces)
-    return GroupStats(
-        key=key,
-        runs=len(per_run_cost),
-        calls=sum(p.calls for p in pieces),
-        prompt_tokens=prompt,
-        cached_tokens=cached,
-        prefilled_tokens=prompt - cached,
-        completion_tokens=sum(p.completion_tokens for p in pieces),
-        cost=cost,
-        gpu_s=sum(p.gpu_s for p in pieces),
-        decode_s=sum(p.decode_s for p in pieces),
-        tool_s=sum(tool_s.values()),
-        retries=sum(p.retries for p in pieces),
-        wait_s=sum(p.wait_s for p in pieces),
-        cost_per_run=Spread.of(list(per_run_cost.values())),
-        tokens_per_run=Spread.of(list(per_run_tokens.values())),
-        ttft_s=Spread.of_counts(ttfts),
-    )
+        sums.add(p, cost(p))
+    return sums.stats(key, ttfts)
+
+
+def _key_of(by: str) -> Callable[[RunSlice], str]:
+    if by != "day":
+        return lambda p: group_key(by, p)
+    labels: dict[float, str] = {}
+
+    def day(p: RunSlice) -> str:
+        # One datetime a UTC day, not one a piece. A time within a second of
+        # midnight gets its own, as datetime rounds it to microseconds.
+        whole = p.created_at // DAY_S
+        if not 1 <= p.created_at - whole * DAY_S <= DAY_S - 1:
+            return day_key(p.created_at)
+        if whole not in labels:
+            labels[whole] = day_key(p.created_at)
+        return labels[whole]
+
+    return day
 
 
 def aggregate(
@@ -136,18 +195,27 @@ def aggregate(
 ) -> AggregateReport:
     """``ttfts`` is a histogram of the answered calls' TTFTs: (group key,
     seconds, how many calls), the key as ``group_key`` makes it."""
-    pieces = list(pieces)
-    grouped: dict[str, list[RunSlice]] = defaultdict(list)
+    if by not in GROUP_BY:
+        raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUP_BY)}")
+    # One pass: each piece priced once, added to its group's sums and to the total's.
+    key_of, cost = _key_of(by), _cost_of(prices)
+    grouped: dict[str, _Sums] = {}
+    total, models = _Sums(), set()
     for p in pieces:
-        grouped[group_key(by, p)].append(p)
+        key, parts = key_of(p), cost(p)
+        if key not in grouped:
+            grouped[key] = _Sums()
+        grouped[key].add(p, parts)
+        total.add(p, parts)
+        models.add(p.model)
     ttft_groups: dict[str, list[tuple[float, int]]] = defaultdict(list)
     all_ttfts: list[tuple[float, int]] = []
     for key, seconds, n in ttfts:
         ttft_groups[key].append((seconds, n))
         all_ttfts.append((seconds, n))
-    groups = tuple(group_stats(k, grouped[k], ttft_groups[k], prices) for k in sorted(grouped))
     return AggregateReport(
-        by=by, since=since, until=until, price_version=price_version, groups=groups,
-        total=group_stats("TOTAL", pieces, all_ttfts, prices) if pieces else None,
-        warnings=tuple(unpriced_warnings({p.model for p in pieces}, prices)), include_replays=include_replays,
+        by=by, since=since, until=until, price_version=price_version,
+        groups=tuple(grouped[k].stats(k, ttft_groups[k]) for k in sorted(grouped)),
+        total=total.stats("TOTAL", all_ttfts) if grouped else None,
+        warnings=tuple(unpriced_warnings(models, prices)), include_replays=include_replays,
     )

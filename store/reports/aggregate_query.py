@@ -28,7 +28,6 @@ from sqlalchemy import (
     case,
     cast,
     func,
-    literal,
     or_,
     select,
     true,
@@ -39,8 +38,10 @@ from orchestrator.costing.figures import DAY_FORMAT, ESCROW_SOURCE, NO_BATCH, NO
 from orchestrator.interop.records import IMPORT_MODE
 from store import run_totals
 from store.batch_tables import BatchAttemptRow
-from store.cells import check_numbers
-from store.run_totals import RUNS, TOTALS, TTFTS, Key, Totals, bucket_seconds
+from store.cells import check_numbers, check_row
+from store.engine import driver_rows
+from store.errors import StoreDamaged
+from store.run_totals import RUNS, TOOLS, TOTALS, TTFTS, Key, Totals, bucket_seconds
 from store.store import Store
 from store.tables import CallAttempt, ModelResponse, table_of
 from store.text_codec import unescape
@@ -78,37 +79,94 @@ def source_sql(dialect: str) -> Any:
     return case((RUNS.c.mode == IMPORT_MODE, func.coalesce(fmt, IMPORT_MODE)), else_=ESCROW_SOURCE)
 
 
-def totals_query(since: float | None, until: float | None, include_replays: bool = False) -> Any:
-    """Stored totals of the runs in the window that have them, as tuples:
-    key, figures, row id."""
-    spend = true() if include_replays else TOTALS.c.own == 1
+RUN_COLUMNS = ("created_at", "status", "verdict", "source")
+"""The run's columns a slice carries, after its key, in the totals rows."""
+
+
+def totals_query(since: float | None, until: float | None, include_replays: bool = False,
+                 dialect: str = "sqlite") -> Any:
+    """Stored totals of the runs in the window that have them, one tuple per
+    (run, spend flag, model, engine): key, the run's ``RUN_COLUMNS``, figures,
+    row id. The tool seconds rows (no model) are ``tool_seconds_query``'s."""
     # Model and engine as stored (escaped): ``_stored`` unescapes each distinct name once.
     names = [type_coerce(TOTALS.c[name], String).label(name) for name in ("model", "engine")]
-    columns = [TOTALS.c.run_id, TOTALS.c.own, *names, *(TOTALS.c[name] for name in run_totals.FIGURES)]
-    return (select(*columns, TOTALS.c.id)
+    run = [RUNS.c.created_at, RUNS.c.status, RUNS.c.verdict, source_sql(dialect).label("source")]
+    columns = [TOTALS.c.run_id, TOTALS.c.own, *names, *run, *(TOTALS.c[name] for name in run_totals.FIGURES)]
+    return (select(*columns, TOTALS.c.id).join(RUNS, RUNS.c.id == TOTALS.c.run_id)
+            .where(_with_totals(since, until, include_replays), TOTALS.c.model.is_not(None)))
+
+
+def tool_seconds_query(since: float | None, until: float | None, include_replays: bool = False) -> Any:
+    """The tool seconds rows of the same runs: run id, spend flag, seconds, row id."""
+    return (select(TOTALS.c.run_id, TOTALS.c.own, TOTALS.c.tool_s, TOTALS.c.id)
             .join(RUNS, RUNS.c.id == TOTALS.c.run_id)
-            .where(window(since, until, include_replays), run_totals.has_totals(), spend))
+            .where(_with_totals(since, until, include_replays), TOTALS.c.model.is_(None)))
 
 
-NUMBER_TYPES = frozenset((int, float, type(None)))
+def _with_totals(since: float | None, until: float | None, include_replays: bool) -> Any:
+    spend = true() if include_replays else TOTALS.c.own == 1
+    return and_(window(since, until, include_replays), run_totals.has_totals(), spend)
 
 
-def _stored(conn: Connection, since: float | None, until: float | None, include_replays: bool) -> dict[Key, Figures]:
-    rows = conn.execute(totals_query(since, until, include_replays)).all()
+NUMBER_TYPES: frozenset[type] = frozenset((int, float, type(None)))
+RUN_TYPES: tuple[frozenset[type], ...] = (frozenset((float, int)), frozenset((str,)), frozenset((str, type(None))),
+                                          frozenset((str,)))
+"""The types ``RUN_COLUMNS`` must hold (``RunSlice`` is not validated: a damaged cell is named here)."""
+
+
+def off_types(values: Any, allowed: frozenset[type]) -> bool:
+    """Whether a column of fetched values holds a value of another type (one C-speed pass)."""
+    return not set(map(type, values)) <= allowed
+
+
+def _stored(conn: Connection, since: float | None, until: float | None,
+            include_replays: bool) -> tuple[dict[Key, Figures], dict[str, RunCells]]:
+    """The window's stored totals, and the cells of the runs they belong to."""
+    rows = driver_rows(conn, totals_query(since, until, include_replays, conn.dialect.name))
+    tools = driver_rows(conn, tool_seconds_query(since, until, include_replays))
     # A numeric cell holding text (only SQLite stores one) arrives as str or
-    # bytes: one pass over the cells' types, the details only when one is off.
-    if not {type(v) for r in rows for v in (r[1], *r[4:])} <= NUMBER_TYPES:
-        off = [r[-1] for r in rows if not {type(v) for v in (r[1], *r[4:])} <= NUMBER_TYPES]
+    # bytes: one pass over each column's types, the details only when one is off.
+    columns, tool_columns = list(zip(*rows, strict=True)), list(zip(*tools, strict=True))
+    first = 4 + len(RUN_COLUMNS)
+    if (columns and any(off_types(columns[i], NUMBER_TYPES) for i in (1, *range(first, len(columns) - 1)))
+            or tool_columns and any(off_types(tool_columns[i], NUMBER_TYPES) for i in (1, 2))):
+        off = [r[-1] for r in rows if not {type(v) for v in (r[1], *r[first:-1])} <= NUMBER_TYPES]
+        off += [r[-1] for r in tools if not {type(v) for v in r[1:3]} <= NUMBER_TYPES]
         check_numbers(conn, TOTALS, TOTALS.c.id.in_(off))
+    if columns and any(off_types(columns[4 + i], allowed) for i, allowed in enumerate(RUN_TYPES)):
+        check_runs([r[:1] + r[4:first] for r in rows])
+    # Each distinct model and engine name unescaped once.
     names: dict[str | None, str | None] = {None: None}
-
-    def name(stored: str | None) -> str | None:
-        if stored not in names:
-            names[stored] = unescape(stored) if isinstance(stored, str) else stored
-        return names[stored]
-
+    names.update({stored: unescape(stored) if isinstance(stored, str) else stored
+                  for stored in {*columns[2], *columns[3]}} if columns else {})
     # Positional: a report reads one row per (run, model), so no mapping per row.
-    return {(r[0], r[1], name(r[2]), name(r[3])): tuple(r[4:-1]) for r in rows}
+    totals: dict[Key, Figures] = {(r[0], r[1], names[r[2]], names[r[3]]): r[first:-1] for r in rows}
+    idle = ZERO[:TOOL_S]
+    totals.update({(r[0], r[1], None, None): (*idle, r[2]) for r in tools})
+    return totals, {r[0]: r[4:first] for r in rows}
+
+
+RunCells = tuple[Any, ...]
+"""A run's ``RUN_COLUMNS``."""
+
+
+def check_runs(rows: list[tuple[Any, ...]]) -> None:
+    """Raise StoreDamaged for the first run (id, ``RUN_COLUMNS``) with a cell of the wrong type."""
+    for row in rows:
+        check_row(RUNS, dict(zip(("id", *RUN_COLUMNS[:3]), row[:4], strict=True)))
+        if not isinstance(row[-1], str):
+            raise StoreDamaged(f"damaged store: runs row {row[0]} column config_json holds an import format "
+                               f"that is not text", table=RUNS.name, row_id=str(row[0]), column="config_json")
+
+
+def _runs(conn: Connection, runs: Any) -> dict[str, RunCells]:
+    """The ``RUN_COLUMNS`` of the runs ``runs`` (a condition on ``runs``) selects."""
+    rows = driver_rows(conn, select(RUNS.c.id, RUNS.c.created_at, RUNS.c.status, RUNS.c.verdict,
+                                    source_sql(conn.dialect.name)).where(runs))
+    columns = list(zip(*rows, strict=True))
+    if columns and any(off_types(columns[1 + i], allowed) for i, allowed in enumerate(RUN_TYPES)):
+        check_runs(rows)
+    return {r[0]: r[1:] for r in rows}
 
 
 def _from_rows(conn: Connection, runs: Any, include_replays: bool) -> dict[Key, Figures]:
@@ -118,6 +176,7 @@ def _from_rows(conn: Connection, runs: Any, include_replays: bool) -> dict[Key, 
         ids = RUNS.c.id.in_(sorted(damaged))
         check_numbers(conn, RESPONSES, RESPONSES.c.run_id.in_(select(RUNS.c.id).where(ids)), run_totals.SUMMED)
         check_numbers(conn, ATTEMPTS, ATTEMPTS.c.run_id.in_(select(RUNS.c.id).where(ids)), run_totals.ATTEMPT_SUMMED)
+        check_numbers(conn, TOOLS, TOOLS.c.run_id.in_(select(RUNS.c.id).where(ids)), run_totals.TOOL_SUMMED)
     return {k: tuple(getattr(t, name) for name in run_totals.FIGURES)
             for k, t in totals.items() if include_replays or k[1] == 1}
 
@@ -145,20 +204,18 @@ def run_slices(conn: Connection, since: float | None, until: float | None, by: s
 def _run_slices(conn: Connection, since: float | None, until: float | None, by: str, include_replays: bool,
                 raw: bool) -> tuple[list[RunSlice], bool]:
     """The slices, and whether a run in the window was read from its rows."""
-    totals = {} if raw else _stored(conn, since, until, include_replays)
-    runs = {r[0]: r[1:] for r in conn.execute(
-        select(RUNS.c.id, RUNS.c.created_at, RUNS.c.status, RUNS.c.verdict, source_sql(conn.dialect.name),
-               literal(False) if raw else run_totals.has_totals())
-        .where(window(since, until, include_replays)))}
-    from_rows = raw or not all(run[-1] for run in runs.values())
+    totals, runs = ({}, {}) if raw else _stored(conn, since, until, include_replays)
+    from_rows = any_unsummed(conn, since, until, include_replays, raw)
     if from_rows:
-        totals.update(_from_rows(conn, unsummed(since, until, include_replays, raw), include_replays))
+        rest = unsummed(since, until, include_replays, raw)
+        runs.update(_runs(conn, rest))
+        totals.update(_from_rows(conn, rest, include_replays))
     batch_of: dict[str, str] = dict(conn.execute(select(BATCH_ATTEMPTS.c.run_id, BATCH_ATTEMPTS.c.batch_id)
                                  .where(BATCH_ATTEMPTS.c.run_id.is_not(None))).all())
     return slices(totals, runs, by == "engine", batch_of), from_rows
 
 
-def slices(totals: Mapping[Key, Figures], runs: Mapping[str, Any], by_engine: bool,
+def slices(totals: Mapping[Key, Figures], runs: Mapping[str, RunCells], by_engine: bool,
            batch_of: Mapping[str, str]) -> list[RunSlice]:
     """Totals folded into slices, in one fixed order (so the float sums come
     out the same whichever way the totals were read)."""
@@ -181,7 +238,7 @@ def slices(totals: Mapping[Key, Figures], runs: Mapping[str, Any], by_engine: bo
             continue
         created, status, verdict, source = runs[run_id][:4]
         out.append(RunSlice(
-            run_id=run_id, created_at=created, status=status, verdict=verdict, model=slot[1], source=source,
+            run_id=run_id, created_at=float(created), status=status, verdict=verdict, model=slot[1], source=source,
             calls=calls, prompt_tokens=prompt, cached_tokens=cached, completion_tokens=output,
             gpu_s=direct_s + http_s, wait_s=wait_s, decode_s=decode_s, retries=retries,
             tool_s=tool_s.get(run_id, 0.0), engine=engines[slot], batch=batch_of.get(run_id),
@@ -307,7 +364,7 @@ def query_plans(store: Store, since: float | None, until: float | None, raw: boo
                    "ttft": ttft_queries(since, until, "model", "sqlite", raw=True)["from_rows"]}
     else:
         ttft = ttft_queries(since, until, "model", "sqlite")
-        queries = {"totals": totals_query(since, until),
+        queries = {"totals": totals_query(since, until), "tool seconds": tool_seconds_query(since, until),
                    **{f"ttft {name}": ttft[name] for name in ("days", "stored") if name in ttft}}
     plans: dict[str, list[str]] = {}
     with store.read() as conn:

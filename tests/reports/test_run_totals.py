@@ -199,6 +199,42 @@ def test_a_damaged_total_stops_the_report_naming_it(varied: Store, home: Path) -
     assert "run_totals" in caught.value.message and "'abc'" in caught.value.message
 
 
+DAMAGED_RUN_CELLS = [
+    # (table, column, SQL of the damaged value, the column the error names)
+    ("runs", "created_at", "'yesterday'", "created_at"),
+    ("runs", "status", "x'00ff'", "status"),
+    ("runs", "verdict", "x'01'", "verdict"),
+    ("runs", "config_json", "json_set(config_json, '$.import.format', 5)", "config_json"),
+]
+
+
+@pytest.mark.parametrize("raw", [False, True], ids=["from-totals", "from-rows"])
+@pytest.mark.parametrize(("table", "column", "value", "named"), [
+    *DAMAGED_RUN_CELLS, ("run_totals", "tool_s", "'abc'", "tool_s")])
+def test_a_damaged_cell_a_slice_carries_stops_the_report_naming_it(
+        varied: Store, home: Path, table: str, column: str, value: str, named: str, raw: bool) -> None:
+    """Slices are built without validation: every run cell and figure they
+    carry is checked as read, whether the run is read from its totals or its rows."""
+    if table == "run_totals" and raw:
+        table, column, value, named = "tool_executions", "duration_s", "'abc'", "duration_s"
+    imported = column == "config_json"
+    with closing(sqlite3.connect(totals_db(home))) as conn:
+        (run_id,) = conn.execute(
+            "SELECT t.run_id FROM run_totals t JOIN runs ON runs.id = t.run_id WHERE t.calls > 0 AND t.own = 1 "
+            f"AND (runs.mode = 'import') = {int(imported)} AND runs.mode NOT IN ('replay', 'reexecute') "
+            + ("AND EXISTS (SELECT 1 FROM tool_executions x WHERE x.run_id = runs.id) " if table == "tool_executions"
+               else "") + "ORDER BY t.id LIMIT 1").fetchone()
+        where = {"runs": "id = ?", "run_totals": "run_id = ? AND model IS NULL AND own = 1",
+                 "tool_executions": "run_id = ?"}[table]
+        conn.execute(f'UPDATE {table} SET "{column}" = {value} WHERE {where}', (run_id,))
+        conn.commit()
+    with pytest.raises(StoreDamaged) as caught:
+        read_slices(varied, by="model", since=None, until=None, raw=raw)
+    assert caught.value.context["column"] == named and table in caught.value.message
+    if table == "runs":
+        assert caught.value.context["row_id"] == run_id
+
+
 def test_a_run_finished_with_a_damaged_cell_gets_no_totals_and_the_report_names_the_cell(store: Store) -> None:
     rng = random.Random(3)
     recorder = Recorder(store)
