@@ -61,7 +61,7 @@ def plan_lines(store: Store) -> list[str]:
     if store.dialect == "sqlite":
         return [f"   {name}: " + "; ".join(steps) for name, steps in query_plans(store, None, None).items()]
     with store.read() as conn:
-        query = totals_query(None, None)
+        query = totals_query(None, None, dialect=store.dialect)
         compiled = query.compile(conn, compile_kwargs={"render_postcompile": True, "literal_binds": True})
         return ["   " + row[0] for row in conn.execute(text(f"EXPLAIN {compiled}"))]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
+from operator import attrgetter
 from typing import Literal
 
 from orchestrator.contract import Frozen
@@ -101,53 +102,32 @@ CostParts = tuple[float, float, float, float]
 DAY_S = 86_400
 
 
-class _Sums:
-    """One group's running sums. Every float is added in the pieces' order,
-    from zero, as ``sum`` over the pieces adds them: the figures do not
-    depend on how the pieces were grouped or read."""
-
-    __slots__ = ("calls", "prompt", "cached", "completion", "gpu_s", "decode_s", "retries", "wait_s",
-                 "usd", "run_cost", "run_tokens", "tool_s")
-
-    def __init__(self) -> None:
-        self.calls = self.prompt = self.cached = self.completion = self.retries = 0
-        self.gpu_s: float = 0
-        self.decode_s: float = 0
-        self.wait_s: float = 0
-        self.usd = (0.0, 0.0, 0.0, 0.0)
-        self.run_cost: dict[str, float] = defaultdict(float)
-        self.run_tokens: dict[str, int] = defaultdict(int)
-        # Tool time belongs to a run, not to one of its models: counted once a run.
-        self.tool_s: dict[str, float] = {}
-
-    def add(self, p: RunSlice, parts: CostParts) -> None:
-        a, b, c, d = parts
-        usd = self.usd
-        self.usd = (usd[0] + a, usd[1] + b, usd[2] + c, usd[3] + d)
-        self.run_cost[p.run_id] += a + b + c + d
-        self.run_tokens[p.run_id] += p.prompt_tokens + p.completion_tokens
-        self.tool_s[p.run_id] = p.tool_s
-        self.calls += p.calls
-        self.prompt += p.prompt_tokens
-        self.cached += p.cached_tokens
-        self.completion += p.completion_tokens
-        self.gpu_s += p.gpu_s
-        self.decode_s += p.decode_s
-        self.retries += p.retries
-        self.wait_s += p.wait_s
-
-    def stats(self, key: str, ttfts: Sequence[tuple[float, int]]) -> GroupStats:
-        input_usd, cached_usd, output_usd, gpu_usd = self.usd
-        return GroupStats(
-            key=key, runs=len(self.run_cost), calls=self.calls, prompt_tokens=self.prompt,
-            cached_tokens=self.cached, prefilled_tokens=self.prompt - self.cached,
-            completion_tokens=self.completion,
-            cost=CostBreakdown(input_usd=input_usd, cached_input_usd=cached_usd, output_usd=output_usd,
-                               gpu_usd=gpu_usd),
-            gpu_s=self.gpu_s, decode_s=self.decode_s, tool_s=sum(self.tool_s.values()), retries=self.retries,
-            wait_s=self.wait_s, cost_per_run=Spread.of(list(self.run_cost.values())),
-            tokens_per_run=Spread.of(list(self.run_tokens.values())), ttft_s=Spread.of_counts(ttfts),
-        )
+def _stats(key: str, pieces: Sequence[RunSlice], costs: Sequence[CostParts],
+           ttfts: Sequence[tuple[float, int]]) -> GroupStats:
+    """A group's figures from its pieces and their cost parts. Every float is
+    summed in the pieces' order from zero, so the figures do not depend on
+    how the pieces were grouped or read; the sums run over columns (a fleet
+    report has tens of thousands of pieces)."""
+    run_cost: dict[str, float] = defaultdict(float)
+    run_tokens: dict[str, int] = defaultdict(int)
+    for p, (a, b, c, d) in zip(pieces, costs, strict=True):
+        run_cost[p.run_id] += a + b + c + d
+        run_tokens[p.run_id] += p.prompt_tokens + p.completion_tokens
+    # Tool time belongs to a run, not to one of its models: counted once a run.
+    tool_s = dict(zip(map(attrgetter("run_id"), pieces), map(attrgetter("tool_s"), pieces), strict=True))
+    input_usd, cached_usd, output_usd, gpu_usd = [sum(part) for part in zip(*costs, strict=True)] or [0.0] * 4
+    prompt, cached = sum(map(attrgetter("prompt_tokens"), pieces)), sum(map(attrgetter("cached_tokens"), pieces))
+    return GroupStats(
+        key=key, runs=len(run_cost), calls=sum(map(attrgetter("calls"), pieces)), prompt_tokens=prompt,
+        cached_tokens=cached, prefilled_tokens=prompt - cached,
+        completion_tokens=sum(map(attrgetter("completion_tokens"), pieces)),
+        cost=CostBreakdown(input_usd=input_usd, cached_input_usd=cached_usd, output_usd=output_usd,
+                           gpu_usd=gpu_usd),
+        gpu_s=sum(map(attrgetter("gpu_s"), pieces)), decode_s=sum(map(attrgetter("decode_s"), pieces)),
+        tool_s=sum(tool_s.values()), retries=sum(map(attrgetter("retries"), pieces)),
+        wait_s=sum(map(attrgetter("wait_s"), pieces)), cost_per_run=Spread.of(list(run_cost.values())),
+        tokens_per_run=Spread.of(list(run_tokens.values())), ttft_s=Spread.of_counts(ttfts),
+    )
 
 
 def _cost_of(prices: PriceLookup) -> Callable[[RunSlice], CostParts]:
@@ -165,10 +145,7 @@ def _cost_of(prices: PriceLookup) -> Callable[[RunSlice], CostParts]:
 def group_stats(
     key: str, pieces: Sequence[RunSlice], ttfts: Sequence[tuple[float, int]], prices: PriceLookup
 ) -> GroupStats:
-    sums, cost = _Sums(), _cost_of(prices)
-    for p in pieces:
-        sums.add(p, cost(p))
-    return sums.stats(key, ttfts)
+    return _stats(key, pieces, list(map(_cost_of(prices), pieces)), ttfts)
 
 
 def _key_of(by: str) -> Callable[[RunSlice], str]:
@@ -197,17 +174,12 @@ def aggregate(
     seconds, how many calls), the key as ``group_key`` makes it."""
     if by not in GROUP_BY:
         raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUP_BY)}")
-    # One pass: each piece priced once, added to its group's sums and to the total's.
-    key_of, cost = _key_of(by), _cost_of(prices)
-    grouped: dict[str, _Sums] = {}
-    total, models = _Sums(), set()
-    for p in pieces:
-        key, parts = key_of(p), cost(p)
-        if key not in grouped:
-            grouped[key] = _Sums()
-        grouped[key].add(p, parts)
-        total.add(p, parts)
-        models.add(p.model)
+    pieces = list(pieces)
+    # Each piece priced once, for its group's sums and for the total's.
+    key_of, costs = _key_of(by), list(map(_cost_of(prices), pieces))
+    grouped: dict[str, list[int]] = defaultdict(list)
+    for i, p in enumerate(pieces):
+        grouped[key_of(p)].append(i)
     ttft_groups: dict[str, list[tuple[float, int]]] = defaultdict(list)
     all_ttfts: list[tuple[float, int]] = []
     for key, seconds, n in ttfts:
@@ -215,7 +187,8 @@ def aggregate(
         all_ttfts.append((seconds, n))
     return AggregateReport(
         by=by, since=since, until=until, price_version=price_version,
-        groups=tuple(grouped[k].stats(k, ttft_groups[k]) for k in sorted(grouped)),
-        total=total.stats("TOTAL", all_ttfts) if grouped else None,
-        warnings=tuple(unpriced_warnings(models, prices)), include_replays=include_replays,
+        groups=tuple(_stats(k, [pieces[i] for i in grouped[k]], [costs[i] for i in grouped[k]], ttft_groups[k])
+                     for k in sorted(grouped)),
+        total=_stats("TOTAL", pieces, costs, all_ttfts) if pieces else None,
+        warnings=tuple(unpriced_warnings({p.model for p in pieces}, prices)), include_replays=include_replays,
     )

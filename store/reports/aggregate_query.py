@@ -83,29 +83,36 @@ RUN_COLUMNS = ("created_at", "status", "verdict", "source")
 """The run's columns a slice carries, after its key, in the totals rows."""
 
 
+MARKER = TOTALS.alias("marker")
+"""A run's own tool seconds row: every run with totals has one (``run_totals.has_totals``)."""
+
+
+def _with_marker() -> Any:
+    return RUNS.join(MARKER, and_(MARKER.c.run_id == RUNS.c.id, MARKER.c.own == 1, MARKER.c.model.is_(None)))
+
+
 def totals_query(since: float | None, until: float | None, include_replays: bool = False,
                  dialect: str = "sqlite") -> Any:
     """Stored totals of the runs in the window that have them, one tuple per
-    (run, spend flag, model, engine): key, the run's ``RUN_COLUMNS``, figures,
-    row id. The tool seconds rows (no model) are ``tool_seconds_query``'s."""
+    (run, spend flag, model, engine) with a model: key, the run's
+    ``RUN_COLUMNS``, figures, then the run's own tool seconds (its marker
+    row's, joined here instead of tested for)."""
     # Model and engine as stored (escaped): ``_stored`` unescapes each distinct name once.
     names = [type_coerce(TOTALS.c[name], String).label(name) for name in ("model", "engine")]
     run = [RUNS.c.created_at, RUNS.c.status, RUNS.c.verdict, source_sql(dialect).label("source")]
-    columns = [TOTALS.c.run_id, TOTALS.c.own, *names, *run, *(TOTALS.c[name] for name in run_totals.FIGURES)]
-    return (select(*columns, TOTALS.c.id).join(RUNS, RUNS.c.id == TOTALS.c.run_id)
-            .where(_with_totals(since, until, include_replays), TOTALS.c.model.is_not(None)))
-
-
-def tool_seconds_query(since: float | None, until: float | None, include_replays: bool = False) -> Any:
-    """The tool seconds rows of the same runs: run id, spend flag, seconds, row id."""
-    return (select(TOTALS.c.run_id, TOTALS.c.own, TOTALS.c.tool_s, TOTALS.c.id)
-            .join(RUNS, RUNS.c.id == TOTALS.c.run_id)
-            .where(_with_totals(since, until, include_replays), TOTALS.c.model.is_(None)))
-
-
-def _with_totals(since: float | None, until: float | None, include_replays: bool) -> Any:
+    figures = [TOTALS.c[name] for name in run_totals.FIGURES]
     spend = true() if include_replays else TOTALS.c.own == 1
-    return and_(window(since, until, include_replays), run_totals.has_totals(), spend)
+    return (select(TOTALS.c.run_id, TOTALS.c.own, *names, *run, *figures, MARKER.c.tool_s)
+            .select_from(_with_marker().join(TOTALS, TOTALS.c.run_id == RUNS.c.id))
+            .where(window(since, until, include_replays), spend, TOTALS.c.model.is_not(None)))
+
+
+def shared_tool_seconds_query(since: float | None, until: float | None) -> Any:
+    """With replays counted: the tool seconds rows of forks' shared prefixes
+    (spend flag 0) of the same runs: run id, seconds."""
+    return (select(TOTALS.c.run_id, TOTALS.c.tool_s)
+            .select_from(_with_marker().join(TOTALS, TOTALS.c.run_id == RUNS.c.id))
+            .where(window(since, until, True), TOTALS.c.own == 0, TOTALS.c.model.is_(None)))
 
 
 NUMBER_TYPES: frozenset[type] = frozenset((int, float, type(None)))
@@ -123,16 +130,14 @@ def _stored(conn: Connection, since: float | None, until: float | None,
             include_replays: bool) -> tuple[dict[Key, Figures], dict[str, RunCells]]:
     """The window's stored totals, and the cells of the runs they belong to."""
     rows = driver_rows(conn, totals_query(since, until, include_replays, conn.dialect.name))
-    tools = driver_rows(conn, tool_seconds_query(since, until, include_replays))
+    shared = driver_rows(conn, shared_tool_seconds_query(since, until)) if include_replays else []
     # A numeric cell holding text (only SQLite stores one) arrives as str or
     # bytes: one pass over each column's types, the details only when one is off.
-    columns, tool_columns = list(zip(*rows, strict=True)), list(zip(*tools, strict=True))
-    first = 4 + len(RUN_COLUMNS)
-    if (columns and any(off_types(columns[i], NUMBER_TYPES) for i in (1, *range(first, len(columns) - 1)))
-            or tool_columns and any(off_types(tool_columns[i], NUMBER_TYPES) for i in (1, 2))):
-        off = [r[-1] for r in rows if not {type(v) for v in (r[1], *r[first:-1])} <= NUMBER_TYPES]
-        off += [r[-1] for r in tools if not {type(v) for v in r[1:3]} <= NUMBER_TYPES]
-        check_numbers(conn, TOTALS, TOTALS.c.id.in_(off))
+    columns, first = list(zip(*rows, strict=True)), 4 + len(RUN_COLUMNS)
+    if (columns and any(off_types(columns[i], NUMBER_TYPES) for i in (1, *range(first, len(columns))))
+            or off_types((seconds for _, seconds in shared), NUMBER_TYPES)):
+        off = {r[0] for r in rows if not {type(v) for v in (r[1], *r[first:])} <= NUMBER_TYPES}
+        check_numbers(conn, TOTALS, TOTALS.c.run_id.in_(off | {run_id for run_id, _ in shared}))
     if columns and any(off_types(columns[4 + i], allowed) for i, allowed in enumerate(RUN_TYPES)):
         check_runs([r[:1] + r[4:first] for r in rows])
     # Each distinct model and engine name unescaped once.
@@ -142,7 +147,8 @@ def _stored(conn: Connection, since: float | None, until: float | None,
     # Positional: a report reads one row per (run, model), so no mapping per row.
     totals: dict[Key, Figures] = {(r[0], r[1], names[r[2]], names[r[3]]): r[first:-1] for r in rows}
     idle = ZERO[:TOOL_S]
-    totals.update({(r[0], r[1], None, None): (*idle, r[2]) for r in tools})
+    totals.update({(r[0], 1, None, None): (*idle, r[-1]) for r in rows})
+    totals.update({(run_id, 0, None, None): (*idle, seconds) for run_id, seconds in shared})
     return totals, {r[0]: r[4:first] for r in rows}
 
 
@@ -229,8 +235,10 @@ def slices(totals: Mapping[Key, Figures], runs: Mapping[str, RunCells], by_engin
             continue
         slot = (run_id, model, (engine or "") if by_engine else "")
         engines[slot] = engine if by_engine else None
-        # Each figure added to the slot's, from zero: as ``Totals.add`` does.
-        merged[slot] = tuple(map(operator.add, merged.get(slot, ZERO), totals[key]))
+        # Each figure added to the slot's, as ``Totals.add`` does (from zero:
+        # the same figures, as x + 0 == x for every figure a slot holds).
+        known = merged.get(slot)
+        merged[slot] = totals[key] if known is None else tuple(map(operator.add, known, totals[key]))
     out = []
     for slot in sorted(merged):
         (calls, prompt, cached, output, direct_s, http_s, wait_s, decode_s, retries, _), run_id = merged[slot], slot[0]
@@ -335,11 +343,13 @@ def ttft_histogram(conn: Connection, since: float | None, until: float | None, b
         from_rows = any_unsummed(conn, since, until, include_replays, raw)
     if not from_rows:
         del queries["from_rows"]
+    labels: dict[Any, str] = {}
     for name, query in queries.items():
-        for key, value, n in conn.execute(query):
+        for key, value, n in driver_rows(conn, query):
             bucket = run_totals.ttft_bucket(int(value)) if name == "from_rows" else int(value)
-            label = day_label(key) if name == "days" and by == "day" else str(key)
-            counts[(label, bucket)] += int(n)
+            if key not in labels:
+                labels[key] = day_label(key) if name == "days" and by == "day" else str(key)
+            counts[(labels[key], bucket)] += int(n)
     # A rollup key may sum to nothing (its runs deleted): the rows never give one.
     return [(key, bucket_seconds(bucket), n) for (key, bucket), n in sorted(counts.items()) if n]
 
@@ -364,7 +374,7 @@ def query_plans(store: Store, since: float | None, until: float | None, raw: boo
                    "ttft": ttft_queries(since, until, "model", "sqlite", raw=True)["from_rows"]}
     else:
         ttft = ttft_queries(since, until, "model", "sqlite")
-        queries = {"totals": totals_query(since, until), "tool seconds": tool_seconds_query(since, until),
+        queries = {"totals": totals_query(since, until),
                    **{f"ttft {name}": ttft[name] for name in ("days", "stored") if name in ttft}}
     plans: dict[str, list[str]] = {}
     with store.read() as conn:
