@@ -7,7 +7,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -32,11 +32,12 @@ from orchestrator.costing import (
     to_csv,
 )
 from orchestrator.errors import ConfigError
-from orchestrator.launch.reports import report_run, report_runs
 from orchestrator.settings import load_settings
 from orchestrator.terminal_text import printable
 from policies.price_table import PriceTable, load_price_table
-from store import Store
+
+if TYPE_CHECKING:
+    from store import Store
 
 TURN_COLUMNS = (
     ("turn", "turn"), ("calls", "calls"), ("statuses", "status"), ("prompt_tokens", "prompt"),
@@ -132,6 +133,9 @@ def write_html(path: Path, text: str) -> None:
 
 
 def load_context(db: str | None, config: Path | None) -> tuple[Store, PriceTable]:
+    # The store (SQLAlchemy) loads when a report runs, not for --help or a usage error.
+    from store import Store
+
     settings = load_settings(config, db_url=db)
     prices = load_price_table(settings.home)
     return Store.open(settings.store_url, create=False, readonly=True), prices
@@ -169,6 +173,8 @@ def report(
         )
     now = time.time()
     since_ts, until_ts = parse_moment("--since", since, now), parse_moment("--until", until, now)
+    from orchestrator.launch.reports import report_run, report_runs
+
     store, prices = load_context(db, config)
     with store:
         if run is not None:

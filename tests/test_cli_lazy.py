@@ -83,3 +83,22 @@ def test_a_command_imports_its_own_module_only() -> None:
     others = {f"cli.{m}" for m in MODULES} - {"cli.store_cmd"}
     assert not others & set(loaded)
     assert not {"docker", "httpx"} & set(loaded)
+
+
+@pytest.mark.parametrize(("argv", "code"), [(("report", "--help"), 0), (("report", "--by", "nothing"), 2),
+                                            (("runs", "--help"), 0)])
+def test_a_report_or_listing_help_or_usage_error_loads_no_store_and_no_launch(argv: tuple[str, ...],
+                                                                               code: int) -> None:
+    """The store (SQLAlchemy) and the launch package (the loop, Docker, HTTP)
+    load when a report runs, not to print its help or refuse its flags."""
+    probe = (
+        "import sys, json\n"
+        "from cli.main import main\n"
+        f"sys.argv = ['escrow', *{list(argv)!r}]\n"
+        "try:\n    main()\nexcept SystemExit as stop:\n    code = stop.code\n"
+        "print(code, json.dumps(sorted(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    exit_code, loaded = out.stdout.splitlines()[-1].split(" ", 1)
+    assert int(exit_code) == code
+    assert not {"sqlalchemy", "sqlmodel", "orchestrator.launch", "docker", "httpx"} & set(json.loads(loaded))
