@@ -8,6 +8,7 @@ import hashlib
 import json
 import threading
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from pydantic import computed_field
 
@@ -55,6 +56,7 @@ class RequestHasher:
         self._header = ""
         self._fed: list[Message] = []
         self._running = hashlib.sha256()
+        self._parts_of: tuple[dict[str, Any], object, tuple[str, str]] | None = None
 
     def _message(self, message: Message) -> str:
         hit = self._texts.get(id(message))
@@ -73,6 +75,9 @@ class RequestHasher:
         """The canonical text up to the opening of the messages list, and the
         fields after it (keys are sorted, so "messages" sits in the middle)."""
         body = request.model_dump(mode="json", exclude={"messages", "tools"})
+        # The fields around the messages rarely change within a run: serialised once while they hold.
+        if self._parts_of is not None and self._parts_of[0] == body and self._parts_of[1] is request.tools:
+            return self._parts_of[2]
         keys = sorted([*body, "messages", "tools"])
         at = keys.index("messages")
 
@@ -81,7 +86,9 @@ class RequestHasher:
             return json.dumps(key, ensure_ascii=False) + ":" + value
 
         before = ",".join(item(k) for k in keys[:at])
-        return "{" + before + ("," if before else "") + '"messages":[', ",".join(item(k) for k in keys[at + 1:])
+        parts = "{" + before + ("," if before else "") + '"messages":[', ",".join(item(k) for k in keys[at + 1:])
+        self._parts_of = (body, request.tools, parts)
+        return parts
 
     def canonical(self, request: ModelRequest) -> str:
         """The whole canonical text (what ``sha256`` hashes), built the same way."""

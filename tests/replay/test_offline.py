@@ -144,3 +144,22 @@ def test_the_incremental_request_hash_equals_the_contract_hash(varied, monkeypat
                 extended[name] += len(fresh) == before
     # Every run of more than one call extended its running hash at least once.
     assert all(extended.values()), f"running hash restarted on every request: {extended}"
+
+
+def test_the_request_hasher_follows_every_change_of_the_fields_around_the_messages() -> None:
+    """The hasher serialises the fields around the messages once while they
+    hold; a change of any of them (or of the tool list) within a run must
+    give the request's own hash, turn after turn."""
+    from orchestrator.contract import Message, ModelRequest, Sampling, ToolSpec
+    from orchestrator.replay.replay_model import RequestHasher
+
+    bash = (ToolSpec(name="bash", description="run", parameters={"type": "object"}),)
+    history: list[Message] = []
+    hasher = RequestHasher()
+    changes = [{}, {}, {"max_tokens": 65}, {"max_tokens": 65}, {"sampling": Sampling(temperature=0.7)},
+               {"tools": bash}, {"tools": bash}, {"tool_choice": "auto"}, {}, {"stop": ("END",)}, {}]
+    for turn, change in enumerate(changes):
+        history.append(Message(role="user" if turn % 2 == 0 else "assistant", content=f"turn {turn}"))
+        request = ModelRequest(model="m", messages=tuple(history), max_tokens=64).model_copy(update=change)
+        assert hasher.sha256(request) == request.sha256(), (turn, change)
+        assert hasher.canonical(request) == request.canonical(), (turn, change)
