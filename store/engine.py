@@ -174,10 +174,16 @@ def use_wal(engine: Engine) -> None:
 def driver_rows(conn: Connection, query: ClauseElement) -> list[tuple[Any, ...]]:
     """A query's rows as the database driver returns them: plain tuples,
     without SQLAlchemy's result rows or type processing. For fleet reads of
-    tens of thousands of rows whose columns the driver already returns as
-    their Python types (numbers and text); the caller checks the cells."""
+    tens of thousands of rows. The driver's values come back as stored: no
+    result processing (an escaped text column's cells stay escaped, for the
+    caller to unescape), and the caller checks the cells' types."""
     compiled: Any = query.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
-    params = compiled.construct_params()
+    # Each parameter gets its type's bind processing, as SQLAlchemy gives it
+    # (a value compared with an escaped text column is escaped).
+    process = {name: proc for name, bind in compiled.binds.items()
+               if (proc := bind.type.bind_processor(conn.dialect)) is not None}
+    params = {name: process[name](value) if name in process else value
+              for name, value in compiled.construct_params().items()}
     args = tuple(params[name] for name in compiled.positiontup or ()) if compiled.positional else params
     statement, driver_error = str(compiled), conn.dialect.loaded_dbapi.Error
     cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]

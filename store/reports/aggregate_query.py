@@ -332,6 +332,17 @@ def day_label(day: int) -> str:
     return datetime.fromtimestamp(day * DAY_S, tz=timezone.utc).strftime(DAY_FORMAT)
 
 
+def group_label(key: Any, by: str, *, rolled_up: bool) -> str:
+    """A TTFT row's group key as ``group_key`` makes it: the day of the
+    rollup's day number; a model or engine name unescaped (driver rows hold
+    them as stored, docs/SCHEMA.md)."""
+    if rolled_up and by == "day":
+        return day_label(key)
+    if by in ("model", "engine") and isinstance(key, str):
+        return unescape(key)
+    return str(key)
+
+
 def ttft_histogram(conn: Connection, since: float | None, until: float | None, by: str,
                    include_replays: bool = False, raw: bool = False,
                    from_rows: bool | None = None) -> list[tuple[str, float, int]]:
@@ -348,7 +359,7 @@ def ttft_histogram(conn: Connection, since: float | None, until: float | None, b
         for key, value, n in driver_rows(conn, query):
             bucket = run_totals.ttft_bucket(int(value)) if name == "from_rows" else int(value)
             if key not in labels:
-                labels[key] = day_label(key) if name == "days" and by == "day" else str(key)
+                labels[key] = group_label(key, by, rolled_up=name == "days")
             counts[(labels[key], bucket)] += int(n)
     # A rollup key may sum to nothing (its runs deleted): the rows never give one.
     return [(key, bucket_seconds(bucket), n) for (key, bucket), n in sorted(counts.items()) if n]

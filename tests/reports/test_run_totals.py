@@ -11,6 +11,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
 from orchestrator.contract import Message, ModelRequest, Sampling, ToolCall
 from orchestrator.costing.aggregate import GROUP_BY
@@ -18,11 +19,13 @@ from orchestrator.envelope import Attempt, Envelope, Payload, Status, Timings, U
 from orchestrator.launch.reports import report_runs
 from policies.price_table import load_price_table, set_price
 from store import Recorder, Store, run_totals, ttft_days
+from store.engine import driver_rows
 from store.errors import StoreDamaged
 from store.importer import import_file
 from store.reports import read_slices
 from store.reports.aggregate_query import query_plans, whole_days
 from store.retention import collect
+from store.text_codec import unescape
 from tests.interop.conftest import own
 
 MODELS = ("gemma-3-270m", "qwen3-0.6b", "llama-3.2-1b")
@@ -387,3 +390,36 @@ def test_an_all_time_report_reads_no_runs_buckets(varied: Store) -> None:
     assert all("run_ttfts" not in step and "runs" not in step for step in plans["ttft days"]), plans
     edges = query_plans(varied, 1_790_050_000.0, None)
     assert "ttft days" in edges and "ttft stored" in edges
+
+
+@pytest.mark.parametrize("by", ["model", "engine"])
+@pytest.mark.parametrize("finish", [True, False], ids=["from-totals", "from-rows"])
+def test_a_nul_escaped_model_or_engine_keeps_its_ttfts_in_its_group(store: Store, by: str, finish: bool) -> None:
+    """Model and engine names are stored escaped (U+0000, docs/SCHEMA.md): the
+    TTFT histogram's keys must come back unescaped, as the slices' do, or the
+    group loses its TTFT figures."""
+    model, engine = "gem\x00ma", "llama\x00cpp"
+    recorder = Recorder(store)
+    run_id = recorder.start_run(task="t", repo="/r", model=model, config={}, policy={})
+    for turn in range(3):
+        with recorder.turn(run_id, turn) as tx:
+            call_id = tx.request(ModelRequest(model=model, messages=(Message(role="user", content=f"t{turn}"),),
+                                              max_tokens=64, sampling=Sampling()))
+            tx.envelope(call_id, Envelope(
+                status=Status.COMPLETED, payload=Payload(text="ok"), finish_reason="stop", http_status=200,
+                usage=Usage(prompt_tokens=100, completion_tokens=5), model=model, engine=engine,
+                timings=Timings(ttft_s=0.25 + turn / 10, total_s=1.0)))
+    if finish:
+        recorder.finish_run(run_id, "PASS", turn=3)
+    pieces, ttfts = read_slices(store, by=by, since=None, until=None)
+    assert {model if by == "model" else engine} == {p.model if by == "model" else p.engine for p in pieces}
+    assert {key for key, _, _ in ttfts} == {model if by == "model" else engine}
+    report = report_runs(store, by=by, since=None, until=None, prices=load_price_table(None))
+    (group,) = report.groups
+    assert group.ttft_s.p50 is not None and group.ttft_s.p50 == pytest.approx(0.35, rel=1 / 32)
+    # The driver's rows: a parameter compared with an escaped column is
+    # escaped as SQLAlchemy escapes it; the cells come back as stored.
+    with store.read() as conn:
+        ((found, stored),) = driver_rows(conn, select(run_totals.RESPONSES.c.run_id, run_totals.RESPONSES.c.engine)
+                                         .where(run_totals.RESPONSES.c.engine == engine).limit(1))
+    assert found == run_id and stored != engine and unescape(stored) == engine
