@@ -137,3 +137,20 @@ def test_ttft_percentiles_are_over_calls(scripted, home: Path) -> None:
     (group,) = report.groups
     assert group.ttft_s.p50 == pytest.approx(0.3, rel=1 / 32) and group.ttft_s.p95 == pytest.approx(0.88, rel=1 / 32)
     assert any("'m'" in w for w in report.warnings)
+
+
+def test_by_day_labels_each_piece_as_its_own_datetime_does_at_the_edges_of_a_day() -> None:
+    """The day label is made once a day, except within a second of midnight,
+    where datetime's rounding to microseconds may move a time to the next day."""
+    from orchestrator.costing.aggregate import aggregate, day_key
+
+    midnight = 1_790_035_200.0  # a UTC midnight
+    moments = [midnight - 1e-7, midnight - 0.5, midnight, midnight + 0.2, midnight + 3600, midnight - 3600]
+    pieces = [RunSlice(run_id=f"r{i}", created_at=t, status="finished", verdict=None, model="m", calls=1,
+                       prompt_tokens=1, cached_tokens=0, completion_tokens=1, gpu_s=0.0, decode_s=0.0, retries=0)
+              for i, t in enumerate(moments)]
+    report = aggregate(pieces, [], by="day", prices=lambda model: None, price_version="v")
+    want: dict[str, int] = {}
+    for t in moments:
+        want[day_key(t)] = want.get(day_key(t), 0) + 1
+    assert {g.key: g.runs for g in report.groups} == want
