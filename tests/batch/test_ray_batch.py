@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -62,11 +63,13 @@ def owner_pid(owner: str) -> int:
     return int(owner.rsplit(":", 1)[1])
 
 
-def wait_for(predicate, what: str, proc: subprocess.Popen | None = None, timeout_s: float = 300.0):
+def wait_for(predicate, what: str | Callable[[], str], proc: subprocess.Popen | None = None,
+             timeout_s: float = 300.0):
+    """Poll ``predicate``; ``what`` (or what it returns, read on the timeout) names the wait."""
     deadline = time.monotonic() + timeout_s
     while not (value := predicate()):
         assert proc is None or proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what if isinstance(what, str) else what()}"
         time.sleep(0.3)
     return value
 

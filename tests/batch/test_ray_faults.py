@@ -22,9 +22,11 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
 from orchestrator.batch.driver import BatchPlan, start_batch
 from orchestrator.batch.pool import PoolOptions
@@ -72,6 +74,23 @@ def common_flags() -> list[str]:
             "--tokenizer", "cl100k_base", "--max-turns", "6", "--json"]
 
 
+def run_states(store: Store, run_ids: set[str]) -> str:
+    """Each run's status, lease and attempt, for a wait that timed out."""
+    now = time.time()
+    with store.read() as conn:
+        runs = dict(conn.execute(select(bstore.R.c.id, bstore.R.c.status).where(bstore.R.c.id.in_(run_ids))).all())
+        leases = {r: (o, e) for r, o, e in conn.execute(select(bstore.RL.c.run_id, bstore.RL.c.owner,
+                                                               bstore.RL.c.expires_at)
+                                                        .where(bstore.RL.c.run_id.in_(run_ids)))}
+    (batch_id,) = _batch_ids(store)
+    attempts = {a.run_id: (a.outcome, a.error) for a in bstore.load_batch(store, batch_id).attempts}
+    return "; ".join(
+        f"{r[:12]} status={runs.get(r)} lease={leases[r][0] if r in leases else None} "
+        f"expires_in={leases[r][1] - now if r in leases else None} "
+        f"owner_alive={r in leases and Path(f'/proc/{owner_pid(leases[r][0])}').exists()} attempt={attempts.get(r)}"
+        for r in sorted(run_ids))
+
+
 def watch(into: set[tuple[str, str]], pids: set[int], cluster: RayCluster, store: Store,
           done: threading.Event) -> None:
     """Who holds each run's lease while the batch runs, and the cluster's processes meanwhile."""
@@ -80,28 +99,52 @@ def watch(into: set[tuple[str, str]], pids: set[int], cluster: RayCluster, store
         into.update(lease_owners(store).items())
 
 
+# Still streaming its first reply (at 2 tokens/s) when the driver is killed;
+# the others, at 20 tokens/s, may be ending their runs at that moment.
+SLOW = "roman-four"
+
+
+def live_lease_owners(store: Store, cluster: RayCluster) -> set[str]:
+    alive = node_processes(cluster.root)
+    return {o for o in lease_owners(store).values() if owner_pid(o) in alive}
+
+
 def test_kill_9_of_the_driver_then_resume_runs_on_ray_and_counts_every_task_once(tmp_path, ray_cluster,
                                                                                  fault_server, fix_scripts):
     for task_id in CHOSEN:
-        fault_server.script_for(task_id, paced(fix_scripts[task_id], 20.0))
+        fault_server.script_for(task_id, paced(fix_scripts[task_id], 2.0 if task_id == SLOW else 20.0))
     db, home = sqlite_url(tmp_path), tmp_path / "home"
     Store.open(db).close()
     driver = escrow(home, "batch", str(task_file(tmp_path)), "--model-url", fault_url(fault_server),
                     *cli_on_ray(ray_cluster, db))
+
+    def slow_run_in_flight(store: Store) -> bool:
+        owners = lease_owners(store)
+        return any(a.task_id == SLOW and a.outcome == bstore.STARTED and a.run_id in owners
+                   and owner_pid(owners[a.run_id]) in node_processes(ray_cluster.root)
+                   for b in _batch_ids(store) for a in bstore.load_batch(store, b).attempts)
+
     try:
         with Store.open(db) as store:
             wait_for(lambda: any(a.outcome == bstore.MODEL for b in _batch_ids(store)
                                  for a in bstore.load_batch(store, b).attempts), "a finished task", proc=driver)
-            wait_for(lambda: any(owner_pid(o) in node_processes(ray_cluster.root)
-                                 for o in lease_owners(store).values()), "a run in flight on Ray", proc=driver)
+            wait_for(lambda: slow_run_in_flight(store), f"{SLOW}'s run in flight on Ray", proc=driver)
             driver.send_signal(signal.SIGKILL)
             driver.communicate(timeout=30)
             (batch_id,) = _batch_ids(store)
+            # Ray ends the dead driver's workers; a run can end in the moment before.
+            wait_for(lambda: not live_lease_owners(store, ray_cluster),
+                     lambda: f"Ray to end the dead driver's workers: {live_lease_owners(store, ray_cluster)}",
+                     timeout_s=120)
             before = bstore.load_batch(store, batch_id).attempts
-            in_flight = {a.run_id for a in before if a.outcome == bstore.STARTED and a.run_id}
-            assert in_flight, "the kill landed after every run had ended"
-            # Ray ends the dead driver's workers; their runs read as crashed once the lease lapsed.
-            wait_for(lambda: in_flight <= bstore.crashed_runs(store), "leases to lapse", timeout_s=120)
+            started = {a.run_id for a in before if a.outcome == bstore.STARTED and a.run_id}
+            with store.read() as conn:
+                running = set(conn.execute(select(bstore.R.c.id).where(bstore.R.c.status == "running")).scalars())
+            in_flight = started & running
+            assert any(a.task_id == SLOW and a.run_id in in_flight for a in before), run_states(store, started)
+            # Their runs read as crashed once the lease lapsed.
+            wait_for(lambda: in_flight <= bstore.crashed_runs(store),
+                     lambda: f"leases to lapse: {run_states(store, in_flight)}", timeout_s=120)
     finally:
         if driver.poll() is None:
             driver.kill()
@@ -129,14 +172,14 @@ def test_kill_9_of_the_driver_then_resume_runs_on_ray_and_counts_every_task_once
     assert "Traceback" not in err and f"on Ray at {ray_cluster.address}" in err
     report = json.loads(out)
     assert report["n_tasks"] == report["done"] == report["passed"] == len(CHOSEN)
-    ran_in = {owner_pid(o) for run_id, o in owners if run_id not in in_flight}  # the dead runs' leases linger
+    ran_in = {owner_pid(o) for run_id, o in owners if run_id not in started}  # the dead runs' leases linger
     assert ran_in and ran_in <= cluster and resumed.pid not in ran_in, "the resume did not run on Ray"
     with Store.open(db) as store:
         view = bstore.load_batch(store, batch_id)
         model = [a for a in view.attempts if a.outcome == bstore.MODEL]
         assert sorted(a.task_id for a in model) == sorted(CHOSEN)  # each task counted exactly once
         assert {a.task_id for a in model if a in before} == done_before  # not rerun
-        abandoned = [a for a in view.attempts if a.run_id in in_flight]
+        abandoned = [a for a in view.attempts if a.run_id in started]
         assert all(a.outcome == bstore.INFRASTRUCTURE and "driver ended" in a.error for a in abandoned)
         for attempt in model:
             assert store.run(attempt.run_id).verdict == "PASS" and store.verify(attempt.run_id).ok
