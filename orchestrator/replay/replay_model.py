@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -67,7 +68,7 @@ class RequestHasher:
         return text
 
     def _tools_text(self, request: ModelRequest) -> str:
-        if self._tools is None or self._tools[0] is not request.tools:
+        if self._tools is None or not _same_items(self._tools[0], request.tools):
             self._tools = (request.tools, canonical_json([t.model_dump(mode="json") for t in request.tools]))
         return self._tools[1]
 
@@ -76,7 +77,7 @@ class RequestHasher:
         fields after it (keys are sorted, so "messages" sits in the middle)."""
         body = request.model_dump(mode="json", exclude={"messages", "tools"})
         # The fields around the messages rarely change within a run: serialised once while they hold.
-        if self._parts_of is not None and self._parts_of[0] == body and self._parts_of[1] is request.tools:
+        if self._parts_of is not None and self._parts_of[0] == body and _same_items(self._parts_of[1], request.tools):
             return self._parts_of[2]
         keys = sorted([*body, "messages", "tools"])
         at = keys.index("messages")
@@ -102,7 +103,7 @@ class RequestHasher:
         if (
             head != self._header
             or len(messages) <= stable
-            or any(a is not b for a, b in zip(self._fed, messages, strict=False))
+            or not all(map(operator.is_, self._fed, messages))
         ):
             self._header, self._fed, self._running = head, [], hashlib.sha256(head.encode("utf-8"))
             stable = 0
@@ -114,6 +115,12 @@ class RequestHasher:
         final.update(((b"," if self._fed else b"") + self._message(messages[-1]).encode("utf-8")))
         final.update(("]" + ("," + rest if rest else "") + "}").encode("utf-8"))
         return final.hexdigest()
+
+
+def _same_items(held: object, tools: tuple[object, ...]) -> bool:
+    """The same tool objects (frozen, so the same text): each request holds a new
+    tuple of them, made as the request is validated."""
+    return isinstance(held, tuple) and len(held) == len(tools) and all(map(operator.is_, held, tools))
 
 
 def request_divergence(turn: int, recorded: RecordedTurn, request: ModelRequest) -> Divergence:

@@ -163,3 +163,32 @@ def test_the_request_hasher_follows_every_change_of_the_fields_around_the_messag
         request = ModelRequest(model="m", messages=tuple(history), max_tokens=64).model_copy(update=change)
         assert hasher.sha256(request) == request.sha256(), (turn, change)
         assert hasher.canonical(request) == request.canonical(), (turn, change)
+
+
+def test_the_request_hasher_serialises_the_same_tools_once_though_each_request_holds_a_new_tuple(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Validating a request copies its tool list into a new tuple of the same
+    (frozen) objects; the hasher must reuse their text then, and only then:
+    reordered or changed tools give the request's own hash."""
+    from orchestrator.contract import Message, ModelRequest, ToolSpec
+    from orchestrator.replay.replay_model import RequestHasher
+
+    bash = ToolSpec(name="bash", description="run", parameters={"type": "object"})
+    edit = ToolSpec(name="edit", description="edit a file", parameters={"type": "object"})
+    edited = ToolSpec(name="edit", description="edit one file", parameters={"type": "object"})
+    dumped: list[str] = []
+    real_dump = ToolSpec.model_dump
+    monkeypatch.setattr(ToolSpec, "model_dump", lambda self, **kw: dumped.append(self.name) or real_dump(self, **kw))
+    hasher = RequestHasher()
+    history: list[Message] = []
+    tool_lists = [[bash, edit], [bash, edit], [bash, edit], [edit, bash], [bash, edited], [bash, edited]]
+    held: list[tuple[ToolSpec, ...]] = []
+    for turn, tools in enumerate(tool_lists):
+        history.append(Message(role="user" if turn % 2 == 0 else "assistant", content=f"turn {turn}"))
+        request = ModelRequest(model="m", messages=tuple(history), tools=tuple(tools), max_tokens=64)
+        assert all(request.tools is not earlier for earlier in held)
+        held.append(request.tools)
+        dumped_before = len(dumped)
+        assert hasher.sha256(request) == request.sha256(), turn
+        assert hasher.canonical(request) == request.canonical(), turn
+        assert len(dumped) - dumped_before == (0 if turn and tools == tool_lists[turn - 1] else 2), (turn, dumped)
