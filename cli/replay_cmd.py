@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 
+from cli.store_options import CONFIG_HELP, DB_HELP
 from orchestrator.errors import ConfigError
 from orchestrator.exit_codes import ExitCode
 from orchestrator.launch.replay import ReplayMode, ReplayRequest, replay_run
@@ -21,7 +22,6 @@ EXIT_IDENTICAL = ExitCode.OK
 EXIT_DIFFERS = ExitCode.FINDING
 EXIT_RECORDING_ENDS = ExitCode.REPLAY_RECORDING_ENDS
 EXIT_NOISE_ONLY = ExitCode.REPLAY_NOISE_ONLY
-DB_HELP = "Store URL (SQLAlchemy form); default ESCROW_DB_URL, else the SQLite file in ESCROW_HOME."
 
 
 def register(app: typer.Typer) -> None:
@@ -56,7 +56,7 @@ def replay(
     no_record: bool = typer.Option(False, "--no-record", help="Offline replay only: check, record no replay run."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     db: str = typer.Option(None, "--db", help=DB_HELP),
-    config: Path = typer.Option(None, "--config", help="Config file (default: ESCROW_HOME/config.toml)."),
+    config: Path = typer.Option(None, "--config", help=CONFIG_HELP),
 ) -> None:
     """Replay RUN through today's loop and report the first divergence.
 

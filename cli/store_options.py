@@ -7,7 +7,10 @@ from typing import Any
 
 import typer
 
-DB_HELP = "Store URL (SQLAlchemy form); default ESCROW_DB_URL, else the SQLite file in ESCROW_HOME."
+DB_HELP = (
+    "Store URL (SQLAlchemy form) or a SQLite file's path; default ESCROW_DB_URL, else the SQLite file in "
+    "ESCROW_HOME."
+)
 CONFIG_HELP = "Config file (default: ESCROW_HOME/config.toml)."
 
 

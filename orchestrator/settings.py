@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from orchestrator.errors import ConfigError
 
@@ -24,7 +24,9 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     home: Path = Field(default_factory=default_home, description="All state lives here (ESCROW_HOME).")
-    db_url: str | None = Field(default=None, description="SQLAlchemy URL; default sqlite file in home.")
+    db_url: str | None = Field(
+        default=None, description="SQLAlchemy URL, or a SQLite file's path; default sqlite file in home."
+    )
     model_url: str = "http://127.0.0.1:8088/v1"
     model: str = "gemma-3-270m"
     api_key: str | None = None
@@ -46,6 +48,16 @@ class Settings(BaseModel):
         default=None, ge=0, le=20, description="Top-k logprobs recorded per token; None: none."
     )
     log_json: bool = False
+
+    @field_validator("db_url")
+    @classmethod
+    def _file_path_as_url(cls, value: str | None) -> str | None:
+        # A URL always names its dialect ("sqlite://..."); anything else is a
+        # file path, made absolute here, where it was given (a Ray worker
+        # elsewhere reads the same file).
+        if value is None or "://" in value:
+            return value
+        return f"sqlite:///{Path(value).expanduser().resolve()}"
 
     @property
     def store_url(self) -> str:

@@ -84,3 +84,27 @@ def test_real_command_shows_and_verifies(populated):
     assert shown.returncode == 0 and "turn 1 COMPLETED" in shown.stdout and not shown.stderr
     verified = subprocess.run([ESCROW, "verify", "--all"], env=env, capture_output=True, text=True, timeout=60)
     assert verified.returncode == 0 and verified.stdout.count("ok ") == 2
+
+
+@pytest.mark.parametrize("form", ["absolute", "relative", "home", "url"])
+def test_db_takes_a_sqlite_file_path_as_well_as_a_url(populated, db_path, form, monkeypatch):
+    """``--db store.db`` names the file: before, every store command refused
+    it as an unparsable URL (exit 4). A relative path is the working
+    directory's, as the shell would read it."""
+    monkeypatch.delenv("ESCROW_DB_URL")
+    given = {"absolute": str(db_path), "relative": db_path.name, "home": f"~/{db_path.name}",
+             "url": f"sqlite:///{db_path}"}[form]
+    env = {**os.environ, "HOME": str(db_path.parent), "ESCROW_HOME": str(db_path.parent / "elsewhere")}
+    for args in (["runs", "--json"], ["verify", "--all", "--json"], ["migrate"],
+                 ["show", populated["passed"][:10], "--json"]):
+        done = subprocess.run([ESCROW, *args, "--db", given], env=env, cwd=db_path.parent, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, (args, done.stderr)
+        if args[0] == "runs":
+            assert {r["id"] for r in json.loads(done.stdout)} == set(populated.values())
+    assert not (db_path.parent / "elsewhere").exists()  # nothing opened the default store
+    from orchestrator.settings import load_settings
+
+    monkeypatch.chdir(db_path.parent)
+    monkeypatch.setenv("HOME", str(db_path.parent))
+    assert load_settings(None, db_url=given).db_url == f"sqlite:///{db_path.resolve()}"
