@@ -24,6 +24,7 @@ from typing import Any
 from sqlalchemy import Connection, Index, Table, and_, delete, func, select, true, update
 from sqlmodel import Field, SQLModel
 
+from store import run_totals
 from store.run_totals import RUNS, TTFTS, has_totals
 from store.tables import outside, table_of
 
@@ -122,10 +123,13 @@ def stored(conn: Connection, days: Iterable[int] | None) -> tuple[dict[DayKey, i
 def problems(conn: Connection, run_id: str | None = None,
              explained: Iterable[str] = ()) -> dict[str, tuple[str, str]]:
     """Per run, (row id, what differs) where the rollup of a day the run
-    counts in is not the sum of that day's ``run_ttfts``. A key no run sums
-    (a row added behind the store's back) is charged to the runs of its day,
-    or, with none, to every run with totals. A key one of the ``explained``
-    runs sums is left out: that run's own TTFT rows differ (named already)."""
+    counts in is not the sum of that day's ``run_ttfts``. A key is charged to
+    the runs that sum it; a key no run sums (a row added behind the store's
+    back) to the runs of its day, or, with none, to every run with totals. A
+    key one of the ``explained`` runs sums is left out: that run's own TTFT
+    rows differ (named already). With ``run_id``, the same answer for that
+    run alone: another run's key, or one whose difference another run's
+    changed rows explain, is not this run's."""
     skip = set(explained)
     days: list[int] | None = None
     runs: Any = true()
@@ -139,13 +143,17 @@ def problems(conn: Connection, run_id: str | None = None,
     have, ids = stored(conn, days)
     found: dict[str, tuple[str, str]] = {}
     for key in sorted(want.keys() | have.keys(), key=repr):
-        if want.get(key, 0) == have.get(key, 0) or whose.get(key, set()) & skip:
+        owners = whose.get(key, set())
+        if want.get(key, 0) == have.get(key, 0) or owners & skip:
+            continue
+        if run_id is not None and owners and (
+                run_id not in owners or any(run_totals.problems(conn, other) for other in sorted(owners - {run_id}))):
             continue
         row = ",".join(str(i) for i in ids.get(key, [])) or "none"
         problem = (f"ttft_days row {row} (day {key[0]}, model {key[3]!r}, engine {key[4]!r}, own {key[2]}, "
                    f"bucket {key[5]} ms) holds {have.get(key, 0)} calls, the runs' run_ttfts add up to "
                    f"{want.get(key, 0)}")
-        blamed = [run_id] if run_id is not None else sorted(whose.get(key) or _runs_of(conn, key[0]))
+        blamed = [run_id] if run_id is not None else sorted(owners or _runs_of(conn, key[0]))
         for blame in blamed:
             found.setdefault(blame, (row, problem))
     return found

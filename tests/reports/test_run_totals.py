@@ -9,6 +9,7 @@ import random
 import sqlite3
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -344,9 +345,9 @@ def test_a_report_over_whole_days_reads_the_rollup(varied: Store, home: Path) ->
     with varied.read() as conn:
         row_id, day = conn.exec_driver_sql(
             "SELECT id, day FROM ttft_days WHERE own = 1 AND replay = 0 ORDER BY calls DESC LIMIT 1").one()
-        run_id = conn.exec_driver_sql(
-            "SELECT id FROM runs WHERE created_at >= ? AND created_at < ? AND mode = 'run' LIMIT 1",
-            (day * ttft_days.DAY_S, (day + 1) * ttft_days.DAY_S)).scalar()
+        key = tuple(conn.exec_driver_sql(
+            "SELECT day, replay, own, model, engine, bucket_ms FROM ttft_days WHERE id = ?", (row_id,)).one())
+        run_id = sorted(ttft_days.sums(conn, ttft_days.true())[1][key])[0]  # a run that sums the row's key
     assert run_id and all(c.ok for c in varied.verify_all())
     before = read_slices(varied, by="model", since=None, until=None)
     with closing(sqlite3.connect(totals_db(home))) as conn:
@@ -423,3 +424,56 @@ def test_a_nul_escaped_model_or_engine_keeps_its_ttfts_in_its_group(store: Store
         ((found, stored),) = driver_rows(conn, select(run_totals.RESPONSES.c.run_id, run_totals.RESPONSES.c.engine)
                                          .where(run_totals.RESPONSES.c.engine == engine).limit(1))
     assert found == run_id and stored != engine and unescape(stored) == engine
+
+
+def _day_runs(conn: Any, day: int) -> set[str]:
+    return set(conn.exec_driver_sql("SELECT id FROM runs WHERE created_at >= ? AND created_at < ? AND id IN "
+                                    "(SELECT run_id FROM run_totals)",
+                                    (day * ttft_days.DAY_S, (day + 1) * ttft_days.DAY_S)).scalars())
+
+
+def test_verify_of_one_run_charges_it_only_the_rollup_keys_it_sums(varied: Store, home: Path) -> None:
+    """``verify RUN`` answers as ``verify --all`` does for that run: a changed
+    rollup row fails the runs that sum its key and no other run of its day;
+    a row whose difference another run's changed TTFT rows explain is that
+    run's; a key no run sums fails every run of its day. Before, ``verify RUN``
+    charged the run with every difference of its day."""
+    with varied.read() as conn:
+        rows, whose = ttft_days.sums(conn, ttft_days.true())
+        # A day where some run does not sum the key of the row to change.
+        key = next(k for k in sorted(whose, key=repr) if k[1] == 0 and _day_runs(conn, k[0]) - whose[k])
+        summing, day_runs = whose[key], _day_runs(conn, key[0])
+        row_id = conn.exec_driver_sql(
+            "SELECT min(id) FROM ttft_days WHERE day = ? AND replay = ? AND own = ? AND model IS ? AND engine IS ? "
+            "AND bucket_ms = ?", key).scalar()
+    others = day_runs - summing
+    assert row_id and others and all(c.ok for c in varied.verify_all())
+
+    def failed_alone(runs: set[str]) -> set[str]:
+        return {r for r in runs if not varied.verify(r).ok}
+
+    with closing(sqlite3.connect(totals_db(home))) as conn:
+        conn.execute("UPDATE ttft_days SET calls = calls + 7 WHERE id = ?", (row_id,))
+        conn.commit()
+    every = {c.run_id for c in varied.verify_all() if not c.ok}
+    assert every == summing and failed_alone(day_runs) == summing  # not the day's other runs
+    assert all(varied.verify(r).row_id == str(row_id) for r in summing)
+    with closing(sqlite3.connect(totals_db(home))) as conn:
+        conn.execute("UPDATE ttft_days SET calls = calls - 7 WHERE id = ?", (row_id,))
+        # One summing run's own TTFT row changed: the rollup now differs from the rows, and that run explains it.
+        changed = sorted(summing)[0]
+        conn.execute("UPDATE run_ttfts SET calls = calls + 1 WHERE rowid = (SELECT min(rowid) FROM run_ttfts "
+                     "WHERE run_id = ? AND own = ? AND model IS ? AND engine IS ? AND bucket_ms = ?)",
+                     (changed, key[2], key[3], key[4], key[5]))
+        conn.commit()
+    every = {c.run_id: c for c in varied.verify_all() if not c.ok}
+    assert set(every) == {changed} and every[changed].table == "run_totals"
+    assert failed_alone(day_runs) == {changed} and varied.verify(changed).table == "run_totals"
+    with closing(sqlite3.connect(totals_db(home))) as conn:
+        conn.execute("UPDATE run_ttfts SET calls = calls - 1 WHERE rowid = (SELECT min(rowid) FROM run_ttfts "
+                     "WHERE run_id = ? AND own = ? AND model IS ? AND engine IS ? AND bucket_ms = ?)",
+                     (changed, key[2], key[3], key[4], key[5]))
+        conn.execute("INSERT INTO ttft_days (day, replay, own, model, engine, bucket_ms, calls) "
+                     "VALUES (?, 0, 1, 'forged', NULL, 5, 3)", (key[0],))
+        conn.commit()
+    assert {c.run_id for c in varied.verify_all() if not c.ok} == day_runs == failed_alone(day_runs)
