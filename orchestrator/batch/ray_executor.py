@@ -40,6 +40,7 @@ from orchestrator.batch.placement import ReplicaPool
 from orchestrator.batch.pool import REPLICA_LOST, PoolOptions, moved_off
 from orchestrator.batch.ray_slots import SharedGate, call_gates_actor, new_token, start_slots_actor
 from orchestrator.batch.runner import INFRASTRUCTURE_FAILURE, AttemptResult, Deadlines, run_attempt
+from orchestrator.batch.stopping import BatchStop
 from orchestrator.batch.tasks import BatchTask
 from orchestrator.settings import Settings
 from store import Store
@@ -48,6 +49,19 @@ from store.errors import StoreError
 
 # How long in-flight Ray tasks get to end on their own once the batch stops.
 DRAIN_S = 30.0
+
+
+class CanceledByDriver(BatchStop):
+    """Ctrl-C on the driver reaches a worker as Ray's cancel of its task: a
+    KeyboardInterrupt there, which ends the run CANCELED. Read through this,
+    the attempt is then ``interrupted`` (rerun on ``--resume``), as in the
+    local pool, and not a model verdict."""
+
+    @property
+    def stopped(self) -> bool:
+        import ray
+
+        return super().stopped or ray.get_runtime_context().is_canceled()
 
 
 def attempt_on_worker(settings: Settings, batch_id: str, task: BatchTask, tasks_dir: str, model_url: str,
@@ -72,7 +86,7 @@ def attempt_on_worker(settings: Settings, batch_id: str, task: BatchTask, tasks_
         with Store.open(settings.store_url) as store:
             result = run_attempt(store, settings, batch_id, task, tasks_dir=Path(tasks_dir), model_url=model_url,
                                  deadlines=deadlines, admitted=admitted, replica=model_url,
-                                 around_model=partial(calls.around, model_url))
+                                 around_model=partial(calls.around, model_url), stop=CanceledByDriver())
     except StoreError as exc:  # plain text back: the driver ends the batch with StoreLost
         return {"store_lost": str(exc)}
     finally:

@@ -433,3 +433,60 @@ def test_fifty_concurrent_runs_from_ray_workers_on_both_nodes_on_one_sqlite_file
     assert errors == [], errors[0]
     assert {node for node, _ in done} == nodes and len(nodes) == 2
     fifty.every_chain_verifies(url, batch_id)
+
+
+def test_ctrl_c_on_ray_interrupts_the_runs_in_flight_and_resume_reruns_only_them(tmp_path, ray_cluster,
+                                                                                  fault_server, fix_scripts):
+    """SIGINT at its default disposition, as a terminal delivers it, to a
+    driver whose runs are in Ray workers: exit 130 with a clean message;
+    each run in flight ends (never ``running``), its attempt reads
+    ``interrupted``, not a model verdict or an infrastructure failure; and
+    ``--resume`` reruns exactly the tasks without a model verdict."""
+    for task_id in CHOSEN:
+        fault_server.script_for(task_id, paced(fix_scripts[task_id], 2.0 if task_id == SLOW else 20.0))
+    db, home = sqlite_url(tmp_path), tmp_path / "home"
+    Store.open(db).close()
+    driver = subprocess.Popen(
+        [str(ESCROW), "batch", str(task_file(tmp_path)), "--model-url", fault_url(fault_server),
+         *cli_on_ray(ray_cluster, db)], env={**os.environ, "ESCROW_HOME": str(home)}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        with Store.open(db) as store:
+            wait_for(lambda: any(a.task_id == SLOW and a.outcome == bstore.STARTED and a.run_id
+                                 for b in _batch_ids(store) for a in bstore.load_batch(store, b).attempts),
+                     f"{SLOW}'s run in flight on Ray", proc=driver)
+        sent = time.time()
+        driver.send_signal(signal.SIGINT)
+        out, err = driver.communicate(timeout=180)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 130, err
+    assert "Traceback" not in err and "interrupted" in err and "escrow batch --resume" in err
+    assert out == ""
+    with Store.open(db) as store:
+        (batch_id,) = _batch_ids(store)
+        after = bstore.load_batch(store, batch_id).attempts
+        stopped = [a for a in after if a.outcome == bstore.INTERRUPTED]
+        assert SLOW in {a.task_id for a in stopped}, after
+        assert not [a for a in after if a.outcome in (bstore.STARTED, bstore.INFRASTRUCTURE)], after
+        assert not [a for a in after if a.started_at > sent]  # nothing started after Ctrl-C
+        assert all(a.verdict != "CANCELED" for a in after if a.outcome == bstore.MODEL), after
+        for attempt in stopped:
+            if attempt.run_id:
+                assert store.run(attempt.run_id).status == "finished" and store.verify(attempt.run_id).ok
+
+    done_before = {a.task_id for a in after if a.outcome == bstore.MODEL}
+    for task_id in set(CHOSEN) - done_before:
+        fault_server.script_for(task_id, paced(fix_scripts[task_id], 40.0))
+    resumed = subprocess.run([str(ESCROW), "batch", "--resume", batch_id[:12], "--db", db, *common_flags()],
+                             env={**os.environ, "ESCROW_HOME": str(home)}, capture_output=True, text=True,
+                             timeout=900)
+    assert resumed.returncode == 0, resumed.stderr
+    report = json.loads(resumed.stdout)
+    assert report["n_tasks"] == report["done"] == report["passed"] == len(CHOSEN) and report["interrupted"] == 0
+    with Store.open(db) as store:
+        final = bstore.load_batch(store, batch_id).attempts
+    model = [a for a in final if a.outcome == bstore.MODEL]
+    assert sorted(a.task_id for a in model) == sorted(CHOSEN)  # each task counted once
+    assert {a.task_id for a in final if a not in after} == set(CHOSEN) - done_before
