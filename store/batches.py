@@ -122,17 +122,16 @@ def finish_attempt(store: Store, attempt_id: str, *, outcome: str, run_id: str |
     return bool(done.rowcount)
 
 
-def note_run(store: Store, attempt_id: str, run_id: str) -> None:
-    """The attempt's run, fenced as ``finish_attempt``."""
-    with store.write() as conn:
-        conn.execute(update(BA).where((BA.c.id == attempt_id) & (BA.c.outcome == STARTED)).values(run_id=run_id))
-
-
 # Leases: a run is crashed when it is still running and its lease expired.
 
-def take_lease(store: Store, run_id: str, owner: str, lease_s: float) -> None:
+def take_lease(store: Store, run_id: str, owner: str, lease_s: float, *, attempt_id: str | None = None) -> None:
+    """The run's lease; with ``attempt_id``, that attempt's run noted in the
+    same transaction (fenced as ``finish_attempt``): an attempt that names its
+    run has the run's lease, even when its process dies right after."""
     now = time.time()
     with store.write() as conn:
+        if attempt_id is not None:
+            conn.execute(update(BA).where((BA.c.id == attempt_id) & (BA.c.outcome == STARTED)).values(run_id=run_id))
         conn.execute(delete(RL).where(RL.c.run_id == run_id))
         conn.execute(insert(RL).values(run_id=run_id, owner=owner, heartbeat_at=now, expires_at=now + lease_s))
 

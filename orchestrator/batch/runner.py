@@ -82,9 +82,9 @@ class Heartbeat:
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
 
-    def started(self, run_id: str) -> None:
+    def started(self, run_id: str, attempt_id: str) -> None:
         self.run_id = run_id
-        bstore.take_lease(self.store, run_id, owner_id(), self.lease_s)
+        bstore.take_lease(self.store, run_id, owner_id(), self.lease_s, attempt_id=attempt_id)
         self.thread = threading.Thread(target=self._beat, args=(run_id,), name=f"lease-{run_id[:8]}", daemon=True)
         self.thread.start()
 
@@ -138,8 +138,7 @@ def run_attempt(
         return sandbox
 
     def started(run_id: str) -> None:
-        bstore.note_run(store, attempt_id, run_id)
-        heartbeat.started(run_id)
+        heartbeat.started(run_id, attempt_id)
 
     try:
         with tempfile.TemporaryDirectory(prefix=f"escrow-batch-{task.id[:20]}-") as work:

@@ -25,8 +25,7 @@ def test_batch_bookkeeping_on_postgresql(postgres_url):  # noqa: F811
         first = bstore.start_attempt(store, batch_id, "a")
         bstore.finish_attempt(store, first, outcome=bstore.MODEL, run_id=done, verdict="PASS")
         crashed = bstore.start_attempt(store, batch_id, "b")
-        bstore.note_run(store, crashed, dead)
-        bstore.take_lease(store, dead, "elsewhere:1", lease_s=0.5)
+        bstore.take_lease(store, dead, "elsewhere:1", lease_s=0.5, attempt_id=crashed)
         assert dead not in bstore.crashed_runs(store)
         time.sleep(1.0)
         assert bstore.crashed_runs(store) == {dead}

@@ -47,8 +47,7 @@ def record_one_run(url: str, batch_id: str, index: int, busy_timeout_ms: int, re
             attempt = bstore.start_attempt(store, batch_id, f"t{index}")
             rng = synthetic.random.Random(index)
             run_id = synthetic.start(recorder, rng)
-            bstore.note_run(store, attempt, run_id)
-            bstore.take_lease(store, run_id, f"test:{index}", lease_s=60)
+            bstore.take_lease(store, run_id, f"test:{index}", lease_s=60, attempt_id=attempt)
             history: list = []
             for turn in range(TURNS):
                 synthetic.record_turn(recorder, run_id, turn, history, rng)

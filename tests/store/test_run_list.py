@@ -151,3 +151,29 @@ def test_a_missing_file_gets_the_full_stores_error(tmp_path: Path) -> None:
     assert done.returncode == 3, done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "nothing.db").exists()
+
+
+def test_an_attempt_names_its_run_only_with_the_runs_lease(tmp_path: Path) -> None:
+    """A batch attempt notes its run and takes the run's lease in one
+    transaction: a process that dies between the two must not leave an
+    attempt naming a running run that has no lease (it would never read as
+    crashed). The lease write is made to fail, as a death mid-claim would
+    leave it; the attempt must not name the run."""
+    from store import batches as bstore
+
+    with Store.open(f"sqlite:///{tmp_path / 's.db'}") as store:
+        batch = bstore.create_batch(store, task_file="t.jsonl", settings={}, tasks={"a": (1, {})})
+        attempt = bstore.start_attempt(store, batch, "a")
+        run_id = synthetic.record_run(Recorder(store), turns=1, seed=3, finish=False)
+        with store.write() as conn:
+            conn.exec_driver_sql("CREATE TRIGGER no_lease BEFORE INSERT ON run_leases "
+                                 "BEGIN SELECT RAISE(ABORT, 'the process died here'); END")
+        with pytest.raises(Exception, match="the process died here"):
+            bstore.take_lease(store, run_id, "here:1", lease_s=60, attempt_id=attempt)
+        (seen,) = bstore.load_batch(store, batch).attempts
+        assert seen.run_id is None and seen.outcome == bstore.STARTED
+        with store.write() as conn:
+            conn.exec_driver_sql("DROP TRIGGER no_lease")
+        bstore.take_lease(store, run_id, "gone:1", lease_s=-1, attempt_id=attempt)
+        (seen,) = bstore.load_batch(store, batch).attempts
+        assert seen.run_id == run_id and run_id in bstore.crashed_runs(store)
