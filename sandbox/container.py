@@ -31,12 +31,16 @@ from sandbox.execution import REAP, ExecLimits, ExecOutcome, run_exec, wrap_comm
 from sandbox.export_stream import ExportLimits, ExportParser, TreeBuilder
 from sandbox.hardening import SANDBOX_ENV, WORKSPACE, Hardening
 from sandbox.hostgit import PrivateGit
-from sandbox.orphans import claim_state_dir, owner_labels, remove_dead_state_dirs, remove_orphans
+from sandbox.orphans import claim_state_dir, owner_labels, removal_under_way, remove_dead_state_dirs, remove_orphans
 from sandbox.workspace import Patch, commit_export, diff_patch, snapshot, tree_archive
 
 _SETUP_LIMITS = ExecLimits(timeout_s=120, stdout_cap=4096, stderr_cap=4096)
 _EXPORT = resources.files("sandbox").joinpath("export_script.py").read_text(encoding="utf-8")
 REAP_TIMEOUT_S = 30.0  # a fork bomb at the pids limit may refuse the reaper a process for a while
+
+
+# How long a close waits for another closer's removal of the same container.
+REMOVAL_WAIT_S = 60.0
 
 
 class Sandbox:
@@ -204,11 +208,26 @@ class Sandbox:
             self.container.remove(force=True)
         except docker.errors.NotFound:
             pass
+        except docker.errors.APIError as exc:
+            if not removal_under_way(exc):
+                raise SandboxError(f"could not remove sandbox container {self.container.name}: {exc}") from exc
+            self._wait_removed()
         except docker.errors.DockerException as exc:
             raise SandboxError(f"could not remove sandbox container {self.container.name}: {exc}") from exc
         finally:
             if self._own_state_dir:
                 shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def _wait_removed(self) -> None:
+        """Another closer (a second ``close``, a sweep of orphans) is removing
+        the container: done once dockerd says it is gone."""
+        try:
+            self.container.wait(condition="removed", timeout=REMOVAL_WAIT_S)
+        except docker.errors.NotFound:
+            pass
+        except Exception as exc:  # a timeout arrives as a requests error, not a DockerException
+            raise SandboxError(f"sandbox container {self.container.name} was still being removed after "
+                               f"{REMOVAL_WAIT_S:g}s: {exc}") from exc
 
     def _copy_in(self, archive: bytes) -> None:
         script = ('tar -x -C /workspace -f - && cd /workspace && git init -q && git add -A && '

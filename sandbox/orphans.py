@@ -51,6 +51,11 @@ def owner_alive(labels: dict[str, str]) -> bool:
     return start is not None and start == labels.get(LABEL_PID_START)
 
 
+def removal_under_way(exc: docker.errors.APIError) -> bool:
+    """dockerd's 409 for a container another caller is already removing."""
+    return exc.status_code == 409 and "already in progress" in str(exc)
+
+
 def remove_orphans(client: docker.DockerClient, *, include_live: bool = False) -> list[str]:
     """Remove sandbox containers whose owner is gone (or all with ``include_live``);
     returns their names."""
@@ -63,6 +68,10 @@ def remove_orphans(client: docker.DockerClient, *, include_live: bool = False) -
                 client.api.remove_container(found["Id"], force=True)
             except docker.errors.NotFound:
                 continue
+            except docker.errors.APIError as exc:
+                if removal_under_way(exc):
+                    continue
+                raise
             removed.append((found.get("Names") or [found["Id"][:12]])[0].lstrip("/"))
     return removed
 

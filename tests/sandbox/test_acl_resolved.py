@@ -163,3 +163,32 @@ def test_a_listing_shows_no_name_under_a_deny_glob(sandbox, path, depth):
         assert not full.endswith(".key"), entry
     if path == "docs":
         assert "readme.txt" in entries and "s@" in entries  # the link itself is a name in docs, shown as a link
+
+
+def test_closes_racing_on_one_sandbox_all_succeed_and_remove_it(docker_client, sandbox_image, tmp_path):
+    """Two closers at once (a cancelled start's clean-up and another's):
+    dockerd answers the later one 409 "removal already in progress", which
+    is not a failure to remove; every close returns once the container is gone."""
+    import threading
+
+    import docker.errors
+
+    box = Sandbox.start(docker_client, sandbox_image, POLICY, make_repo(tmp_path))
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def close() -> None:
+        barrier.wait()
+        try:
+            box.close()
+        except BaseException as exc:
+            errors.append(exc)
+
+    closers = [threading.Thread(target=close) for _ in range(4)]
+    for closer in closers:
+        closer.start()
+    for closer in closers:
+        closer.join(120)
+    assert errors == []
+    with pytest.raises(docker.errors.NotFound):
+        docker_client.containers.get(box.container.id)

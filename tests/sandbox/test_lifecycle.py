@@ -71,3 +71,38 @@ def test_orphans_of_dead_owners_are_removed(docker_client, sandbox_image, start_
     ids = {c.id for c in docker_client.containers.list(all=True, filters={"label": f"{LABEL_ROLE}=1"})}
     assert orphan.id not in ids and live.container.id in ids
     assert live.container.name not in remove_orphans(docker_client)
+
+
+def test_sweeps_racing_on_one_orphan_all_succeed(docker_client, sandbox_image):
+    """Two sandbox starts at once (a batch's workers) each sweep orphans; the
+    later remover of one orphan gets dockerd's 409 "removal already in
+    progress", which must not fail its start (it did: the run ended
+    INFRA_ERROR, "sandbox did not start")."""
+    import threading
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    orphans = []
+    for n in range(3):
+        labels = {LABEL_ROLE: "1", LABEL_RUN: f"orphan-race-{n}", LABEL_PID: str(dead.pid), LABEL_PID_START: "1",
+                  LABEL_HOST: os.uname().nodename}
+        orphans.append(docker_client.containers.run(sandbox_image, ["sleep", "infinity"], labels=labels,
+                                                    network_mode="none", detach=True))
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(6)
+
+    def sweep() -> None:
+        barrier.wait()
+        try:
+            remove_orphans(docker_client)
+        except BaseException as exc:
+            errors.append(exc)
+
+    sweepers = [threading.Thread(target=sweep) for _ in range(6)]
+    for sweeper in sweepers:
+        sweeper.start()
+    for sweeper in sweepers:
+        sweeper.join(120)
+    assert errors == []
+    left = {c.id for c in docker_client.containers.list(all=True, filters={"label": f"{LABEL_ROLE}=1"})}
+    assert not left & {o.id for o in orphans}
