@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -85,3 +87,23 @@ def host_canary(tmp_path_factory, monkeypatch):
     digest = hashlib.sha256(secret.read_bytes()).hexdigest()
     yield secret
     assert hashlib.sha256(secret.read_bytes()).hexdigest() == digest, "host canary file changed"
+
+
+def all_at_once(action: Callable[[], object], callers: int) -> list[BaseException]:
+    """Run ``action`` from ``callers`` threads released together; what they raised."""
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(callers)
+
+    def call() -> None:
+        barrier.wait()
+        try:
+            action()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=call) for _ in range(callers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    return errors

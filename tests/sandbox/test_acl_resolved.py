@@ -17,7 +17,7 @@ from orchestrator.toolset import TOOLS
 from policies import Effect, decide, default_policy
 from sandbox import Sandbox, ToolBox
 from sandbox.loop_tools import outcome_of
-from tests.sandbox.conftest import assert_hardened
+from tests.sandbox.conftest import all_at_once, assert_hardened
 
 pytestmark = pytest.mark.docker
 
@@ -169,26 +169,9 @@ def test_closes_racing_on_one_sandbox_all_succeed_and_remove_it(docker_client, s
     """Two closers at once (a cancelled start's clean-up and another's):
     dockerd answers the later one 409 "removal already in progress", which
     is not a failure to remove; every close returns once the container is gone."""
-    import threading
-
     import docker.errors
 
     box = Sandbox.start(docker_client, sandbox_image, POLICY, make_repo(tmp_path))
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(4)
-
-    def close() -> None:
-        barrier.wait()
-        try:
-            box.close()
-        except BaseException as exc:
-            errors.append(exc)
-
-    closers = [threading.Thread(target=close) for _ in range(4)]
-    for closer in closers:
-        closer.start()
-    for closer in closers:
-        closer.join(120)
-    assert errors == []
+    assert all_at_once(box.close, 4) == []
     with pytest.raises(docker.errors.NotFound):
         docker_client.containers.get(box.container.id)

@@ -12,6 +12,7 @@ from orchestrator.toolset import TOOLS, tool_specs
 from policies import Effect, decide, default_policy
 from sandbox import ExecLimits, ToolBox, apply_patch, remove_orphans
 from sandbox.hardening import LABEL_HOST, LABEL_PID, LABEL_PID_START, LABEL_ROLE, LABEL_RUN
+from tests.sandbox.conftest import all_at_once
 
 pytestmark = pytest.mark.docker
 
@@ -78,8 +79,6 @@ def test_sweeps_racing_on_one_orphan_all_succeed(docker_client, sandbox_image):
     later remover of one orphan gets dockerd's 409 "removal already in
     progress", which must not fail its start (it did: the run ended
     INFRA_ERROR, "sandbox did not start")."""
-    import threading
-
     dead = subprocess.Popen(["true"])
     dead.wait()
     orphans = []
@@ -88,21 +87,6 @@ def test_sweeps_racing_on_one_orphan_all_succeed(docker_client, sandbox_image):
                   LABEL_HOST: os.uname().nodename}
         orphans.append(docker_client.containers.run(sandbox_image, ["sleep", "infinity"], labels=labels,
                                                     network_mode="none", detach=True))
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(6)
-
-    def sweep() -> None:
-        barrier.wait()
-        try:
-            remove_orphans(docker_client)
-        except BaseException as exc:
-            errors.append(exc)
-
-    sweepers = [threading.Thread(target=sweep) for _ in range(6)]
-    for sweeper in sweepers:
-        sweeper.start()
-    for sweeper in sweepers:
-        sweeper.join(120)
-    assert errors == []
+    assert all_at_once(lambda: remove_orphans(docker_client), 6) == []
     left = {c.id for c in docker_client.containers.list(all=True, filters={"label": f"{LABEL_ROLE}=1"})}
     assert not left & {o.id for o in orphans}
