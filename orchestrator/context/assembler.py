@@ -91,6 +91,9 @@ class ContextAssembler:
             task=self._entry(Message(role="user", content=task), turn=-1),
         )
         self._tail_reserve = self.counts.message(tail.reserve_message()) if tail is not None else 0
+        # The last rendered state and its messages: appending extends them, so
+        # a long run does not re-collect its whole history every turn.
+        self._rendered: tuple[ContextState, tuple[Message, ...]] | None = None
 
     @property
     def state(self) -> ContextState:
@@ -108,9 +111,16 @@ class ContextAssembler:
         if self._state.history and turn < self._state.history[-1].turn:
             raise ContractError("history is append-only: turns must not go backwards", turn=turn)
         flags = elidable if elidable is not None else [m.role == "tool" for m in messages]
-        self._state = self._state.appended(
-            [self._entry(m, turn=turn, elidable=f) for m, f in zip(messages, flags, strict=False)]
-        )
+        entries = [self._entry(m, turn=turn, elidable=f) for m, f in zip(messages, flags, strict=False)]
+        before = self._state
+        self._state = before.appended(entries)
+        if self._rendered is not None and self._rendered[0] is before:
+            self._rendered = (self._state, self._rendered[1] + tuple(e.message for e in entries))
+
+    def _messages(self, state: ContextState) -> tuple[Message, ...]:
+        if self._rendered is None or self._rendered[0] is not state:
+            self._rendered = (state, state.messages())
+        return self._rendered[1]
 
     def _raw(self, state: ContextState, tail_tokens: int) -> int:
         return self.counts.request_overhead() + state.tools_tokens + state.message_tokens + tail_tokens
@@ -128,7 +138,7 @@ class ContextAssembler:
         events: list[CompactionEvent] = []
         if self.estimate(state) > available:
             state, events = self._compact(state, turn=turn, target=int(available * self.policy.target_fill))
-        stable = state.messages()
+        stable = self._messages(state)
         tail_messages: tuple[Message, ...] = ()
         tail_tokens = 0
         if self.tail is not None:

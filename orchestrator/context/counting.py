@@ -2,9 +2,8 @@
 
 The chat template adds tokens around every message (role markers, turn
 delimiters) that no text tokenizer sees; ``TemplateOverhead`` adds a
-conservative allowance for them. Counts are memoised by the sha256 of the
-message's canonical JSON, so a message is tokenized once per run however many
-turns re-send it.
+conservative allowance for them. Counts are memoised by the texts they are
+made of, so a message is tokenized once per run however many turns re-send it.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from typing import Sequence
 
 from pydantic import Field
 
-from orchestrator.canonical import canonical_json, sha256_hex
+from orchestrator.canonical import canonical_json
 from orchestrator.context.tokenizer import TokenCounter
 from orchestrator.contract import Frozen, Message, ToolSpec
 
@@ -34,12 +33,15 @@ class MessageCounter:
     def __init__(self, counter: TokenCounter, overhead: TemplateOverhead | None = None) -> None:
         self.counter = counter
         self.overhead = overhead or TemplateOverhead()
-        self._cache: dict[str, int] = {}
+        self._cache: dict[tuple[object, ...], int] = {}
         self.hits = 0
         self.misses = 0
 
     def message(self, message: Message) -> int:
-        key = sha256_hex(canonical_json(message.to_wire()))
+        # Keyed by exactly what _count_uncached reads: hashing these strings
+        # costs far less than serialising the message to hash it.
+        key = (message.content, tuple((c.id, c.name, c.arguments) for c in message.tool_calls),
+               message.tool_call_id, message.name)
         cached = self._cache.get(key)
         if cached is not None:
             self.hits += 1

@@ -48,6 +48,8 @@ class TiktokenCounter:
         return self._name
 
     def count(self, text: str) -> int:
+        if not text:
+            return 0  # most messages lack a name or a tool call id: skip the call into the BPE
         if self._encoding is None:
             import tiktoken
 

@@ -86,6 +86,8 @@ def test_random_trajectories(counter, case):
             return
         # Budget invariant, recounted from scratch so a stale cache cannot hide a breach.
         stable, tail = r.messages[: r.stable_messages], r.messages[r.stable_messages :]
+        # The assembler extends its last rendering on append: it must equal the state's own.
+        assert stable == ctx.state.messages()
         raw = fresh.request_overhead() + fresh.tools(r.tools) + sum(fresh.message(m) for m in stable)
         raw += max([fresh.message(m) for m in tail] + [tail_reserve]) if tail else 0
         assert raw == r.raw_tokens

@@ -56,3 +56,27 @@ def test_recorded_counts_replay_the_same_decisions(counter, make_context):
     assert trajectory(ReplayCounter(recording.name, recording.counts)) == live
     with pytest.raises(TokenizerError, match="never counted"):
         ReplayCounter("x", {}).count("new text")
+
+
+def test_the_count_cache_tells_apart_messages_differing_in_any_counted_text(counter):
+    # The cache key is the texts the count reads; a message differing in any
+    # one of them must be counted afresh, never served another's count.
+    counts = MessageCounter(counter)
+    call = ToolCall(id="c1", name="bash", arguments='{"cmd":"ls"}')
+    longer_arguments = '{"cmd":"ls -la; echo one two three four five six"}'
+    base = Message(role="assistant", content="ok", tool_calls=(call,))
+    variants = [
+        base,
+        base.model_copy(update={"content": "ok ok ok"}),
+        base.model_copy(update={"tool_calls": (call.model_copy(update={"id": "call_with_a_longer_id"}),)}),
+        base.model_copy(update={"tool_calls": (call.model_copy(update={"name": "read_file_and_more"}),)}),
+        base.model_copy(update={"tool_calls": (call.model_copy(update={"arguments": longer_arguments}),)}),
+        base.model_copy(update={"tool_calls": (call, call)}),
+        base.model_copy(update={"tool_calls": ()}),
+        Message(role="tool", content="ok", tool_call_id="c1"),
+        Message(role="tool", content="ok", tool_call_id="c1", name="bash_tool_name"),
+    ]
+    seen = [counts.message(m) for m in variants]
+    assert seen == [MessageCounter(counter).message(m) for m in variants]  # each as counted by a fresh cache
+    assert len(set(seen)) == len(seen)  # so each variant really changes the count
+    assert counts.hits == 0
