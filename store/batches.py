@@ -10,15 +10,17 @@ import json
 import time
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import Connection, delete, func, insert, select, update
 
 from orchestrator.contract import Frozen
 from orchestrator.trajectory import RunSummary
 from store.batch_tables import BatchAttemptRow, BatchRow, BatchTaskRow, RunLease
-from store.store import Store
 from store.tables import Run, table_of
+
+if TYPE_CHECKING:  # the Recorder takes a lease with a new run (claim_run): store.store imports it
+    from store.store import Store
 
 MODEL = "model"
 INFRASTRUCTURE = "infrastructure"
@@ -124,16 +126,35 @@ def finish_attempt(store: Store, attempt_id: str, *, outcome: str, run_id: str |
 
 # Leases: a run is crashed when it is still running and its lease expired.
 
-def take_lease(store: Store, run_id: str, owner: str, lease_s: float, *, attempt_id: str | None = None) -> None:
-    """The run's lease; with ``attempt_id``, that attempt's run noted in the
-    same transaction (fenced as ``finish_attempt``): an attempt that names its
-    run has the run's lease, even when its process dies right after."""
+class LeaseClaim(Frozen):
+    """A run's lease, taken as the run is created (``Recorder.start_run``):
+    ``owner`` holds it for ``lease_s`` seconds; ``attempt_id`` is the batch
+    attempt that notes the run in the same transaction."""
+
+    owner: str
+    lease_s: float
+    attempt_id: str | None = None
+
+
+def claim_run(conn: Connection, run_id: str, claim: LeaseClaim) -> None:
+    """Take ``claim`` for the run inside the caller's transaction, noting the
+    attempt's run (fenced as ``finish_attempt``). Written with the run's own
+    row, a process killed at any point leaves either no run or a run with
+    its lease: never a ``running`` run without one, which would never read
+    as crashed."""
     now = time.time()
+    if claim.attempt_id is not None:
+        conn.execute(update(BA).where((BA.c.id == claim.attempt_id) & (BA.c.outcome == STARTED))
+                     .values(run_id=run_id))
+    conn.execute(delete(RL).where(RL.c.run_id == run_id))
+    conn.execute(insert(RL).values(run_id=run_id, owner=claim.owner, heartbeat_at=now,
+                                   expires_at=now + claim.lease_s))
+
+
+def take_lease(store: Store, run_id: str, owner: str, lease_s: float, *, attempt_id: str | None = None) -> None:
+    """The lease of a run that already exists, in a transaction of its own."""
     with store.write() as conn:
-        if attempt_id is not None:
-            conn.execute(update(BA).where((BA.c.id == attempt_id) & (BA.c.outcome == STARTED)).values(run_id=run_id))
-        conn.execute(delete(RL).where(RL.c.run_id == run_id))
-        conn.execute(insert(RL).values(run_id=run_id, owner=owner, heartbeat_at=now, expires_at=now + lease_s))
+        claim_run(conn, run_id, LeaseClaim(owner=owner, lease_s=lease_s, attempt_id=attempt_id))
 
 
 def renew_lease(store: Store, run_id: str, lease_s: float) -> None:

@@ -20,6 +20,7 @@ from orchestrator import __version__
 from orchestrator.contract import Message, ModelRequest
 from orchestrator.envelope import Envelope
 from store import rows as build
+from store.batches import LeaseClaim, claim_run
 from store.blobs import History
 from store.blobs import put as put_blobs
 from store.chain import GENESIS_EVENT
@@ -53,7 +54,10 @@ class Recorder:
     def start_run(
         self, *, task: str, repo: str, config: Mapping[str, Any], policy: Mapping[str, Any], model: str,
         mode: str = "run", parent_run_id: str | None = None, forked_at_turn: int | None = None,
+        lease: LeaseClaim | None = None,
     ) -> str:
+        """Record a new run; with ``lease``, the run's lease is taken in the
+        same transaction (a batch attempt's run, see ``store.batches.claim_run``)."""
         run_id = build.new_run_id()
         row = build.run_row(
             run_id=run_id, now=self.clock(), task=task, repo=repo, config=config, policy=policy, model=model,
@@ -65,6 +69,8 @@ class Recorder:
         with self.store.write() as conn:
             conn.execute(table_of(Run).insert(), [row])
             append(conn, run_id, [copy])
+            if lease is not None:
+                claim_run(conn, run_id, lease)
         return run_id
 
     def turn(self, run_id: str, turn: int) -> "TurnWriter":

@@ -74,7 +74,8 @@ def owner_id() -> str:
 
 
 class Heartbeat:
-    """Holds the run's lease while this process lives; the lease lapses if it dies."""
+    """Renews the run's lease (taken with the run, ``claim``) while this
+    process lives; the lease lapses if it dies."""
 
     def __init__(self, store: Store, lease_s: float) -> None:
         self.store, self.lease_s = store, lease_s
@@ -82,9 +83,11 @@ class Heartbeat:
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
 
-    def started(self, run_id: str, attempt_id: str) -> None:
+    def claim(self, attempt_id: str) -> bstore.LeaseClaim:
+        return bstore.LeaseClaim(owner=owner_id(), lease_s=self.lease_s, attempt_id=attempt_id)
+
+    def started(self, run_id: str) -> None:
         self.run_id = run_id
-        bstore.take_lease(self.store, run_id, owner_id(), self.lease_s, attempt_id=attempt_id)
         self.thread = threading.Thread(target=self._beat, args=(run_id,), name=f"lease-{run_id[:8]}", daemon=True)
         self.thread.start()
 
@@ -137,9 +140,6 @@ def run_attempt(
         admit()  # up: the next start may begin while this run waits on the model
         return sandbox
 
-    def started(run_id: str) -> None:
-        heartbeat.started(run_id, attempt_id)
-
     try:
         with tempfile.TemporaryDirectory(prefix=f"escrow-batch-{task.id[:20]}-") as work:
             try:
@@ -148,7 +148,8 @@ def run_attempt(
                 with stop.watching(cancel):
                     outcome = run_agent(task_settings(settings, task, model_url),
                                         RunRequest(task=task.task, repo=repo, verify=task.verify),
-                                        cancel=cancel, on_start=started, start_sandbox=start_sandbox,
+                                        cancel=cancel, on_start=heartbeat.started, lease=heartbeat.claim(attempt_id),
+                                        start_sandbox=start_sandbox,
                                         around_model=around_model)
             except (RepoError, ConfigError) as exc:
                 return _finish(store, attempt_id, task, TASK_ERROR, heartbeat.run_id, None, exc)

@@ -35,6 +35,7 @@ from sandbox.errors import ApplyRefused, ExportRefused
 from sandbox.export_stream import Skipped
 from sandbox.loop_tools import SandboxTools
 from store import Recorder, RunJournal
+from store.batches import LeaseClaim
 
 Progress = Callable[[int, Envelope, Tally], None]
 
@@ -119,12 +120,14 @@ class PatchRecorder:
 def run_agent(
     settings: Settings, request: RunRequest, *, progress: Progress | None = None,
     cancel: threading.Event | None = None, observer: RunObserver | None = None,
-    on_start: Callable[[str], None] | None = None, start_sandbox: Callable[..., Sandbox] = Sandbox.start,
+    on_start: Callable[[str], None] | None = None, lease: LeaseClaim | None = None,
+    start_sandbox: Callable[..., Sandbox] = Sandbox.start,
     around_model: Callable[[Model, TokenCounter], tuple[Model, TokenCounter]] = lambda m, c: (m, c),
 ) -> RunOutcome:
     """Run the agent once. Raises typed errors (ConfigError, SandboxError,
     StoreError) for what fails before the run is recorded; after that every
-    ending is a recorded verdict. ``start_sandbox`` stands in for
+    ending is a recorded verdict. ``lease`` is taken with the run's creation,
+    and ``on_start`` called with its id (a batch's lease and heartbeat). ``start_sandbox`` stands in for
     ``Sandbox.start`` (a batch bounds it with its start deadline);
     ``around_model`` wraps the model client and the token counter (a batch
     holds their requests to a replica's slot count)."""
@@ -149,10 +152,11 @@ def run_agent(
             task=task, repo=str(repo_path), model=settings.model, policy=policy.model_dump(mode="json"),
             config={"spec": spec.model_dump(mode="json"), "model_url": settings.model_url,
                     "sandbox_image": settings.sandbox_image},
+            lease=lease,
         )
         journal = RunJournal(recorder, run_id)
         observed = journal if observer is None else ObservedJournal(journal, observer)
-        if on_start is not None:  # e.g. a batch takes the run's lease
+        if on_start is not None:  # e.g. a batch starts renewing the run's lease
             on_start(run_id)
         structlog.contextvars.bind_contextvars(run_id=run_id)
         # From here on every ending is a recorded verdict: Ctrl-C only sets

@@ -153,27 +153,34 @@ def test_a_missing_file_gets_the_full_stores_error(tmp_path: Path) -> None:
     assert not (tmp_path / "nothing.db").exists()
 
 
-def test_an_attempt_names_its_run_only_with_the_runs_lease(tmp_path: Path) -> None:
-    """A batch attempt notes its run and takes the run's lease in one
-    transaction: a process that dies between the two must not leave an
-    attempt naming a running run that has no lease (it would never read as
-    crashed). The lease write is made to fail, as a death mid-claim would
-    leave it; the attempt must not name the run."""
+def test_a_batch_run_is_created_only_with_its_lease_and_its_attempt_naming_it(tmp_path: Path) -> None:
+    """A batch run's row, its lease and its attempt's note of it are one
+    transaction: a process that dies at any point between them must not leave
+    a ``running`` run without a lease (it would never read as crashed), nor an
+    attempt naming such a run. The lease write is made to fail, as a death
+    mid-claim would leave it; neither the run nor the note may remain."""
     from store import batches as bstore
 
     with Store.open(f"sqlite:///{tmp_path / 's.db'}") as store:
         batch = bstore.create_batch(store, task_file="t.jsonl", settings={}, tasks={"a": (1, {})})
         attempt = bstore.start_attempt(store, batch, "a")
-        run_id = synthetic.record_run(Recorder(store), turns=1, seed=3, finish=False)
+        recorder = Recorder(store)
+
+        def start(owner: str, lease_s: float) -> str:
+            return recorder.start_run(task="t", repo="/r", config={}, policy={}, model="m",
+                                      lease=bstore.LeaseClaim(owner=owner, lease_s=lease_s, attempt_id=attempt))
+
         with store.write() as conn:
             conn.exec_driver_sql("CREATE TRIGGER no_lease BEFORE INSERT ON run_leases "
                                  "BEGIN SELECT RAISE(ABORT, 'the process died here'); END")
         with pytest.raises(Exception, match="the process died here"):
-            bstore.take_lease(store, run_id, "here:1", lease_s=60, attempt_id=attempt)
+            start("here:1", 60)
         (seen,) = bstore.load_batch(store, batch).attempts
         assert seen.run_id is None and seen.outcome == bstore.STARTED
+        assert store.runs() == []  # no run row either: nothing left "running" without a lease
         with store.write() as conn:
             conn.exec_driver_sql("DROP TRIGGER no_lease")
-        bstore.take_lease(store, run_id, "gone:1", lease_s=-1, attempt_id=attempt)
+        run_id = start("gone:1", -1)
         (seen,) = bstore.load_batch(store, batch).attempts
         assert seen.run_id == run_id and run_id in bstore.crashed_runs(store)
+        assert [s.run.id for s in store.runs()] == [run_id] and store.verify(run_id).ok
