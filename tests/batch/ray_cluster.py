@@ -35,13 +35,26 @@ def _ports_free(first: int, count: int) -> bool:
     return True
 
 
-def worker_port_block(count: int = 40) -> tuple[int, int]:
-    """A block of free ports for one node's worker processes."""
+def worker_port_block(count: int = 40, *, avoid: set[int] | frozenset[int] = frozenset()) -> tuple[int, int]:
+    """A block of free ports for one node's worker processes, holding none of
+    ``avoid`` (ports chosen for the cluster but not bound yet)."""
     for _ in range(50):
         first = random.randrange(30000, 45000)
-        if _ports_free(first, count):
+        if not avoid & set(range(first, first + count)) and _ports_free(first, count):
             return first, first + count - 1
     raise RuntimeError("no free block of ports for Ray workers")
+
+
+def free_ports(count: int, *, avoid: set[int]) -> list[int]:
+    """``count`` distinct free ports, none of them in ``avoid``. The kernel's
+    ephemeral range overlaps the worker block, and ``ray start`` refuses a
+    port that two of its components share."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in avoid and port not in ports:
+            ports.append(port)
+    return ports
 
 
 def _processes() -> dict[int, tuple[int, str]]:
@@ -94,14 +107,17 @@ class RayCluster:
         self.head_env = head_env or {}
 
     def _start(self, temp_dir: Path, *args: str, env: dict[str, str] | None = None) -> None:
-        low, high = worker_port_block()
+        low, high = worker_port_block(avoid={self.port})
+        node_manager, object_manager, agent, agent_grpc, runtime_env, metrics, dashboard = free_ports(
+            7, avoid={self.port, *range(low, high + 1)})
+        head = ("--include-dashboard", "false", "--dashboard-port", str(dashboard)) if "--head" in args else ()
         command = [
-            str(RAY), "start", *args, "--node-ip-address", "127.0.0.1", "--temp-dir", str(temp_dir),
+            str(RAY), "start", *args, *head, "--node-ip-address", "127.0.0.1", "--temp-dir", str(temp_dir),
             "--object-store-memory", str(80 * 1024 * 1024), "--disable-usage-stats",
-            "--node-manager-port", str(free_port()), "--object-manager-port", str(free_port()),
+            "--node-manager-port", str(node_manager), "--object-manager-port", str(object_manager),
             "--min-worker-port", str(low), "--max-worker-port", str(high),
-            "--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
-            "--runtime-env-agent-port", str(free_port()), "--metrics-export-port", str(free_port()),
+            "--dashboard-agent-listen-port", str(agent), "--dashboard-agent-grpc-port", str(agent_grpc),
+            "--runtime-env-agent-port", str(runtime_env), "--metrics-export-port", str(metrics),
         ]
         env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **(env or {})}
         for _ in range(3):  # Ray gives a raylet 30 s to register: a loaded machine may need another go
@@ -116,7 +132,7 @@ class RayCluster:
     def start(self) -> RayCluster:
         try:
             self._start(self.head_dir, "--head", "--port", str(self.port), "--num-cpus", str(self.head_cpus),
-                        "--include-dashboard", "false", "--dashboard-port", str(free_port()), env=self.head_env)
+                        env=self.head_env)
             self._start(self.worker_dir, "--address", self.address, "--num-cpus", str(self.worker_cpus))
             self.wait_for_nodes(2)
         except BaseException:
