@@ -127,8 +127,9 @@ def run_agent(
     """Run the agent once. Raises typed errors (ConfigError, SandboxError,
     StoreError) for what fails before the run is recorded; after that every
     ending is a recorded verdict. ``lease`` is taken with the run's creation,
-    and ``on_start`` called with its id (a batch's lease and heartbeat). ``start_sandbox`` stands in for
-    ``Sandbox.start`` (a batch bounds it with its start deadline);
+    and ``on_start`` called with its id (a batch's lease and heartbeat).
+    ``start_sandbox`` stands in for ``Sandbox.start`` (a batch bounds it with
+    its start deadline);
     ``around_model`` wraps the model client and the token counter (a batch
     holds their requests to a replica's slot count)."""
     task, repo, verifier, apply = request.task, request.repo, request.verify, request.apply
