@@ -58,7 +58,7 @@ def test_ctrl_c_cancels_the_runs_in_flight_and_resume_reruns_only_them(tmp_path,
 
     after = attempts(db)
     stopped = [a for a in after if a.outcome == bstore.INTERRUPTED]
-    assert in_flight <= {a.run_id for a in stopped}
+    assert stopped
     assert not [a for a in after if a.outcome == bstore.STARTED]
     assert not [a for a in after if a.started_at > sent]  # nothing started after Ctrl-C
     assert not [a for a in after if a.outcome == bstore.INFRASTRUCTURE]
@@ -68,6 +68,13 @@ def test_ctrl_c_cancels_the_runs_in_flight_and_resume_reruns_only_them(tmp_path,
             assert (run.status, run.verdict) == ("finished", "CANCELED")
             assert store.verify(attempt.run_id).ok
         (batch_id,) = _batch_ids(store)
+    # A run seen in flight may still finish its last turn before the stop
+    # reaches it (the poll is not the signal; seen once in a full run: both
+    # runs seen in flight ended PASS, the two started after them were
+    # stopped): it then keeps its verdict. A stop that came late would start
+    # attempts after the signal, which the check above refuses.
+    outcome = {a.run_id: a.outcome for a in after}
+    assert all(outcome[run_id] in (bstore.INTERRUPTED, bstore.MODEL) for run_id in in_flight)
     left = docker.from_env().containers.list(all=True, filters={"label": LABEL_RUN})
     assert not {c.labels[LABEL_RUN] for c in left} & {a.run_id for a in stopped}  # each removed its sandbox
 
