@@ -32,7 +32,12 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 RAY_CPUS = (25, 25)
 RUNS = 50
 DEFAULT_POLICY = Path(__file__).resolve().parents[2] / "policies" / "default.toml"
-STALL_S = 80.0  # before each reply's headers: under the 120 s call deadline
+# Before each reply's headers, under the call deadline the batch is given
+# (CALL_DEADLINE_S). Each run stalls twice or more, so it outlasts the start of
+# the last of fifty Ray workers: a full run saw those starts spread over 240 s
+# on this 2-core machine, and with 80 s stalls the first runs ended at 180 s.
+STALL_S = 150.0
+CALL_DEADLINE_S = 240
 
 
 def task_file(where, fix_scripts, fault_server) -> list[str]:
@@ -69,7 +74,8 @@ def test_fifty_sandboxed_runs_at_once_from_ray_on_both_nodes_on_one_sqlite_file(
     policy = tmp_path / "policy.toml"
     policy.write_text(DEFAULT_POLICY.read_text().replace("command_timeout_s = 60\n", "command_timeout_s = 900\n"))
     assert "command_timeout_s = 900" in policy.read_text()
-    env = {**os.environ, "ESCROW_HOME": str(tmp_path / "home"), "ESCROW_POLICY": str(policy)}
+    env = {**os.environ, "ESCROW_HOME": str(tmp_path / "home"), "ESCROW_POLICY": str(policy),
+           "ESCROW_DEADLINE_S": str(CALL_DEADLINE_S)}
     driver = subprocess.Popen(
         [str(ESCROW), "batch", str(tmp_path / "tasks.jsonl"), "--executor", "ray", "--address", ray_cluster.address,
          "--db", url, "--model-url", f"http://127.0.0.1:{fault_server.port}/k/{{task_id}}/v1",
