@@ -125,8 +125,6 @@ def compare(recorded: Any, replayed: Any) -> tuple[tuple[str, ...], str]:
     # Every replayed tool call is compared, and nearly all are equal.
     if identical(recorded, replayed):
         return (), ""
-    paths = differing_paths(recorded, replayed)
-    if not paths:
-        return (), ""
+    paths = differing_paths(recorded, replayed)  # not empty: identical() agrees with the walk
     first = paths[0]
     return tuple(paths), readable_diff(first, value_at(recorded, first), value_at(replayed, first))

@@ -60,17 +60,21 @@ def real_samples_dir() -> Path:
 
 def real(relative: str) -> Path:
     """A real sample file, or a skip that names what is missing and where the list is."""
+    # Unlike a missing Docker daemon or model server, these skips stay skips
+    # under CI=true: CI can install a service but cannot make up real files
+    # from other projects, and the tests must not pass on invented ones.
     folder = real_samples_dir()
     if not folder.is_dir():
         pytest.skip(
-            f"real interop samples absent: no folder {folder} (a data prerequisite, not a missing service; "
-            "fill it as docs/INTEROP.md 'Real sample files' says, or set ESCROW_SHARED_DIR)"
+            f"real interop samples absent: no folder {folder} (a data prerequisite, not a missing service, "
+            "so a skip under CI=true as well; fill it as docs/INTEROP.md 'Real sample files' says, "
+            "or set ESCROW_SHARED_DIR)"
         )
     path = folder / relative
     if not path.is_file():
         pytest.skip(
-            f"real interop sample absent: {path} (a data prerequisite, not a missing service; "
-            "see docs/INTEROP.md 'Real sample files')"
+            f"real interop sample absent: {path} (a data prerequisite, not a missing service, "
+            "so a skip under CI=true as well; see docs/INTEROP.md 'Real sample files')"
         )
     return path
 
