@@ -1,17 +1,17 @@
 """The schema-4 migration on a store written by schema 3 (tests/store/data,
 made by make_schema3.py with the code before it): exact request bytes, the
-chains valid before and after, and a conversion killed with SIGKILL at random
-points (real subprocesses) that resumes to the same result."""
+chains valid before and after, and a conversion killed with SIGKILL at chosen
+points (real subprocesses that wait at each point) that resumes to the same
+result."""
 
 from __future__ import annotations
 
-import random
 import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
-import time
+from collections import Counter
 from contextlib import closing
 from pathlib import Path
 
@@ -23,19 +23,55 @@ from store.tables import CHAINED_TABLES
 
 FIXTURE = Path(__file__).parent / "data" / "schema3.db"
 ROOT = Path(__file__).resolve().parents[2]
+# The child converts in batches of 2 rows and stops at three kinds of point,
+# naming each on stdout and waiting for "go" on stdin before it goes on:
+#   batch   a batch's rows are read; every batch before it is committed
+#   middle  the batch's first row is updated, its second not yet
+#   commit  every row of the batch is updated, the commit not yet issued
+# The parent kills it at the point it chose, so where the kill lands does not
+# depend on how fast the machine is.
 MIGRATE = """
 import sys
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
 from store import content_migration
-content_migration.BATCH_ROWS = 2  # many commit points to be killed between
-pending = content_migration._pending
-def announced(*args):
-    print("batch", flush=True)
-    yield from pending(*args)
-content_migration._pending = announced
+content_migration.BATCH_ROWS = 2
+def pause(point):
+    print(point, flush=True)
+    if sys.stdin.readline().strip() != "go":
+        raise SystemExit(3)
+state = {"in_batch": False, "rows": 0}
+pending, converted = content_migration._pending, content_migration._converted
+def announced_pending(*args):
+    rows = list(pending(*args))
+    if rows:
+        state["in_batch"], state["rows"] = True, 0
+        pause("batch")
+    yield from rows
+def announced_converted(row, previous):
+    state["rows"] += 1
+    if state["rows"] == 2:
+        pause("middle")
+    return converted(row, previous)
+def before_commit(conn):
+    if state["in_batch"]:
+        state["in_batch"] = False
+        pause("commit")
+content_migration._pending = announced_pending
+content_migration._converted = announced_converted
+event.listen(Engine, "commit", before_commit)
 from store import Store
 Store.open(f"sqlite:///{sys.argv[1]}").close()
 print("done", flush=True)
 """
+BATCH = 2
+# (point, batch): where each child is killed, counted within that child. Every
+# kind of point at the first batch, then later batches, so the store is seen
+# untouched, partly converted, and nearly converted before the last child.
+KILL_POINTS = (
+    ("batch", 1), ("middle", 1), ("commit", 1),
+    ("batch", 2), ("middle", 3), ("commit", 2), ("batch", 4), ("commit", 3), ("middle", 2),
+)
 
 
 def raw(path: Path) -> tuple[list[dict], list[ChainRow]]:
@@ -101,41 +137,54 @@ def test_a_converted_row_whose_blob_changes_is_reported(tmp_path):
     assert len(bad) == 1 and sha in (bad[0].problem or "")
 
 
-def test_a_migration_killed_at_random_points_resumes_to_the_same_store(tmp_path):
+def converted_count(path: Path) -> int:
+    with closing(sqlite3.connect(path)) as conn:
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(model_calls)")}
+        if "request_refs" not in columns:
+            return 0
+        return conn.execute("SELECT count(*) FROM model_calls WHERE request_refs IS NOT NULL").fetchone()[0]
+
+
+def migrate_until(path: Path, stop: tuple[str, int] | None) -> tuple[subprocess.Popen, int]:
+    """Run the child, letting it past every point until ``stop``, where it is
+    SIGKILLed (None: to the end). Returns it and the batches it began."""
+    proc = subprocess.Popen([sys.executable, "-c", MIGRATE, str(path)], cwd=ROOT, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None
+    seen: Counter[str] = Counter()
+    for line in proc.stdout:
+        point = line.strip()
+        if point == "done":
+            break
+        seen[point] += 1
+        if stop is not None and (point, seen["batch"]) == stop:
+            proc.send_signal(signal.SIGKILL)  # it is waiting at the point: nothing after it has run
+            break
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    proc.wait()
+    proc.stdin.close()
+    proc.stdout.close()
+    return proc, seen["batch"]
+
+
+def test_a_migration_killed_at_chosen_points_resumes_to_the_same_store(tmp_path):
     path = tmp_path / "escrow.db"
     shutil.copyfile(FIXTURE, path)
     before = requests(path)
-    rng = random.Random(14)
-    partial_states = kills = 0
-    for _ in range(60):
-        proc = subprocess.Popen([sys.executable, "-c", MIGRATE, str(path)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
-        assert proc.stdout is not None
-        # Kill after a random number of announced batches, plus up to 20 ms.
-        wanted, seen, finished = rng.randrange(1, 12), 0, False
-        for line in proc.stdout:
-            finished = line.strip() == "done"
-            seen += line.strip() == "batch"
-            if seen >= wanted:
-                time.sleep(rng.random() / 50)
-                proc.send_signal(signal.SIGKILL)
-                break
-        proc.wait()
-        if proc.returncode == 0 and finished:
-            break
-        assert proc.returncode == -signal.SIGKILL
-        kills += 1
-        now = requests(path)  # every row whole: text, or a full set of references
-        assert now == before
-        with closing(sqlite3.connect(path)) as conn:
-            columns = {r[1] for r in conn.execute("PRAGMA table_info(model_calls)")}
-            if "request_refs" in columns:
-                converted = conn.execute("SELECT count(*) FROM model_calls WHERE request_refs IS NOT NULL").fetchone()[
-                    0
-                ]
-                partial_states += 0 < converted < len(before)
-    else:
-        raise AssertionError("the migration never finished")
-    assert kills >= 2 and partial_states >= 1, (kills, partial_states)
+    partial_states = 0
+    for stop in KILL_POINTS:
+        converted = converted_count(path)
+        proc, batches = migrate_until(path, stop)
+        assert proc.returncode == -signal.SIGKILL, (stop, proc.returncode)
+        assert batches == stop[1], stop
+        assert requests(path) == before, stop  # every row whole: text, or a full set of references
+        # Only this child's committed batches count: the one it was killed in is lost whole.
+        assert converted_count(path) == converted + BATCH * (batches - 1), stop
+        partial_states += 0 < converted_count(path) < len(before)
+    assert partial_states >= len(KILL_POINTS) - 3, partial_states
+    proc, _ = migrate_until(path, None)
+    assert proc.returncode == 0
     with Store.open(f"sqlite:///{path}", readonly=True) as store:
         assert store.schema_version == LATEST
         checks = store.verify_all()
