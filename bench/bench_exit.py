@@ -4,6 +4,11 @@
           against the framed export parsed into a private git (Sandbox.patch)
   verify: the verifier in the model's own container (the previous path)
           against a fresh container on the starting copy + patch
+  verifier's copy: the whole patched tree built in host memory (the path
+          before protected and hidden inputs, copied below) against the
+          policy's copy (protected inputs restored, shadowing modules left
+          out, hidden paths), planned and streamed a blob at a time; samples
+          alternate between the two
   attack: one 1 MB file hard-linked 600 times: host peak memory and time of
           the new export (refused at the patch cap); --old-attack also runs
           the previous path on it (hundreds of MB, GBs of memory: use with care)
@@ -28,10 +33,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from policies import default_policy
+from policies import Policy, default_policy
 from sandbox import ExecLimits, Sandbox, connect
 from sandbox.capture import BytesCapture
 from sandbox.errors import ExportRefused
+from sandbox.hostgit import PrivateGit
+from sandbox.workspace import tree_entries
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "calculator"
 LIMITS = ExecLimits(timeout_s=300, stdout_cap=4096, stderr_cap=4096)
@@ -61,6 +68,47 @@ def old_patch(sandbox: Sandbox, work: Path) -> int:
     subprocess.run([*git, "add", "-A"], env=env, check=True, capture_output=True)
     return len(subprocess.run([*git, "diff", "--cached", "--binary", "HEAD"], env=env, check=True,
                               capture_output=True).stdout)
+
+
+# --- the verifier's copy before [verify] (sandbox/workspace.py tree_archive), kept here
+# --- only to measure against: the whole patched tree as one tar in host memory.
+def old_tree_archive(git: PrivateGit, commit: str, max_bytes: int) -> bytes:
+    entries = tree_entries(git, commit)
+    shas = sorted({sha for _, sha in entries.values()})
+    out = git.run("cat-file", "--batch", input="".join(f"{s}\n" for s in shas).encode()).stdout
+    blobs, at = {}, 0
+    for sha in shas:
+        header_end = out.index(b"\n", at)
+        _, _, size = out[at:header_end].split(b" ")
+        start = header_end + 1
+        blobs[sha] = out[start : start + int(size)]
+        at = start + int(size) + 1
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path, (mode, sha) in sorted(entries.items()):
+            info = tarfile.TarInfo(path.decode("utf-8", "surrogateescape"))
+            info.uid, info.gid, info.mtime = 1000, 1000, 0
+            data = blobs[sha]
+            if mode == "120000":
+                info.type, info.linkname, info.mode = tarfile.SYMTYPE, data.decode("utf-8", "surrogateescape"), 0o777
+                tar.addfile(info)
+            else:
+                info.size, info.mode = len(data), 0o755 if mode == "100755" else 0o644
+                tar.addfile(info, io.BytesIO(data))
+            if buffer.tell() > max_bytes:
+                raise ExportRefused(f"the patched workspace is larger than {max_bytes} bytes")
+    return buffer.getvalue()
+
+
+def alternated(a: Callable[[], object], b: Callable[[], object], n: int) -> tuple[float, float]:
+    """Medians of ``a`` and ``b`` timed in turn (a, b, a, b, ...), so drift in the machine's load hits both."""
+    samples: tuple[list[float], list[float]] = ([], [])
+    for _ in range(n):
+        for fn, out in ((a, samples[0]), (b, samples[1])):
+            start = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - start)
+    return statistics.median(samples[0]), statistics.median(samples[1])
 
 
 def timed(fn: Callable[[], object], n: int) -> list[float]:
@@ -106,6 +154,30 @@ def bench_repo(client, image: str, repo: Path, n: int) -> dict[str, float]:
                 verifier.bash(VERIFIER, LIMITS)
 
         out["verify new (fresh container)"] = statistics.median(timed(fresh_verify, n))
+        hiding = policy.model_copy(update={"verify": policy.verify.model_copy(
+            update={"hidden": ("test_*.py", "pkg1/**")})})
+        git = sandbox.git
+        assert git is not None
+
+        def whole_tree_verify() -> None:
+            with sandbox.fresh(old_tree_archive(git, patch.tree, sandbox.spec.workspace_bytes), "bench") as verifier:
+                verifier.bash(VERIFIER, LIMITS)
+
+        def policy_copy_verify(under: Policy) -> Callable[[], None]:
+            def verify() -> None:
+                copy = sandbox.verifier_copy(patch, under)
+                with sandbox.fresh(sandbox.archive_for(copy), "bench") as verifier:
+                    verifier.bash(VERIFIER, LIMITS)
+            return verify
+
+        sandbox.installed_modules()  # listed once per sandbox, as in a run
+        # Three-way alternation: each sample of the two new paths sits between samples of the old one.
+        before, protected = alternated(whole_tree_verify, policy_copy_verify(policy), n)
+        before_h, hidden = alternated(whole_tree_verify, policy_copy_verify(hiding), n)
+        out["copy old (whole tree, memory)"] = before
+        out["copy new (protected, streamed)"] = protected
+        out["copy old (again, for + hidden)"] = before_h
+        out["copy new (+ hidden, streamed)"] = hidden
     return out
 
 
@@ -144,7 +216,7 @@ def main() -> None:
     parser.add_argument("--old-attack", action="store_true")
     opts = parser.parse_args()
     client = connect()
-    print(f"{'repo':16} {'step':30} {'median s':>9} {'new/old':>8}")
+    print(f"{'repo':14} {'step':33} {'median s':>9} {'new/old':>8}")
     with tempfile.TemporaryDirectory() as tmp:
         example = Path(tmp) / "calculator"
         shutil.copytree(EXAMPLE, example, ignore=shutil.ignore_patterns(".benchmarks", "__pycache__", ".pytest_cache"))
@@ -152,8 +224,11 @@ def main() -> None:
             figures = bench_repo(client, opts.image, repo, opts.n)
             for step, seconds in figures.items():
                 kind = step.split()[0]
-                ratio = seconds / figures[f"{kind} old " + ("(tar)" if kind == "export" else "(same container)")]
-                print(f"{name:16} {step:30} {seconds:9.3f} {ratio:8.2f}")
+                old = {"export": "(tar)", "verify": "(same container)", "copy": "(whole tree, memory)"}[kind]
+                if "hidden" in step:
+                    old = "(again, for + hidden)"
+                ratio = seconds / figures[f"{kind} old {old}"]
+                print(f"{name:14} {step:33} {seconds:9.3f} {ratio:8.2f}")
     bench_attack(client, opts.image, opts.old_attack)
 
 

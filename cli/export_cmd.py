@@ -14,6 +14,7 @@ from rich.console import Console
 
 from cli.store_cmd import open_store
 from cli.store_options import CONFIG_HELP, DB_HELP
+from orchestrator.canonical import readable_text
 from orchestrator.costing import NothingToReport
 from orchestrator.errors import ConfigError
 from store import Store
@@ -35,7 +36,7 @@ def sink(output: Path | None) -> Iterator[IO[str]]:
 
 
 def write_line(out: IO[str], value: dict[str, Any]) -> None:
-    out.write(json.dumps(value, ensure_ascii=False, sort_keys=False) + "\n")
+    out.write(_json(value) + "\n")
 
 
 def export_run(store: Store, run_id: str, fmt: str, include_unverified: bool, out: IO[str], *, single: bool,
@@ -44,7 +45,7 @@ def export_run(store: Store, run_id: str, fmt: str, include_unverified: bool, ou
     trajectory = store.trajectory(run_id)
     if fmt == "atif":
         document = to_atif(trajectory)
-        out.write(json.dumps(document, ensure_ascii=False, indent=2 if single else None) + "\n")
+        out.write(_json(document, indent=2 if single else None) + "\n")
         return None
     if fmt == "events-jsonl":
         for line in event_lines(trajectory):
@@ -148,7 +149,7 @@ def export_otel(
         err.print(f"sent {len(spans)} span(s) of {len(ids)} run(s) to {endpoint}")
         return
     with sink(output) as out:
-        out.write(json.dumps(otel_export.otlp_json(spans), ensure_ascii=False) + "\n")
+        out.write(_json(otel_export.otlp_json(spans)) + "\n")
     err.print(f"exported {len(spans)} span(s) of {len(ids)} run(s) as OTLP JSON")
 
 
@@ -159,3 +160,10 @@ def run_ids_for(store: Store) -> list[str]:
 
 def register(app: typer.Typer) -> None:
     app.command("export")(export)
+
+
+def _json(value: object, indent: int | None = None) -> str:
+    """JSON as readable UTF-8; all-ASCII escapes when it holds a lone surrogate
+    (a recorded byte that is not UTF-8), which UTF-8 output cannot carry."""
+    text = json.dumps(value, ensure_ascii=False, indent=indent)
+    return json.dumps(value, indent=indent) if text != readable_text(text) else text

@@ -18,6 +18,7 @@ from rich.text import Text
 from cli.display.live import LiveScreen, PlainScreen, RunDisplay
 from cli.logging_setup import configure_logging
 from orchestrator.agent import Verdict
+from orchestrator.canonical import bytes_fields
 from orchestrator.envelope import Envelope
 from orchestrator.exit_codes import ExitCode
 from orchestrator.launch import RunOutcome, RunRequest, run_agent
@@ -115,9 +116,13 @@ def run(
                               observer=display)
     result = outcome.result
     if json_out:
+        # "patch" is the diff to read; "patch_base64" (only when it is not UTF-8) its exact bytes.
+        exact = bytes_fields(outcome.patch_bytes)
         payload = {"run_id": outcome.run_id, **result.model_dump(mode="json"), "patch": outcome.patch,
+                   **({"patch_base64": exact["base64"]} if "base64" in exact else {}),
                    "patch_files": list(outcome.patch_files), "applied": outcome.applied,
-                   "skipped": [s.model_dump() for s in outcome.skipped], "flagged": list(outcome.flagged),
+                   "skipped": [s.model_dump() for s in outcome.skipped],
+                   "flagged": [f.model_dump() for f in outcome.flagged],
                    "apply_refused": outcome.apply_refused}
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
     elif quiet:
@@ -140,9 +145,9 @@ def print_outcome(out: Console, outcome: RunOutcome) -> None:
         out.print("[dim](no changes)[/]")
     for item in outcome.skipped:
         out.print(Text("not exported ", style="yellow") + Text(f"{printable(item.path)} — {printable(item.reason)}"))
-    for path in outcome.flagged:
-        out.print(Text("flagged ", style="bold red")
-                  + Text(f"{printable(path)} (git metadata, CI configuration or outside the repo)"))
+    for flag in outcome.flagged:
+        out.print(Text("flagged ", style="bold red") + Text(f"{printable(flag.path)} — {flag.reason}"
+                                                            + (f"; {flag.detail}" if flag.detail else "")))
     colour = "green" if result.verdict is Verdict.PASS else "red"
     body = Text(result.verdict.value, style=f"bold {colour}")
     body.append(f" — {printable(result.detail)}\n")

@@ -22,6 +22,7 @@ The one tree (exit code in brackets)::
     │   ├── UnreadableSource [12], FormatMismatch [13]
     │   └── UnsupportedVersion [14], SourceTooLarge [15]
     ├── NotReplayable [11]           an imported run asked to replay
+    ├── RecordedBytesError [4]       orchestrator/canonical.py: a record's exact bytes do not decode
     ├── StoreError [3]               store/errors.py
     │   ├── StoreNotFound [3]
     │   ├── NotAStore [4], StoreDamaged [4]

@@ -38,6 +38,7 @@ When you believe the task is done, call submit: it runs the task's verifier, and
 class RunSpec(Frozen):
     task: str
     verifier: str | None = None
+    verifier_patch: str | None = None  # applied in the verifier's container only, never shown to the model
     system: str = SYSTEM_PROMPT
     system_role: Role = "system"
     protocol: str = "native"

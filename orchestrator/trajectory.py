@@ -10,10 +10,14 @@ replay) and, where useful, parsed.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from orchestrator.contract import Frozen, Message, ModelRequest
 from orchestrator.envelope import Envelope
+
+_Model = TypeVar("_Model", bound=BaseModel)
 
 
 def _json_object(text: str) -> dict[str, Any]:
@@ -120,7 +124,7 @@ class ResponseView(Frozen):
     reasoning_convention: str | None = None
 
     def envelope(self) -> Envelope:
-        return Envelope.model_validate_json(self.envelope_json)
+        return _parsed(Envelope, self.envelope_json)
 
 
 class CallView(Frozen):
@@ -148,7 +152,7 @@ class CallView(Frozen):
     attempts: tuple[AttemptView, ...] = ()
 
     def request(self) -> ModelRequest:
-        return ModelRequest.model_validate_json(self.request_json)
+        return _parsed(ModelRequest, self.request_json)
 
 
 class TransitionView(Frozen):
@@ -243,3 +247,13 @@ class Trajectory(Frozen):
     turns: tuple[TurnRecord, ...]
     run_events: tuple[EventView, ...] = ()
     """Events recorded outside any turn (turn is NULL), e.g. set-up."""
+
+
+def _parsed(model: type[_Model], text: str) -> _Model:
+    """``text`` validated as ``model``; through ``json`` when pydantic's own
+    parser refuses it: a stored text may hold a lone surrogate's escape
+    (a file name's byte that is not UTF-8), which only ``json`` reads."""
+    try:
+        return model.model_validate_json(text)
+    except ValidationError:
+        return model.model_validate(json.loads(text))

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from orchestrator.errors import ConfigError
 from orchestrator.exit_codes import ExitCode
 from orchestrator.toolset import TOOL_NAMES
-from policies.model import Policy
+from policies.model import FlagReason, Policy
 
 
 class PolicyError(ConfigError):
@@ -78,9 +78,17 @@ def explain(policy: Policy) -> list[str]:
     lines.append(
         f"run limits: {lim.max_turns} turns, {lim.max_tokens} tokens, ${lim.max_cost_usd:g}, {lim.max_wall_s:g}s wall"
     )
+    v = policy.verify
+    lines.append(f"verifier: {len(v.protect)} protected globs (from the starting copy, whatever the patch did)")
+    if v.hidden:
+        lines.append(f"verifier: hidden from the model, given only to the verifier: {', '.join(v.hidden)}")
+    if v.reads:
+        lines.append(f"verifier: MAY READ denied paths {', '.join(v.reads)} (exposed to code the model wrote)")
     granted = policy.apply.allowed_reasons()
-    refused = [r for r in ("git metadata", "CI configuration", "outside the repo") if r not in granted]
+    refused = [r.value for r in FlagReason if r not in granted]
     lines.append("--apply: " + (f"refuses patches touching {', '.join(refused)}" if refused else "refuses no path"))
-    if granted:
-        lines.append(f"--apply: EXPLICITLY ALLOWED to write {', '.join(sorted(granted))} into your checkout")
+    # Text that diffs as binary is written by default (flagged, shown): only a change of that is news.
+    explicit = sorted(r.value for r in granted if r is not FlagReason.BINARY_TEXT)
+    if explicit:
+        lines.append(f"--apply: EXPLICITLY ALLOWED to write {', '.join(explicit)} into your checkout")
     return lines

@@ -12,6 +12,35 @@ from orchestrator.contract import Frozen
 from orchestrator.toolset import TOOL_NAMES
 
 
+class FlagReason(str, Enum):
+    """Why a path the patch touched is flagged: shown with the patch, and
+    applying it needs the matching [apply] grant."""
+
+    GIT_METADATA = "git metadata"
+    CI_CONFIG = "CI configuration"
+    OUTSIDE_REPO = "outside the repo"
+    PROTECTED = "protected verifier input"
+    HIDDEN = "hidden verifier input"
+    SHADOWING = "shadows an installed module"
+    BINARY_TEXT = "text that diffs as binary"
+
+
+class Flag(Frozen):
+    """A path the patch touched that needs a look: why (a ``FlagReason``
+    value) and what became of it in the verifier's copy."""
+
+    path: str
+    reason: str
+    detail: str = ""
+
+    @classmethod
+    def from_recorded(cls, item: object) -> "Flag":
+        """A patch event's flag; runs recorded before reasons were kept have the path alone."""
+        if isinstance(item, dict):
+            return cls.model_validate(item)
+        return cls(path=str(item), reason="")
+
+
 class Approval(str, Enum):
     AUTO = "auto"
     ASK = "ask"
@@ -54,10 +83,7 @@ class PathGrants(Frozen):
     @field_validator("read", "write", "deny")
     @classmethod
     def _relative(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for glob in value:
-            if not glob or glob.startswith("/") or "\x00" in glob or ".." in glob.split("/"):
-                raise ValueError(f"glob {glob!r} must be non-empty, workspace-relative and without '..'")
-        return value
+        return _workspace_globs(value)
 
 
 class NetworkGrant(Frozen):
@@ -93,12 +119,62 @@ class ApplyGrants(Frozen):
     git_metadata: bool = False
     ci_config: bool = False
     outside_repo: bool = False
+    verifier_inputs: bool = False  # protected or hidden [verify] paths
+    shadowing_modules: bool = False  # modules the verifier left out as shadowing installed ones
+    binary_text: bool = True  # files that look like text but diff as binary (shown, flagged, written)
 
-    def allowed_reasons(self) -> frozenset[str]:
-        """The flag reasons (as sandbox.workspace.flag_reason words them) granted."""
-        grants = {"git metadata": self.git_metadata, "CI configuration": self.ci_config,
-                  "outside the repo": self.outside_repo}
+    def allowed_reasons(self) -> frozenset[FlagReason]:
+        """The flag reasons (``FlagReason``) granted."""
+        grants = {FlagReason.GIT_METADATA: self.git_metadata, FlagReason.CI_CONFIG: self.ci_config,
+                  FlagReason.OUTSIDE_REPO: self.outside_repo, FlagReason.PROTECTED: self.verifier_inputs,
+                  FlagReason.HIDDEN: self.verifier_inputs, FlagReason.SHADOWING: self.shadowing_modules,
+                  FlagReason.BINARY_TEXT: self.binary_text}
         return frozenset(reason for reason, granted in grants.items() if granted)
+
+
+# CI configuration runs code with the repo's secrets once pushed, and may run
+# the project's tests: its paths are protected verifier inputs, and a patch
+# that touches them needs an [apply] grant.
+CI_CONFIG_GLOBS = (
+    ".github/workflows/**", ".github/actions/**", ".circleci/**", ".gitlab/**", ".buildkite/**", ".woodpecker/**",
+    ".gitlab-ci.yml", ".travis.yml", "Jenkinsfile", "azure-pipelines.yml", "bitbucket-pipelines.yml",
+    ".drone.yml", "appveyor.yml", ".woodpecker.yml",
+)
+# What decides a Python test run besides the code under test: the test files,
+# pytest's configuration files wherever they are, and CI configuration.
+DEFAULT_PROTECT = (
+    "**/conftest.py", "**/pytest.ini", "**/.pytest.ini", "**/pytest.toml", "**/.pytest.toml", "**/tox.ini",
+    "**/setup.cfg", "**/pyproject.toml", "**/noxfile.py", "**/test_*.py", "**/*_test.py", "**/tests/**",
+    *CI_CONFIG_GLOBS,
+)
+
+
+def _workspace_globs(value: tuple[str, ...]) -> tuple[str, ...]:
+    for glob in value:
+        if not glob or glob.startswith("/") or "\x00" in glob or ".." in glob.split("/"):
+            raise ValueError(f"glob {glob!r} must be non-empty, workspace-relative and without '..'")
+    return value
+
+
+class VerifyGrants(Frozen):
+    """What the verifier's container holds besides the model's patch.
+
+    ``protect``: paths that come from the starting copy in the verifier's
+    container, whatever the patch did to them (the patch still shows the
+    change, flagged). ``hidden``: paths removed from the model's copy, so it
+    can neither read nor list them, and given only to the verifier.
+    ``reads``: paths the policy denies to the model that the verifier may
+    still hold; the verifier runs code the model wrote, so such a grant
+    exposes them to it."""
+
+    protect: tuple[str, ...] = DEFAULT_PROTECT
+    hidden: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
+
+    @field_validator("protect", "hidden", "reads")
+    @classmethod
+    def _relative(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return _workspace_globs(value)
 
 
 class Volatile(Frozen):
@@ -147,6 +223,7 @@ class Policy(Frozen):
     resources: Resources = Resources()
     limits: RunLimits = RunLimits()
     apply: ApplyGrants = ApplyGrants()
+    verify: VerifyGrants = VerifyGrants()
     replay: ReplayPolicy = ReplayPolicy()
 
     @model_validator(mode="after")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+from collections.abc import Callable
 from functools import lru_cache
 
 WORKSPACE = "/workspace"
@@ -75,6 +76,17 @@ def glob_matches(glob: str, path: str) -> bool:
     if path == ".":
         return glob in ("**", ".")
     return _compile(glob).fullmatch(path) is not None
+
+
+@lru_cache(maxsize=64)
+def matcher(globs: tuple[str, ...]) -> Callable[[str], bool]:
+    """Whether a canonical path matches any of ``globs``: one alternation, one
+    match per path (the verifier's copy judges every file of a repo)."""
+    if not globs:
+        return lambda path: False
+    union = re.compile("|".join(f"(?:{_compile(g).pattern})" for g in globs), re.DOTALL)
+    dot = any(g in ("**", ".") for g in globs)
+    return lambda path: dot if path == "." else union.fullmatch(path) is not None
 
 
 def first_match(globs: tuple[str, ...], path: str) -> str | None:

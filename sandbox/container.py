@@ -16,6 +16,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -32,9 +33,18 @@ from sandbox.export_stream import ExportLimits, ExportParser, TreeBuilder
 from sandbox.hardening import SANDBOX_ENV, WORKSPACE, Hardening
 from sandbox.hostgit import PrivateGit
 from sandbox.orphans import claim_state_dir, owner_labels, removal_under_way, remove_dead_state_dirs, remove_orphans
-from sandbox.workspace import Patch, commit_export, diff_patch, snapshot, tree_archive
+from sandbox.verifier_view import (
+    INSTALLED_MODULES_SCRIPT,
+    VerifierCopy,
+    binary_text_flags,
+    installed_modules,
+    plan_copy,
+    stream_archive,
+)
+from sandbox.workspace import Patch, commit_export, diff_patch, snapshot, tree_entries
 
 _SETUP_LIMITS = ExecLimits(timeout_s=120, stdout_cap=4096, stderr_cap=4096)
+_LISTING_LIMITS = ExecLimits(timeout_s=120, stdout_cap=1 << 20, stderr_cap=4096)
 _EXPORT = resources.files("sandbox").joinpath("export_script.py").read_text(encoding="utf-8")
 REAP_TIMEOUT_S = 30.0  # a fork bomb at the pids limit may refuse the reaper a process for a while
 
@@ -58,6 +68,9 @@ class Sandbox:
         self.base = base
         self._own_state_dir = own_state_dir
         self._exports = 0
+        self._installed: frozenset[str] | None = None
+        self._base_entries: dict[bytes, tuple[str, str]] | None = None
+        self.hidden: tuple[str, ...] = ()  # [verify] hidden: in the starting copy, not in this container
 
     @classmethod
     def start(cls, client: docker.DockerClient, image: str, policy: Policy, repo: Path, *,
@@ -74,12 +87,15 @@ class Sandbox:
         if own:
             claim_state_dir(state, run_id)
         git = PrivateGit(state).init()
-        archive, base = snapshot(repo, git, spec.workspace_bytes)
-        return cls._launch(client, spec, run_id, f"escrow-{run_id[:24]}", archive, state, own, git, base)
+        archive, base = snapshot(repo, git, spec.workspace_bytes, policy.verify.hidden)
+        sandbox = cls._launch(client, spec, run_id, f"escrow-{run_id[:24]}", archive, state, own, git, base)
+        sandbox.hidden = policy.verify.hidden
+        return sandbox
 
-    def fresh(self, archive: bytes, role: str) -> "Sandbox":
-        """Another container from this one's spec, filled with ``archive`` and
-        nothing else: no shared /tmp, home, processes or workspace."""
+    def fresh(self, archive: bytes | Iterable[bytes], role: str) -> "Sandbox":
+        """Another container from this one's spec, filled with ``archive`` (a
+        tar, whole or as a stream) and nothing else: no shared /tmp, home,
+        processes or workspace."""
         self._exports += 1
         state = Path(tempfile.mkdtemp(prefix=f"escrow-{self.run_id[:12]}-{role}-"))
         claim_state_dir(state, self.run_id)
@@ -87,7 +103,8 @@ class Sandbox:
                                archive, state, True, None, "")
 
     @classmethod
-    def _launch(cls, client: docker.DockerClient, spec: Hardening, run_id: str, name: str, archive: bytes,
+    def _launch(cls, client: docker.DockerClient, spec: Hardening, run_id: str, name: str,
+                archive: bytes | Iterable[bytes],
                 state: Path, own: bool, git: PrivateGit | None, base: str) -> "Sandbox":
         try:
             container = client.containers.create(**spec.create_kwargs(owner_labels(run_id)), name=name)
@@ -110,7 +127,7 @@ class Sandbox:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def exec(self, argv: list[str], limits: ExecLimits, *, stdin: bytes | None = None,
+    def exec(self, argv: list[str], limits: ExecLimits, *, stdin: bytes | Iterable[bytes] | None = None,
              stdout_capture: StreamCapture | None = None, cancel: threading.Event | None = None) -> ExecOutcome:
         """Run ``argv`` (no shell) as the sandbox user with an empty environment,
         under the per-command timeout. When it ends, times out or is canceled,
@@ -191,16 +208,45 @@ class Sandbox:
             if outcome.exit_code != 0 or outcome.timed_out:
                 raise WorkspaceError(f"could not export the workspace (exit {outcome.exit_code}): "
                                      f"{outcome.stderr.text()[:500]}", run_id=self.run_id)
-            after = commit_export(parser, self.git, self.base, f"refs/heads/export-{self._exports}")
+            after = commit_export(parser, self.git, self.base, f"refs/heads/export-{self._exports}", self.hidden)
         finally:
             tree.abort()
         return diff_patch(self.git, self.base, after, tuple(parser.skipped), limits)
 
-    def archive_of(self, patch: Patch) -> bytes:
-        """The starting copy with ``patch`` applied, as a tar for ``fresh``."""
+    def archive_of(self, patch: Patch) -> Iterator[bytes]:
+        """The starting copy with ``patch`` applied, as a tar stream for ``fresh``."""
         if self.git is None or not patch.tree:
             raise WorkspaceError("the patch has no recorded state to verify", run_id=self.run_id)
-        return tree_archive(self.git, patch.tree, self.spec.workspace_bytes)
+        return stream_archive(self.git, tree_entries(self.git, patch.tree), self.spec.workspace_bytes)
+
+    def verifier_copy(self, patch: Patch, policy: Policy) -> VerifierCopy:
+        """What the verifier's container holds for ``patch`` under ``policy``
+        (``sandbox.verifier_view``): its entries and the patch's flags."""
+        if self.git is None or not patch.tree:
+            raise WorkspaceError("the patch has no recorded state to verify", run_id=self.run_id)
+        if self._base_entries is None:  # the starting copy never changes: listed once
+            self._base_entries = tree_entries(self.git, self.base)
+        copy = plan_copy(self._base_entries, tree_entries(self.git, patch.tree), policy.verify, policy.paths.deny,
+                         self.installed_modules())
+        binary = binary_text_flags(self.git, self.base, patch.tree)
+        return VerifierCopy(entries=copy.entries, flags=tuple(sorted((*copy.flags, *binary), key=lambda f: f.path)))
+
+    def archive_for(self, copy: VerifierCopy) -> Iterator[bytes]:
+        """``copy`` as a tar stream for ``fresh``."""
+        if self.git is None:
+            raise WorkspaceError("this sandbox has no private git dir to read the copy from", run_id=self.run_id)
+        return stream_archive(self.git, copy.entries, self.spec.workspace_bytes)
+
+    def installed_modules(self) -> frozenset[str]:
+        """The import names the image's interpreter finds before any workspace
+        file (listed once per sandbox, with ``-I`` from the read-only root)."""
+        if self._installed is None:
+            outcome = self.exec(["/usr/bin/python3", "-I", "-c", INSTALLED_MODULES_SCRIPT], _LISTING_LIMITS)
+            if outcome.exit_code != 0:
+                raise WorkspaceError(f"listing the image's Python modules failed: {outcome.stderr.text()[:300]}",
+                                     run_id=self.run_id)
+            self._installed = installed_modules(outcome.stdout.text())
+        return self._installed
 
     def close(self) -> None:
         """Remove the container and the host-side state (idempotent)."""
@@ -229,7 +275,7 @@ class Sandbox:
             raise SandboxError(f"sandbox container {self.container.name} was still being removed after "
                                f"{REMOVAL_WAIT_S:g}s: {exc}") from exc
 
-    def _copy_in(self, archive: bytes) -> None:
+    def _copy_in(self, archive: bytes | Iterable[bytes]) -> None:
         script = ('tar -x -C /workspace -f - && cd /workspace && git init -q && git add -A && '
                   'git -c user.name=escrow -c user.email=escrow@localhost commit -q --allow-empty -m "starting copy"')
         outcome = self.exec(["/bin/bash", "-c", script], _SETUP_LIMITS, stdin=archive)

@@ -16,7 +16,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import cast
 
 import docker
@@ -72,7 +72,7 @@ def run_exec(
     user: str,
     workdir: str,
     limits: ExecLimits,
-    stdin: bytes | None = None,
+    stdin: bytes | Iterable[bytes] | None = None,
     on_deadline: Callable[[], None] = lambda: None,
     stdout_capture: StreamCapture | None = None,
     cancel: threading.Event | None = None,
@@ -92,7 +92,9 @@ def run_exec(
     timed_out = flooded = canceled = False
     try:
         if stdin is not None:
-            sock.sendall(stdin)
+            # A stream (a tar made a member at a time) is sent as it is made.
+            for chunk in (stdin,) if isinstance(stdin, bytes) else stdin:
+                sock.sendall(chunk)
             sock.shutdown(socket.SHUT_WR)
         reaped_at: float | None = None
 

@@ -80,6 +80,13 @@ class PrivateGit:
         return subprocess.Popen(argv, cwd=self.home, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                 stderr=tempfile.TemporaryFile(), env=isolated_env(self.home, GIT_DIR=str(self.git_dir)))
 
+    def cat_file_batch(self) -> subprocess.Popen[bytes]:
+        """A ``git cat-file --batch`` answering one object per line written
+        (the caller reads, kills and waits)."""
+        argv = ["git", *_ISOLATION, "cat-file", "--batch"]
+        return subprocess.Popen(argv, cwd=self.home, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, env=isolated_env(self.home, GIT_DIR=str(self.git_dir)))
+
     def diff(self, base: str, after: str, max_bytes: int, *args: str) -> bytes:
         """``git diff base after`` (trees; no work tree, no attributes, no drivers),
         read with a byte cap: past it git is killed and WorkspaceError raised."""

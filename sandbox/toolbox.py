@@ -10,7 +10,9 @@ lives.
 
 ``submit`` snapshots the workspace as one patch and runs the verifier on the
 starting copy with that patch applied, in a fresh container that shares
-nothing with the model's: what passes is exactly that patch (``submitted``).
+nothing with the model's: what passes is exactly that patch (``submitted``),
+less what the policy keeps the patch from deciding (``sandbox.verifier_view``:
+protected and hidden inputs, denied paths, shadowing modules), each flagged.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import json
 import threading
 from importlib import resources
 
+from orchestrator.canonical import readable_text
 from orchestrator.contract import Frozen, ToolSpec
 from orchestrator.toolset import FileToolArgs, ToolArgs, tool_specs
 from policies import Effect, Policy, decide
@@ -27,6 +30,7 @@ from sandbox.capture import CappedOutput
 from sandbox.container import Sandbox
 from sandbox.errors import ExportRefused
 from sandbox.execution import ExecLimits, ExecOutcome
+from sandbox.verifier_view import VerifierCopy
 from sandbox.workspace import Patch
 
 _FILEOP = resources.files("sandbox").joinpath("fileop_script.py").read_text(encoding="utf-8")
@@ -53,10 +57,11 @@ class ToolBox:
     """The tools of one run, bound to its sandbox, policy and verifier command."""
 
     def __init__(self, sandbox: Sandbox, policy: Policy, verifier_command: str | None = None,
-                 cancel: threading.Event | None = None) -> None:
+                 cancel: threading.Event | None = None, verifier_patch: str | None = None) -> None:
         self.sandbox = sandbox
         self.policy = policy
         self.verifier_command = verifier_command
+        self.verifier_patch = verifier_patch  # the reference tests, applied in the verifier's container only
         self.submitted: Patch | None = None  # the patch of the last passing submit
         self.cancel = cancel  # set (Ctrl-C): the running command is killed at once
 
@@ -81,9 +86,13 @@ class ToolBox:
             raise TypeError(f"arguments of {args.name} passed as {name}")
         self._time_left_s = time_left_s
         try:
-            return args.run(self)
+            result = args.run(self)
         finally:
             self._time_left_s = None
+        # Names and output that are not UTF-8 reach the model as \xNN text: a
+        # lone surrogate in a request is refused by servers and JSON parsers.
+        shown = readable_text(result.observation)
+        return result if shown == result.observation else result.model_copy(update={"observation": shown})
 
     def command(self, tool: str, command: str, timeout_s: float | None) -> ToolResult:
         outcome = self.sandbox.bash(command, self.limits(timeout_s), cancel=self.cancel)
@@ -94,13 +103,13 @@ class ToolBox:
             return ToolResult(tool="submit", ok=False, exit_code=None, duration_s=0.0, verifier_passed=False,
                               observation="no verifier is configured for this task; submit cannot be judged")
         try:
-            patch = self.sandbox.patch()
-            archive = self.sandbox.archive_of(patch)
+            patch, copy = self._verifier_copy(self.sandbox.patch())
+            with self.sandbox.fresh(self.sandbox.archive_for(copy), "verify") as verifier:
+                outcome = self._apply_verifier_patch(verifier) or verifier.bash(
+                    self.verifier_command, self.limits(), cancel=self.cancel)
         except ExportRefused as exc:
             return ToolResult(tool="submit", ok=False, exit_code=None, duration_s=0.0, verifier_passed=False,
                               observation=f"submit refused, the verifier did not run: {exc}")
-        with self.sandbox.fresh(archive, "verify") as verifier:
-            outcome = verifier.bash(self.verifier_command, self.limits(), cancel=self.cancel)
         passed = outcome.exit_code == 0 and not outcome.timed_out
         if passed:
             self.submitted = patch
@@ -108,8 +117,39 @@ class ToolBox:
         verdict = "verifier PASSED" if passed else "verifier FAILED"
         about = f"on the submitted patch (sha256 {patch.sha256[:16]}, {len(patch.files)} files) in a fresh sandbox"
         skipped = "".join(f"\nnot exported: {s.path} ({s.reason})" for s in patch.skipped[:20])
+        flagged = "".join(f"\nflagged: {f.path} ({f.reason}; {f.detail})" for f in patch.flagged[:20] if f.detail)
         return result.model_copy(update={"verifier_passed": passed, "ok": passed, "patch": patch,
-                                         "observation": f"{verdict} {about}{skipped}\n{result.observation}"})
+                                         "observation": f"{verdict} {about}{skipped}{flagged}\n{result.observation}"})
+
+    def _apply_verifier_patch(self, verifier: Sandbox) -> ExecOutcome | None:
+        """Apply the task's reference tests after the model's patch, as
+        SWE-bench's harness does; the outcome only when they do not apply
+        (then the verifier does not run, and the submit fails)."""
+        if not self.verifier_patch:
+            return None
+        outcome = verifier.exec(["/usr/bin/git", "-c", "core.attributesFile=/dev/null", "apply",
+                                 "--whitespace=nowarn", "-"], self.limits(),
+                                stdin=self.verifier_patch.encode("utf-8", "surrogateescape"), cancel=self.cancel)
+        if outcome.exit_code == 0 and not outcome.timed_out:
+            return None
+        return outcome.model_copy(update={"exit_code": outcome.exit_code or 1})
+
+    def flagged(self, patch: Patch) -> Patch:
+        """``patch`` with the flags its verification under this policy gives
+        (protected, hidden and shadowing paths), for a run that ends without
+        a passing submit."""
+        return self._verifier_copy(patch)[0]
+
+    def _verifier_copy(self, patch: Patch) -> tuple[Patch, VerifierCopy]:
+        copy = self.sandbox.verifier_copy(patch, self.policy)
+        # A path already flagged whatever the policy (CI configuration) keeps
+        # that reason, so its [apply] grant is the one that counts; the copy
+        # adds what became of it in verification.
+        details = {f.path: f.detail for f in copy.flags}
+        known = {f.path for f in patch.flagged}
+        flags = [f.model_copy(update={"detail": details.get(f.path, f.detail)}) for f in patch.flagged]
+        flags += [f for f in copy.flags if f.path not in known]
+        return patch.model_copy(update={"flagged": tuple(sorted(flags, key=lambda f: f.path))}), copy
 
     def file_op(self, args: FileToolArgs, request: dict[str, object]) -> ToolResult:
         """Resolve the path in the container, judge the resolved path (a link

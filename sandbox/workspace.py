@@ -16,11 +16,16 @@ import os
 import stat
 import tarfile
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from orchestrator.canonical import sha256_hex
+from orchestrator.canonical import RecordedBytesError, bytes_fields, recorded_bytes, sha256_hex
 from orchestrator.contract import Frozen
-from sandbox.errors import ApplyRefused, ExportRefused, WorkspaceError
+from policies import Flag, FlagReason
+from policies.model import CI_CONFIG_GLOBS
+from policies.paths import first_match
+from sandbox.errors import ApplyRefused, WorkspaceError
 from sandbox.export_stream import (
     EXEC,
     FILE,
@@ -36,43 +41,63 @@ from sandbox.export_stream import (
 from sandbox.hostgit import PrivateGit, run_git
 
 BASE_REF = "refs/heads/base"
-# CI configuration runs code with the repo's secrets once pushed: a patch that
-# touches it is flagged, and applying it needs an explicit policy grant.
-_CI_PREFIXES = (".github/workflows/", ".github/actions/", ".circleci/", ".gitlab/", ".buildkite/", ".woodpecker/")
-_CI_FILES = (".gitlab-ci.yml", ".travis.yml", "Jenkinsfile", "azure-pipelines.yml", "bitbucket-pipelines.yml",
-             ".drone.yml", "appveyor.yml", ".woodpecker.yml")
-
-
 class Patch(Frozen):
+    """A run's change to the starting copy: git's diff and what is known of
+    its paths. ``text`` is git's output decoded with ``surrogateescape``
+    (every byte that is not UTF-8 kept as a lone surrogate), so ``data``
+    gives back exactly the bytes ``sha256`` is of; paths are decoded alike."""
+
     text: str
     sha256: str
     files: tuple[str, ...]
     skipped: tuple[Skipped, ...] = ()
-    flagged: tuple[str, ...] = ()
+    flagged: tuple[Flag, ...] = ()
     tree: str = ""  # the private commit of the after-state (what the verifier runs on)
 
     @property
     def empty(self) -> bool:
         return not self.text
 
+    @property
+    def data(self) -> bytes:
+        """The patch's exact bytes (what ``git apply`` reads)."""
+        return self.text.encode("utf-8", errors="surrogateescape")
+
     @classmethod
     def none(cls) -> "Patch":
         return cls(text="", sha256=sha256_hex(b""), files=())
 
     def record(self) -> dict[str, object]:
-        """What the store keeps of it."""
-        return {"sha256": self.sha256, "files": list(self.files), "text": self.text,
-                "skipped": [s.model_dump() for s in self.skipped], "flagged": list(self.flagged)}
+        """What the store keeps of it: the bytes as ``bytes_fields`` keeps them
+        exact (``text``, with ``base64`` when they are not UTF-8); paths as
+        decoded, which canonical JSON keeps exact too."""
+        return {"sha256": self.sha256, "files": list(self.files), **bytes_fields(self.data),
+                "skipped": [s.model_dump() for s in self.skipped], "flagged": [f.model_dump() for f in self.flagged]}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> "Patch":
+        """The patch ``record`` kept, read through ``recorded_bytes``; its bytes
+        must hash to the recorded sha256. (An older record lists flagged paths
+        as plain strings, whose reasons come from the path alone:
+        ``apply_patch`` reads those again from the patch itself.)"""
+        data = recorded_bytes(record)
+        if sha256_hex(data) != record.get("sha256"):
+            raise RecordedBytesError(f"the recorded patch does not hash to its recorded sha256 {record.get('sha256')}")
+        return cls(text=text(data), sha256=sha256_hex(data), files=tuple(record.get("files") or ()),
+                   skipped=tuple(Skipped.model_validate(s) for s in record.get("skipped") or ()),
+                   flagged=tuple(Flag.model_validate(f) for f in record.get("flagged") or () if isinstance(f, dict)))
 
 
-def flag_reason(path: str) -> str | None:
-    """Why a patched path needs an explicit grant to be applied, or None."""
+def flag_reason(path: str) -> FlagReason | None:
+    """Why a patched path needs an explicit grant to be applied, whatever the
+    policy, or None. (Protected, hidden and shadowing paths depend on the
+    policy and the image: ``sandbox.verifier_view`` flags those.)"""
     if path.startswith("/") or ".." in path.split("/") or "\0" in path:
-        return "outside the repo"
+        return FlagReason.OUTSIDE_REPO
     if is_git_metadata(path.encode("utf-8", errors="surrogateescape")):
-        return "git metadata"
-    if path.startswith(_CI_PREFIXES) or path in _CI_FILES:
-        return "CI configuration"
+        return FlagReason.GIT_METADATA
+    if first_match(CI_CONFIG_GLOBS, path):
+        return FlagReason.CI_CONFIG
     return None
 
 
@@ -113,10 +138,12 @@ def _tar_member(name: str, mode: str, data: bytes) -> tuple[tarfile.TarInfo, io.
     return info, io.BytesIO(data)
 
 
-def snapshot(repo: Path, git: PrivateGit, max_bytes: int) -> tuple[bytes, str]:
+def snapshot(repo: Path, git: PrivateGit, max_bytes: int, hidden: tuple[str, ...] = ()) -> tuple[bytes, str]:
     """A tar of the repo's regular files and symlinks for the container, and the
     same content committed as the starting copy in ``git`` (read here with
-    O_NOFOLLOW, never through git's attributes or filters)."""
+    O_NOFOLLOW, never through git's attributes or filters). Paths under a
+    ``hidden`` glob are committed but left out of the tar: the model never
+    sees them, the verifier gets them from the starting copy."""
     tree = TreeBuilder(git)
     buffer = io.BytesIO()
     try:
@@ -136,7 +163,8 @@ def snapshot(repo: Path, git: PrivateGit, max_bytes: int) -> tuple[bytes, str]:
                     mode, data = (EXEC if st.st_mode & 0o111 else FILE), _read_nofollow(repo / name)
                 else:
                     continue
-                tar.addfile(*_tar_member(name, mode, data))
+                if not first_match(hidden, name):
+                    tar.addfile(*_tar_member(name, mode, data))
                 tree.put(raw, mode, tree.blob(data))
                 if buffer.tell() > max_bytes:
                     raise WorkspaceError(f"repo {repo} is larger than the workspace limit ({max_bytes} bytes)")
@@ -158,10 +186,11 @@ def tree_entries(git: PrivateGit, commit: str) -> dict[bytes, tuple[str, str]]:
     return entries
 
 
-def commit_export(parser: ExportParser, git: PrivateGit, base: str, ref: str) -> str:
+def commit_export(parser: ExportParser, git: PrivateGit, base: str, ref: str, hidden: tuple[str, ...] = ()) -> str:
     """The after-state as a commit: what the export carried, plus the starting
     copy's entry for every path it skipped (a skipped path is unchanged, never
-    deleted) and for build artefacts (never exported)."""
+    deleted), for build artefacts (never exported) and for hidden paths (never
+    in the model's copy, so not deleted by it)."""
     parser.finish()
     tree = parser.tree
     skipped = {s.path.encode("utf-8", errors="surrogateescape") for s in parser.skipped}
@@ -171,7 +200,8 @@ def commit_export(parser: ExportParser, git: PrivateGit, base: str, ref: str) ->
         return any(b"/".join(parts[:n]) in skipped for n in range(1, len(parts) + 1))
 
     for path, (mode, sha) in tree_entries(git, base).items():
-        if path not in tree.entries and (is_build_artefact(path) or under_skipped(path)):
+        if path not in tree.entries and (is_build_artefact(path) or under_skipped(path)
+                                         or first_match(hidden, text(path))):
             tree.put(path, mode, sha)
     return tree.commit(ref)
 
@@ -182,38 +212,17 @@ def diff_patch(git: PrivateGit, base: str, after: str, skipped: tuple[Skipped, .
     names = git.diff(base, after, limits.max_patch_bytes, "--name-only", "-z").decode("utf-8", errors="surrogateescape")
     files = tuple(n for n in names.split("\0") if n)
     return Patch(text=data.decode("utf-8", errors="surrogateescape"), sha256=sha256_hex(data), files=files,
-                 skipped=skipped, flagged=tuple(f for f in files if flag_reason(f)), tree=after)
+                 skipped=skipped, tree=after,
+                 flagged=tuple(Flag(path=f, reason=r.value) for f in files if (r := flag_reason(f))))
 
 
-def tree_archive(git: PrivateGit, commit: str, max_bytes: int) -> bytes:
-    """A tar of ``commit``'s files (made here from git objects, 0644/0755/links),
-    to fill a fresh container with exactly that state."""
-    entries = tree_entries(git, commit)
-    shas = sorted({sha for _, sha in entries.values()})
-    out = git.run("cat-file", "--batch", input="".join(f"{s}\n" for s in shas).encode()).stdout
-    blobs, at = {}, 0
-    for sha in shas:
-        header_end = out.index(b"\n", at)
-        _, _, size = out[at:header_end].split(b" ")
-        start = header_end + 1
-        blobs[sha] = out[start : start + int(size)]
-        at = start + int(size) + 1
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for path, (mode, sha) in sorted(entries.items()):
-            tar.addfile(*_tar_member(text(path), mode, blobs[sha]))
-            if buffer.tell() > max_bytes:
-                raise ExportRefused(f"the patched workspace is larger than {max_bytes} bytes")
-    return buffer.getvalue()
-
-
-def patch_paths(patch_text: str) -> tuple[str, ...]:
-    """Every path a patch text would touch, as git apply itself reads it."""
+def patch_paths(patch: bytes | str) -> tuple[str, ...]:
+    """Every path a patch would touch, as git apply itself reads it (a str
+    patch is taken as ``Patch.text`` is: decoded with ``surrogateescape``)."""
+    data = patch.encode("utf-8", errors="surrogateescape") if isinstance(patch, str) else patch
     with tempfile.TemporaryDirectory(prefix="escrow-apply-") as tmp:
         git = PrivateGit(Path(tmp)).init()
-        out = git.run(
-            "apply", "--numstat", "-z", "-", input=patch_text.encode("utf-8", errors="surrogateescape")
-        ).stdout
+        out = git.run("apply", "--numstat", "-z", "-", input=data).stdout
     paths: list[str] = []
     fields = out.decode("utf-8", errors="surrogateescape").split("\0")
     i = 0
@@ -232,19 +241,22 @@ def patch_paths(patch_text: str) -> tuple[str, ...]:
 
 
 def apply_patch(patch: Patch, repo: Path, *, expected_sha256: str | None = None,
-                allow: frozenset[str] = frozenset()) -> None:
+                allow: frozenset[FlagReason] = frozenset()) -> None:
     """Apply a run's patch to the user's repo (only when asked): the text must
     hash to ``expected_sha256`` (the verdict's), every flagged path needs its
     reason in ``allow`` ("git metadata", "CI configuration", "outside the
     repo"), and it is checked before anything is written. git runs with a
     private git dir, so the repo's config, hooks and attributes are not read."""
-    data = patch.text.encode("utf-8", errors="surrogateescape")
+    data = patch.data
     if expected_sha256 is not None and sha256_hex(data) != expected_sha256:
         raise ApplyRefused(f"the patch does not hash to the verified {expected_sha256}; nothing was written",
                            repo=str(repo))
     if patch.empty:
         return
-    flagged = sorted({(p, r) for p in patch_paths(patch.text) if (r := flag_reason(p)) and r not in allow})
+    # Path-only reasons are read again from the text itself; the policy's
+    # (protected, hidden, shadowing) come with the patch from its verification.
+    flagged = sorted({(p, r.value) for p in patch_paths(data) if (r := flag_reason(p)) and r not in allow}
+                     | {(f.path, f.reason) for f in patch.flagged if f.reason not in allow})
     if flagged:
         listed = ", ".join(f"{p} ({r})" for p, r in flagged[:10])
         raise ApplyRefused(f"the patch touches paths the policy does not allow to apply: {listed}; nothing was "

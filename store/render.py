@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from orchestrator.canonical import text_bytes
 from orchestrator.trajectory import ResponseView, Trajectory, TurnRecord
 from store.chain import GENESIS_EVENT, ChainCheck
 from store.run_list import clip, when
@@ -106,7 +107,7 @@ def turn_lines(record: TurnRecord) -> list[str]:
 def reasoning_figures(resp: ResponseView) -> str:
     """Size of the reasoning: its bytes and, when the server counted them,
     its tokens and their convention."""
-    size = f"{len(resp.reasoning.encode('utf-8')) if resp.reasoning else 0} B"
+    size = f"{len(text_bytes(resp.reasoning)) if resp.reasoning else 0} B"
     if resp.reasoning_tokens is None:
         return f"({size})"
     return f"({size}, {resp.reasoning_tokens} tokens, {resp.reasoning_convention})"

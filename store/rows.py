@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, Protocol
 from pydantic import BaseModel
 from sqlalchemy import Float, Integer, Table
 
-from orchestrator.canonical import canonical_json, sha256_hex
+from orchestrator.canonical import canonical_json, sha256_hex, text_bytes
 from orchestrator.contract import Message, ModelRequest, ToolCall
 from orchestrator.envelope import Envelope
 from store import blobs
@@ -94,7 +94,9 @@ def capped(data: Output, cap: int) -> tuple[str, int, str]:
     """(text kept, original size in bytes, sha256 of the original)."""
     if data is not None and not isinstance(data, (str, bytes)):
         return data.text(), data.total_bytes, data.sha256
-    raw = data.encode("utf-8") if isinstance(data, str) else (data or b"")
+    raw = text_bytes(data) if isinstance(data, str) else (data or b"")
+    if isinstance(data, str) and len(raw) <= cap:
+        return data, len(raw), sha256_hex(raw)  # whole: kept exactly, lone surrogates too
     return raw[:cap].decode("utf-8", errors="replace"), len(raw), sha256_hex(raw)
 
 

@@ -4,18 +4,26 @@ reads cells the way the full store does."""
 
 from __future__ import annotations
 
+import re
+
 MARK = "\ufdd0"  # a Unicode noncharacter: valid UTF-8 and valid PostgreSQL text
 NUL = "\x00"
+# A lone surrogate has no UTF-8 form, so no driver can store it: a name or an
+# output decoded from bytes with ``surrogateescape`` carries one per byte that
+# was not UTF-8.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_HEX = frozenset("0123456789abcdef")
 
 
 def needs_escape(text: str) -> bool:
-    return NUL in text or text.startswith(MARK)
+    return NUL in text or text.startswith(MARK) or (not text.isascii() and _SURROGATE.search(text) is not None)
 
 
 def escape(text: str) -> str:
     if not needs_escape(text):
         return text
-    return MARK + text.replace("\\", "\\\\").replace(NUL, "\\0")
+    body = text.replace("\\", "\\\\").replace(NUL, "\\0")
+    return MARK + _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", body)
 
 
 def unescape(stored: str) -> str:
@@ -34,6 +42,10 @@ def unescape(stored: str) -> str:
             out.append("\\")
         elif code == "0":
             out.append(NUL)
+        elif code == "u" and set(digits := body[j + 2 : j + 6]) <= _HEX and len(digits) == 4:
+            out.append(chr(int(digits, 16)))
+            i = j + 6
+            continue
         else:
             return stored
         i = j + 2

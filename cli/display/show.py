@@ -1,16 +1,23 @@
 """``escrow show RUN`` on screen: the run's header, then each turn through the
 same blocks the live display prints, with the store's call details under
-``--full``."""
+``--full``, then the run's patch."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 from rich.console import Console
 from rich.text import Text
 
 from cli.display.render import model_block, tool_block
 from cli.display.steps import steps_of
+from orchestrator.canonical import RecordedBytesError, recorded_bytes, sha256_hex, shown_text
+from orchestrator.terminal_text import printable
 from orchestrator.trajectory import Trajectory
 from store.render import in_flight_lines, trajectory_header, turn_lines
+
+PATCH_LINES = 40  # of the patch's diff, unless --full
 
 
 def print_trajectory(console: Console, trajectory: Trajectory, *, full: bool = False) -> None:
@@ -33,3 +40,31 @@ def print_trajectory(console: Console, trajectory: Trajectory, *, full: bool = F
                 2 + len(in_flight_lines(record)) :
             ]:  # past the heading and the in-flight lines
                 console.print(Text(line, style="dim"), highlight=False)
+    patch = next((e for e in reversed(trajectory.run_events) if e.kind == "patch"), None)
+    if patch is not None:
+        console.print()
+        for block in patch_lines(patch.data, full=full):
+            console.print(block, highlight=False)
+
+
+def patch_lines(record: Mapping[str, Any], *, full: bool = False) -> list[Text]:
+    """The recorded patch: a heading, then its diff read from the exact bytes
+    ``--apply`` would write (``recorded_bytes``), shown as text with each
+    byte that is not UTF-8 as ``\\xNN`` and every terminal control escaped."""
+    try:
+        data = recorded_bytes(record)
+    except RecordedBytesError as exc:
+        return [Text(f"patch: unreadable record: {printable(str(exc))}", style="bold red")]
+    files = record.get("files") or []
+    state = "verified" if record.get("verified") else "not verified"
+    heading = Text(f"patch sha256 {str(record.get('sha256', ''))[:16]}, {len(files)} files, {state}", style="bold")
+    if sha256_hex(data) != record.get("sha256"):
+        heading.append(" (its bytes do not hash to the recorded sha256)", style="bold red")
+    if not data:
+        return [heading, Text("(no changes)", style="dim")]
+    lines = printable(shown_text(data)).splitlines()
+    shown = lines if full or len(lines) <= PATCH_LINES else lines[:PATCH_LINES]
+    out = [heading, *(Text(line) for line in shown)]
+    if len(shown) < len(lines):
+        out.append(Text(f"… {len(lines) - len(shown)} more lines (--full shows them)", style="dim"))
+    return out

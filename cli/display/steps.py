@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from orchestrator.canonical import text_bytes
 from orchestrator.contract import Frozen
 from orchestrator.envelope import Envelope
 from orchestrator.trajectory import TurnRecord
@@ -50,7 +51,7 @@ class ToolStep(Frozen):
 
 def output_size(stream_bytes: int, observation: str) -> int:
     """Bytes a tool call produced: its captured streams, else its observation."""
-    return stream_bytes or len(observation.encode())
+    return stream_bytes or len(text_bytes(observation))
 
 
 def cause_of(envelope: Envelope) -> str:

@@ -16,6 +16,7 @@ from functools import cached_property
 from typing import Any
 
 from orchestrator.trajectory import CallView, CandidateView, EventView, ToolExecutionView, Trajectory, TurnRecord
+from policies import Flag
 from store.chain import GENESIS_EVENT
 
 COMPLETED = "COMPLETED"
@@ -141,6 +142,7 @@ class RunShown:
     run_events: tuple[EventShown, ...]
     patch: str | None
     patch_files: tuple[str, ...]
+    patch_flags: tuple[Flag, ...] = ()
 
     @property
     def cost_usd(self) -> float:
@@ -382,6 +384,7 @@ def run_shown(
         run_events=tuple(_event(e) for e in trajectory.run_events if e.kind not in ("patch", GENESIS_EVENT)),
         patch=patch_data.get("text") if patch else None,
         patch_files=tuple(patch_data.get("files") or ()),
+        patch_flags=tuple(Flag.from_recorded(f) for f in patch_data.get("flagged") or ()),
     )
 
 

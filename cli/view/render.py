@@ -16,6 +16,8 @@ from urllib.parse import quote, urlencode
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup, escape
 
+from orchestrator.canonical import readable_text
+
 SAFE_NAME = re.compile(r"[A-Za-z0-9_-]{1,100}")
 
 
@@ -131,6 +133,14 @@ def diff_block(text: str) -> Markup:
     return Markup(f'<pre class="diff">{spans}</pre>')
 
 
+def _readable(value: object) -> object:
+    """Every printed value as text a page can be encoded in: a recorded name
+    or output byte that is not UTF-8 shows as \\xNN (``readable_text``)."""
+    if isinstance(value, Markup):
+        return Markup(readable_text(value))
+    return readable_text(value) if isinstance(value, str) else value
+
+
 @cache
 def make_environment() -> Environment:
     """One environment per process: compiled templates are kept across
@@ -138,7 +148,7 @@ def make_environment() -> Environment:
     env = Environment(
         loader=PackageLoader("cli.view", "templates"),
         autoescape=select_autoescape(default=True, default_for_string=True),
-        trim_blocks=True, lstrip_blocks=True,
+        trim_blocks=True, lstrip_blocks=True, finalize=_readable,
     )
     env.filters.update(when=when, dollars=dollars, secs=secs, signed=signed, size=size, short=lambda s: (s or "")[:12])
     env.globals.update(rate=rate, badge=badge, text_block=text_block, diff_block=diff_block)

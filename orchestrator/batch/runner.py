@@ -147,7 +147,9 @@ def run_attempt(
                 timer.start()
                 with stop.watching(cancel):
                     outcome = run_agent(task_settings(settings, task, model_url),
-                                        RunRequest(task=task.task, repo=repo, verify=task.verify),
+                                        RunRequest(task=task.task, repo=repo, verify=task.verify,
+                                                   hidden=task.overrides.hidden or (),
+                                                   verify_patch=task.verify_patch),
                                         cancel=cancel, on_start=heartbeat.started, lease=heartbeat.claim(attempt_id),
                                         start_sandbox=start_sandbox,
                                         around_model=around_model)

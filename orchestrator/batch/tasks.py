@@ -17,6 +17,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from orchestrator.batch.errors import TaskFileError, TaskRowError
 from orchestrator.contract import Frozen
+from policies.model import VerifyGrants
 
 
 class TaskOverrides(Frozen):
@@ -27,6 +28,13 @@ class TaskOverrides(Frozen):
     budget_usd: float | None = Field(default=None, ge=0)
     max_output_tokens: int | None = Field(default=None, ge=1)
     task_timeout_s: float | None = Field(default=None, gt=0)
+    # [verify] hidden globs for this task: removed from the model's copy, given only to the verifier.
+    hidden: tuple[str, ...] | None = None
+
+    @field_validator("hidden")
+    @classmethod
+    def _relative(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return None if value is None else VerifyGrants(hidden=value).hidden
 
 
 class SweBenchRow(Frozen, extra="ignore"):
@@ -37,6 +45,8 @@ class SweBenchRow(Frozen, extra="ignore"):
     FAIL_TO_PASS: tuple[str, ...]
     PASS_TO_PASS: tuple[str, ...] = ()
     image_name: str | None = None
+    # The reference tests: applied only in the verifier's container, after the model's patch.
+    test_patch: str | None = None
 
     @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
     @classmethod
@@ -70,6 +80,7 @@ class BatchTask(Frozen):
     verify: str
     form: str
     image_name: str | None = None
+    verify_patch: str | None = None  # applied in the verifier's container only (SWE-bench's test_patch)
     overrides: TaskOverrides = TaskOverrides()
 
 
@@ -95,7 +106,7 @@ def parse_row(raw: Any, line: int) -> BatchTask:
             swe = SweBenchRow.model_validate(raw)
             return BatchTask(id=swe.instance_id, line=line, repo=swe.repo, commit=swe.base_commit,
                              task=swe.problem_statement, verify=swebench_verifier(swe), form="swebench",
-                             image_name=swe.image_name)
+                             image_name=swe.image_name, verify_patch=swe.test_patch or None)
         if "id" in raw:
             row = EscrowRow.model_validate(raw)
             overrides = TaskOverrides.model_validate(row.model_dump(include=set(TaskOverrides.model_fields)))

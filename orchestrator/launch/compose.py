@@ -68,7 +68,7 @@ class ModelProbe:
 
 def make_spec(
     settings: Settings, policy: Policy, *, task: str, verifier: str | None, tool_specs: tuple[ToolSpec, ...],
-    probe: ModelProbe,
+    probe: ModelProbe, verifier_patch: str | None = None,
 ) -> RunSpec:
     if settings.system_role not in ("system", "user"):
         raise ConfigError(f"system_role must be 'system' or 'user', not {settings.system_role!r}")
@@ -79,6 +79,7 @@ def make_spec(
     return RunSpec(
         task=task,
         verifier=verifier,
+        verifier_patch=verifier_patch,
         system_role=role,
         protocol=settings.tool_protocol,
         tool_specs=tool_specs,

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from orchestrator.canonical import shown_text
 from orchestrator.replay.errors import ReplayError
 from orchestrator.replay.recorded import RecordedRun
 from policies import Policy
@@ -28,7 +29,8 @@ class WorkspaceTools(SandboxTools):
         self.sandbox = sandbox
 
     def patch_text(self) -> str:
-        return self.sandbox.patch().text
+        """The workspace's patch as the record's readable text (``shown_text``), so equal bytes compare equal."""
+        return shown_text(self.sandbox.patch().data)
 
 
 def sandbox_tools_for(recorded: RecordedRun, *, image: str, docker_host: str | None = None):
@@ -44,7 +46,8 @@ def sandbox_tools_for(recorded: RecordedRun, *, image: str, docker_host: str | N
     @contextmanager
     def tools_for(run_id: str) -> Iterator[SandboxTools]:
         with Sandbox.start(client, image, recorded.policy, repo, run_id=run_id) as sandbox:
-            yield WorkspaceTools(sandbox, ToolBox(sandbox, recorded.policy, verifier_command=recorded.spec.verifier),
+            yield WorkspaceTools(sandbox, ToolBox(sandbox, recorded.policy, verifier_command=recorded.spec.verifier,
+                                                     verifier_patch=recorded.spec.verifier_patch),
                                  recorded.policy)
 
     return tools_for

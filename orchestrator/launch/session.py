@@ -16,6 +16,7 @@ from pathlib import Path
 import structlog
 
 from orchestrator.agent import RunResult, Verdict
+from orchestrator.canonical import shown_text
 from orchestrator.context.tokenizer import TokenCounter
 from orchestrator.contract import Frozen
 from orchestrator.envelope import Envelope
@@ -28,12 +29,14 @@ from orchestrator.ports import Model
 from orchestrator.runspec import build_agent
 from orchestrator.settings import Settings
 from orchestrator.toolset import tool_specs
+from policies import Flag, Policy
 from policies.price_table import load_price_table
 from policies.pricing import call_cost
 from sandbox import Patch, Sandbox, ToolBox, apply_patch, connect, require_image
 from sandbox.errors import ApplyRefused, ExportRefused
 from sandbox.export_stream import Skipped
 from sandbox.loop_tools import SandboxTools
+from sandbox.workspace import patch_paths
 from store import Recorder, RunJournal
 from store.batches import LeaseClaim
 
@@ -47,17 +50,24 @@ class RunRequest(Frozen):
     repo: Path
     verify: str
     apply: bool = False
+    hidden: tuple[str, ...] = ()  # added to the policy's [verify] hidden (a batch task's own)
+    verify_patch: str | None = None  # applied after the model's patch, in the verifier's container only
 
 
 class RunOutcome(Frozen):
+    """How a run ended. ``patch`` is the diff to read (exact when it is UTF-8,
+    each other byte shown ``\\xNN``); ``patch_bytes`` is exactly what
+    ``--apply`` writes and ``patch_sha256`` is of."""
+
     run_id: str
     result: RunResult
     patch: str
+    patch_bytes: bytes = b""
     patch_files: tuple[str, ...]
     applied: bool
     patch_sha256: str = ""
     skipped: tuple[Skipped, ...] = ()
-    flagged: tuple[str, ...] = ()
+    flagged: tuple[Flag, ...] = ()
     apply_refused: str | None = None  # why --apply wrote nothing (ApplyRefused's message)
 
 
@@ -94,6 +104,18 @@ def verdict_on_failure(recorder: Recorder, run_id: str) -> Iterator[None]:
         raise
 
 
+def with_task_inputs(policy: Policy, request: RunRequest) -> Policy:
+    """The policy with the task's own verifier inputs: its hidden globs, and
+    the paths its verifier patch touches protected (the model's version of a
+    reference test file is never what the verifier runs)."""
+    if not request.hidden and not request.verify_patch:
+        return policy
+    verify = policy.verify
+    protect = verify.protect + (patch_paths(request.verify_patch) if request.verify_patch else ())
+    return policy.model_copy(update={"verify": verify.model_copy(
+        update={"hidden": verify.hidden + request.hidden, "protect": protect})})
+
+
 class PatchRecorder:
     """Records the run's patch before the verdict: on PASS the patch that
     passed (snapshotted at submit, never re-exported); otherwise the
@@ -110,7 +132,7 @@ class PatchRecorder:
             data = {**self.patch.record(), "verified": True}
         else:
             try:
-                self.patch = self.sandbox.patch()
+                self.patch = self.toolbox.flagged(self.sandbox.patch())
                 data = {**self.patch.record(), "verified": False}
             except ExportRefused as exc:
                 data = {**self.patch.record(), "verified": False, "error": str(exc)}
@@ -134,7 +156,7 @@ def run_agent(
     holds their requests to a replica's slot count)."""
     task, repo, verifier, apply = request.task, request.repo, request.verify, request.apply
     repo_path = resolve_repo(repo)
-    policy = resolve_policy(settings)
+    policy = with_task_inputs(resolve_policy(settings), request)
     docker_client = connect(settings.docker_host)
     require_image(docker_client, settings.sandbox_image)
     price = load_price_table(settings.home).lookup(settings.model)
@@ -147,7 +169,8 @@ def run_agent(
     try:
         recorder = Recorder(store)
         spec = make_spec(
-            settings, policy, task=task, verifier=verifier, tool_specs=tool_specs(policy.tools.allowed), probe=probe
+            settings, policy, task=task, verifier=verifier, tool_specs=tool_specs(policy.tools.allowed), probe=probe,
+            verifier_patch=request.verify_patch,
         )
         run_id = recorder.start_run(
             task=task, repo=str(repo_path), model=settings.model, policy=policy.model_dump(mode="json"),
@@ -172,7 +195,8 @@ def run_agent(
             with sandbox, ModelClient(settings.model_url, api_key=settings.api_key, observer=observer) as client:
                 recorder.record_event(run_id, None, "engine", client.engine_info().model_dump(mode="json"))
                 with verdict_on_failure(recorder, run_id):
-                    toolbox = ToolBox(sandbox, policy, verifier_command=verifier, cancel=cancel)
+                    toolbox = ToolBox(sandbox, policy, verifier_command=verifier, cancel=cancel,
+                                      verifier_patch=request.verify_patch)
                     tools = SandboxTools(toolbox, policy)
                     model, counter = around_model(client, probe.counter)
                     agent = build_agent(
@@ -191,7 +215,8 @@ def run_agent(
                 applied = True
             except ApplyRefused as exc:
                 refused = str(exc)
-        return RunOutcome(run_id=run_id, result=result, patch=patch.text, patch_files=patch.files, applied=applied,
+        return RunOutcome(run_id=run_id, result=result, patch=shown_text(patch.data), patch_bytes=patch.data,
+                          patch_files=patch.files, applied=applied,
                           patch_sha256=patch.sha256, skipped=patch.skipped, flagged=patch.flagged,
                           apply_refused=refused)
     finally:

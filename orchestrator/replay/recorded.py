@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from orchestrator.canonical import recorded_bytes, shown_text
 from orchestrator.contract import Frozen
 from orchestrator.ports import ToolOutcome
 from orchestrator.replay.errors import RecordingUnusable
@@ -149,5 +150,6 @@ def from_trajectory(trajectory: Trajectory) -> RecordedRun:
         run_id=run.id, mode=run.mode, task=run.task, repo=run.repo, escrow_version=run.escrow_version, spec=spec,
         policy=policy, config=config, turns=turns, token_counts=counts, verdict=run.verdict,
         verdict_detail=run.verdict_detail, finished=run.status == "finished", forks=forks,
-        patch_text=next((e.data.get("text") for e in trajectory.run_events if e.kind == "patch"), None),
+        patch_text=next((shown_text(recorded_bytes(e.data)) for e in trajectory.run_events if e.kind == "patch"),
+                        None),
     )

@@ -35,7 +35,16 @@ def test_both_forms_parse():
     assert plain.form == "escrow" and plain.overrides.max_turns == 3 and plain.verify == "true"
 
 
+def test_a_swebench_test_patch_and_a_tasks_hidden_globs_reach_the_task():
+    swe = parse_row({**SWE, "test_patch": "diff --git a/t.py b/t.py\n"}, 1)
+    assert swe.verify_patch == "diff --git a/t.py b/t.py\n" and parse_row(SWE, 1).verify_patch is None
+    plain = parse_row({**PLAIN, "hidden": ["tests/**", "secret_test.py"]}, 2)
+    assert plain.overrides.hidden == ("tests/**", "secret_test.py")
+
+
 @pytest.mark.parametrize("bad, words", [
+    (json.dumps({**PLAIN, "id": "c", "hidden": ["../up/**"]}), "hidden"),
+    (json.dumps({**PLAIN, "id": "c", "hidden": ["/abs"]}), "hidden"),
     ("{not json", "not JSON"),
     ("[1, 2]", "JSON object"),
     (json.dumps({"x": 1}), "neither"),

@@ -174,5 +174,6 @@ def test_cli_apply_refuses_a_ci_patch_with_exit_77(tmp_path, repo, fault: FaultS
     assert "Traceback" not in err and "--apply refused" in err and "CI configuration" in err
     shown = json.loads(out)
     assert shown["verdict"] == "PASS" and shown["applied"] is False
-    assert shown["flagged"] == [".github/workflows/x.yml"] and "CI configuration" in shown["apply_refused"]
+    assert [(f["path"], f["reason"]) for f in shown["flagged"]] == [(".github/workflows/x.yml", "CI configuration")]
+    assert "CI configuration" in shown["apply_refused"]
     assert (repo / "calc.py").read_text() == before and not (repo / ".github").exists()

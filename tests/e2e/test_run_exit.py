@@ -210,7 +210,8 @@ def test_apply_refuses_ci_configuration_unless_the_policy_grants_it(settings, re
     outcome = run(settings, repo, apply=True)
 
     assert outcome.result.verdict is Verdict.PASS and not outcome.applied
-    assert outcome.flagged == (".github/workflows/ci.yml",) and "CI configuration" in outcome.apply_refused
+    assert [(f.path, f.reason) for f in outcome.flagged] == [(".github/workflows/ci.yml", "CI configuration")]
+    assert "CI configuration" in outcome.apply_refused
     assert BUGGY in (repo / "calc.py").read_text() and not (repo / ".github").exists()
 
     policy = tmp_path / "grant.toml"

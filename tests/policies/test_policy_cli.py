@@ -36,14 +36,15 @@ def test_invalid_policy_subprocess_has_no_traceback(tmp_path):
 def test_apply_section_is_explained_and_strict(tmp_path):
     result = CliRunner().invoke(app, ["policy", "check", str(DEFAULT)])
     assert result.exit_code == 0, result.output
-    assert "--apply: refuses patches touching git metadata, CI configuration, outside the repo" in result.output
+    assert "--apply: refuses patches touching git metadata, CI configuration, outside the repo, protected " \
+           "verifier input, hidden verifier input, shadows an installed module" in " ".join(result.output.split())
     granted = tmp_path / "ci.toml"
     granted.write_text(DEFAULT.read_text().replace("ci_config = false", "ci_config = true"))
     result = CliRunner().invoke(app, ["policy", "check", str(granted), "--json"])
     data = json.loads(result.output)
     assert data["policy"]["apply"]["ci_config"] is True
     assert "--apply: EXPLICITLY ALLOWED to write CI configuration into your checkout" in data["grants"]
-    assert "refuses patches touching git metadata, outside the repo" in " ".join(data["grants"])
+    assert "touching git metadata, outside the repo, protected verifier input" in " ".join(data["grants"])
     typo = tmp_path / "typo.toml"
     typo.write_text(DEFAULT.read_text().replace("ci_config = false", "ci_configs = true"))
     result = CliRunner().invoke(app, ["policy", "check", str(typo)])

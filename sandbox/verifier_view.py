@@ -1,0 +1,293 @@
+"""The verifier's copy: what the fresh container holds when ``submit`` runs
+the verifier.
+
+It is the starting copy with the patch applied, except where the policy says
+the patch may not decide (``[verify]``, ``[paths] deny``):
+
+- hidden and protected paths come from the starting copy, whatever the patch
+  did to them (added, changed or deleted);
+- paths denied to the model are left out, unless ``[verify] reads`` names
+  them: the verifier runs code the model wrote, which could read them;
+- a module or distribution the patch adds where the verifier's interpreter
+  would import it in place of an installed one (``pytest/__init__.py``,
+  ``json.py``, ``x.dist-info/entry_points.txt``) is left out.
+
+Each path the patch touched that is treated so becomes a ``Flag``. The copy is
+streamed as a tar, one blob at a time from the private git dir, so host
+memory stays bounded by the largest file however large the workspace.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tarfile
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from policies import Flag, FlagReason, VerifyGrants
+from policies.paths import matcher
+from sandbox.errors import ExportRefused, WorkspaceError
+from sandbox.export_stream import EXEC, LINK, text
+from sandbox.hostgit import PrivateGit
+from sandbox.workspace import tree_entries
+
+Entries = Mapping[bytes, tuple[str, str]]  # path -> (git mode, blob sha)
+
+# A module file an ``import NAME`` finds in a sys.path directory (extension
+# modules carry an ABI tag: json.cpython-311-x86_64-linux-gnu.so).
+_MODULE_FILE = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:\.py|\.pyw|(?:\.[A-Za-z0-9_-]+)?\.so)")
+# Distribution metadata in a sys.path directory is read by importlib.metadata:
+# its entry points load pytest plugins (pytest11) without any configuration.
+_DISTRIBUTION = re.compile(r".+\.(?:dist-info|egg-info)")
+# Imported at interpreter start or by the verifier itself, whatever the
+# installed set says.
+ALWAYS_SHADOWED = frozenset({"sitecustomize", "usercustomize", "pytest", "_pytest", "unittest", "pluggy", "py"})
+
+# Listed with -I (no cwd, no user site, no PYTHON* variables) from the image's
+# own read-only root: what the verifier's interpreter can import before any
+# workspace file.
+INSTALLED_MODULES_SCRIPT = (
+    "import json, pkgutil, sys\n"
+    "names = set(sys.stdlib_module_names) | set(sys.builtin_module_names)\n"
+    "names |= {m.name for m in pkgutil.iter_modules()}\n"
+    "print(json.dumps(sorted(names)))\n"
+)
+
+
+@dataclass(frozen=True)
+class VerifierCopy:
+    """The verifier's files and what the policy changed in them."""
+
+    entries: Entries
+    flags: tuple[Flag, ...]
+
+
+def _path_dir(entries: Entries, parts: list[str]) -> bool:
+    """Whether the directory ``parts`` could be on the verifier's sys.path:
+    the workspace root (the verifier's working directory), or a directory
+    that is not a package (pytest's rootdir insertion, configured paths)."""
+    if not parts:
+        return True
+    return not any(("/".join([*parts, init])).encode("utf-8", "surrogateescape") in entries
+                   for init in ("__init__.py", "__init__.pyw"))
+
+
+def shadowed_name(path: str, entries: Entries, installed: frozenset[str]) -> str | None:
+    """The installed import name ``path`` would shadow, or None."""
+    parts = path.split("/")
+    for depth in range(len(parts) - 1):
+        if _DISTRIBUTION.fullmatch(parts[depth]) and _path_dir(entries, parts[:depth]):
+            return parts[depth]
+    leaf, parent = parts[-1], parts[:-1]
+    module = _MODULE_FILE.fullmatch(leaf)
+    if module is None:
+        return None
+    if module["name"] in installed and _path_dir(entries, parent):
+        return module["name"]
+    # A module file anywhere in a package directory named like an installed
+    # one (pytest/__init__.py, pytest/__main__.py): with its __init__ it is
+    # the package ``python -m pytest`` runs.
+    for depth in range(len(parent)):
+        if parent[depth] in installed and _path_dir(entries, parts[:depth]):
+            return parent[depth]
+    return None
+
+
+def plan_copy(base: Entries, after: Entries, verify: VerifyGrants, deny: tuple[str, ...],
+              installed: frozenset[str]) -> VerifierCopy:
+    """The verifier's entries from the starting copy (``base``) and the
+    model's after-state, and a flag for each path the policy overrode."""
+    names = installed | ALWAYS_SHADOWED
+    hidden, denied, readable, protected = (matcher(g) for g in (verify.hidden, deny, verify.reads, verify.protect))
+    entries: dict[bytes, tuple[str, str]] = {}
+    flags: list[Flag] = []
+    for raw in sorted(base.keys() | after.keys()):
+        path, before, now = text(raw), base.get(raw), after.get(raw)
+        changed = before != now
+        if hidden(path):
+            chosen, reason = before, FlagReason.HIDDEN
+        elif denied(path) and not readable(path):
+            continue  # denied to the model: never given to code it wrote
+        elif protected(path):
+            chosen, reason = before, FlagReason.PROTECTED
+        elif before is None and (name := shadowed_name(path, after, names)):
+            flags.append(Flag(path=path, reason=FlagReason.SHADOWING.value,
+                              detail=f"added; would shadow the installed {name!r}; left out of verification"))
+            continue
+        else:
+            chosen, reason = now, None
+        if chosen is not None:
+            entries[raw] = chosen
+        if reason is not None and changed:
+            detail = ("added; left out of verification" if before is None
+                      else "deleted; restored from the starting copy for verification" if now is None
+                      else "changed; the starting copy's version was verified")
+            flags.append(Flag(path=path, reason=reason.value, detail=detail))
+    return VerifierCopy(entries=entries, flags=tuple(flags))
+
+
+# Names that say "text": such a file that diffs as binary hides what it does
+# from whoever reads the patch (a NUL in pytest.ini makes a base85 blob).
+_TEXT_SUFFIXES = (".py", ".pyi", ".pyw", ".txt", ".md", ".rst", ".ini", ".cfg", ".toml", ".json", ".yml", ".yaml",
+                  ".sh", ".bash", ".c", ".h", ".cc", ".cpp", ".js", ".ts", ".html", ".css", ".csv", ".xml", ".in")
+_GIT_BINARY_PROBE = 8000
+_SEND_BYTES = 1 << 18  # git calls a file binary when a NUL is among its first 8000 bytes
+
+
+def describe_binary_text(path: str, size: int, head: bytes, nuls: int) -> str | None:
+    """Why a file diffs as binary though it looks like text, or None (it is
+    not binary to git, or it does not look like text). ``head`` is its first
+    bytes, ``nuls`` its count of NUL bytes."""
+    head = head[:_GIT_BINARY_PROBE]
+    nul = head.find(b"\0")
+    if nul < 0:
+        return None
+    rest = head.replace(b"\0", b"")
+    printable = sum(1 for b in rest if b in (9, 10, 13) or 32 <= b < 127 or b >= 128)
+    looks_text = path.lower().endswith(_TEXT_SUFFIXES) or (rest and printable / len(rest) >= 0.95)
+    if not looks_text:
+        return None
+    return (f"{size:,} bytes; diffs as binary because of {nuls:,} NUL byte(s), the first at offset {nul}; "
+            "git shows it as a base85 blob, not as lines")
+
+
+def binary_text_flags(git: PrivateGit, base: str, after: str) -> tuple[Flag, ...]:
+    """A flag for each file the patch adds or changes that git diffs as binary
+    though it looks like text (each read in chunks, never whole)."""
+    numstat = git.run("diff", "--no-renames", "--no-ext-diff", "--no-textconv", "--numstat", "-z", base, after,
+                      "--").stdout
+    binary = [rec.partition(b"\t")[2].partition(b"\t")[2] for rec in numstat.split(b"\0") if rec.startswith(b"-\t")]
+    if not binary:
+        return ()
+    after_entries = tree_entries(git, after)
+    flags = []
+    reader = _BlobReader(git)
+    try:
+        for raw in binary:
+            entry = after_entries.get(raw)
+            if entry is None:  # deleted
+                continue
+            size, head, nuls = reader.scan(entry[1], _GIT_BINARY_PROBE)
+            if (detail := describe_binary_text(text(raw), size, head, nuls)) is not None:
+                flags.append(Flag(path=text(raw), reason=FlagReason.BINARY_TEXT.value, detail=detail))
+    finally:
+        reader.close()
+    return tuple(flags)
+
+
+def _tar_header(path: str, mode: str, size: int, target: str = "") -> bytes:
+    info = tarfile.TarInfo(path)
+    info.uid, info.gid, info.mtime = 1000, 1000, 0
+    if mode == LINK:
+        info.type, info.linkname, info.mode = tarfile.SYMTYPE, target, 0o777
+    else:
+        info.size, info.mode = size, 0o755 if mode == EXEC else 0o644
+    # PAX: any name length, and names that are not UTF-8 kept as their bytes.
+    return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+
+
+class _BlobReader:
+    """One ``git cat-file --batch``: blobs asked for one at a time, so only
+    the one being sent is in memory. Killed past its timeout."""
+
+    def __init__(self, git: PrivateGit) -> None:
+        self.proc = git.cat_file_batch()
+        self._timer = threading.Timer(git.timeout_s, self.proc.kill)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def read(self, sha: str) -> bytes:
+        size = self._ask(sha)
+        data = self._take(size)
+        self._take(1)
+        return data
+
+    def scan(self, sha: str, head_bytes: int) -> tuple[int, bytes, int]:
+        """The blob's size, its first ``head_bytes`` and its count of NUL
+        bytes, read a chunk at a time."""
+        size = self._ask(sha)
+        head = self._take(min(size, head_bytes))
+        nuls, left = head.count(b"\0"), size - len(head)
+        while left:
+            chunk = self._take(min(left, 1 << 20))
+            nuls, left = nuls + chunk.count(b"\0"), left - len(chunk)
+        self._take(1)
+        return size, head, nuls
+
+    def _ask(self, sha: str) -> int:
+        stdin, stdout = self.proc.stdin, self.proc.stdout
+        assert stdin is not None and stdout is not None
+        try:
+            stdin.write(f"{sha}\n".encode())
+            stdin.flush()
+            header = stdout.readline().split()
+            if len(header) != 3 or header[1] != b"blob":
+                raise WorkspaceError(f"the private git dir has no blob {sha}")
+            return int(header[2])
+        except (OSError, ValueError) as exc:
+            raise WorkspaceError(f"reading blob {sha} from the private git dir failed: {exc}") from exc
+
+    def _take(self, size: int) -> bytes:
+        assert self.proc.stdout is not None
+        try:
+            data = self.proc.stdout.read(size)
+        except OSError as exc:
+            raise WorkspaceError(f"reading from git cat-file failed: {exc}") from exc
+        if len(data) != size:
+            raise WorkspaceError(f"git cat-file gave {len(data)} of {size} bytes (killed past its timeout?)")
+        return data
+
+    def close(self) -> None:
+        self._timer.cancel()
+        self.proc.kill()
+        self.proc.wait()
+
+
+def stream_archive(git: PrivateGit, entries: Entries, max_bytes: int) -> Iterator[bytes]:
+    """A tar of ``entries`` (0644/0755/links, uid 1000, mtime 0), yielded a
+    header or a file's content at a time (no copy of it is made); past
+    ``max_bytes`` of tar it stops with ExportRefused."""
+    reader = _BlobReader(git)
+    sent = 0
+    pending: list[bytes] = []  # small members gathered into one send (a repo of many small files)
+    held = 0
+    try:
+        for raw, (mode, sha) in sorted(entries.items()):
+            data = reader.read(sha)
+            if mode == LINK:
+                header, data = _tar_header(text(raw), mode, 0, text(data)), b""
+            else:
+                header = _tar_header(text(raw), mode, len(data))
+            padding = b"\0" * (-len(data) % tarfile.BLOCKSIZE)
+            sent += len(header) + len(data) + len(padding)
+            if sent > max_bytes:
+                raise ExportRefused(f"the patched workspace is larger than {max_bytes} bytes", max_bytes=max_bytes)
+            if len(data) >= _SEND_BYTES:  # a large file goes as it is: never copied
+                yield b"".join((*pending, header))
+                pending, held = [], 0
+                yield data
+                yield padding
+            else:
+                pending += (header, data, padding)
+                held += len(header) + len(data) + len(padding)
+                if held >= _SEND_BYTES:
+                    yield b"".join(pending)
+                    pending, held = [], 0
+            del data
+        yield b"".join((*pending, b"\0" * (2 * tarfile.BLOCKSIZE)))  # and the end-of-archive blocks
+    finally:
+        reader.close()
+
+
+def installed_modules(listing: str) -> frozenset[str]:
+    """Parse what ``INSTALLED_MODULES_SCRIPT`` printed."""
+    try:
+        names = json.loads(listing)
+    except ValueError as exc:
+        raise WorkspaceError(f"the sandbox image did not list its Python modules: {listing[:200]!r}") from exc
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise WorkspaceError("the sandbox image's module listing is not a list of names")
+    return frozenset(names)
+
