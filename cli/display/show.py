@@ -15,6 +15,7 @@ from cli.display.steps import steps_of
 from orchestrator.canonical import RecordedBytesError, recorded_bytes, sha256_hex, shown_text
 from orchestrator.terminal_text import printable
 from orchestrator.trajectory import Trajectory
+from policies import Flag
 from store.render import in_flight_lines, trajectory_header, turn_lines
 
 PATCH_LINES = 40  # of the patch's diff, unless --full
@@ -60,11 +61,14 @@ def patch_lines(record: Mapping[str, Any], *, full: bool = False) -> list[Text]:
     heading = Text(f"patch sha256 {str(record.get('sha256', ''))[:16]}, {len(files)} files, {state}", style="bold")
     if sha256_hex(data) != record.get("sha256"):
         heading.append(" (its bytes do not hash to the recorded sha256)", style="bold red")
+    flags = [Text("flagged ", style="bold red") + Text(printable(f"{f.path} — {f.reason or 'needs a look'}"
+                                                                   + (f"; {f.detail}" if f.detail else "")))
+             for f in (Flag.from_recorded(item) for item in record.get("flagged") or ())]
     if not data:
-        return [heading, Text("(no changes)", style="dim")]
+        return [heading, *flags, Text("(no changes)", style="dim")]
     lines = printable(shown_text(data)).splitlines()
     shown = lines if full or len(lines) <= PATCH_LINES else lines[:PATCH_LINES]
-    out = [heading, *(Text(line) for line in shown)]
+    out = [heading, *flags, *(Text(line) for line in shown)]
     if len(shown) < len(lines):
         out.append(Text(f"… {len(lines) - len(shown)} more lines (--full shows them)", style="dim"))
     return out

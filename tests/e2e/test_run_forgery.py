@@ -14,7 +14,10 @@ import json
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from cli.main import app
+from cli.view.export import export_bundle
 from orchestrator.agent import Verdict
 from orchestrator.fault_server import Reply, ScriptedToolCall
 from orchestrator.launch import RunRequest, run_agent
@@ -249,8 +252,6 @@ def test_a_text_file_that_diffs_as_binary_is_named_and_described(settings, repo,
 
 
 def test_the_viewer_and_the_patch_event_name_each_flag_with_its_reason(settings, repo, fault, open_store, tmp_path):
-    from cli.view.export import export_bundle
-
     script(fault, EDIT, write("conftest.py", PASS_EVERY_REPORT), write("inspect.py", EXIT_ZERO), SUBMIT)
     outcome = run(settings, repo)
     assert outcome.result.verdict is Verdict.PASS, outcome.result.detail
@@ -258,6 +259,11 @@ def test_the_viewer_and_the_patch_event_name_each_flag_with_its_reason(settings,
     (patch,) = store.events(outcome.run_id, "patch")
     assert {(f["path"], f["reason"]) for f in patch.data["flagged"]} == {
         ("conftest.py", FlagReason.PROTECTED.value), ("inspect.py", FlagReason.SHADOWING.value)}
+    shown = CliRunner().invoke(app, ["show", outcome.run_id, "--db", settings.store_url])
+    assert shown.exit_code == 0, shown.output
+    text = " ".join(shown.output.split())
+    assert "flagged conftest.py — protected verifier input; added; left out of verification" in text
+    assert "flagged inspect.py — shadows an installed module" in text
     export_bundle(store, tmp_path / "bundle", [outcome.run_id])
     page = (tmp_path / "bundle" / f"run-{outcome.run_id}.html").read_text()
     assert "<code>conftest.py</code>: protected verifier input; added; left out of verification" in page
