@@ -49,13 +49,15 @@ class FlakyDockerProxy:
 
 
 class StallingDockerProxy(FlakyDockerProxy):
-    """Holds the first ``stall`` container-create requests until ``release``
-    is set (or ``safety_s`` passes): dockerd that accepts a sandbox start and
-    does not get to it, as under a start storm."""
+    """Holds the first ``stall`` container-create requests (or others whose
+    request line ends in ``holds``) until ``release`` is set (or ``safety_s``
+    passes): dockerd that accepts a sandbox start and does not get to it, as
+    under a start storm."""
 
-    def __init__(self, path: Path, *, stall: int, safety_s: float = 120.0, drop: bool = False) -> None:
+    def __init__(self, path: Path, *, stall: int, safety_s: float = 120.0, drop: bool = False,
+                 holds: bytes = b"/containers/create") -> None:
         super().__init__(path, refuse=0)
-        self.stall, self.safety_s, self.drop = stall, safety_s, drop
+        self.stall, self.safety_s, self.drop, self.holds = stall, safety_s, drop, holds
         self.stalled = self.creates = 0
         self.release = threading.Event()
         self.lock = threading.Lock()
@@ -68,7 +70,8 @@ class StallingDockerProxy(FlakyDockerProxy):
         _pipe(client, upstream, before=self._hold_create)
 
     def _hold_create(self, data: bytes) -> None:
-        if b"/containers/create" not in data.split(b"\r\n", 1)[0]:
+        method_path = data.split(b"\r\n", 1)[0].rsplit(b" ", 1)[0].split(b"?", 1)[0]
+        if not method_path.endswith(self.holds):
             return
         with self.lock:
             self.creates += 1

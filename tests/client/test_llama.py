@@ -100,17 +100,51 @@ def test_logprobs_when_asked(llama):
     assert env.logprobs and all("logprob" in entry for entry in env.logprobs)
 
 
-def test_cancel_cuts_a_real_generation(llama):
+class FirstWords:
+    """A stream observer that calls ``then`` once, when the first piece of the
+    answer arrives: the generation is under way, and the test acts right there
+    instead of after a fixed time (a 2,000-token answer can be whole in under a
+    second on a fast machine, and a timer then fires after the finish)."""
+
+    def __init__(self, then) -> None:
+        self.then, self.arrived = then, threading.Event()
+
+    def on_attempt(self, number: int) -> None:
+        pass
+
+    def on_delta(self, kind: str, text: str) -> None:
+        if not self.arrived.is_set():
+            self.arrived.set()
+            self.then()
+
+
+LONG = "Count from one to five hundred in words."
+
+
+def test_cancel_cuts_a_real_generation(llama_url):
     cancel = threading.Event()
-    threading.Timer(1.0, cancel.set).start()
-    env = llama.call(ask("Count from one to five hundred in words.", max_tokens=2000), cancel=cancel)
-    assert env.status is Status.CANCELED
+    first = FirstWords(cancel.set)
+    with ModelClient(llama_url + "/v1", observer=first) as client:
+        env = client.call(ask(LONG, max_tokens=2000), cancel=cancel)
+    assert first.arrived.is_set() and env.status is Status.CANCELED
     assert env.finish_reason is None  # cut mid-generation: the server never sent its finish
 
 
-def test_deadline_cuts_a_real_generation(llama):
-    started = time.monotonic()
-    env = llama.call(ask("Count from one to five hundred in words.", max_tokens=2000, deadline_s=1.5))
+def test_deadline_cuts_a_real_generation(llama_url):
+    # T_max passes on the client's clock once the first words are in: the
+    # clock jumps past it there, so the cut lands mid-generation on any machine.
+    # The caller holds a cancel event, as the agent always does: the watchdog
+    # then reads the clock every few milliseconds.
+    deadline_s, ahead = 60.0, 0.0
+
+    def past_the_deadline() -> None:
+        nonlocal ahead
+        ahead = deadline_s
+
+    first = FirstWords(past_the_deadline)
+    with ModelClient(llama_url + "/v1", clock=lambda: time.monotonic() + ahead, observer=first) as client:
+        env = client.call(ask(LONG, max_tokens=2000, deadline_s=deadline_s), cancel=threading.Event())
+    assert first.arrived.is_set()
     assert env.status is Status.TRANSPORT_FAILURE and env.error.kind == "deadline"
-    assert time.monotonic() - started >= 1.5 and len(env.attempts) == 1
+    assert env.timings.total_s >= deadline_s and len(env.attempts) == 1  # not before the deadline, not retried
     assert env.finish_reason is None

@@ -19,14 +19,15 @@ from cli.main import app
 from orchestrator.errors import ConfigError
 from orchestrator.fault_server import FaultServer, Reply, ScriptedToolCall
 from store import Store
+from tests.batch.docker_proxy import StallingDockerProxy
 
 pytestmark = [pytest.mark.docker]
 
 ESCROW = Path(sys.executable).parent / "escrow"
 
 
-def escrow_run(home: Path, repo: Path, url: str, *extra: str) -> subprocess.Popen:
-    env = {**os.environ, "ESCROW_HOME": str(home)}
+def escrow_run(home: Path, repo: Path, url: str, *extra: str, docker_host: str | None = None) -> subprocess.Popen:
+    env = {**os.environ, "ESCROW_HOME": str(home), **({"DOCKER_HOST": docker_host} if docker_host else {})}
     args = [str(ESCROW), "run", "Fix mean() in calc.py", "--repo", str(repo), "--verify", "python3 -m pytest -q",
             "--model-url", url, "--context-window", "8192", "--tokenizer", "cl100k_base", "--json", *extra]
     return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -110,24 +111,28 @@ def test_ctrl_c_while_the_sandbox_starts_is_a_recorded_cancel(tmp_path, repo, fa
     """Interrupted inside Sandbox.start (its container exists, so the start is
     under way and Ctrl-C only sets the cancel): the run ends CANCELED before
     its first turn. What tells this case from a cancel mid-stream is causal:
-    the model server never saw a request, and no call is recorded."""
+    the model server never saw a request, and no call is recorded. A proxy in
+    front of dockerd holds the container's start until the signal is sent, so
+    the start is under way at the signal however fast the machine is."""
     fault.script([Reply(text="slow " * 100, chunk_chars=1, tokens_per_s=20.0)])
     home = tmp_path / "home"
-    proc = escrow_run(home, repo, fault.base_url)
-    try:
-        deadline = time.monotonic() + 60
-        run_id = None
-        while run_id is None or not _run_containers(run_id):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the sandbox of the run was never created"
-            assert fault.requests == [], "the sandbox started and the model was asked before the interrupt"
-            run_id = run_id or _first_run_id(home / "escrow.db")
-            time.sleep(0.01)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    with StallingDockerProxy(tmp_path / "docker.sock", stall=1, holds=b"/start") as proxy:
+        proc = escrow_run(home, repo, fault.base_url, docker_host=proxy.url)
+        try:
+            deadline = time.monotonic() + 60
+            while not proxy.stalled:
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "the sandbox's container was never started"
+                time.sleep(0.01)
+            run_id = _first_run_id(home / "escrow.db")
+            assert run_id is not None and _run_containers(run_id), "the held start has no container"
+            # The handler runs at the signal (or as the held call returns), long before the first turn.
+            proc.send_signal(signal.SIGINT)
+            proxy.release.set()
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
 
     assert proc.returncode == 1, err
     assert "Traceback" not in err

@@ -9,11 +9,13 @@ import json
 import os
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
 from orchestrator.fault_server import Fault, FaultServer, Reply, ScriptedToolCall
 from orchestrator.terminal_text import printable
+from sandbox.hardening import LABEL_RUN
 from store import Store
 from tests.display.hostile import PAYLOADS
 from tests.display.test_terminal_text import assert_safe
@@ -186,7 +188,7 @@ def test_ctrl_c_during_a_long_command_ends_the_run_canceled_promptly(tmp_path, r
     pane.start(run_args(repo, fault.base_url), {"ESCROW_HOME": str(home)})
     pane.wait_for("Waiting a minute.")
     deadline = time.monotonic() + 120
-    while not _sleeping(docker_client):
+    while not _sleeping(docker_client, home):
         assert time.monotonic() < deadline, pane.screen()
         time.sleep(0.2)
     pressed = time.monotonic()
@@ -196,15 +198,24 @@ def test_ctrl_c_during_a_long_command_ends_the_run_canceled_promptly(tmp_path, r
     assert "CANCELED" in screen and "Traceback" not in screen and "EXIT=1" in screen
     # Order, not a tight bound: the run ended well before the command could have.
     assert ended - pressed < 30, ended - pressed
-    assert not _sleeping(docker_client)
+    assert not _sleeping(docker_client, home)
     with Store.open(f"sqlite:///{home / 'escrow.db'}", readonly=True, create=False) as store:
         run = store.runs()[0].run
         assert run.verdict == "CANCELED" and run.status == "finished"
 
 
-def _sleeping(docker_client) -> bool:
-    """True while any Escrow sandbox runs ``sleep 60``."""
-    for container in docker_client.containers.list(filters={"name": "escrow-"}):
+def _sleeping(docker_client, home: Path) -> bool:
+    """True while the sandbox of the run recorded under ``home`` runs ``sleep
+    60``: only its own (another test run on this machine may run the same
+    command, and Ctrl-C would then land before this one's had started)."""
+    try:
+        with Store.open(f"sqlite:///{home / 'escrow.db'}", readonly=True, create=False) as store:
+            runs = store.runs()
+    except Exception:  # the run is still creating its store
+        return False
+    if not runs:
+        return False
+    for container in docker_client.containers.list(filters={"label": f"{LABEL_RUN}={runs[0].run.id}"}):
         try:
             top = container.top()
         except Exception:  # the container went away meanwhile
