@@ -189,8 +189,8 @@ def _tar_header(path: str, mode: str, size: int, target: str = "") -> bytes:
 
 
 class _BlobReader:
-    """One ``git cat-file --batch``: blobs asked for one at a time, so only
-    the one being sent is in memory. Killed past its timeout."""
+    """One ``git cat-file --batch``: blobs read one at a time, so only the
+    one being sent is in memory. Killed past its timeout."""
 
     def __init__(self, git: PrivateGit) -> None:
         self.proc = git.cat_file_batch()
@@ -198,11 +198,30 @@ class _BlobReader:
         self._timer.daemon = True
         self._timer.start()
 
-    def read(self, sha: str) -> bytes:
-        size = self._ask(sha)
-        data = self._take(size)
-        self._take(1)
-        return data
+    def each(self, shas: list[str]) -> Iterator[bytes]:
+        """The blobs of ``shas`` in order, one in memory at a time. The names
+        are written by a thread while the blobs are read, so a repo of many
+        small files pays no round trip per file."""
+        stdin = self.proc.stdin
+        assert stdin is not None
+
+        def ask_all() -> None:
+            try:
+                stdin.write("".join(f"{sha}\n" for sha in shas).encode())
+                stdin.close()
+            except OSError:  # the reader was closed (killed) before all were read
+                pass
+
+        asker = threading.Thread(target=ask_all, daemon=True)
+        asker.start()
+        try:
+            for sha in shas:
+                size = self._answer(sha)
+                data = self._take(size)
+                self._take(1)
+                yield data
+        finally:
+            asker.join(timeout=0)
 
     def scan(self, sha: str, head_bytes: int) -> tuple[int, bytes, int]:
         """The blob's size, its first ``head_bytes`` and its count of NUL
@@ -217,11 +236,19 @@ class _BlobReader:
         return size, head, nuls
 
     def _ask(self, sha: str) -> int:
-        stdin, stdout = self.proc.stdin, self.proc.stdout
-        assert stdin is not None and stdout is not None
+        stdin = self.proc.stdin
+        assert stdin is not None
         try:
             stdin.write(f"{sha}\n".encode())
             stdin.flush()
+        except OSError as exc:
+            raise WorkspaceError(f"asking the private git dir for blob {sha} failed: {exc}") from exc
+        return self._answer(sha)
+
+    def _answer(self, sha: str) -> int:
+        stdout = self.proc.stdout
+        assert stdout is not None
+        try:
             header = stdout.readline().split()
             if len(header) != 3 or header[1] != b"blob":
                 raise WorkspaceError(f"the private git dir has no blob {sha}")
@@ -253,9 +280,9 @@ def stream_archive(git: PrivateGit, entries: Entries, max_bytes: int) -> Iterato
     sent = 0
     pending: list[bytes] = []  # small members gathered into one send (a repo of many small files)
     held = 0
+    ordered = sorted(entries.items())
     try:
-        for raw, (mode, sha) in sorted(entries.items()):
-            data = reader.read(sha)
+        for (raw, (mode, _)), data in zip(ordered, reader.each([sha for _, (_, sha) in ordered]), strict=True):
             if mode == LINK:
                 header, data = _tar_header(text(raw), mode, 0, text(data)), b""
             else:

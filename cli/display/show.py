@@ -4,6 +4,7 @@ same blocks the live display prints, with the store's call details under
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,6 +49,32 @@ def print_trajectory(console: Console, trajectory: Trajectory, *, full: bool = F
             console.print(block, highlight=False)
 
 
+_BINARY_SIZE = re.compile(r"(literal|delta) (\d+)")
+
+
+def binary_described(lines: list[str]) -> list[str]:
+    """The diff's lines with each binary part (git's base85 blocks, which no
+    one can read) replaced by what it is: new content or a delta, and its
+    size. The exact bytes stay in the record (``show --json``)."""
+    out: list[str] = []
+    inside = False
+    for line in lines:
+        if line == "GIT binary patch":
+            inside = True
+            out.append("(binary content, shown as its size; show --json has the exact patch)")
+        elif inside and line.startswith("diff --git "):
+            inside = False
+            out.append(line)
+        elif inside:
+            if size := _BINARY_SIZE.fullmatch(line):  # git gives the forward part, then the reverse one
+                side = "before" if out[-1].startswith("  after") else "after"
+                what = "whole content" if size[1] == "literal" else "a delta"
+                out.append(f"  {side}: {what}, {int(size[2]):,} bytes")
+        else:
+            out.append(line)
+    return out
+
+
 def patch_lines(record: Mapping[str, Any], *, full: bool = False) -> list[Text]:
     """The recorded patch: a heading, then its diff read from the exact bytes
     ``--apply`` would write (``recorded_bytes``), shown as text with each
@@ -66,7 +93,7 @@ def patch_lines(record: Mapping[str, Any], *, full: bool = False) -> list[Text]:
              for f in (Flag.from_recorded(item) for item in record.get("flagged") or ())]
     if not data:
         return [heading, *flags, Text("(no changes)", style="dim")]
-    lines = printable(shown_text(data)).splitlines()
+    lines = binary_described(printable(shown_text(data)).splitlines())
     shown = lines if full or len(lines) <= PATCH_LINES else lines[:PATCH_LINES]
     out = [heading, *flags, *(Text(line) for line in shown)]
     if len(shown) < len(lines):

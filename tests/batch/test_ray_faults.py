@@ -470,10 +470,14 @@ def test_ctrl_c_on_ray_interrupts_the_runs_in_flight_and_resume_reruns_only_them
         stopped = [a for a in after if a.outcome == bstore.INTERRUPTED]
         assert SLOW in {a.task_id for a in stopped}, after
         assert not [a for a in after if a.outcome in (bstore.STARTED, bstore.INFRASTRUCTURE)], after
-        # No run started after Ctrl-C. A Ray task handed out just before the
-        # signal may still note its attempt before Ray's cancel reaches it
-        # (seen once in a full run): that attempt names no run and ran nothing.
-        assert not [a for a in after if a.started_at > sent and a.run_id], after
+        # Nothing ran after Ctrl-C. A Ray task handed out just before the
+        # signal may still note its attempt, and even create its run, before
+        # Ray's cancel reaches it (both seen in full runs; when Ray delivers the
+        # cancel is not ours to order): such a run asked the model nothing and
+        # ran no tool, and ended CANCELED before its first turn.
+        for late in (a for a in after if a.started_at > sent and a.run_id):
+            assert store.calls(late.run_id) == [] and store.tool_executions(late.run_id) == [], late
+            assert store.run(late.run_id).verdict == "CANCELED", late
         assert all(a.verdict != "CANCELED" for a in after if a.outcome == bstore.MODEL), after
         for attempt in stopped:
             if attempt.run_id:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,9 @@ from orchestrator.batch.errors import RepoError, TaskFileError
 from orchestrator.batch.microrepo import example_rows, git, materialise
 from orchestrator.batch.repos import prepare_repo
 from orchestrator.batch.tasks import load_task_file, parse_row
+from orchestrator.launch import RunRequest
+from orchestrator.launch.session import with_task_inputs
+from policies import default_policy
 from tests.batch.conftest import EXAMPLES
 
 SWE = {"instance_id": "a", "repo": "o/n", "base_commit": "abc1234", "problem_statement": "fix it",
@@ -118,3 +122,15 @@ def test_each_example_fails_before_its_fix_and_passes_after(tmp_path, task_id):
     assert pytest_ids(meta["FAIL_TO_PASS"]) == 1 and pytest_ids(meta["PASS_TO_PASS"]) == 0
     git(repo, "apply", str(EXAMPLES / task_id / "fix.patch"))
     assert pytest_ids(tests) == 0
+
+
+def test_a_tasks_hidden_globs_and_test_patch_paths_reach_its_policy():
+    patch = "diff --git a/t/ref.py b/t/ref.py\nnew file mode 100644\n--- /dev/null\n+++ b/t/ref.py\n@@ -0,0 +1 @@\n+x\n"
+    task = parse_row({**PLAIN, "hidden": ["secret_test.py"]}, 1)
+    request = RunRequest(task=task.task, repo=Path("."), verify=task.verify, hidden=task.overrides.hidden or (),
+                         verify_patch=patch)
+    policy = with_task_inputs(default_policy(), request)
+    assert policy.verify.hidden == ("secret_test.py",) and policy.verify.protect[-1] == "t/ref.py"
+    assert policy.verify.protect[:-1] == default_policy().verify.protect
+    assert with_task_inputs(default_policy(), request.model_copy(update={"hidden": (), "verify_patch": None})) \
+        == default_policy()
