@@ -25,10 +25,11 @@ def test_batch_bookkeeping_on_postgresql(postgres_url):  # noqa: F811
         first = bstore.start_attempt(store, batch_id, "a")
         bstore.finish_attempt(store, first, outcome=bstore.MODEL, run_id=done, verdict="PASS")
         crashed = bstore.start_attempt(store, batch_id, "b")
+        taken = time.time()
         bstore.take_lease(store, dead, "elsewhere:1", lease_s=0.5, attempt_id=crashed)
-        assert dead not in bstore.crashed_runs(store)
-        time.sleep(1.0)
-        assert bstore.crashed_runs(store) == {dead}
+        # Read at chosen moments, not after a sleep: alive within its lease, crashed past it.
+        assert dead not in bstore.crashed_runs(store, now=taken)
+        assert bstore.crashed_runs(store, now=time.time() + 1.0) == {dead}
         assert bstore.load_batch(store, batch_id).pending() == ["b", "c"]
     result = CliRunner().invoke(app, ["batch", "status", batch_id[:8], "--json", "--db", postgres_url])
     assert result.exit_code == 0, result.output
