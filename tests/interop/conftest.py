@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from store import Store
+from tests.conftest import require
 
 REPO = Path(__file__).resolve().parents[2]
 OWN = REPO / "tests" / "data" / "interop"
@@ -59,23 +60,14 @@ def real_samples_dir() -> Path:
 
 
 def real(relative: str) -> Path:
-    """A real sample file, or a skip that names what is missing and where the list is."""
-    # Unlike a missing Docker daemon or model server, these skips stay skips
-    # under CI=true: CI can install a service but cannot make up real files
-    # from other projects, and the tests must not pass on invented ones.
+    """A real sample file; absent, a failure under CI=true (the samples are
+    laid beside every checkout, CI's included, in ../shared/interop) and a
+    skip elsewhere, naming what is missing and where the list is."""
     folder = real_samples_dir()
-    if not folder.is_dir():
-        pytest.skip(
-            f"real interop samples absent: no folder {folder} (a data prerequisite, not a missing service, "
-            "so a skip under CI=true as well; fill it as docs/INTEROP.md 'Real sample files' says, "
-            "or set ESCROW_SHARED_DIR)"
-        )
+    require(folder.is_dir(), f"the real interop samples folder {folder} (fill it as docs/INTEROP.md "
+            "'Real sample files' says, or set ESCROW_SHARED_DIR)")
     path = folder / relative
-    if not path.is_file():
-        pytest.skip(
-            f"real interop sample absent: {path} (a data prerequisite, not a missing service, "
-            "so a skip under CI=true as well; see docs/INTEROP.md 'Real sample files')"
-        )
+    require(path.is_file(), f"the real interop sample {path} (see docs/INTEROP.md 'Real sample files')")
     return path
 
 
