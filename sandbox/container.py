@@ -226,9 +226,9 @@ class Sandbox:
             raise WorkspaceError("the patch has no recorded state to verify", run_id=self.run_id)
         if self._base_entries is None:  # the starting copy never changes: listed once
             self._base_entries = tree_entries(self.git, self.base)
-        copy = plan_copy(self._base_entries, tree_entries(self.git, patch.tree), policy.verify, policy.paths.deny,
-                         self.installed_modules())
-        binary = binary_text_flags(self.git, self.base, patch.tree)
+        after = tree_entries(self.git, patch.tree)
+        copy = plan_copy(self._base_entries, after, policy.verify, policy.paths.deny, self.installed_modules())
+        binary = binary_text_flags(self.git, self.base, patch.tree, after)
         return VerifierCopy(entries=copy.entries, flags=tuple(sorted((*copy.flags, *binary), key=lambda f: f.path)))
 
     def archive_for(self, copy: VerifierCopy) -> Iterator[bytes]:

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from policies import Flag, FlagReason, VerifyGrants
 from policies.paths import matcher
 from sandbox.errors import ExportRefused, WorkspaceError
-from sandbox.export_stream import EXEC, LINK, text
+from sandbox.export_stream import LINK, text
 from sandbox.hostgit import PrivateGit
-from sandbox.workspace import tree_entries
+from sandbox.workspace import tar_info
 
 Entries = Mapping[bytes, tuple[str, str]]  # path -> (git mode, blob sha)
 
@@ -153,7 +153,7 @@ def describe_binary_text(path: str, size: int, head: bytes, nuls: int) -> str | 
             "git shows it as a base85 blob, not as lines")
 
 
-def binary_text_flags(git: PrivateGit, base: str, after: str) -> tuple[Flag, ...]:
+def binary_text_flags(git: PrivateGit, base: str, after: str, after_entries: Entries) -> tuple[Flag, ...]:
     """A flag for each file the patch adds or changes that git diffs as binary
     though it looks like text (each read in chunks, never whole)."""
     numstat = git.run("diff", "--no-renames", "--no-ext-diff", "--no-textconv", "--numstat", "-z", base, after,
@@ -161,7 +161,6 @@ def binary_text_flags(git: PrivateGit, base: str, after: str) -> tuple[Flag, ...
     binary = [rec.partition(b"\t")[2].partition(b"\t")[2] for rec in numstat.split(b"\0") if rec.startswith(b"-\t")]
     if not binary:
         return ()
-    after_entries = tree_entries(git, after)
     flags = []
     reader = _BlobReader(git)
     try:
@@ -177,15 +176,9 @@ def binary_text_flags(git: PrivateGit, base: str, after: str) -> tuple[Flag, ...
     return tuple(flags)
 
 
-def _tar_header(path: str, mode: str, size: int, target: str = "") -> bytes:
-    info = tarfile.TarInfo(path)
-    info.uid, info.gid, info.mtime = 1000, 1000, 0
-    if mode == LINK:
-        info.type, info.linkname, info.mode = tarfile.SYMTYPE, target, 0o777
-    else:
-        info.size, info.mode = size, 0o755 if mode == EXEC else 0o644
+def _tar_header(path: str, mode: str, data: bytes) -> bytes:
     # PAX: any name length, and names that are not UTF-8 kept as their bytes.
-    return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+    return tar_info(path, mode, data).tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
 
 
 class _BlobReader:
@@ -284,9 +277,9 @@ def stream_archive(git: PrivateGit, entries: Entries, max_bytes: int) -> Iterato
     try:
         for (raw, (mode, _)), data in zip(ordered, reader.each([sha for _, (_, sha) in ordered]), strict=True):
             if mode == LINK:
-                header, data = _tar_header(text(raw), mode, 0, text(data)), b""
+                header, data = _tar_header(text(raw), mode, data), b""
             else:
-                header = _tar_header(text(raw), mode, len(data))
+                header = _tar_header(text(raw), mode, data)
             padding = b"\0" * (-len(data) % tarfile.BLOCKSIZE)
             sent += len(header) + len(data) + len(padding)
             if sent > max_bytes:

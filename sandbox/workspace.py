@@ -128,14 +128,20 @@ def _read_nofollow(path: Path) -> bytes:
         return fh.read()
 
 
-def _tar_member(name: str, mode: str, data: bytes) -> tuple[tarfile.TarInfo, io.BytesIO | None]:
+def tar_info(name: str, mode: str, data: bytes) -> tarfile.TarInfo:
+    """The tar header every copy into a container uses: the sandbox user's,
+    mtime 0, 0644/0755 from the git mode, a link's target from its blob."""
     info = tarfile.TarInfo(name)
     info.uid, info.gid, info.mtime = 1000, 1000, 0
     if mode == LINK:
         info.type, info.linkname, info.mode = tarfile.SYMTYPE, text(data), 0o777
-        return info, None
-    info.size, info.mode = len(data), 0o755 if mode == EXEC else 0o644
-    return info, io.BytesIO(data)
+    else:
+        info.size, info.mode = len(data), 0o755 if mode == EXEC else 0o644
+    return info
+
+
+def _tar_member(name: str, mode: str, data: bytes) -> tuple[tarfile.TarInfo, io.BytesIO | None]:
+    return tar_info(name, mode, data), None if mode == LINK else io.BytesIO(data)
 
 
 def snapshot(repo: Path, git: PrivateGit, max_bytes: int, hidden: tuple[str, ...] = ()) -> tuple[bytes, str]:
