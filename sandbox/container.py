@@ -14,9 +14,8 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
-import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -27,8 +26,9 @@ import docker.errors
 from policies import Policy
 from sandbox.capture import StreamCapture
 from sandbox.daemon import require_image
-from sandbox.errors import ExecError, SandboxError, WorkspaceError
-from sandbox.execution import REAP, ExecLimits, ExecOutcome, run_exec, wrap_command
+from sandbox.errors import ExecError, ExecutorBroken, SandboxError, WorkspaceError
+from sandbox.execution import FLOOD_FACTOR, ExecLimits, ExecOutcome, FileOpOutcome
+from sandbox.executor import Ending, ExecutorChannel
 from sandbox.export_stream import ExportLimits, ExportParser, TreeBuilder
 from sandbox.hardening import SANDBOX_ENV, WORKSPACE, Hardening
 from sandbox.hostgit import PrivateGit
@@ -46,9 +46,6 @@ from sandbox.workspace import Patch, commit_export, diff_patch, snapshot, tree_e
 _SETUP_LIMITS = ExecLimits(timeout_s=120, stdout_cap=4096, stderr_cap=4096)
 _LISTING_LIMITS = ExecLimits(timeout_s=120, stdout_cap=1 << 20, stderr_cap=4096)
 _EXPORT = resources.files("sandbox").joinpath("export_script.py").read_text(encoding="utf-8")
-REAP_TIMEOUT_S = 30.0  # a fork bomb at the pids limit may refuse the reaper a process for a while
-
-
 # How long a close waits for another closer's removal of the same container.
 REMOVAL_WAIT_S = 60.0
 
@@ -71,6 +68,7 @@ class Sandbox:
         self._installed: frozenset[str] | None = None
         self._base_entries: dict[bytes, tuple[str, str]] | None = None
         self.hidden: tuple[str, ...] = ()  # [verify] hidden: in the starting copy, not in this container
+        self.channel: ExecutorChannel  # set by _start_executor
 
     @classmethod
     def start(cls, client: docker.DockerClient, image: str, policy: Policy, repo: Path, *,
@@ -108,18 +106,33 @@ class Sandbox:
                 state: Path, own: bool, git: PrivateGit | None, base: str) -> "Sandbox":
         try:
             container = client.containers.create(**spec.create_kwargs(owner_labels(run_id)), name=name)
-            container.start()
         except docker.errors.DockerException as exc:
             if own:
                 shutil.rmtree(state, ignore_errors=True)
-            raise SandboxError(f"could not start the sandbox container: {exc}", run_id=run_id) from exc
+            raise SandboxError(f"could not create the sandbox container: {exc}", run_id=run_id) from exc
         sandbox = cls(client, container, spec, run_id, state, own, git, base)
         try:
+            sandbox._start_executor()
             sandbox._copy_in(archive)
         except BaseException:
             sandbox.close()
             raise
         return sandbox
+
+    def _start_executor(self) -> None:
+        """Attach to the executor's stdio before it starts (so its hello is
+        never missed), start the container, and wait for the hello."""
+        try:
+            raw = self.client.api.attach_socket(self.container.id,
+                                                params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+            self.channel = ExecutorChannel(raw, self.container.id, self.run_id)
+            self.container.start()
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"could not start the sandbox container: {exc}", run_id=self.run_id) from exc
+        hello = self.channel.hello()
+        if hello.get("uid") != 0:
+            raise SandboxError(f"the sandbox's executor runs as uid {hello.get('uid')}, not as the container's "
+                               "main user", run_id=self.run_id)
 
     def __enter__(self) -> "Sandbox":
         return self
@@ -129,61 +142,81 @@ class Sandbox:
 
     def exec(self, argv: list[str], limits: ExecLimits, *, stdin: bytes | Iterable[bytes] | None = None,
              stdout_capture: StreamCapture | None = None, cancel: threading.Event | None = None) -> ExecOutcome:
-        """Run ``argv`` (no shell) as the sandbox user with an empty environment,
-        under the per-command timeout. When it ends, times out or is canceled,
-        the host reaps every process it started, whatever became of its wrapper."""
+        """Run ``argv`` (no shell) through the executor, as the sandbox user
+        with an empty environment, under the per-command timeout. Whatever
+        its ending, the executor answers only once every process it started
+        is gone (``ExecutorBroken`` if any survived, or if it broke)."""
         if any("\x00" in a for a in argv):
             raise ExecError("argument contains a NUL byte", run_id=self.run_id)
+        out, err = stdout_capture or StreamCapture(limits.stdout_cap), StreamCapture(limits.stderr_cap)
+        flood = FLOOD_FACTOR * (limits.stdout_cap + limits.stderr_cap) + getattr(out, "limit", 0)
+        request = {"op": "exec", "argv": argv, "env": SANDBOX_ENV, "cwd": WORKSPACE, "timeout_s": limits.timeout_s,
+                   "stdin": stdin is not None, "flood_bytes": flood}
+        ending = self._request(request, timeout_s=limits.timeout_s, stdin=stdin, cancel=cancel,
+                               on_output=lambda kind, data: (out if kind == "O" else err).feed(data))
+        result = ending.result
+        self._require_reaped(result)
+        if out.total + err.total > flood + (1 << 16):
+            self.channel.broken = "it forwarded more output than the flood cap"
+            raise ExecutorBroken("the sandbox's executor forwarded more output than the flood cap",
+                                 run_id=self.run_id)
+        how = result.get("ending")
+        return ExecOutcome(exit_code=result.get("exit_code"), stdout=out.result(), stderr=err.result(),
+                           duration_s=float(result.get("duration_s", 0.0)), timed_out=how == "timeout",
+                           flooded=how == "flood", canceled=how == "cancel" or ending.canceled_by_host)
+
+    def file_op(self, request: dict[str, object], judge: Callable[[str], bool], limits: ExecLimits, *,
+                cancel: threading.Event | None = None) -> FileOpOutcome:
+        """One file operation in one round trip: the executor resolves the
+        path beneath the workspace and holds it open, ``judge`` (the ACL, on
+        the host) rules on the resolved path, and only then does the op run,
+        on what was resolved."""
+        ending = self._request({"op": "file", "file": request, "timeout_s": limits.timeout_s},
+                               timeout_s=limits.timeout_s, on_resolved=judge, cancel=cancel)
+        result = ending.result
+        reply = result.get("reply")
+        how = result.get("ending")
+        return FileOpOutcome(reply=reply if isinstance(reply, dict) else None,
+                             duration_s=float(result.get("duration_s", 0.0)), timed_out=how == "timeout",
+                             canceled=how == "cancel" or ending.canceled_by_host)
+
+    def _request(self, request: dict[str, Any], **kwargs: Any) -> Ending:
+        """One executor request; a broken executor is reported with its
+        container's state (a stopped container is the commonest cause)."""
         try:
-            return run_exec(self.client.api, self.container.id, wrap_command(argv, SANDBOX_ENV, limits.timeout_s),
-                            user=self.spec.user, workdir=WORKSPACE, limits=limits, stdin=stdin,
-                            on_deadline=self._start_reaper, stdout_capture=stdout_capture, cancel=cancel)
-        finally:
-            self.reap()
+            return self.channel.request(request, **kwargs)
+        except ExecutorBroken as exc:
+            try:
+                state = self.inspect().get("State", {})
+            except docker.errors.DockerException as gone:
+                raise ExecutorBroken(f"{exc}; the sandbox container is gone: {gone}", run_id=self.run_id) from exc
+            if not state.get("Running"):
+                raise ExecutorBroken(f"{exc}; the sandbox container is not running (exit code "
+                                     f"{state.get('ExitCode')})", run_id=self.run_id) from exc
+            raise
 
     def bash(self, command: str, limits: ExecLimits, *, cancel: threading.Event | None = None) -> ExecOutcome:
         return self.exec(["/bin/bash", "-c", command], limits, cancel=cancel)
 
-    def _start_reaper(self) -> None:
-        """Start the reaper and return at once: called while the command's
-        stream is still open, and dockerd may not report the reaper done until
-        that stream is drained (a flood). ``reap`` confirms it afterwards."""
-        try:
-            exec_id = self.client.api.exec_create(self.container.id, ["/bin/bash", "-c", REAP], user=self.spec.user)[
-                "Id"
-            ]
-            self.client.api.exec_start(exec_id, detach=True)
-        except docker.errors.APIError:
-            pass  # e.g. the pids limit is saturated; the confirming reap retries
+    def _require_reaped(self, result: dict[str, Any]) -> None:
+        if result.get("left"):
+            self.channel.broken = f"{result['left']} processes outlived their command"
+            raise ExecutorBroken(f"{result['left']} of the sandbox's processes outlived their command and could "
+                                 "not be killed", run_id=self.run_id)
 
-    def reap(self) -> None:
-        """Kill every process of the sandbox user (see REAP): only the
-        container's init and main process, which run as another user, remain.
-        Retried while the pids limit refuses the reaper a process."""
-        api = self.client.api
-        deadline = time.monotonic() + REAP_TIMEOUT_S
-        while True:
-            try:
-                exec_id = api.exec_create(self.container.id, ["/bin/bash", "-c", REAP], user=self.spec.user)["Id"]
-                api.exec_start(exec_id, detach=True)  # detached: polled below, never a blocking read
-                while (info := api.exec_inspect(exec_id)).get("Running") and time.monotonic() < deadline:
-                    time.sleep(0.01)
-                if info.get("ExitCode") == 0:
-                    return
-            except docker.errors.APIError as exc:
-                self._require_running(exc)
-            if time.monotonic() > deadline:
-                raise ExecError("could not reap the sandbox's processes", run_id=self.run_id)
-            time.sleep(0.05)
-
-    def _require_running(self, cause: Exception) -> None:
-        try:
-            state = self.inspect().get("State", {})
-        except docker.errors.DockerException as exc:
-            raise ExecError(f"sandbox container is gone: {exc}", run_id=self.run_id) from cause
-        if not state.get("Running"):
-            raise ExecError(f"sandbox container is not running (exit code {state.get('ExitCode')})",
-                            run_id=self.run_id) from cause
+    def processes(self) -> list[tuple[int, int, str]]:
+        """(pid, uid, command) of every process in the container besides init
+        and the executor, as a separate ``docker exec`` sees them: the host's
+        own check that nothing outlived a command."""
+        code, out = self.container.exec_run(["ps", "-eo", "pid=,uid=,args="], user=self.spec.user)
+        if code != 0:
+            raise ExecError(f"listing the sandbox's processes failed: {out[:300]!r}", run_id=self.run_id)
+        found = []
+        for line in out.decode("utf-8", "replace").splitlines():
+            pid, uid, *args = line.split(None, 2)
+            found.append((int(pid), int(uid), args[0] if args else ""))
+        return [(pid, uid, args) for pid, uid, args in found
+                if pid not in (1, self.channel.pid) and not args.startswith("ps -eo")]
 
     def inspect(self) -> dict[str, Any]:
         return self.client.api.inspect_container(self.container.id)
@@ -250,6 +283,9 @@ class Sandbox:
 
     def close(self) -> None:
         """Remove the container and the host-side state (idempotent)."""
+        channel = getattr(self, "channel", None)
+        if channel is not None:
+            channel.close()
         try:
             self.container.remove(force=True)
         except docker.errors.NotFound:

@@ -35,9 +35,13 @@ class ExecError(SandboxError):
     """The daemon failed to run a command (not: the command failed)."""
 
 
+class ExecutorBroken(ExecError):
+    """The sandbox's executor died, went silent or broke its protocol. It is
+    never used again: the run ends INFRA_ERROR rather than trust it."""
+
+
 class WorkspaceError(SandboxError):
     """The repo could not be copied in, or the patch could not be made or applied."""
-
 
 
 class ExportRefused(WorkspaceError):

@@ -8,6 +8,7 @@ from typing import Any
 
 from orchestrator.contract import Frozen
 from policies import Policy
+from sandbox.executor import COMMAND as EXECUTOR_COMMAND
 
 LABEL_ROLE = "escrow.sandbox"
 LABEL_RUN = "escrow.run_id"
@@ -16,10 +17,15 @@ LABEL_PID_START = "escrow.owner_start"
 LABEL_HOST = "escrow.owner_host"
 WORKSPACE = "/workspace"
 SANDBOX_UID_GID = "1000:1000"
-# The container's init and main process run as this other unprivileged user:
-# the sandbox user can then neither kill them nor be spared by the reaper's
-# kill(-1), which ends every process of the sandbox user at once.
-MAIN_USER = "65534:65534"
+# The container's init and main process (the executor) run as root with only
+# the executor's capabilities (sandbox.executor.CAPABILITIES): the sandbox
+# user, another uid without any capability, can neither signal, trace nor
+# read them, and the executor's kill(-1) ends every other process at once.
+MAIN_USER = "0:0"
+# What the executor holds, and nothing more: KILL for kill(-1), SETUID and
+# SETGID to become the sandbox user in each child, SETPCAP to empty that
+# child's bounding set first.
+EXECUTOR_CAPABILITIES = ("KILL", "SETGID", "SETPCAP", "SETUID")
 SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8",
                "PYTHONDONTWRITEBYTECODE": "1"}
 
@@ -35,6 +41,9 @@ class Hardening(Frozen):
     tmp_bytes: int = 64 * 2**20
     workspace_bytes: int = 512 * 2**20
     nofile: int = 1024
+
+    command: tuple[str, ...] = tuple(EXECUTOR_COMMAND)
+    capabilities: tuple[str, ...] = EXECUTOR_CAPABILITIES
 
     @classmethod
     def from_policy(cls, image: str, policy: Policy) -> "Hardening":
@@ -57,13 +66,14 @@ class Hardening(Frozen):
         """Arguments for ``client.containers.create``."""
         return {
             "image": self.image,
-            "command": ["sleep", "infinity"],
+            "command": list(self.command),
             "user": self.main_user,
             "working_dir": WORKSPACE,
             "environment": {},
             "hostname": "sandbox",
             "network_mode": "bridge" if self.network else "none",
             "cap_drop": ["ALL"],
+            "cap_add": list(self.capabilities),
             "security_opt": ["no-new-privileges"],
             "privileged": False,
             "read_only": True,
@@ -77,6 +87,10 @@ class Hardening(Frozen):
             "init": True,
             "ipc_mode": "private",
             "labels": labels,
+            # The executor's channel: attached stdin, never logged (its frames
+            # carry every command's output and the workspace's export).
+            "stdin_open": True,
+            "log_config": {"type": "none", "config": {}},
             "detach": True,
         }
 
@@ -94,7 +108,8 @@ def audit(inspect: dict[str, Any], spec: Hardening, run_id: str | None = None) -
     checks: list[tuple[str, Any, Any]] = [
         ("HostConfig.NetworkMode", "bridge" if spec.network else "none", host.get("NetworkMode")),
         ("HostConfig.CapDrop", ["ALL"], host.get("CapDrop")),
-        ("HostConfig.CapAdd", None, host.get("CapAdd") or None),
+        ("HostConfig.CapAdd", sorted(f"CAP_{c}" for c in spec.capabilities),
+         sorted(c if c.startswith("CAP_") else f"CAP_{c}" for c in host.get("CapAdd") or [])),
         ("HostConfig.Privileged", False, host.get("Privileged")),
         ("HostConfig.SecurityOpt", ["no-new-privileges"], host.get("SecurityOpt")),
         ("Config.User", spec.main_user, config.get("User")),
@@ -106,6 +121,7 @@ def audit(inspect: dict[str, Any], spec: Hardening, run_id: str | None = None) -
         ("HostConfig.NanoCpus", spec.nano_cpus, host.get("NanoCpus")),
         ("HostConfig.Init", True, host.get("Init")),
         ("HostConfig.Binds", None, host.get("Binds") or None),
+        ("HostConfig.LogConfig.Type", "none", host.get("LogConfig", {}).get("Type")),
         ("Mounts", [], [m for m in inspect.get("Mounts", []) if m.get("Type") != "tmpfs"]),
         ("Config.Labels." + LABEL_ROLE, "1", config.get("Labels", {}).get(LABEL_ROLE)),
     ]

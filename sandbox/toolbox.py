@@ -4,9 +4,8 @@
 against its three primitives (a command, a file operation, a submission).
 
 File tools run inside the container, as the sandbox user, through the
-stdlib-only fileop script: the host never writes into the workspace, so a
-symlink planted by an earlier command is resolved (and refused) where it
-lives.
+sandbox's executor: the host never writes into the workspace, so a symlink
+planted by an earlier command is resolved (and refused) where it lives.
 
 ``submit`` snapshots the workspace as one patch and runs the verifier on the
 starting copy with that patch applied, in a fresh container that shares
@@ -17,23 +16,20 @@ protected and hidden inputs, denied paths, shadowing modules), each flagged.
 
 from __future__ import annotations
 
-import json
 import threading
-from importlib import resources
 
 from orchestrator.canonical import readable_text
 from orchestrator.contract import Frozen, ToolSpec
 from orchestrator.toolset import FileToolArgs, ToolArgs, tool_specs
-from policies import Effect, Policy, decide
+from policies import Decision, Effect, Policy, decide
 from policies.paths import first_match
 from sandbox.capture import CappedOutput
 from sandbox.container import Sandbox
 from sandbox.errors import ExportRefused
-from sandbox.execution import ExecLimits, ExecOutcome
+from sandbox.execution import ExecLimits, ExecOutcome, FileOpOutcome
 from sandbox.verifier_view import VerifierCopy
 from sandbox.workspace import Patch
 
-_FILEOP = resources.files("sandbox").joinpath("fileop_script.py").read_text(encoding="utf-8")
 _MIN_TIMEOUT_S = 0.05
 
 
@@ -152,45 +148,45 @@ class ToolBox:
         return patch.model_copy(update={"flagged": tuple(sorted(flags, key=lambda f: f.path))}), copy
 
     def file_op(self, args: FileToolArgs, request: dict[str, object]) -> ToolResult:
-        """Resolve the path in the container, judge the resolved path (a link
-        ``docs/s -> ../secrets`` or ``g -> .git`` is judged as its target),
-        then run the op on exactly that path."""
-        name, written = args.name, args.path
-        outcome, reply = self._fileop({"op": "resolve", "path": written})
-        if reply is None or not reply.get("ok"):
-            return self._fileop_result(args, outcome, reply)
-        resolved = str(reply["resolved"])
-        decision = decide(name, args.model_copy(update={"path": resolved}), self.policy)
-        if decision.effect is Effect.DENY:
+        """One round trip: the executor resolves the path in the container and
+        holds it open, the ACL judges the resolved path here (a link
+        ``docs/s -> ../secrets`` or ``g -> .git`` is judged as its target), and
+        the op runs on exactly what was resolved, or not at all."""
+        name = args.name
+        judged: dict[str, object] = {}
+
+        def judge(resolved: str) -> bool:
+            decision = decide(name, args.model_copy(update={"path": resolved}), self.policy)
+            judged.update(path=resolved, decision=decision)
+            return decision.effect is not Effect.DENY
+
+        request = request | {"max_bytes": self.policy.resources.read_cap_bytes}
+        outcome = self.sandbox.file_op(request, judge, self.limits(), cancel=self.cancel)
+        decision = judged.get("decision")
+        resolved = judged.get("path")
+        rule = decision.rule if isinstance(decision, Decision) else None
+        reply = outcome.reply
+        if reply is not None and reply.get("denied") and isinstance(decision, Decision):
             return ToolResult(tool=name, ok=False, exit_code=None, duration_s=outcome.duration_s,
-                              resolved_path=resolved, resolved_rule=decision.rule,
-                              observation=f"denied by policy ({decision.rule}) on the resolved path: "
-                                          f"{written} resolves to {resolved}; {decision.reason}")
-        request = request | {"path": resolved, "resolved": True, "max_bytes": self.policy.resources.read_cap_bytes}
-        outcome, reply = self._fileop(request)
+                              resolved_path=str(resolved), resolved_rule=rule,
+                              observation=f"denied by policy ({rule}) on the resolved path: "
+                                          f"{args.path} resolves to {resolved}; {decision.reason}")
         if name == "list_files" and reply is not None and reply.get("ok"):
-            reply = _without_denied(reply, resolved, self.policy)
-        return self._fileop_result(args, outcome, reply).model_copy(
-            update={"resolved_path": resolved, "resolved_rule": decision.rule})
+            reply = _without_denied(reply, str(resolved), self.policy)
+        return _fileop_result(args, outcome, reply).model_copy(
+            update={"resolved_path": resolved if isinstance(resolved, str) else None, "resolved_rule": rule})
 
-    def _fileop(self, request: dict[str, object]) -> tuple[ExecOutcome, dict | None]:
-        outcome = self.sandbox.exec(["/usr/bin/python3", "-I", "-S", "-c", _FILEOP], self.limits(),
-                                    stdin=json.dumps(request).encode(), cancel=self.cancel)
-        try:
-            reply = json.loads(outcome.stdout.text())
-        except ValueError:
-            return outcome, None
-        return outcome, reply if isinstance(reply, dict) else None
 
-    @staticmethod
-    def _fileop_result(args: FileToolArgs, outcome: ExecOutcome, reply: dict | None) -> ToolResult:
-        if reply is None:
-            return _from_outcome(args.name, outcome).model_copy(update={"ok": False})
-        ok = bool(reply.pop("ok", False))
-        observation = reply["error"] if not ok else args.describe(reply)
-        return ToolResult(tool=args.name, ok=ok, exit_code=outcome.exit_code, observation=observation,
-                          stderr=outcome.stderr, duration_s=outcome.duration_s, timed_out=outcome.timed_out,
-                          canceled=outcome.canceled)
+def _fileop_result(args: FileToolArgs, outcome: FileOpOutcome, reply: dict | None) -> ToolResult:
+    if reply is None:
+        why = "timeout" if outcome.timed_out else "run canceled" if outcome.canceled else "no reply"
+        return ToolResult(tool=args.name, ok=False, exit_code=None, duration_s=outcome.duration_s,
+                          timed_out=outcome.timed_out, canceled=outcome.canceled,
+                          observation=f"{args.name} did not complete (killed: {why})")
+    ok = bool(reply.get("ok", False))
+    observation = str(reply.get("error", "failed")) if not ok else args.describe(reply)
+    return ToolResult(tool=args.name, ok=ok, exit_code=0 if ok else 1, observation=observation,
+                      duration_s=outcome.duration_s, timed_out=outcome.timed_out, canceled=outcome.canceled)
 
 
 def _without_denied(reply: dict, base: str, policy: Policy) -> dict:

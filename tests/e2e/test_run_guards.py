@@ -156,7 +156,7 @@ def kill_container_when(docker_client, marker: str, stop: threading.Event) -> No
 
 
 def test_a_crashed_container_mid_run_is_an_infra_error(settings, repo, fault, open_store, docker_client):
-    fault.script([answer(("bash", {"command": "sleep 30 # crash-me"})), answer(("bash", {"command": "echo next"}))])
+    fault.script([answer(("bash", {"command": "sleep 30; echo crash-me"})), answer(("bash", {"command": "echo next"}))])
     stop = threading.Event()
     killer = threading.Thread(target=kill_container_when, args=(docker_client, "crash-me", stop), daemon=True)
     killer.start()
@@ -168,7 +168,7 @@ def test_a_crashed_container_mid_run_is_an_infra_error(settings, repo, fault, op
 
     assert outcome.result.verdict is Verdict.INFRA_ERROR, outcome.result.detail
     error = infra_error(open_store, outcome)
-    assert error["type"] == "ExecError" and "not running" in error["message"]
+    assert error["type"] == "ExecutorBroken" and "not running" in error["message"]
     assert fault.pending == 1, "the run stopped at the crash; the next answer was never asked for"
 
 

@@ -27,10 +27,12 @@ def assert_hardened(docker_client, sandbox: Sandbox, policy: Policy) -> None:
     assert info["State"]["Running"] is True
     assert host["NetworkMode"] == "none"
     assert host["CapDrop"] == ["ALL"]
-    assert not host.get("CapAdd")
+    # Only the executor's: kill(-1), becoming the sandbox user, emptying its bounding set.
+    assert sorted(host["CapAdd"]) == ["KILL", "SETGID", "SETPCAP", "SETUID"]
     assert host["Privileged"] is False
     assert host["SecurityOpt"] == ["no-new-privileges"]
-    assert config["User"] == "65534:65534"  # init and main process; commands run as 1000:1000
+    assert config["User"] == "0:0"  # init and the executor; commands run as 1000:1000, without capabilities
+    assert host["LogConfig"]["Type"] == "none"  # the executor's channel is never written to disk
     assert host["ReadonlyRootfs"] is True
     assert host["Tmpfs"]["/tmp"].startswith("rw,nosuid,nodev,noexec,")
     assert f"size={r.tmp_mb * 2**20}" in host["Tmpfs"]["/tmp"]

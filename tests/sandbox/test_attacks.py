@@ -212,7 +212,11 @@ CONTAINED = {  # command -> marker that would prove an escape
     "unshare": ("unshare -r id && echo ESCAPED; unshare -m true && echo ESCAPED", "ESCAPED"),
     "chroot": ("chroot / true && echo ESCAPED", "ESCAPED"),
     "sysctl": ("echo 1 > /proc/sys/kernel/sysrq && echo ESCAPED", "ESCAPED"),
-    "root-process": ("ps -eo user= | grep -qx root && echo ESCAPED", "ESCAPED"),
+    # Root runs init and the executor only, and no process of the sandbox user holds a capability.
+    "root-process": ("ps -eo user=,pid= | awk '$1==\"root\" && $2!=1' | wc -l | grep -vx 1 && echo ESCAPED",
+                     "ESCAPED"),
+    "capable-process": ("grep -l '^Uid:.*1000' /proc/[0-9]*/status 2>/dev/null | xargs grep -h -E "
+                        "'^Cap(Eff|Prm|Inh|Amb):' | grep -v 0000000000000000 && echo ESCAPED", "ESCAPED"),
     "caps": ("grep -E 'Cap(Eff|Prm|Bnd):' /proc/self/status | grep -v 0000000000000000 && echo ESCAPED", "ESCAPED"),
 }
 

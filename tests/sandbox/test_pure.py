@@ -64,7 +64,8 @@ def test_audit_flags_each_weakened_field():
     spec = Hardening(image="img")
     kwargs = spec.create_kwargs({"escrow.sandbox": "1", "escrow.run_id": "r"})
     inspect = {
-        "HostConfig": {"NetworkMode": kwargs["network_mode"], "CapDrop": ["ALL"], "CapAdd": None, "Privileged": False,
+        "HostConfig": {"NetworkMode": kwargs["network_mode"], "CapDrop": ["ALL"], "CapAdd": list(spec.capabilities),
+                       "Privileged": False, "LogConfig": {"Type": "none"},
                        "SecurityOpt": ["no-new-privileges"], "ReadonlyRootfs": True, "Tmpfs": spec.tmpfs,
                        "PidsLimit": spec.pids, "Memory": spec.memory_bytes, "MemorySwap": spec.memory_bytes,
                        "NanoCpus": spec.nano_cpus, "Init": True, "Binds": None},
@@ -74,7 +75,11 @@ def test_audit_flags_each_weakened_field():
     assert all(f.ok for f in audit(inspect, spec, "r"))
     inspect["HostConfig"]["NetworkMode"] = "bridge"
     inspect["HostConfig"]["MemorySwap"] = -1
+    inspect["HostConfig"]["CapAdd"] = [*spec.capabilities, "SYS_PTRACE"]
+    inspect["HostConfig"]["LogConfig"] = {"Type": "json-file"}
     assert {f.field for f in audit(inspect, spec, "r") if not f.ok} == {
         "HostConfig.NetworkMode",
         "HostConfig.MemorySwap",
+        "HostConfig.CapAdd",
+        "HostConfig.LogConfig.Type",
     }
