@@ -41,7 +41,7 @@ from sandbox.verifier_view import (
     plan_copy,
     stream_archive,
 )
-from sandbox.workspace import Patch, commit_export, diff_patch, snapshot, tree_entries
+from sandbox.workspace import Patch, commit_export, diff_patch, snapshot, starting_repo_tar, tree_entries
 
 _SETUP_LIMITS = ExecLimits(timeout_s=120, stdout_cap=4096, stderr_cap=4096)
 _LISTING_LIMITS = ExecLimits(timeout_s=120, stdout_cap=1 << 20, stderr_cap=4096)
@@ -67,6 +67,7 @@ class Sandbox:
         self._exports = 0
         self._installed: frozenset[str] | None = None
         self._base_entries: dict[bytes, tuple[str, str]] | None = None
+        self._starting_repo: bytes | None = None
         self.hidden: tuple[str, ...] = ()  # [verify] hidden: in the starting copy, not in this container
         self.channel: ExecutorChannel  # set by _start_executor
 
@@ -86,7 +87,8 @@ class Sandbox:
             claim_state_dir(state, run_id)
         git = PrivateGit(state).init()
         archive, base = snapshot(repo, git, spec.workspace_bytes, policy.verify.hidden)
-        sandbox = cls._launch(client, spec, run_id, f"escrow-{run_id[:24]}", archive, state, own, git, base)
+        sandbox = cls._launch(client, spec, run_id, f"escrow-{run_id[:24]}", archive, state, own, git, base,
+                              make_repo=True)
         sandbox.hidden = policy.verify.hidden
         return sandbox
 
@@ -103,7 +105,7 @@ class Sandbox:
     @classmethod
     def _launch(cls, client: docker.DockerClient, spec: Hardening, run_id: str, name: str,
                 archive: bytes | Iterable[bytes],
-                state: Path, own: bool, git: PrivateGit | None, base: str) -> "Sandbox":
+                state: Path, own: bool, git: PrivateGit | None, base: str, make_repo: bool = False) -> "Sandbox":
         try:
             container = client.containers.create(**spec.create_kwargs(owner_labels(run_id)), name=name)
         except docker.errors.DockerException as exc:
@@ -113,7 +115,7 @@ class Sandbox:
         sandbox = cls(client, container, spec, run_id, state, own, git, base)
         try:
             sandbox._start_executor()
-            sandbox._copy_in(archive)
+            sandbox._copy_in(archive, make_repo)
         except BaseException:
             sandbox.close()
             raise
@@ -250,7 +252,8 @@ class Sandbox:
         """The starting copy with ``patch`` applied, as a tar stream for ``fresh``."""
         if self.git is None or not patch.tree:
             raise WorkspaceError("the patch has no recorded state to verify", run_id=self.run_id)
-        return stream_archive(self.git, tree_entries(self.git, patch.tree), self.spec.workspace_bytes)
+        return stream_archive(self.git, tree_entries(self.git, patch.tree), self.spec.workspace_bytes,
+                              self.starting_repo())
 
     def verifier_copy(self, patch: Patch, policy: Policy) -> VerifierCopy:
         """What the verifier's container holds for ``patch`` under ``policy``
@@ -268,7 +271,16 @@ class Sandbox:
         """``copy`` as a tar stream for ``fresh``."""
         if self.git is None:
             raise WorkspaceError("this sandbox has no private git dir to read the copy from", run_id=self.run_id)
-        return stream_archive(self.git, copy.entries, self.spec.workspace_bytes)
+        return stream_archive(self.git, copy.entries, self.spec.workspace_bytes, self.starting_repo())
+
+    def starting_repo(self) -> bytes:
+        """The ``.git`` of the starting copy for a fresh container, made once
+        per run (``workspace.starting_repo_tar``)."""
+        if self.git is None:
+            raise WorkspaceError("this sandbox has no starting copy", run_id=self.run_id)
+        if self._starting_repo is None:
+            self._starting_repo = starting_repo_tar(self.git, self.base)
+        return self._starting_repo
 
     def installed_modules(self) -> frozenset[str]:
         """The import names the image's interpreter finds before any workspace
@@ -311,9 +323,14 @@ class Sandbox:
             raise SandboxError(f"sandbox container {self.container.name} was still being removed after "
                                f"{REMOVAL_WAIT_S:g}s: {exc}") from exc
 
-    def _copy_in(self, archive: bytes | Iterable[bytes]) -> None:
-        script = ('tar -x -C /workspace -f - && cd /workspace && git init -q && git add -A && '
-                  'git -c user.name=escrow -c user.email=escrow@localhost commit -q --allow-empty -m "starting copy"')
+    def _copy_in(self, archive: bytes | Iterable[bytes], make_repo: bool) -> None:
+        """Extract ``archive`` into the workspace. The model's container then
+        makes its repository of the starting copy; a fresh container's
+        archive brings one (``starting_repo``)."""
+        script = 'tar -x -C /workspace -f -'
+        if make_repo:
+            script += (' && cd /workspace && git init -q && git add -A && git -c user.name=escrow '
+                       '-c user.email=escrow@localhost commit -q --allow-empty -m "starting copy"')
         outcome = self.exec(["/bin/bash", "-c", script], _SETUP_LIMITS, stdin=archive)
         if outcome.exit_code != 0:
             raise WorkspaceError(f"copying the repo into the sandbox failed: {outcome.stderr.text()[:500]}",

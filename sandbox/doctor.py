@@ -86,6 +86,7 @@ def run_doctor(client: docker.DockerClient, image: str) -> DoctorReport:
             checks.append(Check(name="inside timeout", ok=slow.timed_out and slow.duration_s < 10,
                                 detail=f"sleep 30 under a 1s timeout stopped after {slow.duration_s:.1f}s"))
             checks += exit_checks(sandbox)
+            checks.extend(_executor_checks(sandbox))
             checks.extend(_process_checks(sandbox))
             checks.append(_acl_resolution_check(sandbox))
     return DoctorReport(ok=all(c.ok for c in checks), checks=tuple(checks))
@@ -139,6 +140,50 @@ def exit_checks(sandbox: Sandbox) -> list[Check]:
             ok=not fsmonitor_ran,
             detail="core.fsmonitor in a repo's config " + ("RAN on the host" if fsmonitor_ran else "runs nothing"),
         ),
+    ]
+
+
+# KILL, SETGID, SETUID, SETPCAP (bits 5-8): the executor's capabilities, and no more.
+_EXECUTOR_CAPS = "00000000000001e0"
+_EXECUTOR_PROBE = r"""
+p={pid}
+echo "executor_status=$(awk '/^(Uid|CapEff|CapBnd):/ {{printf "%s%s ", $1, $2}}' /proc/$p/status)"
+kill -9 $p 2>/dev/null && echo "executor_kill=delivered" || echo "executor_kill=refused"
+python3 -c "import ctypes; r = ctypes.CDLL(None).ptrace(16, $p, 0, 0)
+print('executor_ptrace=' + ('refused' if r else 'attached'))"
+ls /proc/$p/fd >/dev/null 2>&1 && echo "executor_fds=listed" || echo "executor_fds=refused"
+head -c1 /proc/$p/mem >/dev/null 2>&1 && echo "executor_mem=read" || echo "executor_mem=refused"
+echo "command_fds=$(ls /proc/self/fd | sort -n | tr '
+' ' ')"
+echo "command_caps=$(awk '/^Cap/ {{printf "%s ", $2}}' /proc/self/status)"
+"""
+
+
+def _executor_checks(sandbox: Sandbox) -> list[Check]:
+    """The executor is root with its four capabilities only, and a command
+    (uid 1000, no capability) can neither signal, trace nor read it."""
+    limits = ExecLimits(timeout_s=20, stdout_cap=4096, stderr_cap=1024)
+    pid = sandbox.channel.pid
+    probe = sandbox.bash(_EXECUTOR_PROBE.format(pid=pid), limits)
+    values = dict(line.split("=", 1) for line in probe.stdout.text().splitlines() if "=" in line)
+    after = sandbox.bash("echo alive", limits).stdout.text() == "alive\n"
+    status = values.get("executor_status", "<missing>")
+    expected_status = f"Uid:0 CapEff:{_EXECUTOR_CAPS} CapBnd:{_EXECUTOR_CAPS} "
+    fds = values.get("command_fds", "").split()
+    return [
+        Check(name="executor identity", ok=status == expected_status,
+              detail=f"pid {pid}: {status.strip()}"),
+        Check(name="executor signals", ok=values.get("executor_kill") == "refused" and after,
+              detail=f"kill -9 from a command: {values.get('executor_kill')}; executor "
+              + ("answers" if after else "GONE")),
+        Check(name="executor ptrace", ok=values.get("executor_ptrace") == "refused",
+              detail=f"PTRACE_ATTACH from a command: {values.get('executor_ptrace')}"),
+        Check(name="executor /proc", ok=(values.get("executor_fds"), values.get("executor_mem")) == ("refused",) * 2,
+              detail=f"its fd directory: {values.get('executor_fds')}; its memory: {values.get('executor_mem')}"),
+        Check(name="command descriptors", ok=set(fds) <= {"0", "1", "2", "3"},
+              detail=f"open in a command: {' '.join(fds) or '<missing>'} (its own listing is 3)"),
+        Check(name="command capabilities", ok=(caps := values.get("command_caps", "").split()) == ["0" * 16] * 5,
+              detail="Inh Prm Eff Bnd Amb " + ("all empty" if caps == ["0" * 16] * 5 else " ".join(caps))),
     ]
 
 

@@ -265,12 +265,15 @@ class _BlobReader:
         self.proc.wait()
 
 
-def stream_archive(git: PrivateGit, entries: Entries, max_bytes: int) -> Iterator[bytes]:
-    """A tar of ``entries`` (0644/0755/links, uid 1000, mtime 0), yielded a
-    header or a file's content at a time (no copy of it is made); past
-    ``max_bytes`` of tar it stops with ExportRefused."""
+def stream_archive(git: PrivateGit, entries: Entries, max_bytes: int, first: bytes = b"") -> Iterator[bytes]:
+    """A tar of ``first`` (members made elsewhere) and ``entries``
+    (0644/0755/links, uid 1000, mtime 0), yielded a header or a file's
+    content at a time (no copy of it is made); past ``max_bytes`` of tar it
+    stops with ExportRefused."""
+    if first:
+        yield first
     reader = _BlobReader(git)
-    sent = 0
+    sent = len(first)
     pending: list[bytes] = []  # small members gathered into one send (a repo of many small files)
     held = 0
     ordered = sorted(entries.items())

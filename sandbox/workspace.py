@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import stat
 import tarfile
 import tempfile
@@ -178,6 +179,29 @@ def snapshot(repo: Path, git: PrivateGit, max_bytes: int, hidden: tuple[str, ...
     finally:
         tree.abort()
     return buffer.getvalue(), base
+
+
+def starting_repo_tar(git: PrivateGit, base: str) -> bytes:
+    """Tar members (without the end-of-archive blocks) of a ``.git`` whose
+    HEAD is the starting copy ``base``: one pack of its objects and an index.
+    Made once per run on the host, so that a verifier's container gets its
+    repository by extraction alone instead of hashing every file again."""
+    target = git.root / "starting-repo.git"
+    shutil.rmtree(target, ignore_errors=True)
+    git.run("init", "-q", "--bare", "--template=", str(target), git_dir=False)
+    pack = git.run("pack-objects", "--revs", "--stdout", "-q", input=f"{base}\n".encode()).stdout
+    env = {"GIT_DIR": str(target)}
+    for args, given in ((["index-pack", "--stdin"], pack), (["config", "core.bare", "false"], None),
+                        (["update-ref", "refs/heads/main", base], None),
+                        (["symbolic-ref", "HEAD", "refs/heads/main"], None), (["read-tree", base], None)):
+        run_git(args, home=git.home, cwd=git.home, input=given, env=env, timeout_s=git.timeout_s)
+    members = []
+    for path in sorted(p for p in target.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        members += [tar_info(f".git/{path.relative_to(target)}", FILE, data).tobuf(tarfile.PAX_FORMAT), data,
+                    b"\0" * (-len(data) % tarfile.BLOCKSIZE)]
+    shutil.rmtree(target, ignore_errors=True)
+    return b"".join(members)
 
 
 def tree_entries(git: PrivateGit, commit: str) -> dict[bytes, tuple[str, str]]:

@@ -45,6 +45,8 @@ def test_doctor_json_reports_every_check_ok(sandbox_image):
                              "inside no survivors", "inside main process", "acl resolved paths",
                              "inspect HostConfig.PidsLimit", "inspect Config.User"} <= names
     assert {"exit export", "exit diff", "exit verifier", "exit host git"} <= names
+    assert {"executor identity", "executor signals", "executor ptrace", "executor /proc", "command descriptors",
+            "command capabilities"} <= names
 
 
 @pytest.mark.docker
