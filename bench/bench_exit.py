@@ -4,6 +4,9 @@
           against the framed export parsed into a private git (Sandbox.patch)
   verify: the verifier in the model's own container (the previous path)
           against a fresh container on the starting copy + patch
+  setup:  a fresh container that runs git add -A of the whole tree (the
+          previous path) against one that extracts the starting copy's
+          repository made once per run; samples alternate
   verifier's copy: the whole patched tree built in host memory (the path
           before protected and hidden inputs, copied below) against the
           policy's copy (protected inputs restored, shadowing modules left
@@ -38,6 +41,7 @@ from sandbox import ExecLimits, Sandbox, connect
 from sandbox.capture import BytesCapture
 from sandbox.errors import ExportRefused
 from sandbox.hostgit import PrivateGit
+from sandbox.verifier_view import stream_archive
 from sandbox.workspace import tree_entries
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "calculator"
@@ -140,6 +144,8 @@ def bench_repo(client, image: str, repo: Path, n: int) -> dict[str, float]:
     policy = default_policy()
     out: dict[str, float] = {}
     with Sandbox.start(client, image, policy, repo) as sandbox, tempfile.TemporaryDirectory() as work:
+        git = sandbox.git
+        assert git is not None
         old_patch(sandbox, Path(work))  # the old path's starting copy, not counted
         sandbox.bash("for f in $(find . -name '*.py' | head -3); do echo '# changed' >> $f; done", LIMITS)
         old_patch(sandbox, Path(work))  # warm-up, not counted
@@ -154,10 +160,23 @@ def bench_repo(client, image: str, repo: Path, n: int) -> dict[str, float]:
                 verifier.bash(VERIFIER, LIMITS)
 
         out["verify new (fresh container)"] = statistics.median(timed(fresh_verify, n))
+
+        def setup_in_container() -> None:
+            """The fresh container as before: the patched tree, then git add -A of every file in it."""
+            tree = stream_archive(git, tree_entries(git, patch.tree), sandbox.spec.workspace_bytes)
+            state = Path(tempfile.mkdtemp(prefix="escrow-bench-"))
+            Sandbox._launch(sandbox.client, sandbox.spec, sandbox.run_id, f"escrow-bench-{time.time_ns()}", tree,
+                            state, True, None, "", make_repo=True).close()
+
+        def setup_extracted() -> None:
+            with sandbox.fresh(sandbox.archive_of(patch), "bench"):
+                pass
+
+        sandbox.starting_repo()  # made once per run, before the first verification
+        out["setup old (git add in container)"], out["setup new (repo extracted)"] = alternated(
+            setup_in_container, setup_extracted, n)
         hiding = policy.model_copy(update={"verify": policy.verify.model_copy(
             update={"hidden": ("test_*.py", "pkg1/**")})})
-        git = sandbox.git
-        assert git is not None
 
         def whole_tree_verify() -> None:
             with sandbox.fresh(old_tree_archive(git, patch.tree, sandbox.spec.workspace_bytes), "bench") as verifier:
@@ -224,7 +243,8 @@ def main() -> None:
             figures = bench_repo(client, opts.image, repo, opts.n)
             for step, seconds in figures.items():
                 kind = step.split()[0]
-                old = {"export": "(tar)", "verify": "(same container)", "copy": "(whole tree, memory)"}[kind]
+                old = {"export": "(tar)", "verify": "(same container)", "copy": "(whole tree, memory)",
+                       "setup": "(git add in container)"}[kind]
                 if "hidden" in step:
                     old = "(again, for + hidden)"
                 ratio = seconds / figures[f"{kind} old {old}"]

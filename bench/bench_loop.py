@@ -13,7 +13,11 @@ pacing does not share this process's GIL. Per turn:
   (journal calls), client wrapping (call wall - envelope total), sandbox
   adapter (execute wall - duration_s) and the rest (context, perimeter, loop).
 
-    .venv/bin/python bench/bench_loop.py [--turns 30] [--tokens-per-s 50] [--json]
+A bare ``docker exec true`` in the same sandbox, timed between turns, is
+the baseline a turn is compared with (``--tokens 1 --tokens-per-s 1e6``
+makes the model near instant).
+
+    .venv/bin/python bench/bench_loop.py [--turns 30] [--tokens-per-s 50] [--tool read_file|bash] [--json]
 """
 
 from __future__ import annotations
@@ -97,12 +101,25 @@ class TimedTools:
         return outcome
 
 
-def reply(tokens: int, tokens_per_s: float) -> Reply:
-    args = json.dumps({"path": "calc.py"})
+TOOL_CALLS = {"read_file": {"path": "calc.py"}, "bash": {"command": "true"}}
+
+
+def reply(tokens: int, tokens_per_s: float, tool: str) -> Reply:
+    args = json.dumps(TOOL_CALLS[tool])
     text_chunks = max(0, tokens - len(args) // 4 - 1)
     text = "I will read calc.py again to check the divisor in mean(). " * 8
-    return Reply(text=text[: text_chunks * 4], tool_calls=(ScriptedToolCall(name="read_file", arguments=args),),
+    return Reply(text=text[: text_chunks * 4], tool_calls=(ScriptedToolCall(name=tool, arguments=args),),
                  chunk_chars=4, tokens_per_s=tokens_per_s)
+
+
+def bare_docker_exec_s(container_id: str, n: int) -> float:
+    """Median of ``docker exec -u 1000 CONTAINER true``: the baseline a turn is compared with."""
+    samples = []
+    for _ in range(n + 1):
+        start = time.perf_counter()
+        subprocess.run(["docker", "exec", "-u", "1000:1000", container_id, "true"], check=True)
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples[1:])
 
 
 def start_server(step: Reply) -> tuple[subprocess.Popen, str]:
@@ -129,7 +146,7 @@ def live_loop(docker_client, store: Store, url: str, turns: int, clock: Clock) -
         model = TimedModel(client, clock)
         agent = build_agent(spec, counter=TiktokenCounter("cl100k_base"), model=model, tools=tools,
                             acl=acl_of(policy), journal=TimedJournal(RunJournal(recorder, run_id), clock))
-        yield agent, tools, model, run_id
+        yield agent, tools, model, sandbox
 
 
 def timed_step(agent, tools: TimedTools, model: TimedModel) -> tuple[float, object, float]:
@@ -144,17 +161,20 @@ def timed_step(agent, tools: TimedTools, model: TimedModel) -> tuple[float, obje
     return wall, envelope, sum(o.duration_s for o in tools.outcomes)
 
 
-def measure(turns: int, tokens: int, tokens_per_s: float) -> list[dict[str, float]]:
+def measure(turns: int, tokens: int, tokens_per_s: float, tool: str) -> tuple[list[dict[str, float]], float]:
     docker_client = connect(None)
     require_image(docker_client, IMAGE)
-    server, url = start_server(reply(tokens, tokens_per_s))
+    server, url = start_server(reply(tokens, tokens_per_s, tool))
     home = Path(tempfile.mkdtemp())
     store = Store.open(f"sqlite:///{home / 'escrow.db'}")
     clock = Clock()
     rows: list[dict[str, float]] = []
+    bare: list[float] = []
     try:
-        with live_loop(docker_client, store, url, turns, clock) as (agent, tools, model, _):
-            for _ in range(turns):
+        with live_loop(docker_client, store, url, turns, clock) as (agent, tools, model, sandbox):
+            for turn in range(turns):
+                if turn % 10 == 0:  # interleaved with the turns, so both see the same load
+                    bare.append(bare_docker_exec_s(sandbox.container.id, 3))
                 clock.spent.clear()
                 wall, envelope, tool_s = timed_step(agent, tools, model)
                 model_s = envelope.timings.total_s
@@ -171,7 +191,7 @@ def measure(turns: int, tokens: int, tokens_per_s: float) -> list[dict[str, floa
         server.terminate()
         server.wait(timeout=10)
         store.close()
-    return rows
+    return rows, statistics.median(bare)
 
 
 def report(rows: list[dict[str, float]]) -> dict[str, object]:
@@ -193,9 +213,12 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=30)
     parser.add_argument("--tokens", type=int, default=100, help="Streamed chunks (tokens) per reply.")
     parser.add_argument("--tokens-per-s", type=float, default=50.0)
+    parser.add_argument("--tool", choices=sorted(TOOL_CALLS), default="read_file", help="The one call of each turn.")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    summary = report(measure(args.turns, args.tokens, args.tokens_per_s))
+    rows, bare = measure(args.turns, args.tokens, args.tokens_per_s, args.tool)
+    summary = {**report(rows), "tool": args.tool, "bare_docker_exec_ms": 1000 * bare,
+               "turn_over_bare_docker_exec": statistics.median(r["wall"] for r in rows) / bare}
     if args.json:
         print(json.dumps(summary, indent=2))
         return
@@ -206,11 +229,13 @@ def main() -> None:
     print(f"{'per turn (ms)':<34}{'mean':>10}{'median':>10}")
     labels = {"wall": "turn wall time", "model": "model (envelope total_s)", "tool": "tool (duration_s)",
               "overhead": "overhead = wall - model - tool", "recording": "  recording (journal)",
-              "client": "  client wrapping", "sandbox_adapter": "  sandbox adapter (docker exec)",
+              "client": "  client wrapping", "sandbox_adapter": "  sandbox adapter (executor channel)",
               "loop": "  context + perimeter + loop"}
     for key, label in labels.items():
         print(f"{label:<34}{mean[key]:>10.2f}{median[key]:>10.2f}")
     first, last = summary["first_vs_last_overhead_ms"]
+    print(f"one {args.tool} turn (median) / one bare docker exec ({summary['bare_docker_exec_ms']:.1f} ms, same "
+          f"run): {summary['turn_over_bare_docker_exec']:.3f}")
     print(f"overhead share of turn time: {100 * summary['overhead_share']:.2f}%  "
           f"(recording {100 * summary['recording_share']:.2f}%); first turn {first:.1f} ms, last {last:.1f} ms")
 

@@ -141,8 +141,9 @@ def test_export_attacks_end_with_a_recorded_verdict(settings, repo, fault, open_
     assert [e.kind for e in traj.run_events][-1] == "verdict"
 
 
-def kill_container_when(docker_client, marker: str, stop: threading.Event) -> None:
-    """Kill our sandbox container once a command containing ``marker`` runs in it."""
+def kill_container_when(docker_client, marker: str, stop: threading.Event, executor_only: bool = False) -> None:
+    """Kill our sandbox container (or only its executor, from outside, as
+    root) once a command containing ``marker`` runs in it."""
     while not stop.is_set():
         for container in docker_client.containers.list(filters={"label": f"{LABEL_PID}={os.getpid()}"}):
             try:
@@ -150,7 +151,10 @@ def kill_container_when(docker_client, marker: str, stop: threading.Event) -> No
             except Exception:  # noqa: BLE001 - the container may be going away
                 continue
             if marker.encode() in out:
-                container.kill()
+                if executor_only:
+                    container.exec_run(["pkill", "-9", "-f", "-u", "0", "^/usr/bin/python3 -I -S -c"], user="0")
+                else:
+                    container.kill()
                 return
         time.sleep(0.1)
 
@@ -170,6 +174,25 @@ def test_a_crashed_container_mid_run_is_an_infra_error(settings, repo, fault, op
     error = infra_error(open_store, outcome)
     assert error["type"] == "ExecutorBroken" and "not running" in error["message"]
     assert fault.pending == 1, "the run stopped at the crash; the next answer was never asked for"
+
+
+def test_an_executor_that_dies_mid_run_is_an_infra_error(settings, repo, fault, open_store, docker_client):
+    fault.script([answer(("bash", {"command": "sleep 30; echo kill-executor"})),
+                  answer(("bash", {"command": "echo next"}))])
+    stop = threading.Event()
+    killer = threading.Thread(target=kill_container_when, args=(docker_client, "kill-executor", stop, True),
+                              daemon=True)
+    killer.start()
+    try:
+        outcome = run(settings, repo)
+    finally:
+        stop.set()
+        killer.join(10)
+
+    assert outcome.result.verdict is Verdict.INFRA_ERROR, outcome.result.detail
+    error = infra_error(open_store, outcome)
+    assert error["type"] == "ExecutorBroken" and "executor" in error["message"]
+    assert fault.pending == 1, "the run stopped when its executor died; the next answer was never asked for"
 
 
 def test_model_cannot_kill_the_main_process_and_the_run_goes_on(settings, repo, fault, open_store):
