@@ -30,6 +30,7 @@ COMMAND = ["/usr/bin/python3", "-I", "-S", "-c", SOURCE, "escrow-executor"]
 
 _HEADER = struct.Struct(">BI")
 _DOCKER_HEADER = struct.Struct(">BxxxI")
+_REQUEST_TAG = struct.Struct(">I")
 _STDIN_CHUNK = 1 << 20
 _MAX_OUTPUT_FRAME = 1 << 16  # the executor reads a command's pipes 64 KiB at a time
 _MAX_JSON_FRAME = 64 << 20
@@ -58,6 +59,7 @@ class ExecutorChannel:
         self._buffer = bytearray()
         self._diagnostics = bytearray()
         self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
         self._next_id = 0
         self.broken: str | None = None
         self.pid: int | None = None
@@ -88,44 +90,55 @@ class ExecutorChannel:
             self._next_id += 1
             ident = self._next_id
             self._send("R", json.dumps({**request, "id": ident}).encode())
+            feeder = None
             if stdin is not None:
-                for chunk in (stdin,) if isinstance(stdin, bytes) else stdin:
-                    for at in range(0, len(chunk), _STDIN_CHUNK):
-                        self._send("I", chunk[at : at + _STDIN_CHUNK])
-                self._send("E", b"")
-            deadline = time.monotonic() + timeout_s + GRACE_S
-            canceled = False
-            while True:
-                if cancel is not None and cancel.is_set() and not canceled:
-                    canceled = True
-                    self._send("K", b"")
-                    deadline = min(deadline, time.monotonic() + GRACE_S)
-                kind, payload = self._next_frame(deadline, cancel if not canceled else None)
-                if kind == "":
-                    continue  # the cancel event fired while waiting
-                if kind in ("O", "X"):
-                    on_output(kind, payload)
-                elif kind == "P" and on_resolved is not None:
-                    resolved = self._json(payload).get("resolved")
-                    if not isinstance(resolved, str):
-                        self._fail("a resolved path that is not a string")
-                    allow = on_resolved(resolved)
-                    self._send("V", json.dumps({"allow": bool(allow)}).encode())
-                elif kind == "D":
-                    result = self._json(payload)
-                    if result.get("id") != ident:
-                        self._fail(f"a result for request {result.get('id')!r} while {ident} was running")
-                    return Ending(result=result, canceled_by_host=canceled)
-                else:
-                    self._fail(f"an unexpected {kind!r} frame")
+                # Fed from a thread while this one reads: a command that writes
+                # before it has read all its input never blocks the channel.
+                feeder = _Feeder(self, stdin, ident)
+                feeder.start()
+            try:
+                return self._until_result(ident, timeout_s, on_output, on_resolved, cancel)
+            finally:
+                if feeder is not None:
+                    feeder.stop()
+
+    def _until_result(self, ident: int, timeout_s: float, on_output: Callable[[str, bytes], None],
+                      on_resolved: Callable[[str], bool] | None, cancel: threading.Event | None) -> Ending:
+        deadline = time.monotonic() + timeout_s + GRACE_S
+        canceled = False
+        while True:
+            if cancel is not None and cancel.is_set() and not canceled:
+                canceled = True
+                self._send("K", b"")
+                deadline = min(deadline, time.monotonic() + GRACE_S)
+            kind, payload = self._next_frame(deadline, cancel if not canceled else None)
+            if kind == "":
+                continue  # the cancel event fired while waiting
+            if kind in ("O", "X"):
+                on_output(kind, payload)
+            elif kind == "P" and on_resolved is not None:
+                resolved = self._json(payload).get("resolved")
+                if not isinstance(resolved, str):
+                    self._fail("a resolved path that is not a string")
+                allow = on_resolved(resolved)
+                self._send("V", json.dumps({"allow": bool(allow)}).encode())
+            elif kind == "D":
+                result = self._json(payload)
+                if result.get("id") != ident:
+                    self._fail(f"a result for request {result.get('id')!r} while {ident} was running")
+                return Ending(result=result, canceled_by_host=canceled)
+            else:
+                self._fail(f"an unexpected {kind!r} frame")
 
     # -- framing ----------------------------------------------------------------
 
     def _send(self, kind: str, payload: bytes) -> None:
-        try:
-            self._sock.sendall(_HEADER.pack(ord(kind), len(payload)) + payload)
-        except OSError as exc:
-            self._fail(f"the channel broke while sending: {exc}")
+        """One whole frame (frames from the feeder and from this thread never interleave)."""
+        with self._send_lock:
+            try:
+                self._sock.sendall(_HEADER.pack(ord(kind), len(payload)) + payload)
+            except OSError as exc:
+                self._fail(f"the channel broke while sending: {exc}")
 
     def _next_frame(self, deadline: float, cancel: threading.Event | None = None) -> tuple[str, bytes]:
         """The executor's next frame; ("", b"") when ``cancel`` is set first."""
@@ -205,3 +218,29 @@ class ExecutorChannel:
             except OSError:
                 pass
 
+
+
+class _Feeder(threading.Thread):
+    """Sends a request's stdin as I frames, then E; stopped once the result is in."""
+
+    def __init__(self, channel: ExecutorChannel, stdin: bytes | Iterable[bytes], ident: int) -> None:
+        super().__init__(daemon=True, name="escrow-executor-stdin")
+        self._channel = channel
+        self._stdin = stdin
+        self._tag = _REQUEST_TAG.pack(ident)  # a late frame can never feed the next request
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        try:
+            for chunk in (self._stdin,) if isinstance(self._stdin, bytes) else self._stdin:
+                for at in range(0, len(chunk), _STDIN_CHUNK):
+                    if self._stopped.is_set():
+                        return
+                    self._channel._send("I", self._tag + chunk[at : at + _STDIN_CHUNK])
+            self._channel._send("E", self._tag)
+        except ExecutorBroken:
+            pass  # the reading thread meets the same broken channel and reports it
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.join(GRACE_S)

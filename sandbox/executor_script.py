@@ -7,7 +7,8 @@ neither signal, trace nor read this process (another uid, no capability,
 no inherited descriptor).
 
 Frames, both ways: one kind byte, a 4-byte big-endian length, the payload.
-Host to executor: R request (JSON), I stdin bytes, E end of stdin, K kill
+Host to executor: R request (JSON), I stdin bytes and E end of stdin (each
+led by its request's 4-byte id), K kill
 the running request, V the host's verdict on a resolved path (JSON).
 Executor to host: H hello (JSON), O stdout bytes, X stderr bytes, P a
 resolved path awaiting the verdict (JSON), D the request's result (JSON).
@@ -208,6 +209,7 @@ def spawn(argv, env, cwd):
 def run_command(req, reader):
     started = time.monotonic()
     pid, stdin_w, out_r, err_r = spawn(req["argv"], req["env"], req.get("cwd", ROOT))
+    tag = struct.pack(">I", req["id"])  # stdin frames name their request
     wants_stdin = bool(req.get("stdin"))
     if not wants_stdin:
         os.close(stdin_w)
@@ -252,9 +254,10 @@ def run_command(req, reader):
             reader.fill()
         while reader.frames:
             kind, payload = reader.frames.pop(0)
-            if kind == "I" and stdin_w is not None:
-                pending += payload
-            elif kind == "E" and stdin_w is not None:
+            mine = payload[:4] == tag
+            if kind == "I" and stdin_w is not None and mine:
+                pending += payload[4:]
+            elif kind == "E" and stdin_w is not None and mine:
                 stdin_done = True
             elif kind == "K" and ending is None:
                 ending = "cancel"

@@ -285,3 +285,13 @@ def test_a_racing_symlink_swap_never_redirects_a_file_tool(docker_client, sandbo
             racer.wait()
         assert outcomes["allowed"] > 0  # the race ran both ways; an always-refused tool proves nothing
         assert sandbox.bash("cat secrets/f.txt", LIMITS).stdout.text() == "TOP-SECRET\n"
+
+
+def test_a_command_that_writes_before_it_reads_its_stdin_does_not_block_the_channel(box):
+    """4 MB of output before it reads 20 MiB of input: with the host sending
+    all stdin before reading, both ends would wait on each other."""
+    limits = ExecLimits(timeout_s=60, stdout_cap=1 << 16, stderr_cap=1 << 12)
+    outcome = box.sandbox.exec(["/bin/bash", "-c", "head -c 4000000 /dev/zero | base64 -w0; echo; wc -c"], limits,
+                               stdin=[b"x" * (1 << 20)] * 20)
+    assert outcome.exit_code == 0 and outcome.stdout.tail.strip().endswith("20971520")
+    assert alive(box)
