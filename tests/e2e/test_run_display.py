@@ -168,7 +168,7 @@ def test_plain_lines_off_a_terminal_and_quiet(tmp_path, repo, fault: FaultServer
     assert any(line.startswith("turn 2 TRUNCATED (finish_length") for line in lines)
     assert sum(line.startswith("budget: ") for line in lines) == 5  # one per turn
     assert not any(line[:4].isdigit() for line in lines)  # no timestamps
-    assert "PASS" in done.stdout
+    assert "PASS" in done.stderr and "PASS" not in done.stdout  # piped: stdout is the patch alone
 
     fault.script(story())
     quiet = subprocess.run(
