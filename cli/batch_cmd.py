@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from cli.display.batch_html import batch_html
+from cli.display.table import ABSENT, Column, figure, prose, render, terminal_width
 from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
 from orchestrator.batch.driver import BatchPlan, pending_tasks, run_batch, start_batch
 from orchestrator.batch.errors import BatchNotFound
@@ -65,6 +66,7 @@ def batch(
     stream: bool = typer.Option(None, "--stream/--no-stream", help="Stream responses (SSE) or not."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
     html: Path = typer.Option(None, "--html", help="Also write the report as one self-contained HTML file."),
+    wide: bool = typer.Option(False, "--wide", help="Show every column (tables stacked to fit the width)."),
     db: str = typer.Option(None, "--db", help=DB_HELP),
     config: Path = typer.Option(None, "--config", help=CONFIG_HELP),
 ) -> None:
@@ -92,7 +94,7 @@ def batch(
     if target in VIEWS:
         if not batch_ref:
             raise ConfigError(f"escrow batch {target} needs a batch id")
-        show(settings, target, batch_ref, as_json, html)
+        show(settings, target, batch_ref, as_json, html, wide=wide)
         return
     if executor is not None and executor not in EXECUTORS:
         raise ConfigError(f"--executor {executor!r} is not one of: {', '.join(EXECUTORS)}")
@@ -129,7 +131,7 @@ def batch(
         run = run_batch if address is None else partial(run_batch_on_ray, address=address)
         _run_with_progress(store, settings, batch_id, len(pending), options, err, run)
         report = _report(store, batch_id)
-    _render(report, as_json)
+    _render(report, as_json, wide=wide)
     raise typer.Exit(ExitCode.OK if report.done == report.n_tasks else ExitCode.FINDING)
 
 
@@ -168,7 +170,8 @@ def _report(store: Store, batch_id: str) -> BatchReport:
     return batch_report(view, summaries, bstore.crashed_runs(store))
 
 
-def show(settings: Settings, what: str, ref: str, as_json: bool, html: Path | None = None) -> None:
+def show(settings: Settings, what: str, ref: str, as_json: bool, html: Path | None = None, *,
+         wide: bool = False) -> None:
     with Store.open(settings.store_url, readonly=True, create=False) as store:
         report = _report(store, _resolve(store, ref))
     if html is not None:
@@ -176,28 +179,40 @@ def show(settings: Settings, what: str, ref: str, as_json: bool, html: Path | No
             html.write_text(batch_html(report), encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"cannot write the HTML report to {html}: {exc.strerror}", path=str(html)) from exc
-    _render(report, as_json, full=what == "report")
+    _render(report, as_json, full=what == "report", wide=wide)
 
 
-def _render(report: BatchReport, as_json: bool, *, full: bool = True) -> None:
+TASK_COLUMNS = (
+    Column("task_id", "task", "text", rank=0), Column("outcome", "outcome", "text"),
+    Column("verdict", "verdict", "text"), Column("seconds", "secs", "seconds"), Column("cost_usd", "$", "usd"),
+    Column("run", "run", "text"), Column("attempts", "tries", rank=2), Column("tokens", "tokens", rank=2),
+    Column("replica", "replica", "text", rank=3), Column("error", "error", "text", flex=True),
+)
+
+
+def _render(report: BatchReport, as_json: bool, *, full: bool = True, wide: bool = False) -> None:
     if as_json:
         emit_json(report.model_dump(mode="json"))
         return
+    width = terminal_width()
     rate = "n/a" if report.pass_rate is None else f"{report.pass_rate:.0%}"
-    typer.echo(f"batch {report.batch_id}  ({report.task_file})")
-    typer.echo(f"tasks {report.n_tasks} · done {report.done} · passed {report.passed} ({rate}) · running "
-               f"{report.running} · not started {report.not_started} · infrastructure failures "
-               f"{report.infra_failures} (sandbox start timeouts {report.start_timeouts}) · task errors "
-               f"{report.task_errors}" + (f" · interrupted {report.interrupted}" if report.interrupted else ""))
-    times = " · ".join(f"{k} {v:.1f}s" for k, v in (("p50", report.p50_s), ("p95", report.p95_s)) if v is not None)
-    typer.echo(f"cost ${report.cost_usd:.4f} · tokens {report.tokens:,}" + (f" · {times}" if times else ""))
+    facts = [f"tasks {report.n_tasks}", f"done {report.done}", f"passed {report.passed} ({rate})",
+             f"running {report.running}", f"not started {report.not_started}",
+             f"infrastructure failures {report.infra_failures} (sandbox start timeouts {report.start_timeouts})",
+             f"task errors {report.task_errors}"]
+    if report.interrupted:
+        facts.append(f"interrupted {report.interrupted}")
+    times = [f"{k} {figure(v, 'seconds')}s" for k, v in (("p50", report.p50_s), ("p95", report.p95_s)) if v is not None]
+    lines = [*prose(f"batch {report.batch_id}  ({report.task_file})", width), *prose(" · ".join(facts), width),
+             *prose(" · ".join([f"cost ${figure(report.cost_usd, 'usd')}", f"tokens {figure(report.tokens)}", *times]),
+                    width)]
     if report.verdicts:
-        typer.echo("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(report.verdicts.items())))
-    if not full:
-        return
-    typer.echo(f"slowest: {', '.join(report.slowest) or '-'}   costliest: {', '.join(report.costliest) or '-'}")
-    typer.echo(f"{'task':<28} {'outcome':<15} {'verdict':<18} {'tries':>5} {'secs':>7} {'tokens':>8} {'$':>8}  run")
-    for t in report.tasks:
-        secs = f"{t.seconds:.1f}" if t.seconds is not None else "-"
-        typer.echo(f"{t.task_id[:28]:<28} {t.outcome:<15} {(t.verdict or '-'):<18} {t.attempts:>5} {secs:>7} "
-                   f"{t.tokens:>8} {t.cost_usd:>8.4f}  {(t.run_id or '-')[:12]}")
+        lines += prose("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(report.verdicts.items())), width)
+    if full:
+        lines += prose(f"slowest: {', '.join(report.slowest) or ABSENT}", width)
+        lines += prose(f"costliest: {', '.join(report.costliest) or ABSENT}", width)
+        # A task with no run yet has no cost or tokens: absent, not 0.
+        rows = [{**t.model_dump(), "run": t.run_id and t.run_id[:12],
+                 **({} if t.run_id else {"cost_usd": None, "tokens": None})} for t in report.tasks]
+        lines += ["", *render(TASK_COLUMNS, rows, width=width, wide=wide)]
+    typer.echo("\n".join(lines))

@@ -10,11 +10,20 @@ from pathlib import Path
 
 import typer
 
+from cli.display.table import Column, render
 from cli.spans import parse_since
 from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
 from orchestrator.errors import ConfigError
 from orchestrator.settings import load_settings
-from store.run_list import RunLine, RunQuery, read_run_lines, runs_json, runs_table, sqlite_file
+from store.run_list import RunLine, RunQuery, read_run_lines, runs_json, sqlite_file
+
+RUN_COLUMNS = (
+    Column("id", "run", "text", rank=0), Column("started", "started", "text"),
+    Column("outcome", "verdict", "text"), Column("mode", "mode", "text"), Column("turns", "turns"),
+    Column("cost_usd", "$", "usd"), Column("model", "model", "text", rank=2),
+    Column("input_tokens", "in", rank=3), Column("cached_input_tokens", "cached", rank=3),
+    Column("output_tokens", "out", rank=3), Column("task", "task", "text", flex=True),
+)
 
 
 def runs(
@@ -26,6 +35,7 @@ def runs(
     ),
     limit: int = typer.Option(50, "--limit", min=1, max=100_000, help="Most runs to list, newest first."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    wide: bool = typer.Option(False, "--wide", help="Show every column (tables stacked to fit the width)."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     config: Path | None = typer.Option(None, "--config", help=CONFIG_HELP),
 ) -> None:
@@ -44,7 +54,28 @@ def runs(
     if as_json:
         emit_json(runs_json(lines))
     else:
-        typer.echo(runs_table(lines))
+        typer.echo("\n".join(runs_table(lines, now=now, wide=wide)))
+
+
+def started(ts: float, now: float) -> str:
+    """Month, day and time within the year; the date alone before that."""
+    fmt = "%m-%d %H:%M" if time.localtime(ts).tm_year == time.localtime(now).tm_year else "%Y-%m-%d"
+    return time.strftime(fmt, time.localtime(ts))
+
+
+def runs_table(lines: list[RunLine], *, now: float, wide: bool = False, width: int | None = None) -> list[str]:
+    if not lines:
+        return ["no runs"]
+    rows = [{
+        **line.totals, "id": line.run["id"][:12], "started": started(line.run["created_at"], now),
+        # A run still going has no verdict yet: its status stands in that column.
+        "outcome": line.run["verdict"] or line.run["status"], "mode": line.run["mode"],
+        "model": line.run["request_model"], "task": line.run["task"],
+    } for line in lines]
+    # The mode marks replays, re-executions, forks and imports; when every run
+    # listed is a plain run it says nothing and leaves its width to the task.
+    marked = any(line.run["mode"] != "run" for line in lines)
+    return render([c for c in RUN_COLUMNS if marked or c.key != "mode"], rows, width=width, wide=wide)
 
 
 def _listed_by_store(url: str, wanted: RunQuery, now: float) -> list[RunLine]:
