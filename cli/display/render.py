@@ -11,6 +11,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderR
 from rich.text import Text
 
 from cli.display.steps import ModelStep, ToolStep
+from cli.display.table import figure
 from orchestrator.contract import Frozen
 from orchestrator.terminal_text import one_line, printable
 
@@ -57,11 +58,18 @@ def model_heading(step: ModelStep) -> Text:
     heading.append(step.status, style=_STATUS_STYLE.get(step.status, "red"))
     if step.cause:
         heading.append(f" ({one_line(step.cause, 200)})", style=_STATUS_STYLE.get(step.status, "red"))
-    figures = f"{step.prompt_tokens:,} in, {step.completion_tokens:,} out"
+    figures = token_figures(step)
     if step.seconds is not None:
         figures += f", {step.seconds:.1f}s"
     heading.append(f"  {figures}", style="dim")
     return heading
+
+
+def token_figures(step: ModelStep) -> str:
+    """``1,234 in, 56 out``; a count the server did not send reads absent, not 0."""
+    if step.prompt_tokens is None and step.completion_tokens is None:
+        return "tokens absent"
+    return f"{figure(step.prompt_tokens)} in, {figure(step.completion_tokens)} out"
 
 
 def model_block(step: ModelStep, *, full: bool = False) -> RenderableType:
@@ -158,7 +166,7 @@ def model_line(step: ModelStep) -> str:
     head = f"turn {step.turn} {step.status}"
     if step.cause:
         head += f" ({one_line(step.cause, 160)})"
-    head += f" [{step.prompt_tokens} in, {step.completion_tokens} out]"
+    head += f" [{token_figures(step)}]"
     if step.reasoning:
         head += f" thinking: {one_line(step.reasoning, 120)} |"
     if step.text:
