@@ -25,6 +25,7 @@ from orchestrator.batch.runner import INFRASTRUCTURE_FAILURE, Deadlines
 from orchestrator.batch.tasks import load_task_file
 from orchestrator.errors import ConfigError
 from orchestrator.exit_codes import ExitCode
+from orchestrator.model_client.reach import require_reachable
 from orchestrator.settings import Settings, load_settings
 from store import Store
 from store import batches as bstore
@@ -118,6 +119,8 @@ def batch(
             settings = load_settings(config, db_url=db, **{**recorded.run_settings, **given})
         if address is not None:
             require_shared_store(store, address)  # before a batch is recorded
+        for url in (model_url or [settings.model_url]) if resume is None else recorded.model_urls:
+            require_reachable(url)  # every replica answers before a batch is recorded or resumed
         if resume is None:
             task_file = load_task_file(Path(target))
             for message in task_file.errors:

@@ -24,6 +24,7 @@ from orchestrator.exit_codes import ExitCode
 from orchestrator.launch import RunOutcome, RunRequest, run_agent
 from orchestrator.launch.compose import resolve_policy
 from orchestrator.limits import Tally
+from orchestrator.model_client.reach import require_reachable
 from orchestrator.settings import load_settings
 from orchestrator.terminal_text import one_line, printable
 from sandbox.errors import ApplyRefused
@@ -98,6 +99,7 @@ def run(
         stream=stream,
     )
     configure_logging(json_lines=settings.log_json, level=logging.WARNING if quiet else logging.INFO)
+    require_reachable(settings.model_url)  # one line and exit 2, before a sandbox starts or a run is recorded
     err = Console(stderr=True)
     log = structlog.get_logger("escrow.run")
     display = screen = None
