@@ -88,7 +88,8 @@ def print_aggregate(report: AggregateReport, *, wide: bool = False) -> None:
                        "(--include-replays)", width)
     lines += [line for warning in report.warnings for line in prose(f"warning: {warning}", width)]
     columns = (Column(report.by, report.by, "text", rank=0), *GROUP_COLUMNS)
-    lines += ["", *render(columns, aggregate_rows(report), width=width, wide=wide, title=f"cost by {report.by}")]
+    lines += ["", *render(columns, aggregate_rows(report), width=width, wide=wide, title=f"cost by {report.by}",
+                             pivot=True)]
     say(lines)
 
 

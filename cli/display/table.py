@@ -4,8 +4,8 @@ written in it. Every table a command prints (``report RUN``, ``report --by``,
 
 Designed for 80 columns: no line is wider than the width it is given and no
 cell is cut. When every column does not fit, it picks columns by rank and
-names the ones left out, or pivots a table of few rows (fields down, rows
-across) when that fits whole; ``wide`` shows every column, stacking them into
+names the ones left out, or pivots a table of few groups (fields down, groups
+across; an aggregate asks for it) when that fits whole; ``wide`` shows every column, stacking them into
 successive tables that each repeat the key columns. One text column may be
 ``flex``: it takes the width left and wraps onto continuation lines.
 
@@ -77,8 +77,9 @@ def prose(text: str, width: int) -> list[str]:
 
 
 def render(columns: Sequence[Column], rows: Sequence[Mapping[str, Any]], *, width: int | None = None,
-           wide: bool = False, title: str | None = None) -> list[str]:
-    """The table's lines, each at most ``width`` characters."""
+           wide: bool = False, title: str | None = None, pivot: bool = False) -> list[str]:
+    """The table's lines, each at most ``width`` characters. ``pivot``: the
+    rows are few groups compared field by field (an aggregate), not a list."""
     width = width or terminal_width()
     cells = [[figure(row.get(c.key), c.kind) for c in columns] for row in rows]
     natural = [max([len(c.header), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
@@ -90,7 +91,7 @@ def render(columns: Sequence[Column], rows: Sequence[Mapping[str, Any]], *, widt
         for n, part in enumerate(_stacks(columns, natural, width)):
             out += ([""] if n else []) + _table(columns, cells, natural, part, width)
         return out
-    if len(rows) <= PIVOT_ROWS:
+    if pivot and len(rows) <= PIVOT_ROWS:
         pivoted = _pivot(columns, cells)
         if pivoted is not None and max(map(len, pivoted)) <= width:
             return out + pivoted

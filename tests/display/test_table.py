@@ -75,7 +75,8 @@ def test_wide_stacks_every_column_and_repeats_the_key(width: int) -> None:
 
 def test_a_table_of_few_rows_pivots_when_that_fits_whole() -> None:
     rows = ROWS[:3]
-    lines = render(COLUMNS, rows, width=80)
+    assert render(COLUMNS, rows, width=80)[0].split()[:2] == ["id", "status"]  # a list is never pivoted
+    lines = render(COLUMNS, rows, width=80, pivot=True)
     assert max(map(len, lines)) <= 80
     assert lines[0].split() == ["id", "turn-1", "turn-2", "turn-3"]
     for c in COLUMNS[1:]:
