@@ -17,6 +17,21 @@ from orchestrator.errors import ConfigError
 from orchestrator.settings import load_settings
 from store.run_list import RunLine, RunQuery, read_run_lines, runs_json, sqlite_file
 
+STATUSES = ("running", "finished")
+IMPORTED = "IMPORTED"  # store.importer.IMPORTED_VERDICT, named here so that listing runs loads no SQLAlchemy
+
+
+def known_verdict(given: str) -> str:
+    """``given`` as the recorded verdict it names (any case); a usage error
+    for one no run can have, rather than "no runs"."""
+    from orchestrator.agent import Verdict
+
+    known = [v.value for v in Verdict] + [IMPORTED]
+    if given.upper() not in known:
+        raise ConfigError(f"--verdict takes one of {', '.join(known)}, not {given!r}")
+    return given.upper()
+
+
 RUN_COLUMNS = (
     Column("id", "run", "text", rank=0), Column("started", "started", "text"),
     Column("outcome", "verdict", "text"), Column("mode", "mode", "text"), Column("turns", "turns"),
@@ -45,6 +60,10 @@ def runs(
         since_ts = parse_since(since, now) if since else None
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    if status is not None and status not in STATUSES:
+        raise ConfigError(f"--status takes {' or '.join(STATUSES)}, not {status!r}")
+    if verdict is not None:
+        verdict = known_verdict(verdict)
     url = load_settings(config, db_url=db).store_url
     wanted = RunQuery(status=status, verdict=verdict, model=model, since=since_ts, limit=limit)
     path = sqlite_file(url)
