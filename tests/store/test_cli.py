@@ -39,7 +39,8 @@ def test_runs_lists_newest_first_and_filters(populated):
     result = invoke("runs")
     assert result.exit_code == 0
     lines = result.output.splitlines()
-    assert lines[0].startswith("run ") and populated["running"][:12] in lines[1] and populated["passed"][:12] in lines[2]
+    assert lines[0].startswith("run ")
+    assert populated["running"][:12] in lines[1] and populated["passed"][:12] in lines[2]
     listed = json.loads(invoke("runs", "--json").output)
     assert [r["id"] for r in listed] == [populated["running"], populated["passed"]]
     assert listed[1]["totals"]["turns"] == 2 and listed[1]["verdict"] == "PASS"
