@@ -37,20 +37,27 @@ class Budget(Frozen):
     tokens_per_s: float | None = None
 
 
-def _collapsed(text: str, limit: int | None) -> tuple[list[str], int]:
+def _collapsed(text: str, limit: int | None) -> tuple[list[str], int, list[str]]:
+    """The first ``limit`` lines, how many are hidden, and the last line.
+    One hidden line is shown instead of a marker as long; the last line is
+    kept because that is where a test runner says ``1 passed``."""
     lines = printable(text.strip("\n")).splitlines()
-    if limit is None or len(lines) <= limit:
-        return lines, 0
-    return lines[:limit], len(lines) - limit
+    if limit is None or len(lines) <= limit + 1:
+        return lines, 0, []
+    return lines[:limit], len(lines) - limit - 1, lines[-1:]
 
 
 def _indented(text: str, limit: int | None, style: str, prefix: str = "  ", *, crop: bool = False) -> list[Text]:
     """``crop``: each line cut at the screen's edge (an excerpt), not wrapped."""
-    lines, hidden = _collapsed(text, limit)
-    out = [Text(prefix + line, style=style, no_wrap=crop, overflow="ellipsis" if crop else None) for line in lines]
+    head, hidden, tail = _collapsed(text, limit)
+
+    def line(text: str) -> Text:
+        return Text(prefix + text, style=style, no_wrap=crop, overflow="ellipsis" if crop else None)
+
+    out = [line(text) for text in head]
     if hidden:
         out.append(Text(f"{prefix}… {hidden} more line{'s' if hidden > 1 else ''}", style="dim"))
-    return out
+    return out + [line(text) for text in tail]
 
 
 def model_heading(step: ModelStep) -> Text:
