@@ -35,6 +35,7 @@ class Budget(Frozen):
     elapsed_s: float
     max_wall_s: float | None = None
     tokens_per_s: float | None = None
+    streaming: int = 0  # chunks of the reply streaming now, about one token each: not counted in ``tokens`` yet
 
 
 def _collapsed(text: str, limit: int | None) -> tuple[list[str], int, list[str]]:
@@ -159,7 +160,8 @@ def budget_text(budget: Budget) -> Text:
 def budget_line(b: Budget) -> str:
     parts = [
         f"turns {b.turns}/{b.max_turns}",
-        f"tokens {b.tokens:,}" + ("" if b.max_tokens is None else f"/{b.max_tokens:,}"),
+        f"tokens {b.tokens:,}" + (f" +~{b.streaming:,} streaming" if b.streaming else "")
+        + ("" if b.max_tokens is None else f"/{b.max_tokens:,}"),
         f"${b.cost_usd:.4f}" + ("" if b.max_cost_usd is None else f"/${b.max_cost_usd:.2f}"),
         f"{_clock(b.elapsed_s)}" + ("" if b.max_wall_s is None else f"/{_clock(b.max_wall_s)}"),
     ]
