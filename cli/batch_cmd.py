@@ -31,6 +31,7 @@ from store import Store
 from store import batches as bstore
 
 VIEWS = ("status", "report")
+LISTED = 50  # batches `escrow batch list` shows, newest first
 EXECUTORS = ("local", "ray")
 
 
@@ -40,7 +41,7 @@ def register(app: typer.Typer) -> None:
 
 def batch(
     target: str = typer.Argument(
-        None, help="A task file (JSONL or Parquet), or 'status'/'report' followed by a batch id."),
+        None, help="A task file (JSONL or Parquet), 'status'/'report' followed by a batch id, or 'list'."),
     batch_ref: str = typer.Argument(None, help="The batch id (or a unique prefix) for status and report."),
     resume: str = typer.Option(None, "--resume", help="Rerun the tasks of BATCH that have no model verdict yet."),
     workers: int = typer.Option(4, "--workers", min=1, max=256, help="Runs at once, each in its own sandbox."),
@@ -81,6 +82,7 @@ def batch(
     escrow batch status BATCH [--json]     where it stands
     escrow batch report BATCH [--json]     pass rate, cost, tokens, failures
     escrow batch report BATCH --html FILE  the same as one HTML page
+    escrow batch list [--json]             the batches, newest first
 
     Exit code: 0 when every task ended with a model verdict (passing or
     not), 1 when some did not (infrastructure or task errors: resume them),
@@ -92,6 +94,9 @@ def batch(
         "system_role": system_role, "tokenizer": tokenizer, "stream": stream,
     }.items() if value is not None}
     settings = load_settings(config, db_url=db, **given)
+    if target == "list":
+        list_batches(settings, as_json, wide=wide)
+        return
     if target in VIEWS:
         if not batch_ref:
             raise ConfigError(f"escrow batch {target} needs a batch id")
@@ -171,6 +176,31 @@ def _report(store: Store, batch_id: str) -> BatchReport:
     run_ids = [a.run_id for a in view.latest().values() if a.run_id]
     summaries = {s.run.id: s for s in store.summaries(run_ids)} if run_ids else {}
     return batch_report(view, summaries, bstore.crashed_runs(store))
+
+
+BATCH_COLUMNS = (
+    Column("batch_id", "batch", "text", rank=0), Column("n_tasks", "tasks"), Column("done", "done"),
+    Column("passed", "passed"), Column("pass_rate", "pass", "ratio"), Column("cost_usd", "$", "usd"),
+    Column("task_errors", "task errors", rank=2), Column("infra_failures", "infra", rank=2),
+    Column("task_file", "task file", "text", flex=True),
+)
+
+
+def list_batches(settings: Settings, as_json: bool, *, wide: bool = False) -> None:
+    with Store.open(settings.store_url, readonly=True, create=False) as store:
+        ids, total = bstore.list_batches(store, per_page=LISTED)
+        reports = [_report(store, batch_id) for batch_id in ids]
+    if as_json:
+        emit_json([r.model_dump(mode="json", exclude={"tasks"}) for r in reports])
+        return
+    if not reports:
+        typer.echo("no batches")
+        return
+    rows = [{**r.model_dump(exclude={"tasks"}), "batch_id": r.batch_id[:12]} for r in reports]
+    lines = render(BATCH_COLUMNS, rows, width=terminal_width(), wide=wide)
+    if total > len(reports):
+        lines.append(f"the {len(reports)} newest of {total} batches")
+    typer.echo("\n".join(lines))
 
 
 def show(settings: Settings, what: str, ref: str, as_json: bool, html: Path | None = None, *,

@@ -113,6 +113,8 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     ("import", ("import", "{sample}", "--json")),
     ("batch", ("batch", "status", "{batch}", "--json")),
     ("batch", ("batch", "report", "{batch}", "--json")),
+    ("batch", ("batch", "list", "--json")),
+    ("runs", ("runs", "--batch", "{batch}", "--json")),
     ("call", ("call", "hello", "--model-url", "{url}", "--json")),
 ]
 
