@@ -26,6 +26,7 @@ import time
 from contextlib import closing
 from pathlib import Path
 
+from cli.runs_cmd import runs_table
 from orchestrator.canonical import canonical_json
 from orchestrator.contract import Message, ModelRequest
 from orchestrator.envelope import Envelope, Status, Usage
@@ -33,7 +34,7 @@ from store import Recorder, Store, synthetic
 from store.chain import genesis, link
 from store.render import trajectory_text
 from store.rows import new_run_id
-from store.run_list import RunLine, runs_table
+from store.run_list import RunLine
 
 ROWS_PER_TURN = 4
 RUNS, CALLS_PER_RUN, MODELS = (
@@ -252,10 +253,11 @@ def main() -> None:
             print(f"   plan {name:<13} {plan}")
     with Store.open(url, readonly=True) as store:
         cases = {
-            "runs (50 newest)": lambda: runs_table([RunLine.of(r) for r in store.runs()]),
-            "runs --model": lambda: runs_table([RunLine.of(r) for r in store.runs(model=MODELS[1])]),
+            "runs (50 newest)": lambda: runs_table([RunLine.of(r) for r in store.runs()], now=time.time()),
+            "runs --model": lambda: runs_table([RunLine.of(r) for r in store.runs(model=MODELS[1])],
+                                                now=time.time()),
             "runs --verdict --since 7d": lambda: runs_table(
-                [RunLine.of(r) for r in store.runs(verdict="PASS", since=time.time() - 7 * 86400)]),
+                [RunLine.of(r) for r in store.runs(verdict="PASS", since=time.time() - 7 * 86400)], now=time.time()),
             "show RUN (100 turns)": lambda: trajectory_text(store.trajectory(sample[:12])),
             "verify RUN (401 rows)": lambda: store.verify(sample),
         }

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from cli.display.batch_html import batch_html
+from cli.display.table import ABSENT, Column, figure, prose, render, terminal_width
 from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
 from orchestrator.batch.driver import BatchPlan, pending_tasks, run_batch, start_batch
 from orchestrator.batch.errors import BatchNotFound
@@ -24,11 +25,13 @@ from orchestrator.batch.runner import INFRASTRUCTURE_FAILURE, Deadlines
 from orchestrator.batch.tasks import load_task_file
 from orchestrator.errors import ConfigError
 from orchestrator.exit_codes import ExitCode
+from orchestrator.model_client.reach import require_reachable
 from orchestrator.settings import Settings, load_settings
 from store import Store
 from store import batches as bstore
 
 VIEWS = ("status", "report")
+LISTED = 50  # batches `escrow batch list` shows, newest first
 EXECUTORS = ("local", "ray")
 
 
@@ -38,7 +41,7 @@ def register(app: typer.Typer) -> None:
 
 def batch(
     target: str = typer.Argument(
-        None, help="A task file (JSONL or Parquet), or 'status'/'report' followed by a batch id."),
+        None, help="A task file (JSONL or Parquet), 'status'/'report' followed by a batch id, or 'list'."),
     batch_ref: str = typer.Argument(None, help="The batch id (or a unique prefix) for status and report."),
     resume: str = typer.Option(None, "--resume", help="Rerun the tasks of BATCH that have no model verdict yet."),
     workers: int = typer.Option(4, "--workers", min=1, max=256, help="Runs at once, each in its own sandbox."),
@@ -65,6 +68,7 @@ def batch(
     stream: bool = typer.Option(None, "--stream/--no-stream", help="Stream responses (SSE) or not."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
     html: Path = typer.Option(None, "--html", help="Also write the report as one self-contained HTML file."),
+    wide: bool = typer.Option(False, "--wide", help="Show every column (tables stacked to fit the width)."),
     db: str = typer.Option(None, "--db", help=DB_HELP),
     config: Path = typer.Option(None, "--config", help=CONFIG_HELP),
 ) -> None:
@@ -78,6 +82,7 @@ def batch(
     escrow batch status BATCH [--json]     where it stands
     escrow batch report BATCH [--json]     pass rate, cost, tokens, failures
     escrow batch report BATCH --html FILE  the same as one HTML page
+    escrow batch list [--json]             the batches, newest first
 
     Exit code: 0 when every task ended with a model verdict (passing or
     not), 1 when some did not (infrastructure or task errors: resume them),
@@ -89,10 +94,13 @@ def batch(
         "system_role": system_role, "tokenizer": tokenizer, "stream": stream,
     }.items() if value is not None}
     settings = load_settings(config, db_url=db, **given)
+    if target == "list":
+        list_batches(settings, as_json, wide=wide)
+        return
     if target in VIEWS:
         if not batch_ref:
             raise ConfigError(f"escrow batch {target} needs a batch id")
-        show(settings, target, batch_ref, as_json, html)
+        show(settings, target, batch_ref, as_json, html, wide=wide)
         return
     if executor is not None and executor not in EXECUTORS:
         raise ConfigError(f"--executor {executor!r} is not one of: {', '.join(EXECUTORS)}")
@@ -116,6 +124,8 @@ def batch(
             settings = load_settings(config, db_url=db, **{**recorded.run_settings, **given})
         if address is not None:
             require_shared_store(store, address)  # before a batch is recorded
+        for url in (model_url or [settings.model_url]) if resume is None else recorded.model_urls:
+            require_reachable(url)  # every replica answers before a batch is recorded or resumed
         if resume is None:
             task_file = load_task_file(Path(target))
             for message in task_file.errors:
@@ -129,7 +139,7 @@ def batch(
         run = run_batch if address is None else partial(run_batch_on_ray, address=address)
         _run_with_progress(store, settings, batch_id, len(pending), options, err, run)
         report = _report(store, batch_id)
-    _render(report, as_json)
+    _render(report, as_json, wide=wide)
     raise typer.Exit(ExitCode.OK if report.done == report.n_tasks else ExitCode.FINDING)
 
 
@@ -168,7 +178,33 @@ def _report(store: Store, batch_id: str) -> BatchReport:
     return batch_report(view, summaries, bstore.crashed_runs(store))
 
 
-def show(settings: Settings, what: str, ref: str, as_json: bool, html: Path | None = None) -> None:
+BATCH_COLUMNS = (
+    Column("batch_id", "batch", "text", rank=0), Column("n_tasks", "tasks"), Column("done", "done"),
+    Column("passed", "passed"), Column("pass_rate", "pass", "ratio"), Column("cost_usd", "$", "usd"),
+    Column("task_errors", "task errors", rank=2), Column("infra_failures", "infra", rank=2),
+    Column("task_file", "task file", "text", flex=True),
+)
+
+
+def list_batches(settings: Settings, as_json: bool, *, wide: bool = False) -> None:
+    with Store.open(settings.store_url, readonly=True, create=False) as store:
+        ids, total = bstore.list_batches(store, per_page=LISTED)
+        reports = [_report(store, batch_id) for batch_id in ids]
+    if as_json:
+        emit_json([r.model_dump(mode="json", exclude={"tasks"}) for r in reports])
+        return
+    if not reports:
+        typer.echo("no batches")
+        return
+    rows = [{**r.model_dump(exclude={"tasks"}), "batch_id": r.batch_id[:12]} for r in reports]
+    lines = render(BATCH_COLUMNS, rows, width=terminal_width(), wide=wide)
+    if total > len(reports):
+        lines.append(f"the {len(reports)} newest of {total} batches")
+    typer.echo("\n".join(lines))
+
+
+def show(settings: Settings, what: str, ref: str, as_json: bool, html: Path | None = None, *,
+         wide: bool = False) -> None:
     with Store.open(settings.store_url, readonly=True, create=False) as store:
         report = _report(store, _resolve(store, ref))
     if html is not None:
@@ -176,28 +212,40 @@ def show(settings: Settings, what: str, ref: str, as_json: bool, html: Path | No
             html.write_text(batch_html(report), encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"cannot write the HTML report to {html}: {exc.strerror}", path=str(html)) from exc
-    _render(report, as_json, full=what == "report")
+    _render(report, as_json, full=what == "report", wide=wide)
 
 
-def _render(report: BatchReport, as_json: bool, *, full: bool = True) -> None:
+TASK_COLUMNS = (
+    Column("task_id", "task", "text", rank=0), Column("outcome", "outcome", "text"),
+    Column("verdict", "verdict", "text"), Column("seconds", "secs", "seconds"), Column("cost_usd", "$", "usd"),
+    Column("run", "run", "text"), Column("attempts", "tries", rank=2), Column("tokens", "tokens", rank=2),
+    Column("replica", "replica", "text", rank=3), Column("error", "error", "text", flex=True),
+)
+
+
+def _render(report: BatchReport, as_json: bool, *, full: bool = True, wide: bool = False) -> None:
     if as_json:
         emit_json(report.model_dump(mode="json"))
         return
+    width = terminal_width()
     rate = "n/a" if report.pass_rate is None else f"{report.pass_rate:.0%}"
-    typer.echo(f"batch {report.batch_id}  ({report.task_file})")
-    typer.echo(f"tasks {report.n_tasks} · done {report.done} · passed {report.passed} ({rate}) · running "
-               f"{report.running} · not started {report.not_started} · infrastructure failures "
-               f"{report.infra_failures} (sandbox start timeouts {report.start_timeouts}) · task errors "
-               f"{report.task_errors}" + (f" · interrupted {report.interrupted}" if report.interrupted else ""))
-    times = " · ".join(f"{k} {v:.1f}s" for k, v in (("p50", report.p50_s), ("p95", report.p95_s)) if v is not None)
-    typer.echo(f"cost ${report.cost_usd:.4f} · tokens {report.tokens:,}" + (f" · {times}" if times else ""))
+    facts = [f"tasks {report.n_tasks}", f"done {report.done}", f"passed {report.passed} ({rate})",
+             f"running {report.running}", f"not started {report.not_started}",
+             f"infrastructure failures {report.infra_failures} (sandbox start timeouts {report.start_timeouts})",
+             f"task errors {report.task_errors}"]
+    if report.interrupted:
+        facts.append(f"interrupted {report.interrupted}")
+    times = [f"{k} {figure(v, 'seconds')}s" for k, v in (("p50", report.p50_s), ("p95", report.p95_s)) if v is not None]
+    lines = [*prose(f"batch {report.batch_id}  ({report.task_file})", width), *prose(" · ".join(facts), width),
+             *prose(" · ".join([f"cost ${figure(report.cost_usd, 'usd')}", f"tokens {figure(report.tokens)}", *times]),
+                    width)]
     if report.verdicts:
-        typer.echo("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(report.verdicts.items())))
-    if not full:
-        return
-    typer.echo(f"slowest: {', '.join(report.slowest) or '-'}   costliest: {', '.join(report.costliest) or '-'}")
-    typer.echo(f"{'task':<28} {'outcome':<15} {'verdict':<18} {'tries':>5} {'secs':>7} {'tokens':>8} {'$':>8}  run")
-    for t in report.tasks:
-        secs = f"{t.seconds:.1f}" if t.seconds is not None else "-"
-        typer.echo(f"{t.task_id[:28]:<28} {t.outcome:<15} {(t.verdict or '-'):<18} {t.attempts:>5} {secs:>7} "
-                   f"{t.tokens:>8} {t.cost_usd:>8.4f}  {(t.run_id or '-')[:12]}")
+        lines += prose("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(report.verdicts.items())), width)
+    if full:
+        lines += prose(f"slowest: {', '.join(report.slowest) or ABSENT}", width)
+        lines += prose(f"costliest: {', '.join(report.costliest) or ABSENT}", width)
+        # A task with no run yet has no cost or tokens: absent, not 0.
+        rows = [{**t.model_dump(), "run": t.run_id and t.run_id[:12],
+                 **({} if t.run_id else {"cost_usd": None, "tokens": None})} for t in report.tasks]
+        lines += ["", *render(TASK_COLUMNS, rows, width=width, wide=wide)]
+    typer.echo("\n".join(lines))

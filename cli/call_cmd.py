@@ -39,9 +39,13 @@ def render_envelope(envelope: Envelope, console: Console) -> None:
     table.add_column(overflow="fold")
     if envelope.error is not None:
         table.add_row("error", f"{envelope.error.kind}: {envelope.error.message}")
-    table.add_row("finish_reason", str(envelope.finish_reason))
-    table.add_row("http", str(envelope.http_status))
-    table.add_row("model", f"{envelope.model} (engine {envelope.engine}, fingerprint {envelope.system_fingerprint})")
+    table.add_row("finish_reason", envelope.finish_reason or "absent")
+    table.add_row("http", "absent (no response)" if envelope.http_status is None else str(envelope.http_status))
+    # What the server did not say reads absent, never "None".
+    said = [(name, value) for name, value in (("engine", envelope.engine),
+                                              ("fingerprint", envelope.system_fingerprint)) if value]
+    table.add_row("model", (envelope.model or "absent (the server named none)")
+                  + (f" ({', '.join(f'{k} {v}' for k, v in said)})" if said else ""))
     u = envelope.usage
     table.add_row(
         "usage",

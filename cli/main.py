@@ -151,6 +151,12 @@ def root(
     ),
 ) -> None:
     """Escrow: agent-loop orchestrator with deterministic replay."""
+    # stdout is for data (a --json payload, a patch): every command's logs go
+    # to stderr from its first line on. structlog's default prints to stdout,
+    # which put "model has no price" in front of `escrow batch --json`.
+    from cli.logging_setup import configure_logging
+
+    configure_logging(json_lines=False)
 
 
 def main() -> None:

@@ -3,18 +3,14 @@ much the prefix cache saved against the chapter's formulas."""
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
 
+from cli.display.table import ABSENT, Column, figure, prose, render, terminal_width
 from cli.spans import parse_since
 from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
 from orchestrator.costing import (
@@ -33,86 +29,68 @@ from orchestrator.costing import (
 )
 from orchestrator.errors import ConfigError
 from orchestrator.settings import load_settings
-from orchestrator.terminal_text import printable
 from policies.price_table import PriceTable, load_price_table
 
 if TYPE_CHECKING:
     from store import Store
 
+# Ranked for 80 columns: rank 1 fits, the higher ranks when there is room;
+# --wide shows them all (stacked). JSON and CSV carry every field.
 TURN_COLUMNS = (
-    ("turn", "turn"), ("calls", "calls"), ("statuses", "status"), ("prompt_tokens", "prompt"),
-    ("cached_tokens", "cached"), ("prefilled_tokens", "prefilled"), ("completion_tokens", "output"),
-    ("resent_tokens", "re-sent"), ("cache_hit_ratio", "hit"), ("cost_usd", "$"), ("gpu_s", "gpu s"),
-    ("ttft_s", "ttft s"), ("decode_s", "decode s"), ("tool_s", "tool s"), ("retries", "retries"),
-    ("wait_s", "wait s"),
+    Column("turn", "turn", rank=0), Column("statuses", "status", "text"), Column("prompt_tokens", "prompt"),
+    Column("cached_tokens", "cached"), Column("completion_tokens", "output"),
+    Column("cache_hit_ratio", "hit", "ratio"), Column("cost_usd", "$", "usd"), Column("ttft_s", "ttft s", "seconds", 2),
+    Column("prefilled_tokens", "prefilled", rank=2), Column("tool_s", "tool s", "seconds", 2),
+    Column("calls", "calls", rank=3), Column("resent_tokens", "re-sent", rank=3),
+    Column("gpu_s", "gpu s", "seconds", 3), Column("decode_s", "decode s", "seconds", 3),
+    Column("retries", "retries", rank=3), Column("wait_s", "wait s", "seconds", 3),
 )
-
-
 GROUP_COLUMNS = (
-    ("runs", "runs"), ("calls", "calls"), ("prompt_tokens", "prompt"), ("cached_tokens", "cached"),
-    ("prefilled_tokens", "prefilled"), ("completion_tokens", "output"), ("cache_hit_ratio", "hit"), ("cost_usd", "$"),
-    ("cost_per_run_p50", "$/run p50"), ("cost_per_run_p95", "$/run p95"), ("tokens_per_run_p50", "tok/run p50"),
-    ("tokens_per_run_p95", "tok/run p95"), ("ttft_s_p50", "ttft p50 s"), ("ttft_s_p95", "ttft p95 s"),
-    ("gpu_s", "gpu s"), ("tool_s", "tool s"), ("retries", "retries"), ("wait_s", "wait s"),
+    Column("runs", "runs"), Column("calls", "calls", rank=2), Column("prompt_tokens", "prompt"),
+    Column("cached_tokens", "cached"), Column("prefilled_tokens", "prefilled", rank=2),
+    Column("completion_tokens", "output"), Column("cache_hit_ratio", "hit", "ratio"),
+    Column("cost_usd", "$", "usd"), Column("cost_per_run_p50", "$/run p50", "usd"),
+    Column("cost_per_run_p95", "$/run p95", "usd", 2), Column("tokens_per_run_p50", "tok/run p50", rank=2),
+    Column("tokens_per_run_p95", "tok/run p95", rank=3), Column("ttft_s_p50", "ttft p50 s", "seconds", 2),
+    Column("ttft_s_p95", "ttft p95 s", "seconds", 3), Column("gpu_s", "gpu s", "seconds", 3),
+    Column("tool_s", "tool s", "seconds", 3), Column("retries", "retries", rank=3),
+    Column("wait_s", "wait s", "seconds", 3),
 )
 
 
-def console() -> Console:
-    # A pipe gets the full table rather than one folded to 80 columns.
-    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "200"))
-    return Console(width=width, highlight=False, soft_wrap=False)
+def say(lines: list[str]) -> None:
+    typer.echo("\n".join(lines))
 
 
-def cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}" if abs(value) < 1e4 else f"{value:,.0f}"
-    return f"{value:,}" if isinstance(value, int) else str(value)
-
-
-def rich_table(title: str, rows: list[dict[str, Any]], columns: tuple[tuple[str, str], ...] | None = None) -> Table:
-    columns = columns or tuple((k, k) for k in rows[0])
-    table = Table(title=title, title_justify="left")
-    for key, header in columns:
-        table.add_column(
-            header, justify="left" if key in ("statuses", "model", "day", "status", "verdict", "source") else "right"
-        )
-    for row in rows:
-        # Cells are text, never markup, with terminal controls escaped (a task, a model name).
-        table.add_row(
-            *(Text(printable(cell(row[k]), newlines=False)) for k, _ in columns),
-            style="bold" if "total" in (row.get("turn"), str(row.get(columns[0][0])).lower()) else None,
-        )
-    return table
-
-
-def print_run(report: RunCost) -> None:
-    out = console()
-    out.print(Text(printable(f"run {report.run_id}  model {report.model}  status {report.status}  verdict "
-                             f"{report.verdict or '-'}  price table {report.price_version}")))
+def print_run(report: RunCost, *, wide: bool = False) -> None:
+    width = terminal_width()
+    lines = prose(f"run {report.run_id}  model {report.model}  status {report.status}  verdict "
+                  f"{report.verdict or ABSENT}  price table {report.price_version}", width)
     if report.engines:
-        out.print(Text(printable(f"engine {'; '.join(report.engines)}")))
-    for warning in report.warnings:
-        out.print(f"[yellow]warning:[/] {escape(printable(warning))}")
-    out.print(rich_table("cost per turn", line_rows(report), TURN_COLUMNS))
+        lines += prose(f"engine {'; '.join(report.engines)}", width)
+    lines += [line for warning in report.warnings for line in prose(f"warning: {warning}", width)]
+    lines += ["", *render(TURN_COLUMNS, line_rows(report), width=width, wide=wide, title="cost per turn"), ""]
     t = report.total.cost
-    out.print(f"total ${t.total_usd:.6f} = input ${t.input_usd:.6f} + cached input ${t.cached_input_usd:.6f}"
-              f" + output ${t.output_usd:.6f} + GPU ${t.gpu_usd:.6f}")
+    lines += prose(f"total ${figure(t.total_usd, 'usd')} = input ${figure(t.input_usd, 'usd')} + cached input "
+                   f"${figure(t.cached_input_usd, 'usd')} + output ${figure(t.output_usd, 'usd')} + GPU "
+                   f"${figure(t.gpu_usd, 'usd')}", width)
     if report.comparison is not None:
         for line in comparison_lines(report.comparison):
-            out.print(Text(printable(line)))
+            lines += prose(line, width)
+    say(lines)
 
 
-def print_aggregate(report: AggregateReport) -> None:
-    out = console()
-    out.print(f"price table {report.price_version}")
+def print_aggregate(report: AggregateReport, *, wide: bool = False) -> None:
+    width = terminal_width()
+    lines = [f"price table {report.price_version}"]
     if not report.include_replays:
-        out.print("real spend only: replays, re-executions and forks' shared prefixes are left out (--include-replays)")
-    for warning in report.warnings:
-        out.print(f"[yellow]warning:[/] {escape(printable(warning))}")
-    columns = ((report.by, report.by), *GROUP_COLUMNS)
-    out.print(rich_table(f"cost by {report.by}", aggregate_rows(report), columns))
+        lines += prose("real spend only: replays, re-executions and forks' shared prefixes are left out "
+                       "(--include-replays)", width)
+    lines += [line for warning in report.warnings for line in prose(f"warning: {warning}", width)]
+    columns = (Column(report.by, report.by, "text", rank=0), *GROUP_COLUMNS)
+    lines += ["", *render(columns, aggregate_rows(report), width=width, wide=wide, title=f"cost by {report.by}",
+                             pivot=True)]
+    say(lines)
 
 
 def parse_moment(flag: str, value: str | None, now: float) -> float | None:
@@ -155,6 +133,7 @@ def report(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     as_csv: bool = typer.Option(False, "--csv", help="Print CSV (per turn, or per group)."),
+    wide: bool = typer.Option(False, "--wide", help="Show every column (tables stacked to fit the width)."),
     html: Path | None = typer.Option(None, "--html", help="Also write a self-contained HTML report with charts."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     config: Path | None = typer.Option(None, "--config", help=CONFIG_HELP),
@@ -179,7 +158,7 @@ def report(
     with store:
         if run is not None:
             single = report_run(store, run, prices)
-            emit(single, run_json(single), line_rows(single), as_json, as_csv)
+            emit(single, run_json(single), line_rows(single), as_json, as_csv, wide)
             if html:
                 write_html(html, run_html(single))
             return
@@ -187,22 +166,23 @@ def report(
     if not many.groups:
         window = f" started in the window asked ({since or 'the start'} to {until or 'now'})" if since or until else ""
         raise NothingToReport(f"no runs with recorded model calls{window} in {store.url}")
-    emit(many, aggregate_json(many), aggregate_rows(many), as_json, as_csv)
+    emit(many, aggregate_json(many), aggregate_rows(many), as_json, as_csv, wide)
     if html:
         write_html(html, aggregate_html(many))
 
 
 def emit(
-    report: RunCost | AggregateReport, as_dict: dict[str, Any], rows: list[dict[str, Any]], as_json: bool, as_csv: bool
+    report: RunCost | AggregateReport, as_dict: dict[str, Any], rows: list[dict[str, Any]], as_json: bool,
+    as_csv: bool, wide: bool = False,
 ) -> None:
     if as_json:
         emit_json(as_dict)
     elif as_csv:
         typer.echo(to_csv(rows), nl=False)
     elif isinstance(report, RunCost):
-        print_run(report)
+        print_run(report, wide=wide)
     else:
-        print_aggregate(report)
+        print_aggregate(report, wide=wide)
 
 
 def register(app: typer.Typer) -> None:

@@ -12,10 +12,10 @@ import structlog
 import typer
 from rich.console import Console
 from rich.panel import Panel
-from rich.syntax import Syntax
 from rich.text import Text
 
 from cli.display.live import LiveScreen, PlainScreen, RunDisplay
+from cli.display.whole import print_diff
 from cli.logging_setup import configure_logging
 from orchestrator.agent import Verdict
 from orchestrator.canonical import bytes_fields
@@ -24,6 +24,7 @@ from orchestrator.exit_codes import ExitCode
 from orchestrator.launch import RunOutcome, RunRequest, run_agent
 from orchestrator.launch.compose import resolve_policy
 from orchestrator.limits import Tally
+from orchestrator.model_client.reach import require_reachable
 from orchestrator.settings import load_settings
 from orchestrator.terminal_text import one_line, printable
 from sandbox.errors import ApplyRefused
@@ -74,6 +75,9 @@ def run(
 ) -> None:
     """Run the agent on TASK in a sandboxed copy of --repo; prints the verdict, the diff and the run id.
 
+    In a pipe or a file, stdout is the patch alone, byte for byte (escrow run ... > fix.patch), and the
+    verdict goes to stderr.
+
     Exit code: 0 when the verifier passed, 1 for any other verdict, 2 for a usage or set-up error,
     77 when --apply refused the patch (flagged paths the policy's [apply] section does not allow)."""
     settings = load_settings(
@@ -95,6 +99,7 @@ def run(
         stream=stream,
     )
     configure_logging(json_lines=settings.log_json, level=logging.WARNING if quiet else logging.INFO)
+    require_reachable(settings.model_url)  # one line and exit 2, before a sandbox starts or a run is recorded
     err = Console(stderr=True)
     log = structlog.get_logger("escrow.run")
     display = screen = None
@@ -129,28 +134,34 @@ def run(
         Console(soft_wrap=True).print(Text(
             f"{result.verdict.value}: {one_line(result.detail, 200)} (run {outcome.run_id})"), highlight=False)
     else:
-        print_outcome(Console(), outcome)
+        print_outcome(Console(), outcome, err)
     if outcome.apply_refused:
         err.print(Text("--apply refused: ", style="bold red") + Text(printable(outcome.apply_refused)))
         raise typer.Exit(ApplyRefused.exit_code)
     raise typer.Exit(ExitCode.OK if result.verdict is Verdict.PASS else ExitCode.FINDING)
 
 
-def print_outcome(out: Console, outcome: RunOutcome) -> None:
-    """The diff, highlighted and with its controls escaped, then the verdict panel."""
+def print_outcome(out: Console, outcome: RunOutcome, notes: Console) -> None:
+    """The diff, whole, then the verdict panel. On a terminal the diff is
+    coloured with its controls escaped; in a pipe stdout gets the recorded
+    patch byte for byte and nothing else, and the rest goes to ``notes``
+    (stderr), so ``escrow run ... > fix.patch`` saves a patch that applies."""
     result = outcome.result
-    if outcome.patch:
-        out.print(Syntax(printable(outcome.patch), "diff", theme="ansi_dark", background_color="default"))
+    piped = not out.is_terminal
+    if not piped:
+        notes = out
+    if outcome.patch_bytes:
+        print_diff(out, outcome.patch_bytes, sys.stdout.buffer if piped else None)
     else:
-        out.print("[dim](no changes)[/]")
+        notes.print("[dim](no changes)[/]")
     for item in outcome.skipped:
-        out.print(Text("not exported ", style="yellow") + Text(f"{printable(item.path)} — {printable(item.reason)}"))
+        notes.print(Text("not exported ", style="yellow") + Text(f"{printable(item.path)} — {printable(item.reason)}"))
     for flag in outcome.flagged:
-        out.print(Text("flagged ", style="bold red") + Text(f"{printable(flag.path)} — {flag.reason}"
-                                                            + (f"; {flag.detail}" if flag.detail else "")))
+        notes.print(Text("flagged ", style="bold red") + Text(f"{printable(flag.path)} — {flag.reason}"
+                                                              + (f"; {flag.detail}" if flag.detail else "")))
     colour = "green" if result.verdict is Verdict.PASS else "red"
     body = Text(result.verdict.value, style=f"bold {colour}")
     body.append(f" — {printable(result.detail)}\n")
     body.append(f"turns {result.turns} · tokens {result.tokens:,} · ${result.cost_usd:.4f}"
                 + (" · patch applied" if outcome.applied else ""))
-    out.print(Panel.fit(body, title=f"run {outcome.run_id}"))
+    notes.print(Panel.fit(body, title=f"run {outcome.run_id}"))

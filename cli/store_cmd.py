@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -83,6 +84,7 @@ def migrate(
 def gc(
     older_than: str = typer.Option(..., "--older-than", help="Delete runs started longer ago than this (30d, 12h)."),
     keep_verdict: list[str] = typer.Option([], "--keep-verdict", help="Keep runs with this verdict (repeatable)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would be deleted, and delete nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     config: Path | None = typer.Option(None, "--config", help=CONFIG_HELP),
@@ -95,13 +97,30 @@ def gc(
         before = parse_since(older_than, time.time())
     except ValueError as exc:
         raise ConfigError(str(exc).replace("--since", "--older-than")) from None
-    with open_store(db, config, readonly=False) as store, store.write() as conn:
-        result = collect(conn, before=before, keep_verdicts=keep_verdict)
+    with open_store(db, config, readonly=False) as store:
+        try:
+            with store.write() as conn:
+                result = collect(conn, before=before, keep_verdicts=keep_verdict)
+                if dry_run:  # the very deletion, counted, then rolled back with its transaction
+                    raise _RolledBack(result)
+        except _RolledBack as rolled_back:
+            result = rolled_back.result
     if as_json:
-        emit_json(result.model_dump())
+        emit_json({**result.model_dump(), "dry_run": dry_run})
     else:
-        typer.echo(f"deleted {result.runs_deleted} runs ({result.rows_deleted} rows, {result.blobs_deleted} blobs), "
-                   f"freed {result.bytes_freed:,} bytes; kept {result.runs_kept_as_parents} parents of kept runs")
+        verb = "would delete" if dry_run else "deleted"
+        typer.echo(f"{verb} {result.runs_deleted} runs ({result.rows_deleted} rows, {result.blobs_deleted} blobs), "
+                   f"{'would free' if dry_run else 'freed'} {result.bytes_freed:,} bytes; kept "
+                   f"{result.runs_kept_as_parents} parents of kept runs" + (" (dry run: nothing deleted)" if dry_run
+                                                                             else ""))
+
+
+class _RolledBack(Exception):
+    """Ends a dry run's transaction (rolled back), carrying what it counted."""
+
+    def __init__(self, result: Any) -> None:
+        super().__init__("dry run")
+        self.result = result
 
 
 def register(app: typer.Typer) -> None:

@@ -15,6 +15,12 @@ from pydantic import Field
 from orchestrator.contract import Frozen, ToolCall
 
 FigureSource = Literal["server", "estimated", "absent"]
+
+
+def reported(value: int, source: str) -> int | None:
+    """A token count as it may be shown: None when the server sent none
+    (``source`` "absent"), so that no display or export writes it as 0."""
+    return None if source == "absent" else value
 # Which server block the "server" figures came from: OpenAI-style ``usage``,
 # llama.cpp's ``timings`` or both.
 ServerBlock = Literal["usage", "timings", "usage+timings"]

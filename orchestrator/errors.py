@@ -5,7 +5,8 @@ The one tree (exit code in brackets)::
 
     EscrowError [USAGE 2]
     ├── ConfigError [2]              bad settings, policy or price file
-    │   └── PolicyError [65]         policies/loading.py: a policy file that does not validate
+    │   ├── PolicyError [65]         policies/loading.py: a policy file that does not validate
+    │   └── ModelUnreachable [2]     the model URL is not http(s), or nothing answers there
     ├── ContractError [2]            a request violates its own contract (e.g. S + K_max > S_max)
     │   └── ReservedWireKey [2]      Sampling.extra names a key Escrow sets itself
     ├── TokenizerError [2]           no usable tokenizer
@@ -74,6 +75,11 @@ class LoopAbort(EscrowError):
 
 class ConfigError(EscrowError):
     """A configuration, policy or price file is invalid."""
+
+
+class ModelUnreachable(ConfigError):
+    """The model URL is not an http(s) URL, or nothing accepts a connection
+    there: found before a sandbox starts or a run is recorded."""
 
 
 class ContractError(EscrowError):

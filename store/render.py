@@ -7,9 +7,15 @@ from __future__ import annotations
 import json
 
 from orchestrator.canonical import text_bytes
+from orchestrator.envelope import reported
 from orchestrator.trajectory import ResponseView, Trajectory, TurnRecord
 from store.chain import GENESIS_EVENT, ChainCheck
 from store.run_list import clip, when
+
+
+def _count(value: int, source: str) -> str:
+    shown = reported(value, source)
+    return "absent" if shown is None else str(shown)
 
 
 def trajectory_text(trajectory: Trajectory) -> str:
@@ -80,7 +86,9 @@ def turn_lines(record: TurnRecord) -> list[str]:
         cost = "" if resp.cost_usd is None else f"  ${resp.cost_usd:.5f}"
         lines.append(
             f"    {resp.status} finish={json.loads(resp.finish_reasons)[0] if resp.finish_reasons else '-'}"
-            f"  tokens in {resp.input_tokens} (cached {resp.cached_input_tokens}) out {resp.output_tokens}"
+            f"  tokens in {_count(resp.input_tokens, resp.input_tokens_source)} (cached "
+            f"{_count(resp.cached_input_tokens, resp.cached_input_tokens_source)}) out "
+            f"{_count(resp.output_tokens, resp.output_tokens_source)}"
             f"  ttft {_secs(resp.ttft_s)} total {_secs(resp.total_s)}  attempts {resp.n_attempts}{cost}"
         )
         if resp.error_message:

@@ -1,5 +1,6 @@
-"""The runs listing (``escrow runs``): its rows, their text and JSON forms,
-and a light reader of a SQLite store file.
+"""The runs listing (``escrow runs``): its rows, their JSON form,
+and a light reader of a SQLite store file. (The table itself is drawn by
+``cli/runs_cmd.py``.)
 
 Listing runs is the store command run most often, and importing SQLAlchemy
 and the table models costs most of a second before the first row is read.
@@ -67,25 +68,6 @@ def when(ts: float | None) -> str:
 
 def clip(text: str, width: int) -> str:
     return one_line(text, width)
-
-
-def runs_table(lines: list[RunLine]) -> str:
-    if not lines:
-        return "no runs"
-    out = [
-        f"{'RUN':<12} {'STARTED':<19} {'STATUS':<8} {'VERDICT':<16} {'MODEL':<16} {'TURNS':>5} "
-        f"{'TOKENS IN/CACHED/OUT':>22} {'COST $':>9}  TASK"
-    ]
-    for line in lines:
-        r, t = line.run, line.totals
-        cost = "-" if t["cost_usd"] is None else f"{t['cost_usd']:.4f}"
-        tokens = f"{t['input_tokens']}/{t['cached_input_tokens']}/{t['output_tokens']}"
-        out.append(
-            f"{r['id'][:12]:<12} {when(r['created_at']):<19} {r['status']:<8} {(r['verdict'] or '-'):<16} "
-            f"{clip(r['request_model'], 16):<16} "
-            f"{t['turns']:>5} {tokens:>22} {cost:>9}  {clip(r['task'], 50)}"
-        )
-    return "\n".join(out)
 
 
 def runs_json(lines: list[RunLine]) -> list[dict[str, Any]]:

@@ -99,3 +99,20 @@ def page(browser):
     opened = context.new_page()
     yield opened
     context.close()
+
+
+@pytest.fixture
+def tmux(tmp_path):
+    """Opens private tmux panes of a chosen width (tests/e2e/terminal.py); closes them after the test."""
+    from tests.e2e.terminal import Tmux
+
+    opened: list[Tmux] = []
+
+    def _open(width: int) -> Tmux:
+        pane = Tmux(tmp_path / f"tmux-{width}.sock", width)
+        opened.append(pane)
+        return pane
+
+    yield _open
+    for pane in opened:
+        pane.close()

@@ -92,6 +92,7 @@ class RunDisplay:
             turns=self.turns, max_turns=lim.max_turns, tokens=self.tokens, max_tokens=lim.max_tokens,
             cost_usd=self.cost_usd, max_cost_usd=lim.max_cost_usd, elapsed_s=self.clock() - self.started,
             max_wall_s=lim.max_wall_s, tokens_per_s=rate,
+            streaming=self.deltas if self.first_delta is not None else 0,
         )
 
     # JournalObserver
@@ -197,7 +198,7 @@ class LiveScreen:
     def __exit__(self, *exc: object) -> None:
         self.live.stop()
         if self._budget is not None:
-            self.console.print(budget_text(self._budget.model_copy(update={"tokens_per_s": None})))
+            self.console.print(budget_text(self._budget.model_copy(update={"tokens_per_s": None, "streaming": 0})))
 
     def _renderable(self) -> RenderableType:
         parts: list[RenderableType] = []

@@ -11,6 +11,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderR
 from rich.text import Text
 
 from cli.display.steps import ModelStep, ToolStep
+from cli.display.table import figure
 from orchestrator.contract import Frozen
 from orchestrator.terminal_text import one_line, printable
 
@@ -34,22 +35,30 @@ class Budget(Frozen):
     elapsed_s: float
     max_wall_s: float | None = None
     tokens_per_s: float | None = None
+    streaming: int = 0  # chunks of the reply streaming now, about one token each: not counted in ``tokens`` yet
 
 
-def _collapsed(text: str, limit: int | None) -> tuple[list[str], int]:
+def _collapsed(text: str, limit: int | None) -> tuple[list[str], int, list[str]]:
+    """The first ``limit`` lines, how many are hidden, and the last line.
+    One hidden line is shown instead of a marker as long; the last line is
+    kept because that is where a test runner says ``1 passed``."""
     lines = printable(text.strip("\n")).splitlines()
-    if limit is None or len(lines) <= limit:
-        return lines, 0
-    return lines[:limit], len(lines) - limit
+    if limit is None or len(lines) <= limit + 1:
+        return lines, 0, []
+    return lines[:limit], len(lines) - limit - 1, lines[-1:]
 
 
 def _indented(text: str, limit: int | None, style: str, prefix: str = "  ", *, crop: bool = False) -> list[Text]:
     """``crop``: each line cut at the screen's edge (an excerpt), not wrapped."""
-    lines, hidden = _collapsed(text, limit)
-    out = [Text(prefix + line, style=style, no_wrap=crop, overflow="ellipsis" if crop else None) for line in lines]
+    head, hidden, tail = _collapsed(text, limit)
+
+    def line(text: str) -> Text:
+        return Text(prefix + text, style=style, no_wrap=crop, overflow="ellipsis" if crop else None)
+
+    out = [line(text) for text in head]
     if hidden:
         out.append(Text(f"{prefix}… {hidden} more line{'s' if hidden > 1 else ''}", style="dim"))
-    return out
+    return out + [line(text) for text in tail]
 
 
 def model_heading(step: ModelStep) -> Text:
@@ -57,11 +66,18 @@ def model_heading(step: ModelStep) -> Text:
     heading.append(step.status, style=_STATUS_STYLE.get(step.status, "red"))
     if step.cause:
         heading.append(f" ({one_line(step.cause, 200)})", style=_STATUS_STYLE.get(step.status, "red"))
-    figures = f"{step.prompt_tokens:,} in, {step.completion_tokens:,} out"
+    figures = token_figures(step)
     if step.seconds is not None:
         figures += f", {step.seconds:.1f}s"
     heading.append(f"  {figures}", style="dim")
     return heading
+
+
+def token_figures(step: ModelStep) -> str:
+    """``1,234 in, 56 out``; a count the server did not send reads absent, not 0."""
+    if step.prompt_tokens is None and step.completion_tokens is None:
+        return "tokens absent"
+    return f"{figure(step.prompt_tokens)} in, {figure(step.completion_tokens)} out"
 
 
 def model_block(step: ModelStep, *, full: bool = False) -> RenderableType:
@@ -144,7 +160,8 @@ def budget_text(budget: Budget) -> Text:
 def budget_line(b: Budget) -> str:
     parts = [
         f"turns {b.turns}/{b.max_turns}",
-        f"tokens {b.tokens:,}" + ("" if b.max_tokens is None else f"/{b.max_tokens:,}"),
+        f"tokens {b.tokens:,}" + (f" +~{b.streaming:,} streaming" if b.streaming else "")
+        + ("" if b.max_tokens is None else f"/{b.max_tokens:,}"),
         f"${b.cost_usd:.4f}" + ("" if b.max_cost_usd is None else f"/${b.max_cost_usd:.2f}"),
         f"{_clock(b.elapsed_s)}" + ("" if b.max_wall_s is None else f"/{_clock(b.max_wall_s)}"),
     ]
@@ -158,7 +175,7 @@ def model_line(step: ModelStep) -> str:
     head = f"turn {step.turn} {step.status}"
     if step.cause:
         head += f" ({one_line(step.cause, 160)})"
-    head += f" [{step.prompt_tokens} in, {step.completion_tokens} out]"
+    head += f" [{token_figures(step)}]"
     if step.reasoning:
         head += f" thinking: {one_line(step.reasoning, 120)} |"
     if step.text:

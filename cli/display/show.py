@@ -13,6 +13,7 @@ from rich.text import Text
 
 from cli.display.render import model_block, tool_block
 from cli.display.steps import steps_of
+from cli.display.whole import diff_line, print_whole
 from orchestrator.canonical import RecordedBytesError, recorded_bytes, sha256_hex, shown_text
 from orchestrator.terminal_text import printable
 from orchestrator.trajectory import Trajectory
@@ -45,8 +46,7 @@ def print_trajectory(console: Console, trajectory: Trajectory, *, full: bool = F
     patch = next((e for e in reversed(trajectory.run_events) if e.kind == "patch"), None)
     if patch is not None:
         console.print()
-        for block in patch_lines(patch.data, full=full):
-            console.print(block, highlight=False)
+        print_whole(console, patch_lines(patch.data, full=full))  # a diff line is never wrapped or cut
 
 
 _BINARY_SIZE = re.compile(r"(literal|delta) (\d+)")
@@ -95,7 +95,7 @@ def patch_lines(record: Mapping[str, Any], *, full: bool = False) -> list[Text]:
         return [heading, *flags, Text("(no changes)", style="dim")]
     lines = binary_described(printable(shown_text(data)).splitlines())
     shown = lines if full or len(lines) <= PATCH_LINES else lines[:PATCH_LINES]
-    out = [heading, *flags, *(Text(line) for line in shown)]
+    out = [heading, *flags, *(diff_line(line) for line in shown)]
     if len(shown) < len(lines):
         out.append(Text(f"… {len(lines) - len(shown)} more lines (--full shows them)", style="dim"))
     return out

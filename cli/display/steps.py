@@ -10,7 +10,7 @@ from typing import Any
 
 from orchestrator.canonical import text_bytes
 from orchestrator.contract import Frozen
-from orchestrator.envelope import Envelope
+from orchestrator.envelope import Envelope, reported
 from orchestrator.trajectory import TurnRecord
 
 # The argument that says what a tool call is about, by tool.
@@ -24,8 +24,8 @@ class ModelStep(Frozen):
     text: str = ""
     reasoning: str = ""
     refusal: str = ""
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
+    prompt_tokens: int | None = None  # None: the server sent no count (a FAULTED call), never shown as 0
+    completion_tokens: int | None = None
     seconds: float | None = None
 
 
@@ -69,8 +69,9 @@ def model_step(turn: int, envelope: Envelope) -> ModelStep:
     payload, usage = envelope.payload, envelope.usage
     return ModelStep(
         turn=turn, status=envelope.status.value, cause=cause_of(envelope), text=payload.text,
-        reasoning=payload.reasoning or "", refusal=payload.refusal or "", prompt_tokens=usage.prompt_tokens,
-        completion_tokens=usage.completion_tokens, seconds=envelope.timings.total_s,
+        reasoning=payload.reasoning or "", refusal=payload.refusal or "",
+        prompt_tokens=reported(usage.prompt_tokens, usage.prompt_source),
+        completion_tokens=reported(usage.completion_tokens, usage.completion_source), seconds=envelope.timings.total_s,
     )
 
 

@@ -14,17 +14,18 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.envelope import reported
 from orchestrator.replay.divergence import compare, differing_paths
-from orchestrator.trajectory import Trajectory, TurnRecord
+from orchestrator.trajectory import ResponseView, Trajectory, TurnRecord
 
 
 @dataclass(frozen=True)
 class Side:
     """One run's figures for one turn; None where the run has no such turn."""
 
-    input_tokens: int
-    cached_tokens: int
-    output_tokens: int
+    input_tokens: int | None  # None: no call of the turn reported it
+    cached_tokens: int | None
+    output_tokens: int | None
     cost_usd: float
     total_s: float
     status: str
@@ -46,7 +47,7 @@ class AlignedTurn:
     difference: Difference | None
 
     def delta(self, name: str) -> float | None:
-        if self.a is None or self.b is None:
+        if self.a is None or self.b is None or getattr(self.a, name) is None or getattr(self.b, name) is None:
             return None
         return float(getattr(self.b, name)) - float(getattr(self.a, name))
 
@@ -62,13 +63,19 @@ class Comparison:
         return next((t for t in self.turns if t.difference is not None), None)
 
 
+def _reported_sum(responses: list[ResponseView], name: str) -> int | None:
+    values = [reported(getattr(r, name), getattr(r, f"{name}_source")) for r in responses]
+    counted = [v for v in values if v is not None]
+    return sum(counted) if counted else None
+
+
 def _side(record: TurnRecord) -> Side:
     responses = [c.response for c in record.calls if c.response is not None]
     status = ",".join(sorted({r.status for r in responses})) or "NO RESPONSE"
     return Side(
-        input_tokens=sum(r.input_tokens for r in responses),
-        cached_tokens=sum(r.cached_input_tokens for r in responses),
-        output_tokens=sum(r.output_tokens for r in responses),
+        input_tokens=_reported_sum(responses, "input_tokens"),
+        cached_tokens=_reported_sum(responses, "cached_input_tokens"),
+        output_tokens=_reported_sum(responses, "output_tokens"),
         cost_usd=sum(r.cost_usd or 0.0 for r in responses),
         total_s=sum(r.total_s for r in responses),
         status=status,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from orchestrator.envelope import reported
 from orchestrator.trajectory import CallView, CandidateView, EventView, ToolExecutionView, Trajectory, TurnRecord
 from policies import Flag
 from store.chain import GENESIS_EVENT
@@ -53,10 +54,11 @@ class CallShown:
     refusal: str | None
     tool_calls: tuple[tuple[str, str, str], ...]
     error: str | None
-    input_tokens: int
-    cached_tokens: int
-    prefilled_tokens: int
-    output_tokens: int
+    # None: the server sent no such count (shown "-", never 0)
+    input_tokens: int | None
+    cached_tokens: int | None
+    prefilled_tokens: int | None
+    output_tokens: int | None
     cost_usd: float | None
     ttft_s: float | None
     decode_s: float | None
@@ -126,11 +128,13 @@ class TurnShown:
     def cost_usd(self) -> float:
         return sum(c.cost_usd or 0.0 for c in self.calls)
 
-    def total(self, name: str) -> float:
-        return sum(getattr(c, name) or 0 for c in self.calls)
+    def total(self, name: str) -> float | None:
+        """Summed over the calls that have the figure; None when none has it."""
+        values = [getattr(c, name) for c in self.calls if getattr(c, name) is not None]
+        return sum(values) if values else None
 
     @cached_property
-    def sums(self) -> dict[str, float]:
+    def sums(self) -> dict[str, float | None]:
         """The turn's tokens and timings, summed over its calls, for its header."""
         return {name: self.total(name) for name in SUMMED}
 
@@ -148,8 +152,9 @@ class RunShown:
     def cost_usd(self) -> float:
         return sum(t.cost_usd for t in self.turns)
 
-    def total(self, name: str) -> float:
-        return sum(t.total(name) for t in self.turns)
+    def total(self, name: str) -> float | None:
+        values = [v for v in (t.total(name) for t in self.turns) if v is not None]
+        return sum(values) if values else None
 
 
 def _message(raw: dict[str, Any]) -> MessageShown:
@@ -177,10 +182,10 @@ def _call(call: CallView) -> CallShown:
             refusal=None,
             tool_calls=(),
             error="no response was recorded (in flight when the run stopped)",
-            input_tokens=0,
-            cached_tokens=0,
-            prefilled_tokens=0,
-            output_tokens=0,
+            input_tokens=None,
+            cached_tokens=None,
+            prefilled_tokens=None,
+            output_tokens=None,
             cost_usd=None,
             ttft_s=None,
             decode_s=None,
@@ -196,6 +201,7 @@ def _call(call: CallView) -> CallShown:
         if error or resp.error_message
         else None
     )
+    cached = reported(resp.cached_input_tokens, resp.cached_input_tokens_source)
     return CallShown(
         id=call.id,
         seq=call.seq,
@@ -210,10 +216,10 @@ def _call(call: CallView) -> CallShown:
             (str(c.get("id")), str(c.get("name")), str(c.get("arguments"))) for c in payload.get("tool_calls") or ()
         ),
         error=cause,
-        input_tokens=resp.input_tokens,
-        cached_tokens=resp.cached_input_tokens,
-        prefilled_tokens=max(0, resp.input_tokens - resp.cached_input_tokens),
-        output_tokens=resp.output_tokens,
+        input_tokens=reported(resp.input_tokens, resp.input_tokens_source),
+        cached_tokens=cached,
+        prefilled_tokens=None if cached is None else max(0, resp.input_tokens - cached),
+        output_tokens=reported(resp.output_tokens, resp.output_tokens_source),
         cost_usd=resp.cost_usd,
         ttft_s=resp.ttft_s,
         decode_s=resp.decode_s,

@@ -81,6 +81,11 @@ def secs(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}s"
 
 
+def count(value: float | None) -> str:
+    """A token count; "-" when absent (the server sent none), never 0."""
+    return "-" if value is None else f"{value:.0f}"
+
+
 def signed(value: float | None, digits: int = 0) -> str:
     if value is None:
         return "-"
@@ -150,7 +155,8 @@ def make_environment() -> Environment:
         autoescape=select_autoescape(default=True, default_for_string=True),
         trim_blocks=True, lstrip_blocks=True, finalize=_readable,
     )
-    env.filters.update(when=when, dollars=dollars, secs=secs, signed=signed, size=size, short=lambda s: (s or "")[:12])
+    env.filters.update(when=when, dollars=dollars, secs=secs, signed=signed, count=count, size=size,
+                       short=lambda s: (s or "")[:12])
     env.globals.update(rate=rate, badge=badge, text_block=text_block, diff_block=diff_block)
     return env
 

@@ -41,7 +41,14 @@ class BatchProgress:
         return elapsed / self.finished * (self.total - self.finished)
 
     def line(self, running: int) -> str:
+        """One status line, under 80 columns in the common case: the counts
+        that are zero and say nothing (no infrastructure failure) are left out."""
         eta = self.eta_s()
-        return (f"{self.finished}/{self.total} done · running {running} · passed {self.passed} · failed {self.failed}"
-                f" · infra errors {self.infra} (start timeouts {self.start_timeouts}) · ${self.cost_usd:.4f}"
-                + (f" · ETA {eta:.0f}s" if eta is not None else ""))
+        parts = [f"{self.finished}/{self.total} done", f"running {running}", f"passed {self.passed}",
+                 f"failed {self.failed}"]
+        if self.infra:
+            parts.append(f"infra errors {self.infra} (start timeouts {self.start_timeouts})")
+        parts.append(f"${self.cost_usd:.4f}")
+        if eta is not None:
+            parts.append(f"ETA {eta:.0f}s")
+        return " · ".join(parts)

@@ -23,6 +23,7 @@ from orchestrator.envelope import Envelope
 from orchestrator.launch.compose import ModelProbe, make_spec, open_store, resolve_policy, resolve_repo
 from orchestrator.limits import Tally
 from orchestrator.model_client.client import ModelClient
+from orchestrator.model_client.reach import require_http_url
 from orchestrator.observer import ObservedJournal, RunObserver
 from orchestrator.perimeter import acl_of
 from orchestrator.ports import Model
@@ -157,6 +158,7 @@ def run_agent(
     task, repo, verifier, apply = request.task, request.repo, request.verify, request.apply
     repo_path = resolve_repo(repo)
     policy = with_task_inputs(resolve_policy(settings), request)
+    require_http_url(settings.model_url)  # before a sandbox starts or a run is recorded
     docker_client = connect(settings.docker_host)
     require_image(docker_client, settings.sandbox_image)
     price = load_price_table(settings.home).lookup(settings.model)

@@ -154,14 +154,14 @@ def to_atif(trajectory: Trajectory) -> dict[str, Any]:
             if message.role in ("user", "system"):
                 steps.append({"step_id": len(steps) + 1, "source": message.role, "message": message.content or ""})
     responses = [c.response for c in calls if c.response is not None]
-    final: dict[str, Any] = {
-        "total_prompt_tokens": sum(r.input_tokens for r in responses if r.input_tokens_source != "absent"),
-        "total_completion_tokens": sum(r.output_tokens for r in responses if r.output_tokens_source != "absent"),
-        "total_cached_tokens": sum(
-            r.cached_input_tokens for r in responses if r.cached_input_tokens_source != "absent"
-        ),
-        "total_steps": len(steps),
-    }
+    final: dict[str, Any] = {}
+    for name, value, source in (("total_prompt_tokens", "input_tokens", "input_tokens_source"),
+                                ("total_completion_tokens", "output_tokens", "output_tokens_source"),
+                                ("total_cached_tokens", "cached_input_tokens", "cached_input_tokens_source")):
+        counted = [getattr(r, value) for r in responses if getattr(r, source) != "absent"]
+        if counted:  # a total no call reported is left out (absent), not written 0
+            final[name] = sum(counted)
+    final["total_steps"] = len(steps)
     costs = [r.cost_usd for r in responses if r.cost_usd is not None]
     if costs:
         final["total_cost_usd"] = sum(costs)

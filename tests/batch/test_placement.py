@@ -39,3 +39,10 @@ def test_progress_counts_outcomes_apart_and_estimates_the_rest():
     assert (progress.passed, progress.failed, progress.infra, progress.finished) == (1, 1, 1, 2)
     assert progress.eta_s() == 10.0  # 5 s per finished task, two left
     assert "infra errors 1" in progress.line(2) and "$0.5000" in progress.line(2)
+
+
+def test_the_progress_line_fits_80_columns_and_says_no_zero_infrastructure_count():
+    progress = BatchProgress(1000, clock=lambda: 0.0)
+    progress.attempt(AttemptResult(task_id="a", outcome="model", verdict="PASS", run_id="r", cost_usd=12.5))
+    line = progress.line(256)
+    assert "infra" not in line and len(line) + 2 <= 80  # the spinner takes two columns

@@ -95,7 +95,7 @@ def test_a_real_llama_cpp_call_records_logprobs_token_ids_and_provenance(llama_c
     reported = CliRunner().invoke(app, ["report", run_id, "--db", f"sqlite:///{db}"])
     assert reported.exit_code == 0, reported.output
     settings = f"context_length {CONTEXT}, logprobs_mode raw, slots 1"
-    assert f"llama.cpp {info.version} ({settings})" in reported.output
+    assert f"llama.cpp {info.version} ({settings})" in " ".join(reported.output.split())  # folded at 80
 
 
 def test_logprobs_after_the_sampler_chain_when_the_request_asks(llama_cpp, tmp_path):

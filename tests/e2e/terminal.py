@@ -39,7 +39,9 @@ class Tmux:
 
     def start(self, args: list[str], env: dict[str, str]) -> None:
         exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-        line = f"env {exports} {shlex.join(args)}; echo EXIT=$?; sleep 600"
+        # The pane's shell may export COLUMNS and LINES as they were before the
+        # pane took its size (80x24); a command reading them would not see the pane.
+        line = f"env -u COLUMNS -u LINES {exports} {shlex.join(args)}; echo EXIT=$?; sleep 600"
         self.tmux("new-session", "-d", "-s", "run", "-x", str(self.width), "-y", str(self.height), line)
         # OSC 52 and title changes from the pane would land in tmux where a test can see them.
         self.tmux("set-option", "-g", "set-clipboard", "on")

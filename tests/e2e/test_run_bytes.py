@@ -198,8 +198,9 @@ def test_a_failing_run_with_odd_names_ends_with_the_models_verdict(settings, rep
 
 
 def test_escrow_run_prints_the_patch_to_read_and_its_exact_bytes(tmp_path, repo, fault, sandbox_image):
-    """``escrow run`` as a subprocess: the diff on screen (each byte that is
-    not UTF-8 as \\xNN, no traceback) and, under --json, ``patch_base64``."""
+    """``escrow run`` as a subprocess: in a pipe, stdout is the patch's exact
+    bytes (latin-1 included) and the verdict goes to stderr; under --json,
+    ``patch_base64``."""
     seed(repo, {b"notes.txt": LATIN1})
     fault.script([answer(EDIT, bash(r"printf 'cr\xe8me\n' >> notes.txt"), SUBMIT)] * 2)
     env = {**os.environ, "ESCROW_HOME": str(tmp_path / "home")}
@@ -208,7 +209,7 @@ def test_escrow_run_prints_the_patch_to_read_and_its_exact_bytes(tmp_path, repo,
             "--tokenizer", "cl100k_base"]
     shown = subprocess.run([*base, "--plain"], env=env, capture_output=True, timeout=180)
     assert shown.returncode == 0 and b"Traceback" not in shown.stderr, shown.stderr
-    assert b"+cr\\xe8me" in shown.stdout and b"PASS" in shown.stdout
+    assert b"+cr\xe8me" in shown.stdout and b"PASS" not in shown.stdout and b"PASS" in shown.stderr
 
     done = subprocess.run([*base, "--json"], env=env, capture_output=True, timeout=180)
     assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr
@@ -218,3 +219,26 @@ def test_escrow_run_prints_the_patch_to_read_and_its_exact_bytes(tmp_path, repo,
     with Store.open(f"sqlite:///{tmp_path / 'home' / 'escrow.db'}", readonly=True, create=False) as store:
         (verdict,) = store.events(out["run_id"], "verdict")
         assert hashlib.sha256(exact).hexdigest() == verdict.data["patch_sha256"]
+
+
+def test_a_piped_run_prints_the_recorded_patch_byte_for_byte(tmp_path, repo, fault, sandbox_image):
+    """Issue 27: the diff was cut to 80 columns in a pipe (a 135-character
+    added line kept 80, the ``index`` line lost its hash's end and its mode).
+    Piped, stdout is the recorded patch itself, whatever its line lengths."""
+    long_line = "x = '" + "long " * 40 + "'"  # 206 characters
+    assert len(long_line) > 200
+    fault.script([answer(EDIT, call("write_file", path="wide.py", content=long_line + "\n"),
+                         bash("chmod +x wide.py"), SUBMIT)])
+    env = {**os.environ, "ESCROW_HOME": str(tmp_path / "home"), "COLUMNS": "80"}
+    args = [str(Path(sys.executable).parent / "escrow"), "run", TASK, "--repo", str(repo), "--verify",
+            "python3 -m pytest -q -p no:cacheprovider", "--model-url", fault.base_url, "--context-window", "8192",
+            "--tokenizer", "cl100k_base"]
+    done = subprocess.run(args, env=env, capture_output=True, timeout=180)
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr
+    with Store.open(f"sqlite:///{tmp_path / 'home' / 'escrow.db'}", readonly=True, create=False) as store:
+        (patch,) = store.events(store.runs()[0].run.id, "patch")
+        recorded = recorded_bytes(patch.data)
+    assert f"+{long_line}\n".encode() in recorded and b"new file mode 100755" in recorded
+    assert done.stdout == recorded
+    assert b"PASS" in done.stderr  # the verdict, off the data stream
+    subprocess.run(["git", "apply", "--check", "-"], input=done.stdout, cwd=repo, check=True)

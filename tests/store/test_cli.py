@@ -39,7 +39,8 @@ def test_runs_lists_newest_first_and_filters(populated):
     result = invoke("runs")
     assert result.exit_code == 0
     lines = result.output.splitlines()
-    assert lines[0].startswith("RUN") and populated["running"][:12] in lines[1] and populated["passed"][:12] in lines[2]
+    assert lines[0].startswith("run ")
+    assert populated["running"][:12] in lines[1] and populated["passed"][:12] in lines[2]
     listed = json.loads(invoke("runs", "--json").output)
     assert [r["id"] for r in listed] == [populated["running"], populated["passed"]]
     assert listed[1]["totals"]["turns"] == 2 and listed[1]["verdict"] == "PASS"
@@ -48,6 +49,19 @@ def test_runs_lists_newest_first_and_filters(populated):
                            (["--since", "2999-01-01"], []), (["--limit", "1"], ["running"])):
         found = [r["id"] for r in json.loads(invoke("runs", "--json", *args).output)]
         assert found == [populated[k] for k in expected], args
+
+
+def test_runs_refuses_a_status_or_verdict_no_run_can_have(populated):
+    """Issue 27: `runs --status bogus` and `--verdict pass` printed "no runs", exit 0."""
+    from cli.runs_cmd import IMPORTED
+    from store.importer import IMPORTED_VERDICT
+
+    assert IMPORTED == IMPORTED_VERDICT
+    for args, named in ((["--status", "bogus"], "running or finished"), (["--verdict", "nope"], "BUDGET_EXHAUSTED")):
+        result = invoke("runs", *args)
+        assert isinstance(result.exception, ConfigError) and named in str(result.exception), (args, result.output)
+    found = [r["id"] for r in json.loads(invoke("runs", "--json", "--verdict", "pass").output)]
+    assert found == [populated["passed"]]  # a verdict in any case names the recorded one
 
 
 def test_show_prints_turn_by_turn_and_json(populated):

@@ -87,6 +87,20 @@ def test_keep_verdict_keeps_those_runs(tmp_path):
     assert gc(path, "--keep-verdict", "PASS")["runs_deleted"] == 0  # nothing left to do
 
 
+def test_a_dry_run_counts_what_gc_would_delete_and_deletes_nothing(tmp_path):
+    """Issue 27: gc had no dry run. The dry run is the deletion itself, rolled back."""
+    path = tmp_path / "escrow.db"
+    build(path)
+    before = {t: table(path, f"SELECT count(*) FROM {t}") for t in ("runs", "blobs", "deletions", "model_calls")}
+    planned = gc(path, "--dry-run")
+    assert planned["dry_run"] is True and planned["runs_deleted"] == 2 and planned["blobs_deleted"] > 0
+    assert {t: table(path, f"SELECT count(*) FROM {t}") for t in before} == before
+    verify_ok(path)
+    done = gc(path)
+    assert done["dry_run"] is False and {k: v for k, v in done.items() if k != "dry_run"} == {
+        k: v for k, v in planned.items() if k != "dry_run"}
+
+
 def test_a_bad_span_is_a_clear_error(tmp_path):
     path = tmp_path / "escrow.db"
     build(path)

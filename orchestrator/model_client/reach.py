@@ -1,0 +1,46 @@
+"""The model URL checked before anything is started for it: an http(s) URL
+whose host accepts a connection. A down server or a URL without its scheme
+then costs one line and exit 2, not a sandbox and a recorded
+TRANSPORT_FAILURE run."""
+
+from __future__ import annotations
+
+import socket
+from urllib.parse import urlsplit
+
+from orchestrator.errors import ModelUnreachable
+
+CONNECT_TIMEOUT_S = 5.0
+
+
+def require_http_url(url: str) -> tuple[str, int]:
+    """The host and port of ``url``; ``ModelUnreachable`` unless it is an
+    http(s) URL with a host. Every run checks this (``run_agent``)."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:  # a port that is not a number, or out of range
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
+        raise ModelUnreachable(
+            f"the model URL {url!r} is not an http:// or https:// URL with a host (e.g. http://127.0.0.1:8088/v1)",
+            url=url,
+        )
+    return parts.hostname, port or (443 if parts.scheme == "https" else 80)
+
+
+def require_reachable(url: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """``require_http_url``, then a TCP connection to its host and port.
+    Checked by the commands before they start anything (``escrow run``,
+    ``escrow batch``), not by each run of a batch: a replica that goes away
+    mid-batch is a recorded TRANSPORT_FAILURE, and its task moves on. A
+    ``{task_id}`` placeholder in the host is left to each run."""
+    hostname, port = require_http_url(url)
+    if "{" in hostname:
+        return
+    try:
+        socket.create_connection((hostname, port), timeout=timeout_s).close()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ModelUnreachable(f"no model server answers at {url} ({reason}); start it, or give --model-url",
+                               url=url) from None

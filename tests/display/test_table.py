@@ -1,0 +1,101 @@
+"""The one table renderer (cli/display/table.py): no line wider than the
+width given, no cell cut, columns picked by rank with the rest named, a
+table of few rows pivoted, every column stacked under ``wide``, and the one
+number format, absent written as absent."""
+
+from __future__ import annotations
+
+import pytest
+
+from cli.display.table import ABSENT, Column, figure, render
+
+COLUMNS = (
+    Column("id", "id", "text", rank=0), Column("status", "status", "text"), Column("prompt", "prompt"),
+    Column("cached", "cached"), Column("cost", "$", "usd"), Column("hit", "hit", "ratio"),
+    Column("ttft", "ttft s", "seconds", rank=2), Column("gpu", "gpu s", "seconds", rank=3),
+    Column("decode", "decode s", "seconds", rank=3), Column("tool", "tool s", "seconds", rank=3),
+    Column("wait", "wait s", "seconds", rank=3), Column("retries", "retries", rank=3),
+    Column("resent", "re-sent", rank=3), Column("prefilled", "prefilled", rank=2),
+)
+
+
+def row(n: int) -> dict[str, object]:
+    return {"id": f"turn-{n}", "status": "COMPLETED" if n % 2 else "TRUNCATED", "prompt": 123_456 + n,
+            "cached": None if n == 3 else 100_000 + n, "cost": 0.00774812 * n, "hit": 0.8123, "ttft": 1.23456 * n,
+            "gpu": 12.5, "decode": 3.25, "tool": 0.5, "wait": 0.0, "retries": n, "resent": 99_999, "prefilled": 23_456}
+
+
+ROWS = [row(n) for n in range(1, 9)]
+
+
+def cells_of(r: dict[str, object]) -> dict[str, str]:
+    return {c.key: figure(r[c.key], c.kind) for c in COLUMNS}
+
+
+def row_tokens(lines: list[str], key: str) -> list[str]:
+    """Every token after ``key`` on the lines that start with it (one per stacked table)."""
+    return [t for line in lines if line.split()[:1] == [key] for t in line.split()[1:]]
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_no_line_is_wider_than_the_width_and_shown_cells_are_whole(width: int) -> None:
+    lines = render(COLUMNS, ROWS, width=width)
+    assert max(map(len, lines)) <= width
+    header = lines[0].split()
+    left_out = " ".join(lines[lines.index(next(line for line in lines if line.startswith("not shown:"))):]) \
+        if any(line.startswith("not shown:") for line in lines) else ""
+    for r in ROWS:
+        shown = row_tokens(lines, str(r["id"]))
+        for c in COLUMNS[1:]:
+            if c.header.split()[0] in header:
+                assert figure(r[c.key], c.kind) in shown, (c.key, shown)
+            else:
+                assert c.header in left_out  # a column left out is named, never cut
+    assert "…" not in "\n".join(lines)
+
+
+def test_ranks_decide_what_fits_and_the_key_stays() -> None:
+    lines = render(COLUMNS, ROWS, width=80)
+    header = lines[0].split()
+    assert header[0] == "id" and {"status", "prompt", "cached", "$", "hit"} <= set(header)
+    assert "retries" not in header and "(--wide shows every column)" in " ".join(lines)
+
+
+@pytest.mark.parametrize("width", [40, 80])
+def test_wide_stacks_every_column_and_repeats_the_key(width: int) -> None:
+    lines = render(COLUMNS, ROWS, width=width, wide=True)
+    assert max(map(len, lines)) <= width
+    headers = [line.split() for line in lines if line.startswith("id ")]
+    assert len(headers) > 1 and all(h[0] == "id" for h in headers)
+    assert not any(line.startswith("not shown:") for line in lines)
+    for r in ROWS:
+        expected = sorted(v for k, v in cells_of(r).items() if k != "id")
+        assert sorted(row_tokens(lines, str(r["id"]))) == expected
+
+
+def test_a_table_of_few_rows_pivots_when_that_fits_whole() -> None:
+    rows = ROWS[:3]
+    assert render(COLUMNS, rows, width=80)[0].split()[:2] == ["id", "status"]  # a list is never pivoted
+    lines = render(COLUMNS, rows, width=80, pivot=True)
+    assert max(map(len, lines)) <= 80
+    assert lines[0].split() == ["id", "turn-1", "turn-2", "turn-3"]
+    for c in COLUMNS[1:]:
+        (line,) = [line for line in lines if line.startswith(c.header + " ")]
+        assert line[len(c.header):].split() == [figure(r[c.key], c.kind) for r in rows]
+
+
+def test_a_flex_column_wraps_at_words_without_cutting_one() -> None:
+    columns = (Column("id", "run", "text", rank=0), Column("n", "turns"),
+               Column("task", "task", "text", flex=True))
+    task = "Fix the bug in mean() in calc.py so that the tests pass, then explain the fix in one sentence."
+    lines = render(columns, [{"id": "abc123", "n": 3, "task": task}], width=40)
+    assert max(map(len, lines)) <= 40 and len(lines) > 2
+    assert " ".join(line[len("abc123") + 9:].strip() for line in lines[1:]) == task
+
+
+def test_the_one_number_format() -> None:
+    assert figure(None) == ABSENT and figure(None, "usd") == ABSENT
+    assert figure(0, "usd") == "0.0000" and figure(0.00001, "usd") == "<0.0001" and figure(1.5, "usd") == "1.5000"
+    assert figure(1141) == "1,141" and figure(2934.0) == "2,934"
+    assert figure(0.8712, "ratio") == "87%" and figure(4.304, "seconds") == "4.30"
+    assert figure("a\x1b]0;x\x07b", "text") == "a\\x1b]0;x\\x07b"  # controls escaped

@@ -1,0 +1,50 @@
+"""``escrow batch list`` and ``escrow runs --batch`` (issue 27, item 5): no
+command listed batches, and runs had no filter for one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from cli.main import app
+from orchestrator.batch.driver import BatchPlan, start_batch
+from orchestrator.batch.pool import PoolOptions
+from orchestrator.batch.runner import TASK_ERROR
+from orchestrator.batch.tasks import load_task_file
+from orchestrator.errors import ConfigError
+from store import batches as bstore
+
+
+def test_batch_list_and_runs_of_a_batch(scripted, home: Path, tmp_path: Path) -> None:
+    in_batch = scripted.record(scripted.GROWING)
+    scripted.record(scripted.GROWING[:1], task="not in the batch")
+    task_file = tmp_path / "tasks.jsonl"
+    task_file.write_text("".join(json.dumps({"id": f"t{n}", "repo": str(tmp_path), "task": "fix", "verify": "true"})
+                                 + "\n" for n in range(2)))
+    plan = BatchPlan(tasks_dir=str(tmp_path), model_urls=("http://127.0.0.1:1/v1",), options=PoolOptions(workers=1))
+    batch_id = start_batch(scripted.store, load_task_file(task_file), plan)
+    attempt = bstore.start_attempt(scripted.store, batch_id, "t0")
+    bstore.finish_attempt(scripted.store, attempt, outcome=bstore.MODEL, run_id=in_batch, verdict="PASS")
+    failed = bstore.start_attempt(scripted.store, batch_id, "t1")
+    bstore.finish_attempt(scripted.store, failed, outcome=TASK_ERROR, run_id=None, verdict=None,
+                          error="repo: no such commit deadbeef")
+
+    listed = json.loads(CliRunner().invoke(app, ["batch", "list", "--json"]).output)
+    assert [(b["batch_id"], b["n_tasks"], b["passed"]) for b in listed] == [(batch_id, 2, 1)]
+    text = CliRunner().invoke(app, ["batch", "list"]).output
+    assert batch_id[:12] in text and str(task_file) in " ".join(text.split())
+
+    runs = json.loads(CliRunner().invoke(app, ["runs", "--batch", batch_id[:8], "--json"]).output)
+    assert [r["id"] for r in runs] == [in_batch]
+    assert CliRunner().invoke(app, ["runs", "--batch", batch_id[:8], "--verdict", "FAULTED", "--json"]).output \
+        .strip() == "[]"
+    assert isinstance(CliRunner().invoke(app, ["runs", "--batch", "nope"]).exception, ConfigError)
+
+    report = CliRunner().invoke(app, ["batch", "report", batch_id]).output
+    assert "repo: no such commit deadbeef" in " ".join(report.split())  # a task's error, not "-"
+
+
+def test_no_batches(store, home: Path) -> None:
+    assert CliRunner().invoke(app, ["batch", "list"]).output == "no batches\n"
