@@ -35,6 +35,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.settings import load_settings
 from orchestrator.terminal_text import printable
 from policies.price_table import PriceTable, load_price_table
+from store.run_list import when
 
 if TYPE_CHECKING:
     from store import Store
@@ -91,6 +92,8 @@ def print_run(report: RunCost) -> None:
     out = console()
     out.print(Text(printable(f"run {report.run_id}  model {report.model}  status {report.status}  verdict "
                              f"{report.verdict or '-'}  price table {report.price_version}")))
+    if report.last_alive_at is not None:
+        out.print(Text(f"crashed: its process is gone; last alive {when(report.last_alive_at)}"))
     if report.engines:
         out.print(Text(printable(f"engine {'; '.join(report.engines)}")))
     for warning in report.warnings:

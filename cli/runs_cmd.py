@@ -49,12 +49,10 @@ def runs(
 
 def _listed_by_store(url: str, wanted: RunQuery, now: float) -> list[RunLine]:
     from store import Store
-    from store.batches import crashed_runs, mark_crashed
 
     with Store.open(url, create=False, readonly=True) as store:
         found = store.runs(status=wanted.status, verdict=wanted.verdict, model=wanted.model, since=wanted.since,
-                           until=wanted.until, limit=wanted.limit)
-        found = mark_crashed(found, crashed_runs(store, now=now))
+                           until=wanted.until, limit=wanted.limit, now=now)
     return [RunLine.of(summary) for summary in found]
 
 

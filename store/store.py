@@ -113,10 +113,12 @@ class Store:
             return reader.get_run(conn, reader.resolve_run_id(conn, ref))
 
     def runs(self, *, status: str | None = None, verdict: str | None = None, model: str | None = None,
-             since: float | None = None, until: float | None = None, limit: int = 50) -> list[RunSummary]:
+             since: float | None = None, until: float | None = None, limit: int = 50,
+             now: float | None = None) -> list[RunSummary]:
+        """Newest first; a run whose owner is gone reads ``crashed`` as of ``now`` (``store.liveness``)."""
         with self.read() as conn:
             return reader.list_runs(
-                conn, status=status, verdict=verdict, model=model, since=since, until=until, limit=limit
+                conn, status=status, verdict=verdict, model=model, since=since, until=until, limit=limit, now=now
             )
 
     def browse(self, wanted: browse.RunFilter) -> browse.RunPage:

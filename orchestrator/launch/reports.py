@@ -20,7 +20,7 @@ def trajectory_cost(trajectory: Trajectory, prices: PriceTable) -> RunCost:
         run_id=run.id, model=run.request_model, status=run.status, verdict=run.verdict,
         calls=call_figures(calls), tools=tool_figures(tools), prices=prices.lookup, price_version=prices.version,
     )
-    return cost.model_copy(update={"engines": engines_of(trajectory)})
+    return cost.model_copy(update={"engines": engines_of(trajectory), "last_alive_at": run.last_alive_at})
 
 
 def report_run(store: Store, ref: str, prices: PriceTable) -> RunCost:
