@@ -22,7 +22,9 @@ reads its rows and stops on the damaged cell, as before.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import hashlib
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +40,7 @@ from sqlalchemy import (
     delete,
     exists,
     func,
+    inspect,
     or_,
     select,
     true,
@@ -71,6 +74,9 @@ class RunTotal(SQLModel, table=True):
     decode_s: float
     retries: int
     tool_s: float
+    digest: str | None = None
+    """sha256 of the run's chain head when the row was computed, the row's
+    key and figures (``digest``): checked by every report that reads the row."""
 
 
 class RunTtft(SQLModel, table=True):
@@ -101,9 +107,10 @@ SUMMED = ("gen_ai.usage.input_tokens", "gen_ai.usage.cache_read.input_tokens", "
           "total_s", "decode_s", "ttft_s", "n_attempts")
 ATTEMPT_SUMMED = ("duration_s", "backoff_s")
 TOOL_SUMMED = ("duration_s",)
-SUMMED_TABLES = (RESPONSES.name, ATTEMPTS.name, TOOLS.name)
-NUMBERS = tuple(c.name for c in TOTALS.columns if c.name not in ("run_id", "model", "engine"))
-FIGURES = tuple(c.name for c in TOTALS.columns if c.name not in ("id", "run_id", "own", "model", "engine"))
+NUMBERS = tuple(c.name for c in TOTALS.columns if c.name not in ("run_id", "model", "engine", "digest"))
+FIGURES = tuple(c.name for c in TOTALS.columns if c.name not in ("id", "run_id", "own", "model", "engine", "digest"))
+INT_FIGURES = frozenset(("calls", "prompt_tokens", "cached_tokens", "output_tokens", "retries"))
+FIGURE_IS_INT = tuple(name in INT_FIGURES for name in FIGURES)
 
 Key = tuple[str, int, str | None, str | None]
 """(run id, own, model, engine); model None: the tool seconds row."""
@@ -224,12 +231,46 @@ def compute(conn: Connection, runs: Any) -> tuple[dict[Key, Totals], set[str]]:
     return out, damaged
 
 
-def as_rows(totals: Mapping[Key, Totals]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def digest(head: str, key: Key, figures: Sequence[Any]) -> str:
+    """What a totals row is checked by: the chain head of its run when it was
+    computed, its key and its figures. A report recomputes it from what it
+    read and the run's current head, so a row altered in place, or computed
+    before the run's chain moved on (stale), is named, not summed. Like the
+    chain, it holds against edits that do not recompute it; ``escrow verify``
+    recomputes the totals from the rows themselves. The figures are hashed in
+    their column's type (``canonical``), as a driver returns them. A row
+    with no model (the tool seconds of a spend flag) also hashes how many
+    rows with a model the run has under that flag (``marked``), so a row
+    deleted is named as well."""
+    return hashlib.sha256(repr((head, *key, *figures)).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def marked(figures: Sequence[Any], model_rows: int) -> tuple[Any, ...]:
+    """What a model-less row's digest is over: its figures and the count of
+    its run's rows with a model under the same spend flag."""
+    return (*figures, model_rows)
+
+
+def canonical(figures: Sequence[Any]) -> tuple[Any, ...]:
+    """The figures as their columns hold them: int or float."""
+    return tuple(int(v) if is_int else float(v) for v, is_int in zip(figures, FIGURE_IS_INT, strict=True))
+
+
+def heads(conn: Connection, run_ids: Iterable[str]) -> dict[str, str]:
+    return dict(conn.execute(select(RUNS.c.id, RUNS.c.chain_head).where(RUNS.c.id.in_(list(run_ids)))).all())
+
+
+def as_rows(totals: Mapping[Key, Totals],
+            head_of: Mapping[str, str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(totals rows, TTFT rows) to insert."""
     rows, ttfts = [], []
+    model_rows = Counter((run_id, own) for run_id, own, model, _ in totals if model is not None)
     for (run_id, own, model, engine), t in sorted(totals.items(), key=lambda kv: order(kv[0])):
         key = {"run_id": run_id, "own": own, "model": model, "engine": engine}
-        rows.append({**key, **{name: getattr(t, name) for name in FIGURES}})
+        figures = canonical([getattr(t, name) for name in FIGURES])
+        hashed = figures if model is not None else marked(figures, model_rows[(run_id, own)])
+        rows.append({**key, **dict(zip(FIGURES, figures, strict=True)),
+                     "digest": digest(head_of[run_id], (run_id, own, model, engine), hashed)})
         ttfts += [{**key, "bucket_ms": b, "calls": n} for b, n in sorted(t.ttft.items())]
     return rows, ttfts
 
@@ -256,7 +297,8 @@ def write(conn: Connection, run_ids: Iterable[str], days: bool = True) -> None:
     for table in DERIVED:
         conn.execute(delete(table).where(table.c.run_id.in_(ids)))
     totals, damaged = compute(conn, RUNS.c.id.in_(ids))
-    for table, rows in zip(DERIVED, as_rows({k: t for k, t in totals.items() if k[0] not in damaged}), strict=True):
+    kept = {k: t for k, t in totals.items() if k[0] not in damaged}
+    for table, rows in zip(DERIVED, as_rows(kept, heads(conn, {k[0] for k in kept})), strict=True):
         if rows:
             conn.execute(table.insert(), rows)
     if days:
@@ -303,6 +345,31 @@ def problems(conn: Connection, run_id: str | None = None) -> dict[str, str]:
 def add_table(conn: Connection) -> None:
     """The totals table (idempotent: re-run when an upgrade resumes)."""
     SQLModel.metadata.create_all(conn, tables=list(DERIVED))
+
+
+def add_digest(conn: Connection) -> None:
+    """Schema 10: the digest column (idempotent: re-run when an upgrade resumes)."""
+    if "digest" not in {c["name"] for c in inspect(conn).get_columns(TOTALS.name)}:
+        conn.exec_driver_sql(f"ALTER TABLE {TOTALS.name} ADD COLUMN digest VARCHAR")
+
+
+def backfill_digests(engine: Engine, batch_runs: int | None = None) -> None:
+    """Every run's totals computed again from its rows, now with their digests,
+    a batch of runs per transaction in id order, so an upgrade killed at any
+    point resumes. Recomputed, not stamped as they are: totals altered before
+    the upgrade are not vouched for by it."""
+    marker = TOTALS.alias("marker")
+    undigested = exists().where(marker.c.run_id == RUNS.c.id, marker.c.own == 1, marker.c.model.is_(None),
+                                marker.c.digest.is_(None))
+    after = ""
+    while True:
+        with engine.begin() as conn:
+            ids = list(conn.execute(select(RUNS.c.id).where(RUNS.c.id > after, undigested)
+                                    .order_by(RUNS.c.id).limit(batch_runs or BACKFILL_RUNS)).scalars())
+            if not ids:
+                return
+            write(conn, ids)
+            after = ids[-1]
 
 
 def backfill(engine: Engine, batch_runs: int | None = None) -> None:
