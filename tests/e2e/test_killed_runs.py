@@ -19,9 +19,11 @@ from pathlib import Path
 
 import docker.errors
 import pytest
+from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
 from cli.main import app
+from cli.view.app import create_app
 from orchestrator.fault_server import FaultServer, Reply
 from sandbox.hardening import LABEL_PID
 from store import Store
@@ -121,6 +123,11 @@ def killed_reads_crashed(tmp: Path, proc: subprocess.Popen, docker_client) -> No
         shown = cli(tmp, "show", run["id"]).output
         assert "crashed" in shown and "last alive" in shown and "still running" not in shown
         assert "crashed: its process is gone; last alive" in cli(tmp, "report", run["id"]).output
+        with Store.open(store_url(tmp), readonly=True, create=False) as store:
+            client = TestClient(create_app(store))
+            page = client.get(f"/run/{run['id']}")
+            assert page.status_code == 200 and "crashed" in page.text and "last alive" in page.text
+            assert "crashed" in client.get("/").text
     finally:
         for found in docker_client.api.containers(all=True, filters={"label": f"{LABEL_PID}={proc.pid}"}):
             try:
