@@ -23,6 +23,7 @@ reads its rows and stops on the damaged cell, as before.
 from __future__ import annotations
 
 import hashlib
+import struct
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -111,6 +112,9 @@ NUMBERS = tuple(c.name for c in TOTALS.columns if c.name not in ("run_id", "mode
 FIGURES = tuple(c.name for c in TOTALS.columns if c.name not in ("id", "run_id", "own", "model", "engine", "digest"))
 INT_FIGURES = frozenset(("calls", "prompt_tokens", "cached_tokens", "output_tokens", "retries"))
 FIGURE_IS_INT = tuple(name in INT_FIGURES for name in FIGURES)
+# A row's spend flag and figures as ``digest`` packs them; a model-less row's also its count of model rows.
+ROW = struct.Struct("<q" + "".join("q" if is_int else "d" for is_int in FIGURE_IS_INT))
+MARKED_ROW = struct.Struct(ROW.format + "q")
 
 Key = tuple[str, int, str | None, str | None]
 """(run id, own, model, engine); model None: the tool seconds row."""
@@ -237,12 +241,21 @@ def digest(head: str, key: Key, figures: Sequence[Any]) -> str:
     read and the run's current head, so a row altered in place, or computed
     before the run's chain moved on (stale), is named, not summed. Like the
     chain, it holds against edits that do not recompute it; ``escrow verify``
-    recomputes the totals from the rows themselves. The figures are hashed in
-    their column's type (``canonical``), as a driver returns them. A row
-    with no model (the tool seconds of a spend flag) also hashes how many
-    rows with a model the run has under that flag (``marked``), so a row
-    deleted is named as well."""
-    return hashlib.sha256(repr((head, *key, *figures)).encode("utf-8", "surrogatepass")).hexdigest()
+    recomputes the totals from the rows themselves. A row with no model (the
+    tool seconds of a spend flag) also hashes how many rows with a model the
+    run has under that flag (``marked``), so a row deleted is named as well.
+
+    The figures are packed in their column's type (``ROW``), which is both
+    exact and fast: a fleet report checks tens of thousands of rows. A value
+    that does not pack (a float in an integer column, a NULL) gives "", which
+    matches no stored digest."""
+    run_id, own, model, engine = key
+    names = "\x1f".join((head, run_id, "\x00" if model is None else model, "\x00" if engine is None else engine))
+    try:
+        packed = (ROW if len(figures) == len(FIGURES) else MARKED_ROW).pack(own, *figures)
+    except struct.error:
+        return ""
+    return hashlib.sha256(names.encode("utf-8", "surrogatepass") + packed).hexdigest()
 
 
 def marked(figures: Sequence[Any], model_rows: int) -> tuple[Any, ...]:

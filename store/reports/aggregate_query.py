@@ -103,9 +103,12 @@ def totals_query(since: float | None, until: float | None, include_replays: bool
     run = [RUNS.c.created_at, RUNS.c.status, RUNS.c.verdict, source_sql(dialect).label("source")]
     figures = [TOTALS.c[name] for name in run_totals.FIGURES]
     spend = true() if include_replays else TOTALS.c.own == 1
-    return (select(TOTALS.c.run_id, TOTALS.c.own, *names, *run, *figures, MARKER.c.tool_s, *CHECKS)
-            .select_from(_with_marker().join(TOTALS, TOTALS.c.run_id == RUNS.c.id))
-            .where(window(since, until, include_replays), spend, TOTALS.c.model.is_not(None)))
+    # Outer: a run whose marker has no model row left still gives a row (its
+    # figures NULL), so that a deleted or re-flagged last row is checked too.
+    with_totals = _with_marker().outerjoin(
+        TOTALS, and_(TOTALS.c.run_id == RUNS.c.id, spend, TOTALS.c.model.is_not(None)))
+    return (select(MARKER.c.run_id, TOTALS.c.own, *names, *run, *figures, MARKER.c.tool_s, *CHECKS)
+            .select_from(with_totals).where(window(since, until, include_replays)))
 
 
 CHECKS = (RUNS.c.chain_head, TOTALS.c.digest, MARKER.c.digest)
@@ -128,10 +131,12 @@ def unchecked(rows: list[Any], shared: list[Any], names: Mapping[str | None, str
     own_rows = Counter(r[0] for r in rows if r[1] == 1)
     markers: dict[str, tuple[Any, ...]] = {}
     for r in rows:
+        markers.setdefault(r[0], r)
+        if r[2] is None:
+            continue  # the run has no model row (left): its marker's count says whether it had
         head, own_digest = r[tool_at + 1], r[tool_at + 2]
         if digest(head, (r[0], r[1], names[r[2]], names[r[3]]), r[first:tool_at]) != own_digest:
             bad.add(r[0])
-        markers.setdefault(r[0], r)
     for run_id, r in markers.items():
         if digest(r[tool_at + 1], (run_id, 1, None, None), marked((*idle, r[tool_at]), own_rows[run_id])) != r[-1]:
             bad.add(run_id)
@@ -176,6 +181,7 @@ def _stored(conn: Connection, since: float | None, until: float | None,
     bad = unchecked(rows, shared, names, first)
     if bad:
         raise RollupMismatch(sorted(bad))
+    rows = [r for r in rows if r[2] is not None]  # a run without model rows adds no slice
     # Positional: a report reads one row per (run, model), so no mapping per row.
     tool_at = first + len(run_totals.FIGURES)
     totals: dict[Key, Figures] = {(r[0], r[1], names[r[2]], names[r[3]]): r[first:tool_at] for r in rows}

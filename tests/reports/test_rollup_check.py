@@ -114,6 +114,19 @@ def test_a_totals_row_deleted_is_named(varied: Store, home: Path) -> None:
     assert_names(varied, home, run_id)
 
 
+@pytest.mark.parametrize("edit", ["DELETE FROM run_totals", "UPDATE run_totals SET own = 0"])
+def test_a_runs_last_model_row_deleted_or_reflagged_is_named(varied: Store, home: Path, edit: str) -> None:
+    """The run then has no model row a report would fetch: its tool seconds
+    row still comes back (an outer join), and its count of model rows names it."""
+    with varied.read() as conn:
+        run_id = conn.exec_driver_sql(
+            "SELECT run_id FROM run_totals WHERE model IS NOT NULL AND own = 1 AND run_id IN "
+            "(SELECT id FROM runs WHERE mode = 'run') GROUP BY run_id HAVING count(*) = 1 LIMIT 1").scalar()
+    assert run_id is not None, "the fixture has a run with totals for one model"
+    assert sql(varied, f"{edit} WHERE run_id = ? AND model IS NOT NULL", run_id) == 1
+    assert_names(varied, home, run_id)
+
+
 def test_a_totals_row_copied_onto_another_run_is_named(varied: Store, home: Path) -> None:
     source, target = finished_runs(varied)[:2]
     sql(varied, "INSERT INTO run_totals (run_id, own, model, engine, calls, prompt_tokens, cached_tokens, "
