@@ -112,9 +112,11 @@ NUMBERS = tuple(c.name for c in TOTALS.columns if c.name not in ("run_id", "mode
 FIGURES = tuple(c.name for c in TOTALS.columns if c.name not in ("id", "run_id", "own", "model", "engine", "digest"))
 INT_FIGURES = frozenset(("calls", "prompt_tokens", "cached_tokens", "output_tokens", "retries"))
 FIGURE_IS_INT = tuple(name in INT_FIGURES for name in FIGURES)
-# A row's spend flag and figures as ``digest`` packs them; a model-less row's also its count of model rows.
-ROW = struct.Struct("<q" + "".join("q" if is_int else "d" for is_int in FIGURE_IS_INT))
-MARKED_ROW = struct.Struct(ROW.format + "q")
+# A row's spend flag and figures as ``digest`` packs them (``in_run``): with a model, then its
+# run's tool seconds and count of model rows; without one (the tool seconds row), then that count.
+_FIGURES_FORMAT = "<q" + "".join("q" if is_int else "d" for is_int in FIGURE_IS_INT)
+ROW_IN_RUN = struct.Struct(_FIGURES_FORMAT + "dq")
+MARKER_ROW = struct.Struct(_FIGURES_FORMAT + "q")
 
 Key = tuple[str, int, str | None, str | None]
 """(run id, own, model, engine); model None: the tool seconds row."""
@@ -237,31 +239,33 @@ def compute(conn: Connection, runs: Any) -> tuple[dict[Key, Totals], set[str]]:
 
 def digest(head: str, key: Key, figures: Sequence[Any]) -> str:
     """What a totals row is checked by: the chain head of its run when it was
-    computed, its key and its figures. A report recomputes it from what it
-    read and the run's current head, so a row altered in place, or computed
-    before the run's chain moved on (stale), is named, not summed. Like the
-    chain, it holds against edits that do not recompute it; ``escrow verify``
-    recomputes the totals from the rows themselves. A row with no model (the
-    tool seconds of a spend flag) also hashes how many rows with a model the
-    run has under that flag (``marked``), so a row deleted is named as well.
+    computed, its key and its figures, and how its run's rows of the same
+    spend flag stand (``in_run``). A report recomputes it from what it read
+    and the run's current head, so a row altered in place, added, deleted or
+    computed before the run's chain moved on (stale) is named, not summed.
+    Like the chain, it holds against edits that do not recompute it;
+    ``escrow verify`` recomputes the totals from the rows themselves.
 
-    The figures are packed in their column's type (``ROW``), which is both
-    exact and fast: a fleet report checks tens of thousands of rows. A value
-    that does not pack (a float in an integer column, a NULL) gives "", which
-    matches no stored digest."""
+    The figures are packed in their column's type, which is both exact and
+    fast: a fleet report checks tens of thousands of rows. A value that does
+    not pack (a float in an integer column, a NULL) gives "", which matches no
+    stored digest."""
     run_id, own, model, engine = key
     names = "\x1f".join((head, run_id, "\x00" if model is None else model, "\x00" if engine is None else engine))
     try:
-        packed = (ROW if len(figures) == len(FIGURES) else MARKED_ROW).pack(own, *figures)
+        packed = (ROW_IN_RUN if model is not None else MARKER_ROW).pack(own, *figures)
     except struct.error:
         return ""
     return hashlib.sha256(names.encode("utf-8", "surrogatepass") + packed).hexdigest()
 
 
-def marked(figures: Sequence[Any], model_rows: int) -> tuple[Any, ...]:
-    """What a model-less row's digest is over: its figures and the count of
-    its run's rows with a model under the same spend flag."""
-    return (*figures, model_rows)
+def in_run(figures: Sequence[Any], model: str | None, tool_s: Any, model_rows: int) -> tuple[Any, ...]:
+    """What a row's digest is over besides its key: its figures, then, for a
+    row with a model, its run's tool seconds under the same spend flag (the
+    model-less row's, so that one is checked with every row a report reads)
+    and, for any row, how many rows with a model the run has under that flag
+    (so a row deleted is named as well)."""
+    return (*figures, tool_s, model_rows) if model is not None else (*figures, model_rows)
 
 
 def canonical(figures: Sequence[Any]) -> tuple[Any, ...]:
@@ -281,7 +285,8 @@ def as_rows(totals: Mapping[Key, Totals],
     for (run_id, own, model, engine), t in sorted(totals.items(), key=lambda kv: order(kv[0])):
         key = {"run_id": run_id, "own": own, "model": model, "engine": engine}
         figures = canonical([getattr(t, name) for name in FIGURES])
-        hashed = figures if model is not None else marked(figures, model_rows[(run_id, own)])
+        tools = totals.get((run_id, own, None, None))
+        hashed = in_run(figures, model, float(tools.tool_s) if tools else 0.0, model_rows[(run_id, own)])
         rows.append({**key, **dict(zip(FIGURES, figures, strict=True)),
                      "digest": digest(head_of[run_id], (run_id, own, model, engine), hashed)})
         ttfts += [{**key, "bucket_ms": b, "calls": n} for b, n in sorted(t.ttft.items())]

@@ -125,26 +125,27 @@ def shared_tool_seconds_query(since: float | None, until: float | None) -> Any:
 
 def unchecked(rows: list[Any], shared: list[Any], names: Mapping[str | None, str | None], first: int) -> set[str]:
     """The runs whose stored totals do not match their digests: altered in
-    place, or computed from an older chain head (stale)."""
-    digest, marked, idle, bad = run_totals.digest, run_totals.marked, ZERO[:TOOL_S], set()
+    place, added, deleted, or computed from an older chain head (stale). One
+    digest a row: a row with a model also covers its run's tool seconds and
+    count of model rows (``run_totals.in_run``); a run's tool seconds row is
+    checked alone only when no model row of its spend flag came back."""
+    digest, idle, bad = run_totals.digest, ZERO[:TOOL_S], set()
     tool_at = first + len(run_totals.FIGURES)
     own_rows = Counter(r[0] for r in rows if r[1] == 1)
-    markers: dict[str, tuple[Any, ...]] = {}
+    shared_rows = Counter(r[0] for r in rows if r[1] == 0) if shared else Counter()
+    shared_tool_s = {run_id: seconds for run_id, seconds, _, _ in shared}
     for r in rows:
-        markers.setdefault(r[0], r)
-        if r[2] is None:
-            continue  # the run has no model row (left): its marker's count says whether it had
-        head, own_digest = r[tool_at + 1], r[tool_at + 2]
-        if digest(head, (r[0], r[1], names[r[2]], names[r[3]]), r[first:tool_at]) != own_digest:
-            bad.add(r[0])
-    for run_id, r in markers.items():
-        if digest(r[tool_at + 1], (run_id, 1, None, None), marked((*idle, r[tool_at]), own_rows[run_id])) != r[-1]:
-            bad.add(run_id)
-    if shared:
-        shared_rows = Counter(r[0] for r in rows if r[1] == 0)
-        for run_id, seconds, head, stored in shared:
-            if digest(head, (run_id, 0, None, None), marked((*idle, seconds), shared_rows[run_id])) != stored:
+        run_id, own = r[0], r[1]
+        if r[2] is None:  # no model row of the run came back: its tool seconds row says whether it had some
+            if digest(r[tool_at + 1], (run_id, 1, None, None), (*idle, r[tool_at], 0)) != r[-1]:
                 bad.add(run_id)
+            continue
+        in_run = (r[tool_at], own_rows[run_id]) if own == 1 else (shared_tool_s.get(run_id, 0.0), shared_rows[run_id])
+        if digest(r[tool_at + 1], (run_id, own, names[r[2]], names[r[3]]), (*r[first:tool_at], *in_run)) != r[-2]:
+            bad.add(run_id)
+    for run_id, seconds, head, stored in shared:
+        if digest(head, (run_id, 0, None, None), (*idle, seconds, shared_rows[run_id])) != stored:
+            bad.add(run_id)
     return bad
 
 
