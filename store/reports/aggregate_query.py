@@ -132,7 +132,7 @@ def unchecked(rows: list[Any], shared: list[Any], names: Mapping[str | None, str
     digest, idle, bad = run_totals.digest, ZERO[:TOOL_S], set()
     tool_at = first + len(run_totals.FIGURES)
     own_rows = Counter(r[0] for r in rows if r[1] == 1)
-    shared_rows = Counter(r[0] for r in rows if r[1] == 0) if shared else Counter()
+    shared_rows = Counter(r[0] for r in rows if r[1] == 0)  # a fork's prefix may have model rows and no tool row
     shared_tool_s = {run_id: seconds for run_id, seconds, _, _ in shared}
     for r in rows:
         run_id, own = r[0], r[1]
