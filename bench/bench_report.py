@@ -1,6 +1,8 @@
 """Aggregate reports over 1,000,000 model calls (or --calls N): schema 7
-(every run's rows), schema 8 as released (per-run totals) and this version
-(schema 9: the per-day TTFT rollup, lean folding and costing), in one run.
+(every run's rows), schema 8 as released (per-run totals), schema 9 as
+released (the per-day TTFT rollup, lean folding and costing; totals read
+unchecked) and this version (schema 10: every totals row's digest checked
+against its run's chain head), in one run.
 
 A schema-7 store of N/100 finished runs x 100 turns (call, response, HTTP
 attempt and turn row each, hash-chained) is generated with
@@ -15,13 +17,15 @@ run of this bench works on a copy of the cached store:
    (``raw``: every run summed from its rows, as a run without totals is
    read), with the row path's EXPLAIN QUERY PLAN; best of --repeat-before (1);
    --skip-before leaves this step out;
-2. ``escrow migrate`` 7 -> 8 (the resumable backfill of the totals) and
-   8 -> 9 (the rollup built from them), each timed;
+2. ``escrow migrate`` 7 -> 8 (the resumable backfill of the totals),
+   8 -> 9 (the rollup built from them) and 9 -> 10 (digests; the totals the
+   7 -> 8 backfill wrote already carry theirs), each timed;
 3. after: the plans of this version's queries, then each report through the
-   schema-8 report code as released (the store's queries and the costing
-   core at SCHEMA8_REV, read from git) and through this version, alternated,
-   best of --repeat (3): wall and CPU seconds side by side, the ratios, and
-   whether every report is identical each way;
+   schema-8 and schema-9 report code as released (the store's queries and
+   the costing core at SCHEMA8_REV and SCHEMA9_REV, read from git) and
+   through this version, alternated, best of --repeat (3): wall and CPU
+   seconds side by side, the ratios (``now/9``: what the digest check
+   costs), and whether every report is identical each way;
 4. the rows each side reads.
 
 Usage: .venv/bin/python bench/bench_report.py [--calls 1000000] [--cache-dir /var/tmp] [--skip-before]
@@ -56,6 +60,7 @@ from store.reports import query_plans
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA7_REV = "14a009a"  # the last commit whose report queries summed every run's rows
 SCHEMA8_REV = "f2a614a"  # the last commit whose reports summed every run's TTFT buckets
+SCHEMA9_REV = "d030d22"  # the last commit whose reports read the totals without checking their digests
 WINDOWS = (("7d", 7), ("30d", 30), ("all", None))
 BYS = ("model", "day")
 
@@ -162,10 +167,10 @@ def released_times(store: Store, newest: float, repeat: int) -> dict[tuple[str, 
     return out
 
 
-def schema8_report() -> Callable[..., Any]:
-    """``report_runs`` as released at SCHEMA8_REV: its store queries and its costing core."""
-    queries = released(SCHEMA8_REV, "store/reports/aggregate_query.py")
-    costing = released(SCHEMA8_REV, "orchestrator/costing/aggregate.py")
+def released_report(rev: str) -> Callable[..., Any]:
+    """``report_runs`` as released at ``rev``: its store queries and its costing core."""
+    queries = released(rev, "store/reports/aggregate_query.py")
+    costing = released(rev, "orchestrator/costing/aggregate.py")
     prices = load_price_table(None)
 
     def report(store: Store, by: str, since: float | None) -> Any:
@@ -177,20 +182,19 @@ def schema8_report() -> Callable[..., Any]:
 
 
 def side_by_side(store: Store, newest: float, repeat: int) -> dict[tuple[str, str], tuple[Any, ...]]:
-    """Per report: (schema-8 wall, cpu, report, this version's wall, cpu, report), alternated."""
-    old, prices, out = schema8_report(), load_price_table(None), {}
+    """Per report: (schema-8 wall, cpu, report, schema-9 wall, cpu, report,
+    this version's wall, cpu, report), alternated."""
+    old, unchecked, prices, out = released_report(SCHEMA8_REV), released_report(SCHEMA9_REV), load_price_table(None), {}
     for label, days in WINDOWS:
         since = None if days is None else newest - days * 86400
         for by in BYS:
-            best8 = best_of(lambda since=since, by=by: old(store, by, since), 1)
-            now = best_of(lambda since=since, by=by: report_runs(
-                store, by=by, since=since, until=None, prices=prices), 1)
+            sides = (lambda since=since, by=by: old(store, by, since),
+                     lambda since=since, by=by: unchecked(store, by, since),
+                     lambda since=since, by=by: report_runs(store, by=by, since=since, until=None, prices=prices))
+            best = [best_of(side, 1) for side in sides]
             for _ in range(repeat - 1):
-                again8 = best_of(lambda since=since, by=by: old(store, by, since), 1)
-                again = best_of(lambda since=since, by=by: report_runs(
-                    store, by=by, since=since, until=None, prices=prices), 1)
-                best8, now = min(best8, again8, key=lambda t: t[0]), min(now, again, key=lambda t: t[0])
-            out[(label, by)] = (*best8, *now)
+                best = [min(b, best_of(side, 1), key=lambda t: t[0]) for b, side in zip(best, sides, strict=True)]
+            out[(label, by)] = (*best[0], *best[1], *best[2])
     return out
 
 
@@ -251,9 +255,11 @@ def main() -> None:
         print("\n2. migrations")
         migrate(work, 7, 8)
         migrate(work, 8, 9)
-        print(f"\n3. after: schema 8 as released at {SCHEMA8_REV} and this version (schema 9), "
+        migrate(work, 9, 10)
+        print(f"\n3. after: schema 8 as released at {SCHEMA8_REV}, schema 9 (totals read unchecked) at "
+              f"{SCHEMA9_REV} and this version (schema 10: every totals row's digest checked), "
               f"alternated, best of {args.repeat}; {load()}")
-        with open_at(work, 9) as store:
+        with open_at(work, 10) as store:
             print("\n".join(plans(store, raw=False)), flush=True)
             after = side_by_side(store, newest, args.repeat)
         print("\n   s: wall seconds (cpu: that run's CPU seconds); schema 7: its queries as released at "
@@ -261,15 +267,19 @@ def main() -> None:
               "report (and the rows report) equals this version's, model_dump for model_dump")
         head = f"{'schema 7 s':>10} {'rows s':>7} " if before else ""
         print(f"\n   {'window':<6} {'--by':<6} {'calls':>9} {head}{'schema 8 s':>10} {'cpu':>6} "
-              f"{'now s':>7} {'cpu':>6} {'8/now':>6}{' 7/now' if before else ''}  identical")
-        for key, (s8, c8, r8, now_s, now_c, report) in after.items():
+              f"{'schema 9 s':>10} {'cpu':>6} {'now s':>7} {'cpu':>6} {'8/now':>6}{' 7/now' if before else ''} "
+              f"{'now/9':>6}  identical")
+        for key, (s8, c8, r8, s9, c9, r9, now_s, now_c, report) in after.items():
             calls = report.total.calls if report.total else 0
             dump = report.model_dump()
-            same = r8.model_dump() == dump and (not rows or rows[key][1].model_dump() == dump)
+            same = (r8.model_dump() == dump and r9.model_dump() == dump
+                    and (not rows or rows[key][1].model_dump() == dump))
             old = f"{before[key][0]:>10.2f} {rows[key][0]:>7.2f} " if before else ""
             ratio7 = f" {before[key][0] / now_s:>5.0f}x" if before else ""
-            print(f"   {key[0]:<6} {key[1]:<6} {calls:>9,} {old}{s8:>10.3f} {c8:>6.3f} {now_s:>7.3f} {now_c:>6.3f} "
-                  f"{s8 / now_s:>5.1f}x{ratio7}  {'yes' if same else 'NO'}")
+            print(f"   {key[0]:<6} {key[1]:<6} {calls:>9,} {old}{s8:>10.3f} {c8:>6.3f} {s9:>10.3f} {c9:>6.3f} "
+                  f"{now_s:>7.3f} {now_c:>6.3f} {s8 / now_s:>5.1f}x{ratio7} {now_s / s9:>5.2f}x  "
+                  f"{'yes' if same else 'NO'}")
+        print("\n   now/9: this version's wall time over schema 9's (the digest check's cost; 1.10 is 10% slower)")
         print(f"\n4. rows read; end: {load()}")
         print("\n".join(counts(work)))
     finally:

@@ -30,6 +30,7 @@ from orchestrator.costing import (
 from orchestrator.errors import ConfigError
 from orchestrator.settings import load_settings
 from policies.price_table import PriceTable, load_price_table
+from store.run_list import when
 
 if TYPE_CHECKING:
     from store import Store
@@ -66,6 +67,8 @@ def print_run(report: RunCost, *, wide: bool = False) -> None:
     width = terminal_width()
     lines = prose(f"run {report.run_id}  model {report.model}  status {report.status}  verdict "
                   f"{report.verdict or ABSENT}  price table {report.price_version}", width)
+    if report.last_alive_at is not None:
+        lines += prose(f"crashed: its process is gone; last alive {when(report.last_alive_at)}", width)
     if report.engines:
         lines += prose(f"engine {'; '.join(report.engines)}", width)
     lines += [line for warning in report.warnings for line in prose(f"warning: {warning}", width)]

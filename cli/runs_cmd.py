@@ -16,13 +16,13 @@ from cli.spans import parse_since
 from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
 from orchestrator.errors import ConfigError
 from orchestrator.settings import load_settings
-from store.run_list import RunLine, RunQuery, read_run_lines, runs_json, sqlite_file
+from store.run_list import RunLine, RunQuery, read_run_lines, runs_json, sqlite_file, when
 
 if TYPE_CHECKING:
     from orchestrator.trajectory import RunSummary
     from store import Store
 
-STATUSES = ("running", "finished")
+STATUSES = ("running", "crashed", "finished")  # crashed: running, its lease lapsed (store.liveness)
 IMPORTED = "IMPORTED"  # store.importer.IMPORTED_VERDICT, named here so that listing runs loads no SQLAlchemy
 
 
@@ -47,7 +47,7 @@ RUN_COLUMNS = (
 
 
 def runs(
-    status: str | None = typer.Option(None, "--status", help="running or finished."),
+    status: str | None = typer.Option(None, "--status", help="running, crashed or finished."),
     verdict: str | None = typer.Option(None, "--verdict", help="e.g. PASS, BUDGET_EXHAUSTED, FAULTED."),
     model: str | None = typer.Option(None, "--model", help="Requested model id."),
     since: str | None = typer.Option(
@@ -67,7 +67,7 @@ def runs(
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     if status is not None and status not in STATUSES:
-        raise ConfigError(f"--status takes {' or '.join(STATUSES)}, not {status!r}")
+        raise ConfigError(f"--status takes {', '.join(STATUSES[:-1])} or {STATUSES[-1]}, not {status!r}")
     if verdict is not None:
         verdict = known_verdict(verdict)
     url = load_settings(config, db_url=db).store_url
@@ -100,20 +100,20 @@ def runs_table(lines: list[RunLine], *, now: float, wide: bool = False, width: i
     # The mode marks replays, re-executions, forks and imports; when every run
     # listed is a plain run it says nothing and leaves its width to the task.
     marked = any(line.run["mode"] != "run" for line in lines)
-    return render([c for c in RUN_COLUMNS if marked or c.key != "mode"], rows, width=width, wide=wide)
+    table = render([c for c in RUN_COLUMNS if marked or c.key != "mode"], rows, width=width, wide=wide)
+    return table + [f"{line.run['id'][:12]} crashed: its process is gone; last alive {when(line.run['last_alive_at'])}"
+                    for line in lines if line.run.get("last_alive_at") is not None]
 
 
 def _listed_by_store(url: str, wanted: RunQuery, now: float, batch: str | None = None) -> list[RunLine]:
     from store import Store
-    from store.batches import crashed_runs, mark_crashed
 
     with Store.open(url, create=False, readonly=True) as store:
         if batch is None:
             found = store.runs(status=wanted.status, verdict=wanted.verdict, model=wanted.model,
-                               since=wanted.since, until=wanted.until, limit=wanted.limit)
+                               since=wanted.since, until=wanted.until, limit=wanted.limit, now=now)
         else:
             found = _batch_runs(store, batch, wanted)
-        found = mark_crashed(found, crashed_runs(store, now=now))
     return [RunLine.of(summary) for summary in found]
 
 

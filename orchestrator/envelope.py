@@ -55,6 +55,16 @@ class Usage(Frozen):
     server_block: ServerBlock | None = None
     reasoning_tokens: int | None = None
     reasoning_convention: ReasoningConvention | None = None
+    # The server's own cached count when it was above the prompt count and
+    # ``cached_prompt_tokens`` was clamped to the prompt: kept, and its
+    # presence marks the clamp. Left out of the JSON when there was none, so
+    # envelopes without it keep their recorded bytes.
+    cached_prompt_tokens_reported: int | None = Field(default=None, exclude_if=lambda value: value is None)
+
+    @property
+    def cached_clamped(self) -> bool:
+        """The server reported more cached tokens than prompt tokens."""
+        return self.cached_prompt_tokens_reported is not None
 
     @property
     def prefilled_tokens(self) -> int:

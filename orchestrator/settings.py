@@ -48,6 +48,9 @@ class Settings(BaseModel):
         default=None, ge=0, le=20, description="Top-k logprobs recorded per token; None: none."
     )
     log_json: bool = False
+    lease_s: float = Field(default=30.0, gt=0, description=(
+        "How long a run's lease lasts unrenewed (renewed every third of it): a run whose process is gone "
+        "reads crashed once it lapses (ESCROW_LEASE_S)."))
 
     @field_validator("db_url")
     @classmethod

@@ -44,6 +44,8 @@ class RunView(Frozen):
     verdict_detail: str | None
     chain_seq: int
     chain_head: str
+    last_alive_at: float | None = None
+    """Set when the run reads ``crashed``: its owner's last heartbeat (``store.liveness``)."""
 
     @property
     def config(self) -> dict[str, Any]:

@@ -2,10 +2,15 @@
 
 Cached prompt tokens are a part of ``prompt_tokens``: they are charged at the
 cached rate *instead of* the input rate, never in addition to it. Self-hosted
-servers are priced by GPU time: $/hour times the call's measured seconds.
+servers are priced by GPU time: $/hour times the call's GPU seconds
+(``gpu_seconds``), which never include retry backoff. Every figure that shows
+a call's or a run's dollars (the budget check, ``run --json``, ``runs``,
+``show``, reports, the viewer, exports) is this one computation.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from pydantic import Field
 
@@ -35,11 +40,23 @@ def gpu_cost(seconds: float, price: Price) -> float:
     return price.gpu_per_hour * seconds / 3600.0
 
 
+def gpu_seconds(attempt_durations: Sequence[float], total_s: float) -> float:
+    """The GPU seconds a call is charged for: the server's time, the summed
+    durations of its HTTP attempts. The backoff slept between attempts is
+    waiting, never GPU time; a call recorded without attempts counts its
+    ``total_s`` (there was no backoff to leave out)."""
+    return sum(attempt_durations) if attempt_durations else total_s
+
+
+def envelope_gpu_seconds(envelope: Envelope) -> float:
+    return gpu_seconds([a.duration_s for a in envelope.attempts], envelope.timings.total_s)
+
+
 def call_cost(envelope: Envelope, price: Price | None) -> float:
     """Dollars for one call; an unpriced model costs 0 (local models work)."""
     usage = envelope.usage
     return cost_breakdown(
-        usage.prompt_tokens, usage.cached_prompt_tokens, usage.completion_tokens, envelope.timings.total_s, price
+        usage.prompt_tokens, usage.cached_prompt_tokens, usage.completion_tokens, envelope_gpu_seconds(envelope), price
     ).total_usd
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, delete, func, insert, select, update
 
 from orchestrator.contract import Frozen
-from orchestrator.trajectory import RunSummary
+from store import liveness
 from store.batch_tables import BatchAttemptRow, BatchRow, BatchTaskRow, RunLease
 from store.tables import Run, table_of
 
@@ -164,23 +164,19 @@ def renew_lease(store: Store, run_id: str, lease_s: float) -> None:
 
 
 def release_lease(store: Store, run_id: str) -> None:
+    """Drop the lease of a run that has ended. A run its owner could not end
+    (the store was away) keeps its lease, which lapses: it then reads crashed."""
     with store.write() as conn:
-        conn.execute(delete(RL).where(RL.c.run_id == run_id))
+        conn.execute(delete(RL).where((RL.c.run_id == run_id) & ~select(R.c.id).where(
+            (R.c.id == run_id) & (R.c.status == "running")).exists()))
 
 
 def crashed_runs(store: Store, *, now: float | None = None) -> set[str]:
-    """Runs still ``running`` whose lease expired: their process died."""
+    """Runs still ``running`` whose lease expired: their process died (``store.liveness``)."""
     at = time.time() if now is None else now
     with store.read() as conn:
-        rows = conn.execute(select(R.c.id).join(RL, RL.c.run_id == R.c.id).where(
-            (R.c.status == "running") & (RL.c.expires_at < at))).scalars().all()
+        rows = conn.execute(select(R.c.id).where(liveness.status_clause(liveness.CRASHED, at))).scalars().all()
     return set(rows)
-
-
-def mark_crashed(summaries: list[RunSummary], crashed: set[str]) -> list[RunSummary]:
-    """Listed runs with status ``crashed`` where their process died."""
-    return [s.model_copy(update={"run": s.run.model_copy(update={"status": "crashed"})}) if s.run.id in crashed else s
-            for s in summaries]
 
 
 def list_batches(store: Store, *, page: int = 1, per_page: int = 50) -> tuple[list[str], int]:

@@ -29,6 +29,7 @@ from orchestrator.trajectory import (
     RunTotals,
     RunView,
 )
+from store import liveness
 from store.batch_tables import BatchAttemptRow
 from store.reader import run_totals, view
 from store.tables import (
@@ -168,9 +169,8 @@ def page_runs(conn: Connection, f: RunFilter) -> RunPage:
 def summaries(conn: Connection, ids: list[str]) -> list[RunSummary]:
     if not ids:
         return []
-    rows = {
-        row["id"]: view(RunView, Run, row) for row in conn.execute(select(RUNS).where(RUNS.c.id.in_(ids))).mappings()
-    }
+    found = [view(RunView, Run, row) for row in conn.execute(select(RUNS).where(RUNS.c.id.in_(ids))).mappings()]
+    rows = {r.id: r for r in liveness.marked(found, conn, liveness.now_or(None))}
     totals = run_totals(conn, ids)
     return [RunSummary(run=rows[i], totals=totals.get(i, RunTotals())) for i in ids if i in rows]
 

@@ -60,3 +60,18 @@ class StoreDamaged(NotAStore):
     """A page or a cell of the store is damaged: SQLite reports corruption, or
     a cell holds a value its column cannot (a BLOB in a text column, text in
     a REAL one). Same exit code as any other unreadable store."""
+
+
+class RollupMismatch(StoreDamaged):
+    """Stored per-run totals that do not match their digest: altered in place,
+    or computed before the run's chain moved on (stale). A report names the
+    runs and stops rather than print figures it cannot vouch for."""
+
+    def __init__(self, run_ids: list[str], detail: str | None = None) -> None:
+        self.run_ids = run_ids
+        shown = ", ".join(run_ids[:10]) + (f" and {len(run_ids) - 10} more" if len(run_ids) > 10 else "")
+        why = f" ({detail})" if detail else ""
+        super().__init__(
+            f"damaged store: the stored totals (run_totals) of {len(run_ids)} run(s) are stale or altered{why}: "
+            f"{shown}; `escrow verify RUN` compares the totals and the chain with the run's rows",
+            table="run_totals", run_ids=run_ids)

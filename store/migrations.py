@@ -138,6 +138,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         run_totals.backfill,
     ),
     Migration(9, "the TTFT histogram of the runs with totals summed per day, for aggregate reports", ttft_days.rebuild),
+    Migration(
+        10,
+        "a digest on each per-run totals row (the run's chain head, the row's key and figures), checked by reports",
+        run_totals.add_digest,
+        run_totals.backfill_digests,
+    ),
 )
 LATEST = MIGRATIONS[-1].version
 if LATEST != schema_version.LATEST:  # one number, read by the light reader too

@@ -28,7 +28,7 @@ from orchestrator.trajectory import (
     TurnRecord,
     TurnView,
 )
-from store import blobs
+from store import blobs, liveness
 from store.cells import check_numbers, check_row
 from store.errors import RunNotFound
 from store.tables import (
@@ -83,29 +83,32 @@ def resolve_run_id(conn: Connection, ref: str) -> str:
     return str(found[0])
 
 
-def get_run(conn: Connection, run_id: str) -> RunView:
+def get_run(conn: Connection, run_id: str, *, now: float | None = None) -> RunView:
     runs = _table(Run)
     row = conn.execute(select(runs).where(runs.c.id == run_id)).mappings().first()
     if row is None:
         raise RunNotFound(f"no run {run_id!r}", ref=run_id)
-    return view(RunView, Run, row)
+    return liveness.marked([view(RunView, Run, row)], conn, liveness.now_or(now))[0]
 
 
 def list_runs(
     conn: Connection, *, status: str | None = None, verdict: str | None = None, model: str | None = None,
-    since: float | None = None, until: float | None = None, limit: int = 50,
+    since: float | None = None, until: float | None = None, limit: int = 50, now: float | None = None,
 ) -> list[RunSummary]:
     """Newest first; totals are aggregated for the returned page only."""
     runs = _table(Run)
+    at = liveness.now_or(now)
     stmt = select(runs).order_by(runs.c.created_at.desc(), runs.c.id.desc()).limit(limit)
-    for column, wanted in ((runs.c.status, status), (runs.c.verdict, verdict), (runs.c["gen_ai.request.model"], model)):
+    if status is not None:
+        stmt = stmt.where(liveness.status_clause(status, at))
+    for column, wanted in ((runs.c.verdict, verdict), (runs.c["gen_ai.request.model"], model)):
         if wanted is not None:
             stmt = stmt.where(column == wanted)
     if since is not None:
         stmt = stmt.where(runs.c.created_at >= since)
     if until is not None:
         stmt = stmt.where(runs.c.created_at < until)
-    page = [view(RunView, Run, row) for row in conn.execute(stmt).mappings()]
+    page = liveness.marked([view(RunView, Run, row) for row in conn.execute(stmt).mappings()], conn, at)
     totals = run_totals(conn, [r.id for r in page])
     return [RunSummary(run=r, totals=totals.get(r.id, RunTotals())) for r in page]
 

@@ -10,6 +10,7 @@ from orchestrator.canonical import text_bytes
 from orchestrator.envelope import reported
 from orchestrator.trajectory import ResponseView, Trajectory, TurnRecord
 from store.chain import GENESIS_EVENT, ChainCheck
+from store.liveness import CRASHED, RUNNING
 from store.run_list import clip, when
 
 
@@ -41,8 +42,11 @@ def trajectory_header(trajectory: Trajectory) -> list[str]:
         )
     if r.verdict_detail:
         lines.append(f"  detail:  {clip(r.verdict_detail, 100)}")
-    if r.status == "running":
-        lines.append("  no verdict recorded: the run is still running, or its process died")
+    if r.status == RUNNING:
+        lines.append("  no verdict recorded yet: the run is still running (its lease is being renewed)")
+    elif r.status == CRASHED:
+        lines.append(f"  crashed: no verdict recorded, and the process that ran it is gone (its lease lapsed); "
+                     f"last alive {when(r.last_alive_at)}")
     for event in trajectory.run_events:
         if event.kind == GENESIS_EVENT:
             continue  # the run row's own columns, chained for verify

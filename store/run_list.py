@@ -42,6 +42,8 @@ ESCAPED_RUN_COLUMNS = frozenset(
     {"task", "repo", "gen_ai.request.model", "config_json", "policy_json", "verdict_detail"}
 )
 FILTERS = {"status": "status", "verdict": "verdict", "model": "gen_ai.request.model"}
+# store.liveness's two words, spelled here so that this reader imports no SQLAlchemy.
+CRASHED, RUNNING = "crashed", "running"
 _EMPTY_TOTALS: dict[str, Any] = {
     "turns": 0, "calls": 0, "input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0, "cost_usd": None,
 }
@@ -125,6 +127,11 @@ def _read(conn: sqlite3.Connection, query: RunQuery, now: float) -> list[RunLine
             column = FILTERS[name]
             where.append(f'"{column}" = :{name}')
             params[name] = escape(wanted) if column in ESCAPED_RUN_COLUMNS else wanted
+    if query.status in (CRASHED, RUNNING):  # store.liveness.status_clause: both are stored as running
+        params["status"] = RUNNING
+        where.append(("" if query.status == CRASHED else "NOT ") + "EXISTS (SELECT 1 FROM run_leases l "
+                     "WHERE l.run_id = runs.id AND l.expires_at < :now)")
+        params["now"] = now
     if query.since is not None:
         where.append("created_at >= :since")
         params["since"] = query.since
@@ -140,7 +147,7 @@ def _read(conn: sqlite3.Connection, query: RunQuery, now: float) -> list[RunLine
     ids = [r["id"] for r in page]
     totals = _totals(conn, ids)
     crashed = _crashed(conn, ids, now)
-    return [RunLine(run={**r, "status": "crashed"} if r["id"] in crashed else r,
+    return [RunLine(run={**r, "status": CRASHED, "last_alive_at": crashed[r["id"]]} if r["id"] in crashed else r,
                     totals=totals.get(r["id"], dict(_EMPTY_TOTALS))) for r in page]
 
 
@@ -161,6 +168,7 @@ def _run(row: sqlite3.Row, declared: dict[str, tuple[type, ...]]) -> dict[str, A
         if value is not None and (isinstance(value, bool) or not isinstance(value, declared[column])):
             raise _NotPlain(f"runs.{column}")  # the full store names the damaged cell
         out[name] = unescape(value) if column in ESCAPED_RUN_COLUMNS and isinstance(value, str) else value
+    out["last_alive_at"] = None
     if isinstance(out["created_at"], int):
         out["created_at"] = float(out["created_at"])
     if isinstance(out["finished_at"], int):
@@ -197,12 +205,18 @@ def _totals(conn: sqlite3.Connection, ids: list[str]) -> dict[str, dict[str, Any
     return found
 
 
-def _crashed(conn: sqlite3.Connection, ids: list[str], now: float) -> set[str]:
-    """Listed runs still ``running`` whose lease expired (``store.batches.crashed_runs``)."""
+def _crashed(conn: sqlite3.Connection, ids: list[str], now: float) -> dict[str, float]:
+    """Listed runs still ``running`` whose lease expired, with their last
+    heartbeat (``store.liveness.lapsed``)."""
     if not ids:
-        return set()
+        return {}
     marks, args = _in(ids)
     rows = conn.execute(
-        f"SELECT r.id FROM runs r JOIN run_leases l ON l.run_id = r.id WHERE r.id IN ({marks}) "
+        f"SELECT r.id, l.heartbeat_at FROM runs r JOIN run_leases l ON l.run_id = r.id WHERE r.id IN ({marks}) "
         "AND r.status = 'running' AND l.expires_at < ?", [*args, now])
-    return {row[0] for row in rows}
+    found = {}
+    for run_id, at in rows:
+        if not isinstance(at, (int, float)) or isinstance(at, bool):
+            raise _NotPlain("run_leases.heartbeat_at")
+        found[run_id] = float(at)
+    return found

@@ -22,7 +22,10 @@ reads its rows and stops on the damaged cell, as before.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import hashlib
+import struct
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +41,7 @@ from sqlalchemy import (
     delete,
     exists,
     func,
+    inspect,
     or_,
     select,
     true,
@@ -71,6 +75,9 @@ class RunTotal(SQLModel, table=True):
     decode_s: float
     retries: int
     tool_s: float
+    digest: str | None = None
+    """sha256 of the run's chain head when the row was computed, the row's
+    key and figures (``digest``): checked by every report that reads the row."""
 
 
 class RunTtft(SQLModel, table=True):
@@ -101,9 +108,15 @@ SUMMED = ("gen_ai.usage.input_tokens", "gen_ai.usage.cache_read.input_tokens", "
           "total_s", "decode_s", "ttft_s", "n_attempts")
 ATTEMPT_SUMMED = ("duration_s", "backoff_s")
 TOOL_SUMMED = ("duration_s",)
-SUMMED_TABLES = (RESPONSES.name, ATTEMPTS.name, TOOLS.name)
-NUMBERS = tuple(c.name for c in TOTALS.columns if c.name not in ("run_id", "model", "engine"))
-FIGURES = tuple(c.name for c in TOTALS.columns if c.name not in ("id", "run_id", "own", "model", "engine"))
+NUMBERS = tuple(c.name for c in TOTALS.columns if c.name not in ("run_id", "model", "engine", "digest"))
+FIGURES = tuple(c.name for c in TOTALS.columns if c.name not in ("id", "run_id", "own", "model", "engine", "digest"))
+INT_FIGURES = frozenset(("calls", "prompt_tokens", "cached_tokens", "output_tokens", "retries"))
+FIGURE_IS_INT = tuple(name in INT_FIGURES for name in FIGURES)
+# A row's spend flag and figures as ``digest`` packs them (``in_run``): with a model, then its
+# run's tool seconds and count of model rows; without one (the tool seconds row), then that count.
+_FIGURES_FORMAT = "<q" + "".join("q" if is_int else "d" for is_int in FIGURE_IS_INT)
+ROW_IN_RUN = struct.Struct(_FIGURES_FORMAT + "dq")
+MARKER_ROW = struct.Struct(_FIGURES_FORMAT + "q")
 
 Key = tuple[str, int, str | None, str | None]
 """(run id, own, model, engine); model None: the tool seconds row."""
@@ -224,12 +237,58 @@ def compute(conn: Connection, runs: Any) -> tuple[dict[Key, Totals], set[str]]:
     return out, damaged
 
 
-def as_rows(totals: Mapping[Key, Totals]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def digest(head: str, key: Key, figures: Sequence[Any]) -> str:
+    """What a totals row is checked by: the chain head of its run when it was
+    computed, its key and its figures, and how its run's rows of the same
+    spend flag stand (``in_run``). A report recomputes it from what it read
+    and the run's current head, so a row altered in place, added, deleted or
+    computed before the run's chain moved on (stale) is named, not summed.
+    Like the chain, it holds against edits that do not recompute it;
+    ``escrow verify`` recomputes the totals from the rows themselves.
+
+    The figures are packed in their column's type, which is both exact and
+    fast: a fleet report checks tens of thousands of rows. A value that does
+    not pack (a float in an integer column, a NULL) gives "", which matches no
+    stored digest."""
+    run_id, own, model, engine = key
+    names = "\x1f".join((head, run_id, "\x00" if model is None else model, "\x00" if engine is None else engine))
+    try:
+        packed = (ROW_IN_RUN if model is not None else MARKER_ROW).pack(own, *figures)
+    except struct.error:
+        return ""
+    return hashlib.sha256(names.encode("utf-8", "surrogatepass") + packed).hexdigest()
+
+
+def in_run(figures: Sequence[Any], model: str | None, tool_s: Any, model_rows: int) -> tuple[Any, ...]:
+    """What a row's digest is over besides its key: its figures, then, for a
+    row with a model, its run's tool seconds under the same spend flag (the
+    model-less row's, so that one is checked with every row a report reads)
+    and, for any row, how many rows with a model the run has under that flag
+    (so a row deleted is named as well)."""
+    return (*figures, tool_s, model_rows) if model is not None else (*figures, model_rows)
+
+
+def canonical(figures: Sequence[Any]) -> tuple[Any, ...]:
+    """The figures as their columns hold them: int or float."""
+    return tuple(int(v) if is_int else float(v) for v, is_int in zip(figures, FIGURE_IS_INT, strict=True))
+
+
+def heads(conn: Connection, run_ids: Iterable[str]) -> dict[str, str]:
+    return dict(conn.execute(select(RUNS.c.id, RUNS.c.chain_head).where(RUNS.c.id.in_(list(run_ids)))).all())
+
+
+def as_rows(totals: Mapping[Key, Totals],
+            head_of: Mapping[str, str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(totals rows, TTFT rows) to insert."""
     rows, ttfts = [], []
+    model_rows = Counter((run_id, own) for run_id, own, model, _ in totals if model is not None)
     for (run_id, own, model, engine), t in sorted(totals.items(), key=lambda kv: order(kv[0])):
         key = {"run_id": run_id, "own": own, "model": model, "engine": engine}
-        rows.append({**key, **{name: getattr(t, name) for name in FIGURES}})
+        figures = canonical([getattr(t, name) for name in FIGURES])
+        tools = totals.get((run_id, own, None, None))
+        hashed = in_run(figures, model, float(tools.tool_s) if tools else 0.0, model_rows[(run_id, own)])
+        rows.append({**key, **dict(zip(FIGURES, figures, strict=True)),
+                     "digest": digest(head_of[run_id], (run_id, own, model, engine), hashed)})
         ttfts += [{**key, "bucket_ms": b, "calls": n} for b, n in sorted(t.ttft.items())]
     return rows, ttfts
 
@@ -256,7 +315,8 @@ def write(conn: Connection, run_ids: Iterable[str], days: bool = True) -> None:
     for table in DERIVED:
         conn.execute(delete(table).where(table.c.run_id.in_(ids)))
     totals, damaged = compute(conn, RUNS.c.id.in_(ids))
-    for table, rows in zip(DERIVED, as_rows({k: t for k, t in totals.items() if k[0] not in damaged}), strict=True):
+    kept = {k: t for k, t in totals.items() if k[0] not in damaged}
+    for table, rows in zip(DERIVED, as_rows(kept, heads(conn, {k[0] for k in kept})), strict=True):
         if rows:
             conn.execute(table.insert(), rows)
     if days:
@@ -303,6 +363,31 @@ def problems(conn: Connection, run_id: str | None = None) -> dict[str, str]:
 def add_table(conn: Connection) -> None:
     """The totals table (idempotent: re-run when an upgrade resumes)."""
     SQLModel.metadata.create_all(conn, tables=list(DERIVED))
+
+
+def add_digest(conn: Connection) -> None:
+    """Schema 10: the digest column (idempotent: re-run when an upgrade resumes)."""
+    if "digest" not in {c["name"] for c in inspect(conn).get_columns(TOTALS.name)}:
+        conn.exec_driver_sql(f"ALTER TABLE {TOTALS.name} ADD COLUMN digest VARCHAR")
+
+
+def backfill_digests(engine: Engine, batch_runs: int | None = None) -> None:
+    """Every run's totals computed again from its rows, now with their digests,
+    a batch of runs per transaction in id order, so an upgrade killed at any
+    point resumes. Recomputed, not stamped as they are: totals altered before
+    the upgrade are not vouched for by it."""
+    marker = TOTALS.alias("marker")
+    undigested = exists().where(marker.c.run_id == RUNS.c.id, marker.c.own == 1, marker.c.model.is_(None),
+                                marker.c.digest.is_(None))
+    after = ""
+    while True:
+        with engine.begin() as conn:
+            ids = list(conn.execute(select(RUNS.c.id).where(RUNS.c.id > after, undigested)
+                                    .order_by(RUNS.c.id).limit(batch_runs or BACKFILL_RUNS)).scalars())
+            if not ids:
+                return
+            write(conn, ids)
+            after = ids[-1]
 
 
 def backfill(engine: Engine, batch_runs: int | None = None) -> None:

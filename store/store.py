@@ -15,11 +15,20 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy import exc as sa_exc
 
-from store import browse, migrations, reader, request_texts, turn_browse, verify
+from store import browse, migrations, reader, request_texts, run_totals, turn_browse, verify
 from store.browse import ChainPosition, Facets
 from store.chain import ChainCheck
 from store.engine import ensure_parent, make_engine, parse_url, probe_file, sqlite_path, use_wal
-from store.errors import NotAStore, RecordingError, RunNotFound, SchemaTooNew, SchemaTooOld, StoreDamaged, StoreError
+from store.errors import (
+    NotAStore,
+    RecordingError,
+    RollupMismatch,
+    RunNotFound,
+    SchemaTooNew,
+    SchemaTooOld,
+    StoreDamaged,
+    StoreError,
+)
 from store.turn_browse import TurnIndexEntry, TurnSlice
 
 if TYPE_CHECKING:
@@ -113,10 +122,12 @@ class Store:
             return reader.get_run(conn, reader.resolve_run_id(conn, ref))
 
     def runs(self, *, status: str | None = None, verdict: str | None = None, model: str | None = None,
-             since: float | None = None, until: float | None = None, limit: int = 50) -> list[RunSummary]:
+             since: float | None = None, until: float | None = None, limit: int = 50,
+             now: float | None = None) -> list[RunSummary]:
+        """Newest first; a run whose owner is gone reads ``crashed`` as of ``now`` (``store.liveness``)."""
         with self.read() as conn:
             return reader.list_runs(
-                conn, status=status, verdict=verdict, model=model, since=since, until=until, limit=limit
+                conn, status=status, verdict=verdict, model=model, since=since, until=until, limit=limit, now=now
             )
 
     def browse(self, wanted: browse.RunFilter) -> browse.RunPage:
@@ -172,6 +183,15 @@ class Store:
     def trajectory(self, ref: str) -> Trajectory:
         with self.read() as conn:
             return reader.trajectory(conn, reader.resolve_run_id(conn, ref))
+
+    def check_totals(self, run_id: str) -> None:
+        """Raise RollupMismatch when the run's stored totals (what aggregate
+        reports sum) differ from what its rows add up to: one of them was
+        altered. A run without totals has nothing to differ."""
+        with self.read() as conn:
+            found = run_totals.problems(conn, run_id)
+        if found:
+            raise RollupMismatch([run_id], detail=found[run_id])
 
     def verify(self, ref: str) -> ChainCheck:
         """Check one run (id or unique prefix). A run whose row was deleted is

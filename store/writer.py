@@ -50,9 +50,8 @@ def append(
         conn.execute(table.insert(), rows)
     conn.execute(update(RUNS).where(RUNS.c.id == run_id).values(chain_seq=seq, chain_head=head, **(run_update or {})))
     # Derived, not chained: what reports sum over a finished run, kept in step
-    # with any summed row appended after it finished.
-    if (run_update or {}).get("status") == "finished" or (
-        any(t.name in run_totals.SUMMED_TABLES for t in grouped) and run_totals.has_any(conn, run_id)
-    ):
+    # with any row appended after it finished (its digest is of the chain
+    # head, which any row moves on).
+    if (run_update or {}).get("status") == "finished" or run_totals.has_any(conn, run_id):
         run_totals.write(conn, [run_id])
     return written

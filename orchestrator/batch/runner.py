@@ -10,8 +10,6 @@ sandbox that did not start, an unreachable dockerd or store: retried) and
 
 from __future__ import annotations
 
-import os
-import socket
 import tempfile
 import threading
 from collections.abc import Callable
@@ -25,8 +23,9 @@ from orchestrator.batch.stopping import BatchStop
 from orchestrator.batch.tasks import BatchTask
 from orchestrator.context.tokenizer import TokenCounter
 from orchestrator.contract import Frozen
-from orchestrator.errors import ConfigError, EscrowError
+from orchestrator.errors import ConfigError
 from orchestrator.launch import RunRequest, run_agent
+from orchestrator.launch.liveness import Heartbeat
 from orchestrator.ports import Model
 from orchestrator.settings import Settings
 from sandbox import Sandbox
@@ -67,46 +66,6 @@ def task_settings(settings: Settings, task: BatchTask, model_url: str) -> Settin
     if o.policy is not None:
         updates["policy"] = Path(o.policy)
     return settings.model_copy(update=updates)
-
-
-def owner_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-class Heartbeat:
-    """Renews the run's lease (taken with the run, ``claim``) while this
-    process lives; the lease lapses if it dies."""
-
-    def __init__(self, store: Store, lease_s: float) -> None:
-        self.store, self.lease_s = store, lease_s
-        self.run_id: str | None = None
-        self.stop = threading.Event()
-        self.thread: threading.Thread | None = None
-
-    def claim(self, attempt_id: str) -> bstore.LeaseClaim:
-        return bstore.LeaseClaim(owner=owner_id(), lease_s=self.lease_s, attempt_id=attempt_id)
-
-    def started(self, run_id: str) -> None:
-        self.run_id = run_id
-        self.thread = threading.Thread(target=self._beat, args=(run_id,), name=f"lease-{run_id[:8]}", daemon=True)
-        self.thread.start()
-
-    def _beat(self, run_id: str) -> None:
-        while not self.stop.wait(self.lease_s / 3):
-            try:
-                bstore.renew_lease(self.store, run_id, self.lease_s)
-            except EscrowError:
-                pass  # the store is away; the lease lapses and the run reads as crashed, which is then true
-
-    def close(self) -> None:
-        self.stop.set()
-        if self.thread is not None:
-            self.thread.join(timeout=5)
-        if self.run_id is not None:
-            try:
-                bstore.release_lease(self.store, self.run_id)
-            except EscrowError:
-                pass
 
 
 def run_attempt(

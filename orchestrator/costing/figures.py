@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from orchestrator.contract import Frozen
-from policies.pricing import Price
+from policies.pricing import Price, gpu_seconds
 
 PriceLookup = Callable[[str | None], Price | None]
 ESCROW_SOURCE = "escrow"
@@ -63,16 +63,16 @@ class CallFigures(Frozen):
     ttft_s: float | None = None
     decode_s: float | None = None
     total_s: float = 0.0
-    server_s: float | None = None
-    """Seconds inside HTTP attempts (the server's time); None: use total_s."""
+    attempt_s: tuple[float, ...] = ()
+    """Each HTTP attempt's duration (the server's time); none recorded: use total_s."""
     wait_s: float = 0.0
     """Seconds the client slept between attempts (retry backoff)."""
     retries: int = 0
 
     @property
     def gpu_s(self) -> float:
-        """What GPU time is charged for: the server's time, never the backoff."""
-        return self.total_s if self.server_s is None else self.server_s
+        """What GPU time is charged for (``policies.pricing.gpu_seconds``)."""
+        return gpu_seconds(self.attempt_s, self.total_s)
 
     @property
     def has_usage(self) -> bool:

@@ -72,6 +72,7 @@ def comparison_lines(c: ChapterComparison) -> list[str]:
 def run_json(report: RunCost) -> dict[str, Any]:
     return {
         "run_id": report.run_id, "model": report.model, "status": report.status, "verdict": report.verdict,
+        "last_alive_at": report.last_alive_at,
         "price_version": report.price_version,
         "turns": [line_row(t) for t in report.turns],
         "total": line_row(report.total),

@@ -80,6 +80,8 @@ class RunCost(Frozen):
     comparison: ChapterComparison | None
     warnings: tuple[str, ...] = ()
     engines: tuple[str, ...] = ()
+    last_alive_at: float | None = None
+    """A crashed run's last heartbeat (its process is gone)."""
 
 
 def resent_per_call(calls: Sequence[CallFigures]) -> list[int]:

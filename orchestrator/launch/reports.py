@@ -20,12 +20,17 @@ def trajectory_cost(trajectory: Trajectory, prices: PriceTable) -> RunCost:
         run_id=run.id, model=run.request_model, status=run.status, verdict=run.verdict,
         calls=call_figures(calls), tools=tool_figures(tools), prices=prices.lookup, price_version=prices.version,
     )
-    return cost.model_copy(update={"engines": engines_of(trajectory)})
+    return cost.model_copy(update={"engines": engines_of(trajectory), "last_alive_at": run.last_alive_at})
 
 
 def report_run(store: Store, ref: str, prices: PriceTable) -> RunCost:
-    """The cost report of the run ``ref`` names (an id or a unique prefix)."""
-    return trajectory_cost(store.trajectory(ref), prices)
+    """The cost report of the run ``ref`` names (an id or a unique prefix).
+    Its figures come from the run's rows; when its stored totals (what the
+    aggregates sum) say otherwise, one of them was altered, and the report
+    stops (``RollupMismatch``) rather than disagree with the aggregate."""
+    trajectory = store.trajectory(ref)
+    store.check_totals(trajectory.run.id)
+    return trajectory_cost(trajectory, prices)
 
 
 def report_runs(store: Store, *, by: str, since: float | None, until: float | None, prices: PriceTable,

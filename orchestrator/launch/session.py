@@ -21,6 +21,7 @@ from orchestrator.context.tokenizer import TokenCounter
 from orchestrator.contract import Frozen
 from orchestrator.envelope import Envelope
 from orchestrator.launch.compose import ModelProbe, make_spec, open_store, resolve_policy, resolve_repo
+from orchestrator.launch.liveness import Heartbeat
 from orchestrator.limits import Tally
 from orchestrator.model_client.client import ModelClient
 from orchestrator.model_client.reach import require_http_url
@@ -40,6 +41,7 @@ from sandbox.loop_tools import SandboxTools
 from sandbox.workspace import patch_paths
 from store import Recorder, RunJournal
 from store.batches import LeaseClaim
+from store.liveness import is_open
 
 Progress = Callable[[int, Envelope, Tally], None]
 
@@ -99,7 +101,7 @@ def verdict_on_failure(recorder: Recorder, run_id: str) -> Iterator[None]:
     try:
         yield
     except BaseException as exc:
-        if recorder.store.run(run_id).status == "running":
+        if is_open(recorder.store.run(run_id).status):
             verdict = Verdict.CANCELED if isinstance(exc, KeyboardInterrupt) else Verdict.INFRA_ERROR
             recorder.finish_run(run_id, verdict.value, f"{type(exc).__name__}: {exc}"[:2000])
         raise
@@ -168,6 +170,9 @@ def run_agent(
     store = open_store(settings)
     probe = ModelProbe(settings)
     cancel = cancel or threading.Event()
+    # Every run holds a lease from its first row: a batch brings its own
+    # (with its heartbeat, ``on_start``); any other run renews one here.
+    heartbeat = Heartbeat(store, settings.lease_s) if lease is None else None
     try:
         recorder = Recorder(store)
         spec = make_spec(
@@ -178,8 +183,10 @@ def run_agent(
             task=task, repo=str(repo_path), model=settings.model, policy=policy.model_dump(mode="json"),
             config={"spec": spec.model_dump(mode="json"), "model_url": settings.model_url,
                     "sandbox_image": settings.sandbox_image},
-            lease=lease,
+            lease=lease if heartbeat is None else heartbeat.claim(),
         )
+        if heartbeat is not None:
+            heartbeat.started(run_id)
         journal = RunJournal(recorder, run_id)
         observed = journal if observer is None else ObservedJournal(journal, observer)
         if on_start is not None:  # e.g. a batch starts renewing the run's lease
@@ -222,6 +229,8 @@ def run_agent(
                           patch_sha256=patch.sha256, skipped=patch.skipped, flagged=patch.flagged,
                           apply_refused=refused)
     finally:
+        if heartbeat is not None:
+            heartbeat.close()
         structlog.contextvars.unbind_contextvars("run_id")
         probe.close()
         store.close()

@@ -10,7 +10,8 @@ gives the whole prompt either way without counting the cache twice. Some
 llama.cpp versions send ``timings`` and no ``usage``: the whole prompt is then
 ``prompt_n + cache_n`` and the completion ``predicted_n``, all the server's
 own figures (``server_block`` says which block they came from). The cached
-count never exceeds the prompt. llama-cpp-python sends no usage at all while
+count never exceeds the prompt: a server's larger figure is clamped to it and
+kept as ``cached_prompt_tokens_reported``, which marks the clamp. llama-cpp-python sends no usage at all while
 streaming: the figures are then estimated and marked so.
 """
 
@@ -90,7 +91,10 @@ def resolve_usage(
         # server's cached count is raised to it rather than the other way round.
         if fields.get("prompt_source") == "estimated" and fields["prompt_tokens"] < cached:
             fields["prompt_tokens"] = cached
-        fields.update(cached_prompt_tokens=min(cached, fields.get("prompt_tokens", cached)), cached_source="server")
+        kept = min(cached, fields.get("prompt_tokens", cached))
+        fields.update(cached_prompt_tokens=kept, cached_source="server")
+        if kept < cached:  # the server's figure is kept beside the clamped one, which it marks
+            fields["cached_prompt_tokens_reported"] = cached
     return Usage(**fields)
 
 

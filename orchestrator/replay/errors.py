@@ -31,7 +31,9 @@ class Divergence(ReplayError, LoopAbort):
     different tool or arguments reached the sandbox), "acl" (the policy decides
     differently), "exhausted" (the loop wants a turn the recording lacks),
     "ending" (the run ends at another turn or with another verdict),
-    "candidates" (the turn staged other tool calls than the recorded ones).
+    "candidates" (the turn staged other tool calls than the recorded ones),
+    "stored" (the recorded request's stored text does not match its own
+    recorded sha256: the store was altered, and only ``--force`` replays it).
     Kind "ended" (``recording_ends``) is no divergence: a killed run's
     recording stops there.
     ``field`` is the first differing field path, e.g. ``messages[3].content``.
@@ -52,6 +54,7 @@ class Divergence(ReplayError, LoopAbort):
 
 
 ENDED = "ended"
+STORED = "stored"
 
 
 def recording_ends(turn: int, what: str) -> Divergence:

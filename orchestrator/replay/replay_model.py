@@ -13,12 +13,12 @@ from typing import Any
 
 from pydantic import computed_field
 
-from orchestrator.canonical import canonical_json
+from orchestrator.canonical import canonical_json, sha256_hex
 from orchestrator.contract import Frozen, Message, ModelRequest
 from orchestrator.envelope import Envelope
 from orchestrator.ports import Model
 from orchestrator.replay.divergence import compare
-from orchestrator.replay.errors import Divergence, recording_ends
+from orchestrator.replay.errors import STORED, Divergence, recording_ends
 from orchestrator.replay.recorded import RecordedTurn
 
 
@@ -165,6 +165,16 @@ class ReplayModel:
         if recorded is None:
             raise Divergence(turn=turn, kind="exhausted", field="turns",
                              diff=f"the loop asked for turn {turn}; the recording has {len(self.turns)} turns\n")
+        if sha256_hex(recorded.request_json) != recorded.request_sha256:
+            # The stored request (its messages and tools, from their blobs) is
+            # itself compared, not only its hash column: under --force a row
+            # or blob altered in place must not replay as IDENTICAL.
+            altered = Divergence(turn=turn, kind=STORED, field="request_json", diff=(
+                "the stored request does not hash to its recorded sha256 "
+                f"({recorded.request_sha256[:16]}): the store was altered\n"))
+            if self.strict:
+                raise altered
+            self.mismatches.append(altered)
         sha = self.hasher.sha256(request)
         self.checks.append(TurnCheck(turn=turn, recorded_sha256=recorded.request_sha256, replayed_sha256=sha))
         if sha != recorded.request_sha256:

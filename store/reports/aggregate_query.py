@@ -14,7 +14,7 @@ prompt tokens, so sums can be priced linearly.
 from __future__ import annotations
 
 import operator
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -40,7 +40,7 @@ from store import run_totals
 from store.batch_tables import BatchAttemptRow
 from store.cells import check_numbers, check_row
 from store.engine import driver_rows
-from store.errors import StoreDamaged
+from store.errors import RollupMismatch, StoreDamaged
 from store.run_totals import RUNS, TOOLS, TOTALS, TTFTS, Key, Totals, bucket_seconds
 from store.store import Store
 from store.tables import CallAttempt, ModelResponse, table_of
@@ -95,24 +95,58 @@ def totals_query(since: float | None, until: float | None, include_replays: bool
                  dialect: str = "sqlite") -> Any:
     """Stored totals of the runs in the window that have them, one tuple per
     (run, spend flag, model, engine) with a model: key, the run's
-    ``RUN_COLUMNS``, figures, then the run's own tool seconds (its marker
-    row's, joined here instead of tested for)."""
+    ``RUN_COLUMNS``, figures, the run's own tool seconds (its marker
+    row's, joined here instead of tested for), then what checks them
+    (``CHECKS``)."""
     # Model and engine as stored (escaped): ``_stored`` unescapes each distinct name once.
     names = [type_coerce(TOTALS.c[name], String).label(name) for name in ("model", "engine")]
     run = [RUNS.c.created_at, RUNS.c.status, RUNS.c.verdict, source_sql(dialect).label("source")]
     figures = [TOTALS.c[name] for name in run_totals.FIGURES]
     spend = true() if include_replays else TOTALS.c.own == 1
-    return (select(TOTALS.c.run_id, TOTALS.c.own, *names, *run, *figures, MARKER.c.tool_s)
-            .select_from(_with_marker().join(TOTALS, TOTALS.c.run_id == RUNS.c.id))
-            .where(window(since, until, include_replays), spend, TOTALS.c.model.is_not(None)))
+    # Outer: a run whose marker has no model row left still gives a row (its
+    # figures NULL), so that a deleted or re-flagged last row is checked too.
+    with_totals = _with_marker().outerjoin(
+        TOTALS, and_(TOTALS.c.run_id == RUNS.c.id, spend, TOTALS.c.model.is_not(None)))
+    return (select(MARKER.c.run_id, TOTALS.c.own, *names, *run, *figures, MARKER.c.tool_s, *CHECKS)
+            .select_from(with_totals).where(window(since, until, include_replays)))
+
+
+CHECKS = (RUNS.c.chain_head, TOTALS.c.digest, MARKER.c.digest)
+"""The run's chain head now and the digests of the totals row and of the run's marker row."""
 
 
 def shared_tool_seconds_query(since: float | None, until: float | None) -> Any:
     """With replays counted: the tool seconds rows of forks' shared prefixes
-    (spend flag 0) of the same runs: run id, seconds."""
-    return (select(TOTALS.c.run_id, TOTALS.c.tool_s)
+    (spend flag 0) of the same runs: run id, seconds, chain head, digest."""
+    return (select(TOTALS.c.run_id, TOTALS.c.tool_s, RUNS.c.chain_head, TOTALS.c.digest)
             .select_from(_with_marker().join(TOTALS, TOTALS.c.run_id == RUNS.c.id))
             .where(window(since, until, True), TOTALS.c.own == 0, TOTALS.c.model.is_(None)))
+
+
+def unchecked(rows: list[Any], shared: list[Any], names: Mapping[str | None, str | None], first: int) -> set[str]:
+    """The runs whose stored totals do not match their digests: altered in
+    place, added, deleted, or computed from an older chain head (stale). One
+    digest a row: a row with a model also covers its run's tool seconds and
+    count of model rows (``run_totals.in_run``); a run's tool seconds row is
+    checked alone only when no model row of its spend flag came back."""
+    digest, idle, bad = run_totals.digest, ZERO[:TOOL_S], set()
+    tool_at = first + len(run_totals.FIGURES)
+    own_rows = Counter(r[0] for r in rows if r[1] == 1)
+    shared_rows = Counter(r[0] for r in rows if r[1] == 0)  # a fork's prefix may have model rows and no tool row
+    shared_tool_s = {run_id: seconds for run_id, seconds, _, _ in shared}
+    for r in rows:
+        run_id, own = r[0], r[1]
+        if r[2] is None:  # no model row of the run came back: its tool seconds row says whether it had some
+            if digest(r[tool_at + 1], (run_id, 1, None, None), (*idle, r[tool_at], 0)) != r[-1]:
+                bad.add(run_id)
+            continue
+        in_run = (r[tool_at], own_rows[run_id]) if own == 1 else (shared_tool_s.get(run_id, 0.0), shared_rows[run_id])
+        if digest(r[tool_at + 1], (run_id, own, names[r[2]], names[r[3]]), (*r[first:tool_at], *in_run)) != r[-2]:
+            bad.add(run_id)
+    for run_id, seconds, head, stored in shared:
+        if digest(head, (run_id, 0, None, None), (*idle, seconds, shared_rows[run_id])) != stored:
+            bad.add(run_id)
+    return bad
 
 
 NUMBER_TYPES: frozenset[type] = frozenset((int, float, type(None)))
@@ -134,21 +168,27 @@ def _stored(conn: Connection, since: float | None, until: float | None,
     # A numeric cell holding text (only SQLite stores one) arrives as str or
     # bytes: one pass over each column's types, the details only when one is off.
     columns, first = list(zip(*rows, strict=True)), 4 + len(RUN_COLUMNS)
-    if (columns and any(off_types(columns[i], NUMBER_TYPES) for i in (1, *range(first, len(columns))))
-            or off_types((seconds for _, seconds in shared), NUMBER_TYPES)):
-        off = {r[0] for r in rows if not {type(v) for v in (r[1], *r[first:])} <= NUMBER_TYPES}
-        check_numbers(conn, TOTALS, TOTALS.c.run_id.in_(off | {run_id for run_id, _ in shared}))
+    numbers = first + len(run_totals.FIGURES) + 1  # the figures and the marker's tool seconds
+    if (columns and any(off_types(columns[i], NUMBER_TYPES) for i in (1, *range(first, numbers)))
+            or off_types((row[1] for row in shared), NUMBER_TYPES)):
+        off = {r[0] for r in rows if not {type(v) for v in (r[1], *r[first:numbers])} <= NUMBER_TYPES}
+        check_numbers(conn, TOTALS, TOTALS.c.run_id.in_(off | {row[0] for row in shared}))
     if columns and any(off_types(columns[4 + i], allowed) for i, allowed in enumerate(RUN_TYPES)):
         check_runs([r[:1] + r[4:first] for r in rows])
     # Each distinct model and engine name unescaped once.
     names: dict[str | None, str | None] = {None: None}
     names.update({stored: unescape(stored) if isinstance(stored, str) else stored
                   for stored in {*columns[2], *columns[3]}} if columns else {})
+    bad = unchecked(rows, shared, names, first)
+    if bad:
+        raise RollupMismatch(sorted(bad))
+    rows = [r for r in rows if r[2] is not None]  # a run without model rows adds no slice
     # Positional: a report reads one row per (run, model), so no mapping per row.
-    totals: dict[Key, Figures] = {(r[0], r[1], names[r[2]], names[r[3]]): r[first:-1] for r in rows}
+    tool_at = first + len(run_totals.FIGURES)
+    totals: dict[Key, Figures] = {(r[0], r[1], names[r[2]], names[r[3]]): r[first:tool_at] for r in rows}
     idle = ZERO[:TOOL_S]
-    totals.update({(r[0], 1, None, None): (*idle, r[-1]) for r in rows})
-    totals.update({(run_id, 0, None, None): (*idle, seconds) for run_id, seconds in shared})
+    totals.update({(r[0], 1, None, None): (*idle, r[tool_at]) for r in rows})
+    totals.update({(run_id, 0, None, None): (*idle, seconds) for run_id, seconds, _, _ in shared})
     return totals, {r[0]: r[4:first] for r in rows}
 
 

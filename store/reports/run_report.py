@@ -21,7 +21,7 @@ def call_figures(calls: Iterable[CallView]) -> list[CallFigures]:
             turn=call.turn, model=call.request_model, status=r.status, prompt_tokens=r.input_tokens,
             cached_prompt_tokens=r.cached_input_tokens, completion_tokens=r.output_tokens,
             prompt_source=r.input_tokens_source, ttft_s=r.ttft_s, decode_s=r.decode_s, total_s=r.total_s,
-            server_s=sum(a.duration_s for a in call.attempts) if call.attempts else None,
+            attempt_s=tuple(a.duration_s for a in call.attempts),
             wait_s=sum(a.backoff_s for a in call.attempts), retries=max(0, r.n_attempts - 1),
         ))
     return out

@@ -32,6 +32,21 @@ def test_cached_tokens_are_part_of_prompt_tokens(srv, client, req):
     assert u.cached_source == "server"
 
 
+@pytest.mark.parametrize("cached, kept, reported", [(1500, 1000, 1500), (1000, 1000, None), (999, 999, None)],
+                         ids=["above-prompt", "equal", "below"])
+def test_a_cached_count_above_the_prompt_is_clamped_and_the_servers_figure_kept(srv, client, req, cached, kept,
+                                                                                 reported):
+    usage = {"prompt_tokens": 1000, "completion_tokens": 5, "total_tokens": 1005,
+             "prompt_tokens_details": {"cached_tokens": cached}}
+    srv.script([Reply(text="ok", usage=usage)])
+    env = client.call(req())
+    u = env.usage
+    assert (u.cached_prompt_tokens, u.cached_prompt_tokens_reported, u.cached_clamped) == (
+        kept, reported, reported is not None)
+    # Only a clamp adds the field: an envelope without one keeps its bytes.
+    assert ("cached_prompt_tokens_reported" in env.model_dump_json()) is (reported is not None)
+
+
 @pytest.mark.parametrize("reported_prompt", [200, 1000], ids=["without-cache", "with-cache"])
 def test_llama_cpp_timings_are_not_double_counted(srv, client, req, reported_prompt):
     """llama.cpp reports ``timings.cache_n``; whether its prompt_tokens includes

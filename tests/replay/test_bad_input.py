@@ -66,6 +66,33 @@ def test_a_tampered_recording_replayed_with_force_reports_where(recorded):
     assert '"field": "messages[3].content"' in result.output and '"turn": 1' in result.output
 
 
+STORED_ALTERATIONS = {
+    # The tools list the requests refer to: a tool's description, as the model was told it.
+    "tools blob": "UPDATE blobs SET body = replace(body, '\"description\":\"', '\"description\":\"X') "
+                  "WHERE body LIKE '[{%\"parameters\"%'",
+    # A message of the requests (the system prompt), stored once for all of them.
+    "message blob": "UPDATE blobs SET body = replace(body, '\"role\":\"system\"', '\"role\":\"system\",\"x\":1') "
+                    "WHERE body LIKE '{%\"role\":\"system\"%'",
+    # The rest of one request (its sampling and limits), kept on its row.
+    "request body": "UPDATE model_calls SET request_body = replace(request_body, '\"max_tokens\":', "
+                    "'\"max_tokens\":1') WHERE turn = 0",
+}
+
+
+@pytest.mark.parametrize("alteration", list(STORED_ALTERATIONS))
+def test_forced_replay_of_an_altered_stored_request_is_not_identical(recorded, alteration):
+    """The hash columns are left as they were, so only a comparison of the
+    stored data itself with its hash sees the change."""
+    db, run_id = recorded
+    with sqlite3.connect(db) as conn:
+        changed = conn.execute(STORED_ALTERATIONS[alteration]).rowcount
+    assert changed >= 1, "the alteration must hit the store"
+    assert code(replay(db, run_id)) == 2, "the chain no longer verifies"
+    forced = replay(db, run_id, "--force", "--no-record", "--json")
+    assert code(forced) == 1, forced.output
+    assert "IDENTICAL" not in forced.output and '"kind": "stored"' in forced.output
+
+
 def downgrade_to_v1(db: Path) -> None:
     with sqlite3.connect(db) as conn:
         for _, index, _ in V2_INDEXES + V3_INDEXES:

@@ -57,7 +57,8 @@ def test_runs_refuses_a_status_or_verdict_no_run_can_have(populated):
     from store.importer import IMPORTED_VERDICT
 
     assert IMPORTED == IMPORTED_VERDICT
-    for args, named in ((["--status", "bogus"], "running or finished"), (["--verdict", "nope"], "BUDGET_EXHAUSTED")):
+    for args, named in ((["--status", "bogus"], "running, crashed or finished"),
+                        (["--verdict", "nope"], "BUDGET_EXHAUSTED")):
         result = invoke("runs", *args)
         assert isinstance(result.exception, ConfigError) and named in str(result.exception), (args, result.output)
     found = [r["id"] for r in json.loads(invoke("runs", "--json", "--verdict", "pass").output)]

@@ -15,7 +15,7 @@ import pytest
 
 from orchestrator.trajectory import RunView
 from store import Recorder, Store, synthetic
-from store.batches import crashed_runs, mark_crashed, take_lease
+from store.batches import take_lease
 from store.run_list import ESCAPED_RUN_COLUMNS, RUN_FIELDS, RunLine, RunQuery, read_run_lines, sqlite_file
 from store.tables import Run, table_of
 from store.text_escape import EscapedString, EscapedText
@@ -45,7 +45,7 @@ def varied(tmp_path_factory) -> Path:
 
 def full_lines(path: Path, **wanted) -> list[RunLine]:
     with Store.open(f"sqlite:///{path}", create=False, readonly=True) as store:
-        found = mark_crashed(store.runs(**wanted), crashed_runs(store, now=NOW))
+        found = store.runs(**wanted, now=NOW)
     return [RunLine.of(s) for s in found]
 
 
@@ -53,6 +53,7 @@ FILTERS = [
     {},
     {"limit": 5},
     {"status": "running"},
+    {"status": "crashed"},
     {"status": "finished", "verdict": "PASS"},
     {"model": "qwen3-0.6b", "limit": 3},
     {"model": "m\x00odel"},
@@ -73,12 +74,15 @@ def test_the_comparison_sees_the_crashed_and_the_escaped_runs(varied: Path) -> N
     assert lines is not None
     statuses = {line.run["status"] for line in lines}
     assert {"crashed", "running", "finished"} <= statuses
+    # A crashed run says when it was last alive; a live or finished one does not.
+    assert {line.run["status"] for line in lines if line.run["last_alive_at"] is not None} == {"crashed"}
     assert any(line.run["task"].startswith("fix\x00 this \ufdd0") for line in lines)
     assert any(line.totals["calls"] == 0 for line in lines)
 
 
 def test_the_field_list_is_the_views_and_the_tables() -> None:
-    assert [name for name, _ in RUN_FIELDS] == list(RunView.model_fields)
+    # last_alive_at is no column: it is read from the run's lease (store.liveness).
+    assert [name for name, _ in RUN_FIELDS] == [f for f in RunView.model_fields if f != "last_alive_at"]
     table = table_of(Run)
     assert {column for _, column in RUN_FIELDS} == {c.name for c in table.columns}
     escaped = {c.name for c in table.columns if isinstance(c.type, (EscapedText, EscapedString))}

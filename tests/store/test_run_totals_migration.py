@@ -76,7 +76,7 @@ def test_the_backfill_resumes_after_sigkill(tmp_path: Path, kill_at: int) -> Non
     assert (table is not None) == (kill_at > 1)
     assert len(partial) == max(0, kill_at - 2) < len(ids), "killed before the end"
     with Store.open(url) as store:  # a write-open resumes the upgrade
-        assert store.schema_version == LATEST == 9
+        assert store.schema_version == LATEST == 10
         assert all(c.ok for c in store.verify_all()) and len(store.verify_all()) == len(ids) + 1
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute(TOTALS).fetchall() + conn.execute(TTFTS).fetchall() == written
@@ -96,17 +96,58 @@ def test_migration_9_builds_the_rollup_the_writer_keeps(tmp_path: Path, kill_at:
     with closing(sqlite3.connect(path)) as conn:
         written = conn.execute(DAYS).fetchall()
         conn.execute("DROP TABLE ttft_days")
-        conn.execute("DELETE FROM escrow_migrations WHERE version = 9")
+        conn.execute("DELETE FROM escrow_migrations WHERE version >= 9")
         conn.commit()
     url = f"sqlite:///{path}"
     if kill_at:
-        done = killed_upgrade(url, kill_at, 8, ("store.run_totals", "BACKFILL_RUNS", 1))
-        assert done.returncode == -signal.SIGKILL, done.stderr.decode()
+        killed_from(path, kill_at, 8)
         with closing(sqlite3.connect(path)) as conn:
-            assert conn.execute("SELECT max(version) FROM escrow_migrations").fetchone()[0] == 8
             assert conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'ttft_days'").fetchone() is None
     with Store.open(url) as store:
-        assert store.schema_version == LATEST == 9
+        assert store.schema_version == LATEST == 10
         assert all(c.ok for c in store.verify_all()) and len(store.verify_all()) == len(ids) + 1
     with closing(sqlite3.connect(path)) as conn:
         assert written and conn.execute(DAYS).fetchall() == written
+
+
+def killed_from(path: Path, kill_at: int, version: int) -> None:
+    """An upgrade from ``version``, one run per transaction, killed at its
+    ``kill_at``th commit: the store is still at ``version``."""
+    done = killed_upgrade(f"sqlite:///{path}", kill_at, version, ("store.run_totals", "BACKFILL_RUNS", 1))
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode()
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("SELECT max(version) FROM escrow_migrations").fetchone()[0] == version
+
+
+def as_schema_9(path: Path) -> None:
+    """What a schema-9 store holds: totals without digests, no stamp 10."""
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("ALTER TABLE run_totals DROP COLUMN digest")
+        conn.execute("DELETE FROM escrow_migrations WHERE version >= 10")
+        conn.commit()
+
+
+@pytest.mark.parametrize("kill_at", [0, 1, 2, 4])
+def test_migration_10_recomputes_the_totals_with_their_digests(tmp_path: Path, kill_at: int) -> None:
+    """From schema 9 (killed at its Nth commit, or not): every run's totals
+    are written again from its rows, digests included, so a row altered
+    before the upgrade is not vouched for; the chains are untouched."""
+    path = tmp_path / "e.db"
+    ids = recorded(path)
+    with closing(sqlite3.connect(path)) as conn:
+        written = conn.execute(TOTALS).fetchall()
+    as_schema_9(path)
+    chains = heads(path)
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("UPDATE run_totals SET prompt_tokens = prompt_tokens + 1000 WHERE run_id = ?", (ids[0],))
+        conn.commit()
+    url = f"sqlite:///{path}"
+    if kill_at:
+        killed_from(path, kill_at, 9)
+    with Store.open(url) as store:  # a write-open resumes the upgrade
+        assert store.schema_version == LATEST == 10
+        assert all(c.ok for c in store.verify_all())
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute(TOTALS).fetchall() == written  # the altered row recomputed from the rows
+        assert conn.execute("SELECT count(*) FROM run_totals WHERE digest IS NULL").fetchone()[0] == 0
+    assert heads(path) == chains

@@ -1,0 +1,57 @@
+"""Whether a run's owner is alive: every run holds a lease (``run_leases``)
+from its first row, renewed while its process lives. A run still ``running``
+whose lease expired reads ``crashed``, with the moment it was last alive (the
+lease's last heartbeat). The one reading of that rule for every view of a run:
+``runs``, ``show``, ``report``, the viewer and ``--status``."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import ColumnElement, Connection, and_, exists, not_, select
+
+from orchestrator.trajectory import RunView
+from store.batch_tables import RunLease
+from store.tables import Run, table_of
+
+CRASHED = "crashed"
+RUNNING = "running"
+RL = table_of(RunLease)
+R = table_of(Run)
+
+
+def now_or(now: float | None) -> float:
+    return time.time() if now is None else now
+
+
+def lapsed(conn: Connection, run_ids: list[str], now: float) -> dict[str, float]:
+    """The given runs still ``running`` whose lease expired, each with its last heartbeat."""
+    if not run_ids:
+        return {}
+    rows = conn.execute(select(RL.c.run_id, RL.c.heartbeat_at).join(R, R.c.id == RL.c.run_id).where(
+        RL.c.run_id.in_(run_ids) & (R.c.status == RUNNING) & (RL.c.expires_at < now)))
+    return {str(run_id): float(at) for run_id, at in rows}
+
+
+def marked(runs: list[RunView], conn: Connection, now: float) -> list[RunView]:
+    """The runs with ``crashed`` (and when last alive) where their owner is gone."""
+    gone = lapsed(conn, [r.id for r in runs if r.status == RUNNING], now)
+    return [r.model_copy(update={"status": CRASHED, "last_alive_at": gone[r.id]}) if r.id in gone else r for r in runs]
+
+
+def status_clause(status: str, now: float) -> ColumnElement[Any]:
+    """The runs ``--status STATUS`` lists: ``crashed`` are running runs whose
+    lease lapsed, ``running`` the others still running."""
+    gone = exists().where((RL.c.run_id == R.c.id) & (RL.c.expires_at < now))
+    if status == CRASHED:
+        return and_(R.c.status == RUNNING, gone)
+    if status == RUNNING:
+        return and_(R.c.status == RUNNING, not_(gone))
+    return R.c.status == status
+
+
+def is_open(status: str) -> bool:
+    """Still without a verdict: running, or crashed (its owner gone, or
+    seemingly gone to a reader while it lives on)."""
+    return status in (RUNNING, CRASHED)
