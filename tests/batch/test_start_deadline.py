@@ -27,7 +27,9 @@ pytestmark = [pytest.mark.docker]
 
 
 def containers_of(docker_client, run_id: str) -> list:
-    return docker_client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"})
+    # One list call: the high-level list inspects each container after listing
+    # it, and fails when one is removed in between (as the abandoned one is).
+    return docker_client.api.containers(all=True, filters={"label": f"{LABEL_RUN}={run_id}"})
 
 
 def test_a_start_past_its_deadline_is_an_infrastructure_failure_retried_and_reported_apart(
