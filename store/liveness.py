@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, and_, exists, not_, select
+from sqlalchemy import ColumnElement, Connection, and_, case, exists, not_, select
 
 from orchestrator.trajectory import RunView
 from store.batch_tables import RunLease
@@ -49,6 +49,13 @@ def status_clause(status: str, now: float) -> ColumnElement[Any]:
     if status == RUNNING:
         return and_(R.c.status == RUNNING, not_(gone))
     return R.c.status == status
+
+
+def status_sql(now: float) -> ColumnElement[Any]:
+    """A run's status as every view reads it, in SQL: ``crashed`` for a running
+    run whose lease lapsed (the key ``report --by status`` groups on)."""
+    gone = exists().where((RL.c.run_id == R.c.id) & (RL.c.expires_at < now))
+    return case((and_(R.c.status == RUNNING, gone), CRASHED), else_=R.c.status)
 
 
 def is_open(status: str) -> bool:

@@ -41,6 +41,7 @@ from store.batch_tables import BatchAttemptRow
 from store.cells import check_numbers, check_row
 from store.engine import driver_rows
 from store.errors import RollupMismatch, StoreDamaged
+from store.liveness import CRASHED, RUNNING, lapsed, now_or, status_sql
 from store.run_totals import RUNS, TOOLS, TOTALS, TTFTS, Key, Totals, bucket_seconds
 from store.store import Store
 from store.tables import CallAttempt, ModelResponse, table_of
@@ -243,19 +244,22 @@ def any_unsummed(conn: Connection, since: float | None, until: float | None, inc
 
 
 def run_slices(conn: Connection, since: float | None, until: float | None, by: str = "model",
-               include_replays: bool = False, raw: bool = False) -> list[RunSlice]:
-    return _run_slices(conn, since, until, by, include_replays, raw)[0]
+               include_replays: bool = False, raw: bool = False, now: float | None = None) -> list[RunSlice]:
+    return _run_slices(conn, since, until, by, include_replays, raw, now_or(now))[0]
 
 
 def _run_slices(conn: Connection, since: float | None, until: float | None, by: str, include_replays: bool,
-                raw: bool) -> tuple[list[RunSlice], bool]:
-    """The slices, and whether a run in the window was read from its rows."""
+                raw: bool, now: float) -> tuple[list[RunSlice], bool]:
+    """The slices, and whether a run in the window was read from its rows. A
+    running run whose owner is gone reads ``crashed``, as in every view."""
     totals, runs = ({}, {}) if raw else _stored(conn, since, until, include_replays)
     from_rows = any_unsummed(conn, since, until, include_replays, raw)
     if from_rows:
         rest = unsummed(since, until, include_replays, raw)
         runs.update(_runs(conn, rest))
         totals.update(_from_rows(conn, rest, include_replays))
+    gone = lapsed(conn, [run_id for run_id, cells in runs.items() if cells[1] == RUNNING], now)
+    runs.update({run_id: (cells[0], CRASHED, *cells[2:]) for run_id, cells in runs.items() if run_id in gone})
     batch_of: dict[str, str] = dict(conn.execute(select(BATCH_ATTEMPTS.c.run_id, BATCH_ATTEMPTS.c.batch_id)
                                  .where(BATCH_ATTEMPTS.c.run_id.is_not(None))).all())
     return slices(totals, runs, by == "engine", batch_of), from_rows
@@ -294,12 +298,12 @@ def slices(totals: Mapping[Key, Figures], runs: Mapping[str, RunCells], by_engin
     return out
 
 
-def group_key_sql(by: str, dialect: str, model: Any, engine: Any) -> Any:
+def group_key_sql(by: str, dialect: str, model: Any, engine: Any, now: float) -> Any:
     """The SQL twin of ``orchestrator.costing.aggregate.group_key``."""
     if by == "model":
         return model
     if by == "status":
-        return RUNS.c.status
+        return status_sql(now)
     if by == "verdict":
         return func.coalesce(RUNS.c.verdict, NO_VERDICT)
     if by == "engine":
@@ -327,7 +331,7 @@ def whole_days(since: float | None, until: float | None) -> tuple[int | None, in
 
 
 def ttft_queries(since: float | None, until: float | None, by: str, dialect: str, include_replays: bool = False,
-                 raw: bool = False) -> dict[str, Any]:
+                 raw: bool = False, now: float | None = None) -> dict[str, Any]:
     """Per group: calls per TTFT bucket from the per-day rollup over the
     window's whole days (grouped by model, engine or day), from the runs'
     stored buckets over the rest of it, and calls per millisecond from the
@@ -336,14 +340,15 @@ def ttft_queries(since: float | None, until: float | None, by: str, dialect: str
         joins = RUNS.join(rows, rows.c.run_id == RUNS.c.id)
         if by == "batch":
             joins = joins.outerjoin(BATCH_ATTEMPTS, BATCH_ATTEMPTS.c.run_id == RUNS.c.id)
-        return joins, group_key_sql(by, dialect, model, engine)
+        return joins, group_key_sql(by, dialect, model, engine, at)
 
+    at = now_or(now)
     days = whole_days(since, until) if by in ROLLED_UP_BY else None
     in_window = window(since, until, include_replays)
     queries: dict[str, Any] = {}
     if days is not None:
         first, end = days
-        key = DAYS.c.day if by == "day" else group_key_sql(by, dialect, DAYS.c.model, DAYS.c.engine)
+        key = DAYS.c.day if by == "day" else group_key_sql(by, dialect, DAYS.c.model, DAYS.c.engine, at)
         bounds = [DAYS.c.day >= first] if first is not None else []
         bounds += [DAYS.c.day < end] if end is not None else []
         real = [] if include_replays else [DAYS.c.own == 1, DAYS.c.replay == 0]
@@ -385,11 +390,11 @@ def group_label(key: Any, by: str, *, rolled_up: bool) -> str:
 
 def ttft_histogram(conn: Connection, since: float | None, until: float | None, by: str,
                    include_replays: bool = False, raw: bool = False,
-                   from_rows: bool | None = None) -> list[tuple[str, float, int]]:
+                   from_rows: bool | None = None, now: float | None = None) -> list[tuple[str, float, int]]:
     """(group key, TTFT seconds, calls): the buckets of docs/SCHEMA.md, whichever way a run is read.
     ``from_rows``: whether a run in the window is read from its rows (None: find out)."""
     counts: dict[tuple[str, int], int] = defaultdict(int)
-    queries = ttft_queries(since, until, by, conn.dialect.name, include_replays, raw)
+    queries = ttft_queries(since, until, by, conn.dialect.name, include_replays, raw, now)
     if from_rows is None:
         from_rows = any_unsummed(conn, since, until, include_replays, raw)
     if not from_rows:
@@ -406,14 +411,15 @@ def ttft_histogram(conn: Connection, since: float | None, until: float | None, b
 
 
 def read_slices(store: Store, *, by: str, since: float | None, until: float | None,
-                include_replays: bool = False, raw: bool = False,
+                include_replays: bool = False, raw: bool = False, now: float | None = None,
                 ) -> tuple[list[RunSlice], list[tuple[str, float, int]]]:
     """The figures an aggregate report is computed from: one slice per (run,
     model) and the TTFT histogram per group. Real spend only, unless
     ``include_replays`` (see ``window``). ``raw``: every run read from its rows."""
+    at = now_or(now)  # one moment for both, so a run's status is the same in each
     with store.read() as conn:
-        pieces, from_rows = _run_slices(conn, since, until, by, include_replays, raw)
-        ttfts = ttft_histogram(conn, since, until, by, include_replays, raw, from_rows)
+        pieces, from_rows = _run_slices(conn, since, until, by, include_replays, raw, at)
+        ttfts = ttft_histogram(conn, since, until, by, include_replays, raw, from_rows, at)
     return pieces, ttfts
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sqlalchemy import update
 
 from orchestrator.contract import Message, ModelRequest
 from orchestrator.costing import percentile
@@ -18,6 +19,9 @@ from orchestrator.launch.reports import report_run, report_runs
 from policies.price_table import load_price_table, set_price
 from policies.pricing import CostBreakdown, Price, cost_breakdown
 from store import Recorder
+from store import batches as bstore
+from store.batch_tables import RunLease
+from store.tables import table_of
 
 DAY = 86_400.0
 T0 = 1_790_000_000.0  # a fixed UTC instant, so days are known
@@ -116,6 +120,25 @@ def test_by_day_status_and_verdict(scripted, home: Path, fleet: dict[str, list[s
     # (bucketed: within 1/32 of the value, docs/SCHEMA.md).
     for report in (by_day, by_verdict, by_status):
         assert all(g.ttft_s.p50 == pytest.approx(0.1, rel=1 / 32) for g in report.groups)
+
+
+def test_by_status_reads_a_run_whose_owner_is_gone_as_crashed(scripted, home: Path,
+                                                             fleet: dict[str, list[str]]) -> None:
+    """As in ``runs`` and ``show``: of the three running runs, one holds a live
+    lease and one a lapsed one; the lapsed one, and its calls' TTFTs, group
+    under ``crashed``."""
+    alive, gone = fleet["None"][:2]
+    bstore.take_lease(scripted.store, alive, "host:1", 3600.0)
+    bstore.take_lease(scripted.store, gone, "host:2", 3600.0)
+    with scripted.store.write() as conn:
+        conn.execute(update(table_of(RunLease)).where(table_of(RunLease).c.run_id == gone).values(expires_at=T0))
+    prices = load_price_table(home)
+    by_status = report_runs(scripted.store, by="status", since=None, until=None, prices=prices)
+    assert {g.key: g.runs for g in by_status.groups} == {"finished": 6, "running": 2, "crashed": 1}
+    crashed = next(g for g in by_status.groups if g.key == "crashed")
+    single = report_run(scripted.store, gone, prices)
+    assert crashed.prompt_tokens == single.total.prompt_tokens
+    assert crashed.ttft_s.p50 == pytest.approx(0.1, rel=1 / 32)
 
 
 def test_since_and_until_select_runs_by_start_time(scripted, home: Path, fleet: dict[str, list[str]]) -> None:
