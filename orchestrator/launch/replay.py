@@ -12,6 +12,7 @@ import httpx
 from orchestrator.contract import Frozen
 from orchestrator.interop.errors import not_replayable
 from orchestrator.interop.records import IMPORT_MODE
+from orchestrator.launch.liveness import Heartbeat
 from orchestrator.launch.replay_workspace import sandbox_tools_for
 from orchestrator.model_client import ModelClient
 from orchestrator.model_client.server_tokenizer import counter_for
@@ -48,16 +49,21 @@ def replay_run(settings: Settings, request: ReplayRequest) -> ReplayReport:
         recorded = store.run(request.run)
         if recorded.mode == IMPORT_MODE:
             raise not_replayable(recorded.id, recorded.config)
-        replayer = Replayer(store)
-        loaded = replayer.load(request.run, force=request.force)
-        if request.mode == "fork":
-            assert request.fork_at is not None  # ReplayRequest from the CLI always sets it with --fork-at
-            return _fork(replayer, loaded, request, settings)
-        if request.mode == "reexecute":
-            tools_for = sandbox_tools_for(loaded.recorded, image=_image(loaded.recorded.config, settings),
-                                          docker_host=settings.docker_host)
-            return replayer.reexecute(loaded, tools_for)
-        return replayer.offline(loaded, record=request.record)
+        # A recorded replay holds a lease like any run: killed, it reads crashed.
+        heartbeat = Heartbeat(store, settings.lease_s)
+        try:
+            replayer = Replayer(store, liveness=heartbeat)
+            loaded = replayer.load(request.run, force=request.force)
+            if request.mode == "fork":
+                assert request.fork_at is not None  # ReplayRequest from the CLI always sets it with --fork-at
+                return _fork(replayer, loaded, request, settings)
+            if request.mode == "reexecute":
+                tools_for = sandbox_tools_for(loaded.recorded, image=_image(loaded.recorded.config, settings),
+                                              docker_host=settings.docker_host)
+                return replayer.reexecute(loaded, tools_for)
+            return replayer.offline(loaded, record=request.record)
+        finally:
+            heartbeat.close()
 
 
 def _image(config: dict[str, Any], settings: Settings) -> str:

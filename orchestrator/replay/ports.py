@@ -21,12 +21,24 @@ class ChainStatus(Protocol):
     def problem(self) -> str | None: ...
 
 
+class Liveness(Protocol):
+    """The lease a recorded replay holds while its process lives, so that a
+    killed replay, re-execution or fork reads ``crashed`` like any run."""
+
+    def claim(self) -> Any:
+        """What ``start_run`` takes with the run's first row."""
+
+    def started(self, run_id: str) -> None:
+        """Begin renewing the run's lease."""
+
+
 class ReplayRecorder(Protocol):
     """Records a replay as a run of its own."""
 
     def start_run(
         self, *, task: str, repo: str, config: Mapping[str, Any], policy: Mapping[str, Any], model: str,
         mode: str = "run", parent_run_id: str | None = None, forked_at_turn: int | None = None,
+        lease: Any = None,
     ) -> str: ...
 
     def record_event(self, run_id: str, turn: int | None, kind: str, data: Mapping[str, Any]) -> str: ...

@@ -24,7 +24,7 @@ from orchestrator.ports import Journal, Model, Tools
 from orchestrator.replay.digest import trajectory_digest
 from orchestrator.replay.divergence import compare
 from orchestrator.replay.errors import ChainRefused, ReplayError
-from orchestrator.replay.ports import RecordingStore, ReplayRecorder
+from orchestrator.replay.ports import Liveness, RecordingStore, ReplayRecorder
 from orchestrator.replay.recorded import ForkPoint, RecordedRun, from_trajectory
 from orchestrator.replay.replay_journal import NullJournal
 from orchestrator.replay.replay_tools import ToolDrift
@@ -69,9 +69,11 @@ def check_fork_turn(recorded: RecordedRun, at_turn: int) -> None:
 
 
 class Replayer:
-    def __init__(self, store: RecordingStore, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, store: RecordingStore, *, clock: Callable[[], float] = time.time,
+                 liveness: Liveness | None = None) -> None:
         self.store = store
         self.clock = clock
+        self.liveness = liveness
 
     def load(self, ref: str, *, force: bool = False) -> Loaded:
         """The run ``ref`` names, as frozen records; refuses a run whose chain
@@ -135,11 +137,15 @@ class Replayer:
     def _start(self, recorder: ReplayRecorder, recorded: RecordedRun, mode: Mode, forks: tuple[ForkPoint, ...]) -> str:
         config: dict[str, Any] = {**recorded.config, "forks": [f.model_dump(mode="json") for f in forks]}
         config["replay_of"] = recorded.run_id
-        return recorder.start_run(
+        run_id = recorder.start_run(
             task=recorded.task, repo=recorded.repo, config=config, policy=recorded.policy.model_dump(mode="json"),
             model=recorded.spec.model, mode=mode, parent_run_id=recorded.run_id,
             forked_at_turn=forks[-1].at_turn if mode == "fork" else None,
+            lease=self.liveness.claim() if self.liveness else None,
         )
+        if self.liveness is not None:
+            self.liveness.started(run_id)
+        return run_id
 
     def _finish(
         self, drive: Drive, loaded: Loaded, mode: Mode, recorder: ReplayRecorder | None, run_id: str
