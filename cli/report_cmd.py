@@ -16,6 +16,7 @@ from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
 from orchestrator.costing import (
     GROUP_BY,
     AggregateReport,
+    CachedClamp,
     NothingToReport,
     RunCost,
     aggregate_html,
@@ -72,6 +73,7 @@ def print_run(report: RunCost, *, wide: bool = False) -> None:
     if report.engines:
         lines += prose(f"engine {'; '.join(report.engines)}", width)
     lines += [line for warning in report.warnings for line in prose(f"warning: {warning}", width)]
+    lines += [line for clamp in report.clamps for line in prose(clamp_note(clamp), width)]
     lines += ["", *render(TURN_COLUMNS, line_rows(report), width=width, wide=wide, title="cost per turn"), ""]
     t = report.total.cost
     lines += prose(f"total ${figure(t.total_usd, 'usd')} = input ${figure(t.input_usd, 'usd')} + cached input "
@@ -81,6 +83,12 @@ def print_run(report: RunCost, *, wide: bool = False) -> None:
         for line in comparison_lines(report.comparison):
             lines += prose(line, width)
     say(lines)
+
+
+def clamp_note(clamp: CachedClamp) -> str:
+    where = "outside a turn" if clamp.turn is None else f"turn {clamp.turn}"
+    return (f"clamped: {where}, the server reported {figure(clamp.reported)} cached tokens of a "
+            f"{figure(clamp.counted)}-token prompt; counted as {figure(clamp.counted)}")
 
 
 def print_aggregate(report: AggregateReport, *, wide: bool = False) -> None:

@@ -7,6 +7,7 @@ from orchestrator.costing.figures import CallFigures, PriceLookup, RunSlice, Too
 from orchestrator.costing.html import aggregate_html, run_html
 from orchestrator.costing.tabular import aggregate_json, aggregate_rows, comparison_lines, line_rows, run_json, to_csv
 from orchestrator.costing.trajectory import (
+    CachedClamp,
     ChapterComparison,
     CostLine,
     RunCost,
@@ -17,7 +18,8 @@ from orchestrator.costing.trajectory import (
 from orchestrator.errors import NothingToReport, ReportError
 
 __all__ = [
-    "GROUP_BY", "AggregateReport", "CallFigures", "ChapterComparison", "CostLine", "GroupStats", "NothingToReport",
+    "GROUP_BY", "AggregateReport", "CachedClamp", "CallFigures", "ChapterComparison", "CostLine", "GroupStats",
+    "NothingToReport",
     "PriceLookup", "ReportError", "RunCost", "RunSlice", "Spread", "ToolFigures", "aggregate", "aggregate_html",
     "aggregate_json", "aggregate_rows", "chapter_comparison", "comparison_lines", "line_rows", "percentile",
     "resent_per_call", "run_cost", "run_html", "run_json", "to_csv",

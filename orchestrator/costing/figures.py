@@ -68,6 +68,9 @@ class CallFigures(Frozen):
     wait_s: float = 0.0
     """Seconds the client slept between attempts (retry backoff)."""
     retries: int = 0
+    cached_reported: int | None = None
+    """The server's own cached count where it exceeded the prompt (the
+    recorded one is clamped to the prompt); None: not clamped."""
 
     @property
     def gpu_s(self) -> float:

@@ -79,6 +79,7 @@ def run_json(report: RunCost) -> dict[str, Any]:
         "comparison": None if report.comparison is None else comparison_dict(report.comparison),
         "warnings": list(report.warnings),
         "engines": list(report.engines),
+        "cached_clamps": [c.model_dump() for c in report.clamps],
     }
 
 

@@ -82,6 +82,16 @@ class RunCost(Frozen):
     engines: tuple[str, ...] = ()
     last_alive_at: float | None = None
     """A crashed run's last heartbeat (its process is gone)."""
+    clamps: tuple[CachedClamp, ...] = ()
+    """Calls whose server reported more cached tokens than the prompt held."""
+
+
+class CachedClamp(Frozen):
+    """A call's cached count as the server reported it, and as counted."""
+
+    turn: int | None
+    reported: int
+    counted: int
 
 
 def resent_per_call(calls: Sequence[CallFigures]) -> list[int]:
@@ -165,6 +175,8 @@ def run_cost(
         run_id=run_id, model=model, status=status, verdict=verdict, price_version=price_version,
         turns=tuple(lines), total=total, comparison=chapter_comparison(calls),
         warnings=tuple(unpriced_warnings({c.model for c in calls}, prices)),
+        clamps=tuple(CachedClamp(turn=c.turn, reported=c.cached_reported, counted=c.cached)
+                     for c in calls if c.cached_reported is not None),
     )
 
 

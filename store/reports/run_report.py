@@ -9,6 +9,8 @@ from collections.abc import Iterable
 from orchestrator.costing.figures import CallFigures, ToolFigures
 from orchestrator.trajectory import CallView, ToolExecutionView, Trajectory
 
+CLAMP_FIELD = '"cached_prompt_tokens_reported"'
+
 
 def call_figures(calls: Iterable[CallView]) -> list[CallFigures]:
     out = []
@@ -23,6 +25,9 @@ def call_figures(calls: Iterable[CallView]) -> list[CallFigures]:
             prompt_source=r.input_tokens_source, ttft_s=r.ttft_s, decode_s=r.decode_s, total_s=r.total_s,
             attempt_s=tuple(a.duration_s for a in call.attempts),
             wait_s=sum(a.backoff_s for a in call.attempts), retries=max(0, r.n_attempts - 1),
+            # Parsed only where the envelope holds it: nearly no call is clamped.
+            cached_reported=r.envelope().usage.cached_prompt_tokens_reported
+            if CLAMP_FIELD in r.envelope_json else None,
         ))
     return out
 

@@ -105,3 +105,29 @@ def test_the_one_cost_is_the_formula_of_docs_reports(settings, repo, fault, open
         gpu_s = sum(a.duration_s for a in call.attempts) if call.attempts else r.total_s
         expected += ((r.input_tokens - cached) * 1000.0 + cached * 100.0 + r.output_tokens * 2000.0) / 1e6 + gpu_s
     assert abs(outcome.result.cost_usd - expected) < TOLERANCE
+
+
+def test_a_cached_count_above_the_prompt_is_counted_clamped_and_reported_as_sent(settings, repo, fault, open_store):
+    """The server's raw cached figure is kept beside the clamped one, and
+    ``report RUN`` says which call was clamped (text and JSON); the run's one
+    cost is the clamped count's, everywhere."""
+    priced(settings)
+    usage = {"prompt_tokens": 100, "completion_tokens": 5, "total_tokens": 105,
+             "prompt_tokens_details": {"cached_tokens": 150}}
+    read = tool("read_file", path="calc.py").model_copy(update={"usage": usage})
+    fault.script([read, EDIT, TEST, SUBMIT])
+    outcome = run(settings, repo)
+    env = {"ESCROW_HOME": str(settings.home)}
+    report = cli_json(env, "report", outcome.run_id, "--json")
+    assert report["cached_clamps"] == [{"turn": 0, "reported": 150, "counted": 100}]
+    assert report["turns"][0]["cached_tokens"] == 100
+    text = CliRunner().invoke(app, ["report", outcome.run_id], env={**env, "COLUMNS": "80"}).output
+    said = " ".join(text.split())  # prose wraps at the width
+    assert "clamped: turn 0, the server reported 150 cached tokens of a 100-token prompt; counted as 100" in said
+    assert max(map(len, text.splitlines())) <= 80
+    seen = places(settings, open_store, outcome.run_id)
+    tally = outcome.result.cost_usd
+    assert {name: abs(value - tally) for name, value in seen.items() if abs(value - tally) > TOLERANCE} == {}
+    # Unclamped runs list none.
+    fault.script([EDIT, TEST, SUBMIT])
+    assert cli_json(env, "report", run(settings, repo).run_id, "--json")["cached_clamps"] == []
