@@ -27,7 +27,8 @@ The one tree (exit code in brackets)::
     ├── StoreError [3]               store/errors.py
     │   ├── StoreNotFound [3]
     │   ├── NotAStore [4], StoreDamaged [4]
-    │   │   └── RollupMismatch [4]   stored per-run totals that are stale or altered
+    │   │   ├── RollupMismatch [4]   stored per-run totals that are stale or altered
+    │   │   └── TtftRollupMismatch [4] TTFT rollups that do not add up to their runs' totals
     │   ├── SchemaTooNew, SchemaTooOld [5]
     │   ├── RunNotFound [6], RecordingError [7]
     │   ├── StoreLost [3]            orchestrator/batch/errors.py: the store went away during a batch

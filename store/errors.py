@@ -62,6 +62,20 @@ class StoreDamaged(NotAStore):
     a REAL one). Same exit code as any other unreadable store."""
 
 
+class TtftRollupMismatch(StoreDamaged):
+    """The TTFT rollups (``ttft_days``, ``run_ttfts``) a report summed for a
+    group do not add up to the TTFT checks of its runs' digested totals:
+    altered, or left behind. The report names the groups and stops."""
+
+    def __init__(self, by: str, groups: list[str]) -> None:
+        self.groups = groups
+        shown = ", ".join(groups[:10]) + (f" and {len(groups) - 10} more" if len(groups) > 10 else "")
+        super().__init__(
+            f"damaged store: the stored TTFT histograms (ttft_days, run_ttfts) of {len(groups)} group(s) by {by} "
+            f"do not match their runs' totals: {shown}; `escrow verify` recomputes them from the runs' rows",
+            table="ttft_days")
+
+
 class RollupMismatch(StoreDamaged):
     """Stored per-run totals that do not match their digest: altered in place,
     or computed before the run's chain moved on (stale). A report names the

@@ -144,6 +144,13 @@ MIGRATIONS: tuple[Migration, ...] = (
         run_totals.add_digest,
         run_totals.backfill_digests,
     ),
+    Migration(
+        11,
+        "a TTFT check on each per-run totals row (its buckets folded into one number, under the digest), with which "
+        "reports check the TTFT rollups they sum",
+        run_totals.add_ttft_check,
+        run_totals.backfill_ttft_checks,
+    ),
 )
 LATEST = MIGRATIONS[-1].version
 if LATEST != schema_version.LATEST:  # one number, read by the light reader too

@@ -22,6 +22,7 @@ reads its rows and stops on the damaged cell, as before.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 from collections import Counter
@@ -51,6 +52,8 @@ from sqlmodel import Field, SQLModel
 from store.cells import check_row, not_a_number
 from store.tables import CallAttempt, ModelResponse, Run, ToolExecution, outside, table_of
 
+TTFT_CHECK_MODULUS = 2_147_483_647
+"""A prime below 2**31, so a check fits every SQL integer column."""
 TTFT_BITS = 5
 """Significant bits a TTFT keeps, in milliseconds: exact below 32 ms, then 16
 buckets an octave, reported at their midpoint (within 1/32 of the value)."""
@@ -74,6 +77,10 @@ class RunTotal(SQLModel, table=True):
     wait_s: float
     decode_s: float
     retries: int
+    ttft_check: int | None = None
+    """The row's TTFT buckets folded into one number (``ttft_check``), so the
+    TTFT rollups a report sums can be checked against the digested totals
+    of the runs they sum (schema 11)."""
     tool_s: float
     digest: str | None = None
     """sha256 of the run's chain head when the row was computed, the row's
@@ -110,7 +117,7 @@ ATTEMPT_SUMMED = ("duration_s", "backoff_s")
 TOOL_SUMMED = ("duration_s",)
 NUMBERS = tuple(c.name for c in TOTALS.columns if c.name not in ("run_id", "model", "engine", "digest"))
 FIGURES = tuple(c.name for c in TOTALS.columns if c.name not in ("id", "run_id", "own", "model", "engine", "digest"))
-INT_FIGURES = frozenset(("calls", "prompt_tokens", "cached_tokens", "output_tokens", "retries"))
+INT_FIGURES = frozenset(("calls", "prompt_tokens", "cached_tokens", "output_tokens", "retries", "ttft_check"))
 FIGURE_IS_INT = tuple(name in INT_FIGURES for name in FIGURES)
 # A row's spend flag and figures as ``digest`` packs them (``in_run``): with a model, then its
 # run's tool seconds and count of model rows; without one (the tool seconds row), then that count.
@@ -130,6 +137,22 @@ def ttft_bucket(ms: int) -> int:
     return (ms >> shift) << shift
 
 
+@functools.cache
+def bucket_weight(bucket_ms: int) -> int:
+    """A bucket's weight in ``ttft_check``: a hash, so that calls moved from
+    one bucket to another change the check as surely as calls added."""
+    raw = hashlib.sha256(b"escrow ttft bucket %d" % bucket_ms).digest()
+    return int.from_bytes(raw[:8], "little") % TTFT_CHECK_MODULUS
+
+
+def ttft_check(counts: Iterable[tuple[int, int]]) -> int:
+    """(bucket, calls) pairs folded into one number: the sum of each bucket's
+    weight times its calls, modulo a prime. It adds up: the check of a sum of
+    histograms (a day's rollup, a group's) is the sum of their checks, so a
+    report compares the rollup rows it summed with the totals of their runs."""
+    return sum(bucket_weight(bucket) * calls for bucket, calls in counts) % TTFT_CHECK_MODULUS
+
+
 def bucket_seconds(lower: int) -> float:
     """The TTFT a bucket stands for: its midpoint, in seconds."""
     width = 1 << max(0, lower.bit_length() - TTFT_BITS) if lower >= 1 << TTFT_BITS else 1
@@ -147,6 +170,7 @@ class Totals:
     wait_s: float = 0.0
     decode_s: float = 0.0
     retries: int = 0
+    ttft_check: int = 0
     tool_s: float = 0.0
     ttft: dict[int, int] = field(default_factory=dict)
 
@@ -160,6 +184,7 @@ class Totals:
         self.wait_s += other.wait_s
         self.decode_s += other.decode_s
         self.retries += other.retries
+        self.ttft_check = (self.ttft_check + other.ttft_check) % TTFT_CHECK_MODULUS
         self.tool_s += other.tool_s
         for bucket, n in other.ttft.items():
             self.ttft[bucket] = self.ttft.get(bucket, 0) + n
@@ -234,6 +259,8 @@ def compute(conn: Connection, runs: Any) -> tuple[dict[Key, Totals], set[str]]:
         hist = out[(run_id, own, model, engine)].ttft
         bucket = ttft_bucket(int(ms))
         hist[bucket] = hist.get(bucket, 0) + n
+    for totals in out.values():
+        totals.ttft_check = ttft_check(totals.ttft.items())
     return out, damaged
 
 
@@ -365,10 +392,29 @@ def add_table(conn: Connection) -> None:
     SQLModel.metadata.create_all(conn, tables=list(DERIVED))
 
 
+def add_ttft_check(conn: Connection) -> None:
+    """Schema 11: the TTFT check column (idempotent: re-run when an upgrade resumes)."""
+    _add_columns(conn, {"ttft_check": "INTEGER"})
+
+
+def _add_columns(conn: Connection, columns: Mapping[str, str]) -> None:
+    have = {c["name"] for c in inspect(conn).get_columns(TOTALS.name)}
+    for name, sql_type in columns.items():
+        if name not in have:
+            conn.exec_driver_sql(f"ALTER TABLE {TOTALS.name} ADD COLUMN {name} {sql_type}")
+
+
+def backfill_ttft_checks(engine: Engine, batch_runs: int | None = None) -> None:
+    """Every run's totals computed again from its rows, now with their TTFT
+    checks (and digests over them), as ``backfill_digests`` does."""
+    _rewrite(engine, lambda marker: marker.c.ttft_check.is_(None), batch_runs)
+
+
 def add_digest(conn: Connection) -> None:
-    """Schema 10: the digest column (idempotent: re-run when an upgrade resumes)."""
-    if "digest" not in {c["name"] for c in inspect(conn).get_columns(TOTALS.name)}:
-        conn.exec_driver_sql(f"ALTER TABLE {TOTALS.name} ADD COLUMN digest VARCHAR")
+    """Schema 10: the digest column, and schema 11's TTFT check with it: this
+    schema's backfill writes rows as ``write`` does today, with both
+    (idempotent: re-run when an upgrade resumes)."""
+    _add_columns(conn, {"digest": "VARCHAR", "ttft_check": "INTEGER"})
 
 
 def backfill_digests(engine: Engine, batch_runs: int | None = None) -> None:
@@ -376,9 +422,15 @@ def backfill_digests(engine: Engine, batch_runs: int | None = None) -> None:
     a batch of runs per transaction in id order, so an upgrade killed at any
     point resumes. Recomputed, not stamped as they are: totals altered before
     the upgrade are not vouched for by it."""
+    _rewrite(engine, lambda marker: marker.c.digest.is_(None), batch_runs)
+
+
+def _rewrite(engine: Engine, lacking: Any, batch_runs: int | None) -> None:
+    """Recompute the totals of every run whose tool seconds row is ``lacking``
+    a column, a batch of runs per transaction in id order (resumable)."""
     marker = TOTALS.alias("marker")
     undigested = exists().where(marker.c.run_id == RUNS.c.id, marker.c.own == 1, marker.c.model.is_(None),
-                                marker.c.digest.is_(None))
+                                lacking(marker))
     after = ""
     while True:
         with engine.begin() as conn:

@@ -2,8 +2,8 @@
 cache comparison, aggregates over many runs, and their flat and HTML forms.
 Pure code: the store reads the figures (store.reports), the CLI prints."""
 
-from orchestrator.costing.aggregate import GROUP_BY, AggregateReport, GroupStats, Spread, aggregate
-from orchestrator.costing.figures import CallFigures, PriceLookup, RunSlice, ToolFigures, percentile
+from orchestrator.costing.aggregate import AggregateReport, GroupStats, Spread, aggregate
+from orchestrator.costing.figures import GROUP_BY, CallFigures, PriceLookup, RunSlice, ToolFigures, percentile
 from orchestrator.costing.html import aggregate_html, run_html
 from orchestrator.costing.tabular import aggregate_json, aggregate_rows, comparison_lines, line_rows, run_json, to_csv
 from orchestrator.costing.trajectory import (

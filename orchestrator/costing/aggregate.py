@@ -7,18 +7,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime, timezone
 from operator import attrgetter
-from typing import Literal
 
 from orchestrator.contract import Frozen
 from orchestrator.costing.figures import (
-    DAY_FORMAT,
-    NO_BATCH,
-    NO_ENGINE,
-    NO_VERDICT,
+    GROUP_BY,
     PriceLookup,
     RunSlice,
+    day_key,
+    group_key,
     percentile,
     percentile_of_counts,
     ratio,
@@ -26,8 +23,7 @@ from orchestrator.costing.figures import (
 from orchestrator.costing.trajectory import unpriced_warnings
 from policies.pricing import CostBreakdown, Price, cost_parts
 
-GroupBy = Literal["model", "day", "status", "verdict", "engine", "source", "batch"]
-GROUP_BY: tuple[str, ...] = ("model", "day", "status", "verdict", "engine", "source", "batch")
+
 class Spread(Frozen):
     p50: float | None
     p95: float | None
@@ -74,28 +70,6 @@ class AggregateReport(Frozen):
     warnings: tuple[str, ...] = ()
     include_replays: bool = False
     """False: replays, re-executions and forks' shared prefixes are left out (no spend of their own)."""
-
-
-def group_key(by: str, piece: RunSlice) -> str:
-    if by == "model":
-        return piece.model
-    if by == "day":
-        return day_key(piece.created_at)
-    if by == "status":
-        return piece.status
-    if by == "verdict":
-        return piece.verdict or NO_VERDICT
-    if by == "engine":
-        return piece.engine or NO_ENGINE
-    if by == "source":
-        return piece.source
-    if by == "batch":
-        return piece.batch or NO_BATCH
-    raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUP_BY)}")
-
-
-def day_key(created_at: float) -> str:
-    return datetime.fromtimestamp(created_at, tz=timezone.utc).strftime(DAY_FORMAT)
 
 
 CostParts = tuple[float, float, float, float]

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from datetime import datetime, timezone
+from typing import Literal, NamedTuple
 
 from orchestrator.contract import Frozen
 from policies.pricing import Price, gpu_seconds
@@ -131,3 +132,29 @@ def percentile_of_counts(counts: Sequence[tuple[float, int]], q: float) -> float
 
 def ratio(part: float, whole: float) -> float | None:
     return part / whole if whole else None
+
+
+GroupBy = Literal["model", "day", "status", "verdict", "engine", "source", "batch"]
+GROUP_BY: tuple[str, ...] = ("model", "day", "status", "verdict", "engine", "source", "batch")
+
+
+def group_key(by: str, piece: RunSlice) -> str:
+    if by == "model":
+        return piece.model
+    if by == "day":
+        return day_key(piece.created_at)
+    if by == "status":
+        return piece.status
+    if by == "verdict":
+        return piece.verdict or NO_VERDICT
+    if by == "engine":
+        return piece.engine or NO_ENGINE
+    if by == "source":
+        return piece.source
+    if by == "batch":
+        return piece.batch or NO_BATCH
+    raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUP_BY)}")
+
+
+def day_key(created_at: float) -> str:
+    return datetime.fromtimestamp(created_at, tz=timezone.utc).strftime(DAY_FORMAT)

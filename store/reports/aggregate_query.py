@@ -16,6 +16,7 @@ from __future__ import annotations
 import operator
 from collections import Counter, defaultdict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -34,15 +35,23 @@ from sqlalchemy import (
     type_coerce,
 )
 
-from orchestrator.costing.figures import DAY_FORMAT, ESCROW_SOURCE, NO_BATCH, NO_ENGINE, NO_VERDICT, RunSlice
+from orchestrator.costing.figures import (
+    DAY_FORMAT,
+    ESCROW_SOURCE,
+    NO_BATCH,
+    NO_ENGINE,
+    NO_VERDICT,
+    RunSlice,
+    group_key,
+)
 from orchestrator.interop.records import IMPORT_MODE
 from store import run_totals
 from store.batch_tables import BatchAttemptRow
 from store.cells import check_numbers, check_row
 from store.engine import driver_rows
-from store.errors import RollupMismatch, StoreDamaged
+from store.errors import RollupMismatch, StoreDamaged, TtftRollupMismatch
 from store.liveness import CRASHED, RUNNING, lapsed, now_or, status_sql
-from store.run_totals import RUNS, TOOLS, TOTALS, TTFTS, Key, Totals, bucket_seconds
+from store.run_totals import RUNS, TOOLS, TOTALS, TTFT_CHECK_MODULUS, TTFTS, Key, Totals, bucket_seconds
 from store.store import Store
 from store.tables import CallAttempt, ModelResponse, table_of
 from store.text_codec import unescape
@@ -245,14 +254,25 @@ def any_unsummed(conn: Connection, since: float | None, until: float | None, inc
 
 def run_slices(conn: Connection, since: float | None, until: float | None, by: str = "model",
                include_replays: bool = False, raw: bool = False, now: float | None = None) -> list[RunSlice]:
-    return _run_slices(conn, since, until, by, include_replays, raw, now_or(now))[0]
+    return _run_slices(conn, since, until, by, include_replays, raw, now_or(now)).slices
+
+
+@dataclass(frozen=True)
+class Sliced:
+    slices: list[RunSlice]
+    from_rows: bool
+    """Whether a run in the window was read from its rows."""
+    stored_checks: dict[str, int]
+    """Per group key, the TTFT checks of the slices read from stored totals:
+    what the TTFT rollups summed for the group must add up to."""
 
 
 def _run_slices(conn: Connection, since: float | None, until: float | None, by: str, include_replays: bool,
-                raw: bool, now: float) -> tuple[list[RunSlice], bool]:
-    """The slices, and whether a run in the window was read from its rows. A
-    running run whose owner is gone reads ``crashed``, as in every view."""
+                raw: bool, now: float) -> Sliced:
+    """The slices, and what checks the TTFT rollups. A running run whose owner
+    is gone reads ``crashed``, as in every view."""
     totals, runs = ({}, {}) if raw else _stored(conn, since, until, include_replays)
+    stored_runs = set(runs)
     from_rows = any_unsummed(conn, since, until, include_replays, raw)
     if from_rows:
         rest = unsummed(since, until, include_replays, raw)
@@ -262,13 +282,20 @@ def _run_slices(conn: Connection, since: float | None, until: float | None, by: 
     runs.update({run_id: (cells[0], CRASHED, *cells[2:]) for run_id, cells in runs.items() if run_id in gone})
     batch_of: dict[str, str] = dict(conn.execute(select(BATCH_ATTEMPTS.c.run_id, BATCH_ATTEMPTS.c.batch_id)
                                  .where(BATCH_ATTEMPTS.c.run_id.is_not(None))).all())
-    return slices(totals, runs, by == "engine", batch_of), from_rows
+    pieces, checks = slices(totals, runs, by == "engine", batch_of)
+    expected: dict[str, int] = defaultdict(int)
+    for piece, check in zip(pieces, checks, strict=True):
+        if piece.run_id in stored_runs:
+            key = group_key(by, piece)
+            expected[key] = (expected[key] + check) % TTFT_CHECK_MODULUS
+    return Sliced(pieces, from_rows, dict(expected))
 
 
 def slices(totals: Mapping[Key, Figures], runs: Mapping[str, RunCells], by_engine: bool,
-           batch_of: Mapping[str, str]) -> list[RunSlice]:
+           batch_of: Mapping[str, str]) -> tuple[list[RunSlice], list[int]]:
     """Totals folded into slices, in one fixed order (so the float sums come
-    out the same whichever way the totals were read)."""
+    out the same whichever way the totals were read), and each slice's TTFT
+    check (``run_totals.ttft_check``)."""
     merged: dict[tuple[str, str, str], Figures] = {}
     engines: dict[tuple[str, str, str], str | None] = {}
     tool_s: dict[str, float] = defaultdict(float)
@@ -283,11 +310,13 @@ def slices(totals: Mapping[Key, Figures], runs: Mapping[str, RunCells], by_engin
         # the same figures, as x + 0 == x for every figure a slot holds).
         known = merged.get(slot)
         merged[slot] = totals[key] if known is None else tuple(map(operator.add, known, totals[key]))
-    out = []
+    out, checks = [], []
     for slot in sorted(merged):
-        (calls, prompt, cached, output, direct_s, http_s, wait_s, decode_s, retries, _), run_id = merged[slot], slot[0]
+        figures, run_id = merged[slot], slot[0]
+        calls, prompt, cached, output, direct_s, http_s, wait_s, decode_s, retries, check, _ = figures
         if calls == 0 or run_id not in runs:
             continue
+        checks.append(check)
         created, status, verdict, source = runs[run_id][:4]
         out.append(RunSlice(
             run_id=run_id, created_at=float(created), status=status, verdict=verdict, model=slot[1], source=source,
@@ -295,7 +324,7 @@ def slices(totals: Mapping[Key, Figures], runs: Mapping[str, RunCells], by_engin
             gpu_s=direct_s + http_s, wait_s=wait_s, decode_s=decode_s, retries=retries,
             tool_s=tool_s.get(run_id, 0.0), engine=engines[slot], batch=batch_of.get(run_id),
         ))
-    return out
+    return out, checks
 
 
 def group_key_sql(by: str, dialect: str, model: Any, engine: Any, now: float) -> Any:
@@ -390,10 +419,14 @@ def group_label(key: Any, by: str, *, rolled_up: bool) -> str:
 
 def ttft_histogram(conn: Connection, since: float | None, until: float | None, by: str,
                    include_replays: bool = False, raw: bool = False,
-                   from_rows: bool | None = None, now: float | None = None) -> list[tuple[str, float, int]]:
+                   from_rows: bool | None = None, now: float | None = None,
+                   checks: dict[str, int] | None = None) -> list[tuple[str, float, int]]:
     """(group key, TTFT seconds, calls): the buckets of docs/SCHEMA.md, whichever way a run is read.
-    ``from_rows``: whether a run in the window is read from its rows (None: find out)."""
+    ``from_rows``: whether a run in the window is read from its rows (None: find out).
+    ``checks``: per group, the TTFT checks of its runs' stored totals, which
+    the rollup rows summed for it must match (``TtftRollupMismatch``)."""
     counts: dict[tuple[str, int], int] = defaultdict(int)
+    summed: dict[str, int] = defaultdict(int)  # per group, the check of the rollup rows read
     queries = ttft_queries(since, until, by, conn.dialect.name, include_replays, raw, now)
     if from_rows is None:
         from_rows = any_unsummed(conn, since, until, include_replays, raw)
@@ -406,6 +439,13 @@ def ttft_histogram(conn: Connection, since: float | None, until: float | None, b
             if key not in labels:
                 labels[key] = group_label(key, by, rolled_up=name == "days")
             counts[(labels[key], bucket)] += int(n)
+            if name != "from_rows":
+                summed[labels[key]] += run_totals.bucket_weight(bucket) * int(n)
+    if checks is not None:
+        off = sorted(group for group in summed.keys() | checks.keys()
+                     if summed.get(group, 0) % TTFT_CHECK_MODULUS != checks.get(group, 0))
+        if off:
+            raise TtftRollupMismatch(by, off)
     # A rollup key may sum to nothing (its runs deleted): the rows never give one.
     return [(key, bucket_seconds(bucket), n) for (key, bucket), n in sorted(counts.items()) if n]
 
@@ -418,9 +458,10 @@ def read_slices(store: Store, *, by: str, since: float | None, until: float | No
     ``include_replays`` (see ``window``). ``raw``: every run read from its rows."""
     at = now_or(now)  # one moment for both, so a run's status is the same in each
     with store.read() as conn:
-        pieces, from_rows = _run_slices(conn, since, until, by, include_replays, raw, at)
-        ttfts = ttft_histogram(conn, since, until, by, include_replays, raw, from_rows, at)
-    return pieces, ttfts
+        sliced = _run_slices(conn, since, until, by, include_replays, raw, at)
+        ttfts = ttft_histogram(conn, since, until, by, include_replays, raw, sliced.from_rows, at,
+                               None if raw else sliced.stored_checks)
+    return sliced.slices, ttfts
 
 
 def query_plans(store: Store, since: float | None, until: float | None, raw: bool = False) -> dict[str, list[str]]:

@@ -8,7 +8,7 @@ import json
 from typer.testing import CliRunner
 
 from cli.main import app
-from orchestrator.costing.aggregate import group_key
+from orchestrator.costing.figures import group_key
 from orchestrator.launch.reports import report_runs
 from policies.price_table import load_price_table
 from store import Recorder, synthetic

@@ -165,7 +165,8 @@ def test_ttft_percentiles_are_over_calls(scripted, home: Path) -> None:
 def test_by_day_labels_each_piece_as_its_own_datetime_does_at_the_edges_of_a_day() -> None:
     """The day label is made once a day, except within a second of midnight,
     where datetime's rounding to microseconds may move a time to the next day."""
-    from orchestrator.costing.aggregate import aggregate, day_key
+    from orchestrator.costing.aggregate import aggregate
+    from orchestrator.costing.figures import day_key
 
     midnight = 1_790_035_200.0  # a UTC midnight
     moments = [midnight - 1e-7, midnight - 0.5, midnight, midnight + 0.2, midnight + 3600, midnight - 3600]

@@ -14,12 +14,12 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from orchestrator.costing.aggregate import GROUP_BY
+from orchestrator.costing.figures import GROUP_BY
 from orchestrator.exit_codes import ExitCode
 from orchestrator.launch.reports import report_run, report_runs
 from policies.price_table import load_price_table
 from store import Recorder, Store
-from store.errors import RollupMismatch
+from store.errors import RollupMismatch, TtftRollupMismatch
 from tests.reports.test_run_totals import varied as varied
 
 FIGURE_EDITS = {
@@ -32,6 +32,7 @@ FIGURE_EDITS = {
     "wait_s": "wait_s = wait_s + 3",
     "decode_s": "decode_s = decode_s + 1",
     "retries": "retries = retries + 1",
+    "ttft_check": "ttft_check = (ttft_check + 1) % 2147483647",
     "model": "model = 'qwen3-0.6b-renamed'",
     "engine": "engine = 'sglang'",
     "own": "own = 0",
@@ -179,4 +180,79 @@ def test_the_cli_names_the_runs_and_exits_with_the_damaged_store_code(varied: St
         assert isinstance(result.exception, RollupMismatch), (args, result.output)
         assert result.exception.exit_code == ExitCode.STORE_DAMAGED
         assert run_id in str(result.exception) and "stale or altered" in str(result.exception)
+        assert result.stdout == ""  # no figures printed
+
+
+# The TTFT rollups (schema 11): edits of run_ttfts and ttft_days, each of which
+# moves the TTFTs some report sums, and none of which touches run_totals.
+# A run_ttfts row of a run on the partial first day of the second window, so
+# that by model, engine or day a report reads it too (whole days read ttft_days).
+EDGE_ROW = ("(SELECT min(t.id) FROM run_ttfts t JOIN runs r ON r.id = t.run_id WHERE t.own = 1 AND "
+            "r.mode NOT IN ('replay', 'reexecute') AND r.created_at >= 1790050000 AND r.created_at < 1790121600)")
+TTFT_EDITS = {
+    "run_ttfts calls": f"UPDATE run_ttfts SET calls = calls + 3 WHERE id = {EDGE_ROW}",
+    "run_ttfts bucket": f"UPDATE run_ttfts SET bucket_ms = bucket_ms * 4 WHERE id = {EDGE_ROW}",
+    "run_ttfts model": f"UPDATE run_ttfts SET model = 'renamed' WHERE id = {EDGE_ROW}",
+    "run_ttfts deleted": f"DELETE FROM run_ttfts WHERE id = {EDGE_ROW}",
+    "run_ttfts added": "INSERT INTO run_ttfts (run_id, own, model, engine, bucket_ms, calls) SELECT run_id, own, "
+                       f"model, engine, 7, 2 FROM run_ttfts WHERE id = {EDGE_ROW}",
+    "ttft_days calls": "UPDATE ttft_days SET calls = calls + 1 WHERE id = (SELECT min(id) FROM ttft_days "
+                       "WHERE own = 1 AND replay = 0)",
+    "ttft_days bucket": "UPDATE ttft_days SET bucket_ms = bucket_ms + 1 WHERE id = (SELECT min(id) FROM ttft_days "
+                        "WHERE own = 1 AND replay = 0 AND bucket_ms < 31)",
+    "ttft_days day": "UPDATE ttft_days SET day = day + 1 WHERE id = (SELECT min(id) FROM ttft_days "
+                     "WHERE own = 1 AND replay = 0)",
+    "ttft_days model": "UPDATE ttft_days SET model = 'renamed' WHERE id = (SELECT min(id) FROM ttft_days "
+                       "WHERE own = 1 AND replay = 0)",
+    "ttft_days flag": "UPDATE ttft_days SET replay = 1 WHERE id = (SELECT min(id) FROM ttft_days "
+                      "WHERE own = 1 AND replay = 0)",
+    "ttft_days deleted": "DELETE FROM ttft_days WHERE id = (SELECT max(id) FROM ttft_days WHERE own = 1 "
+                         "AND replay = 0)",
+    "ttft_days added": "INSERT INTO ttft_days (day, replay, own, model, engine, bucket_ms, calls) SELECT day, 0, 1, "
+                       "model, engine, 9, 1 FROM ttft_days WHERE id = (SELECT min(id) FROM ttft_days WHERE own = 1)",
+}
+# All time (whole days: the day rollup), and from within a day (the partial
+# days read from run_ttfts too).
+TTFT_WINDOWS = ((None, None), (1_790_050_000.0, None))
+
+
+def every_report(store: Store, home: Path) -> dict[tuple[str, bool, float | None], object]:
+    """Each aggregate report's JSON, or the error that stopped it."""
+    prices, out = load_price_table(home), {}
+    for by in GROUP_BY:
+        for include_replays in (False, True):
+            for since, until in TTFT_WINDOWS:
+                try:
+                    out[(by, include_replays, since)] = report_runs(
+                        store, by=by, since=since, until=until, prices=prices, include_replays=include_replays)
+                except TtftRollupMismatch as exc:
+                    out[(by, include_replays, since)] = exc
+    return out
+
+
+@pytest.mark.parametrize("edit", list(TTFT_EDITS))
+def test_a_ttft_rollup_altered_stops_every_report_it_would_move(varied: Store, home: Path, edit: str) -> None:
+    """Every report either stops with the damaged-store code, naming the
+    groups, or prints what it printed before the edit: never figures moved
+    silently. And the edit is read somewhere: some report stops."""
+    before = every_report(varied, home)
+    assert not any(isinstance(v, Exception) for v in before.values())
+    assert sql(varied, TTFT_EDITS[edit]) == 1
+    after = every_report(varied, home)
+    stopped = {k: v for k, v in after.items() if isinstance(v, TtftRollupMismatch)}
+    assert stopped, "no report read the edited rollup"
+    assert {k: v for k, v in after.items() if k not in stopped and v != before[k]} == {}
+    for exc in stopped.values():
+        assert exc.exit_code == ExitCode.STORE_DAMAGED and exc.groups
+    assert not all(c.ok for c in varied.verify_all())  # verify recomputes the rollups from the rows
+
+
+def test_the_cli_stops_on_a_ttft_rollup_altered(varied: Store, home: Path) -> None:
+    sql(varied, TTFT_EDITS["ttft_days calls"])
+    for args in (["report", "--json"], ["report", "--by", "day"], ["report", "--csv"]):
+        result = CliRunner().invoke(app, args, env={"ESCROW_HOME": str(home)})
+        # cli.main.main turns the typed error into one line on stderr and its exit code.
+        assert isinstance(result.exception, TtftRollupMismatch), (args, result.output)
+        assert result.exception.exit_code == ExitCode.STORE_DAMAGED
+        assert "TTFT histograms" in str(result.exception)
         assert result.stdout == ""  # no figures printed

@@ -15,13 +15,13 @@ import pytest
 from sqlalchemy import select
 
 from orchestrator.contract import Message, ModelRequest, Sampling, ToolCall
-from orchestrator.costing.aggregate import GROUP_BY
+from orchestrator.costing.figures import GROUP_BY
 from orchestrator.envelope import Attempt, Envelope, Payload, Status, Timings, Usage
 from orchestrator.launch.reports import report_runs
 from policies.price_table import load_price_table, set_price
 from store import Recorder, Store, run_totals, ttft_days
 from store.engine import driver_rows
-from store.errors import StoreDamaged
+from store.errors import StoreDamaged, TtftRollupMismatch
 from store.importer import import_file
 from store.reports import read_slices
 from store.reports.aggregate_query import query_plans, whole_days
@@ -340,8 +340,9 @@ def test_whole_days_of_a_window() -> None:
 
 
 def test_a_report_over_whole_days_reads_the_rollup(varied: Store, home: Path) -> None:
-    """A rollup row changed behind the store's back moves the TTFT of the
-    report from totals (and only it), and verify names that row."""
+    """A rollup row changed behind the store's back stops the report from
+    totals, naming the group (its figures would have moved, schema 10 and
+    before), and verify names that row."""
     with varied.read() as conn:
         row_id, day = conn.exec_driver_sql(
             "SELECT id, day FROM ttft_days WHERE own = 1 AND replay = 0 ORDER BY calls DESC LIMIT 1").one()
@@ -350,12 +351,17 @@ def test_a_report_over_whole_days_reads_the_rollup(varied: Store, home: Path) ->
         run_id = sorted(ttft_days.sums(conn, ttft_days.true())[1][key])[0]  # a run that sums the row's key
     assert run_id and all(c.ok for c in varied.verify_all())
     before = read_slices(varied, by="model", since=None, until=None)
+    assert before == read_slices(varied, by="model", since=None, until=None, raw=True)
+    with varied.read() as conn:
+        model = conn.exec_driver_sql("SELECT model FROM ttft_days WHERE id = ?", (row_id,)).scalar()
     with closing(sqlite3.connect(totals_db(home))) as conn:
         conn.execute("UPDATE ttft_days SET calls = calls + 100000 WHERE id = ?", (row_id,))
         conn.commit()
-    after = read_slices(varied, by="model", since=None, until=None)
-    assert after[0] == before[0] and after[1] != before[1]
-    assert after[1] != read_slices(varied, by="model", since=None, until=None, raw=True)[1]
+    with pytest.raises(TtftRollupMismatch) as stopped:
+        read_slices(varied, by="model", since=None, until=None)
+    assert stopped.value.groups == [model]
+    # The report from the rows alone still reads: it sums no rollup.
+    assert read_slices(varied, by="model", since=None, until=None, raw=True) == before
     check = varied.verify(run_id)
     assert not check.ok and check.table == "ttft_days" and check.row_id == str(row_id), check
     assert "holds" in (check.problem or "") and "add up to" in (check.problem or "")
@@ -368,6 +374,9 @@ def test_a_report_over_whole_days_reads_the_rollup(varied: Store, home: Path) ->
         conn.commit()
     failed = [c for c in varied.verify_all() if not c.ok]
     assert failed and all(c.table == "ttft_days" and "'forged'" in (c.problem or "") for c in failed)
+    with pytest.raises(TtftRollupMismatch) as stopped:
+        read_slices(varied, by="model", since=None, until=None)
+    assert stopped.value.groups == ["forged"]
 
 
 def test_gc_takes_the_deleted_runs_out_of_the_rollup(varied: Store, home: Path) -> None:

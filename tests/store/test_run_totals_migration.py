@@ -76,7 +76,7 @@ def test_the_backfill_resumes_after_sigkill(tmp_path: Path, kill_at: int) -> Non
     assert (table is not None) == (kill_at > 1)
     assert len(partial) == max(0, kill_at - 2) < len(ids), "killed before the end"
     with Store.open(url) as store:  # a write-open resumes the upgrade
-        assert store.schema_version == LATEST == 10
+        assert store.schema_version == LATEST == 11
         assert all(c.ok for c in store.verify_all()) and len(store.verify_all()) == len(ids) + 1
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute(TOTALS).fetchall() + conn.execute(TTFTS).fetchall() == written
@@ -104,7 +104,7 @@ def test_migration_9_builds_the_rollup_the_writer_keeps(tmp_path: Path, kill_at:
         with closing(sqlite3.connect(path)) as conn:
             assert conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'ttft_days'").fetchone() is None
     with Store.open(url) as store:
-        assert store.schema_version == LATEST == 10
+        assert store.schema_version == LATEST == 11
         assert all(c.ok for c in store.verify_all()) and len(store.verify_all()) == len(ids) + 1
     with closing(sqlite3.connect(path)) as conn:
         assert written and conn.execute(DAYS).fetchall() == written
@@ -145,9 +145,44 @@ def test_migration_10_recomputes_the_totals_with_their_digests(tmp_path: Path, k
     if kill_at:
         killed_from(path, kill_at, 9)
     with Store.open(url) as store:  # a write-open resumes the upgrade
-        assert store.schema_version == LATEST == 10
+        assert store.schema_version == LATEST == 11
         assert all(c.ok for c in store.verify_all())
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute(TOTALS).fetchall() == written  # the altered row recomputed from the rows
         assert conn.execute("SELECT count(*) FROM run_totals WHERE digest IS NULL").fetchone()[0] == 0
+    assert heads(path) == chains
+
+
+def as_schema_10(path: Path) -> None:
+    """What a schema-10 store holds: totals without TTFT checks, no stamp 11."""
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("ALTER TABLE run_totals DROP COLUMN ttft_check")
+        conn.execute("DELETE FROM escrow_migrations WHERE version >= 11")
+        conn.commit()
+
+
+@pytest.mark.parametrize("kill_at", [0, 1, 3])
+def test_migration_11_recomputes_the_totals_with_their_ttft_checks(tmp_path: Path, kill_at: int) -> None:
+    """From schema 10 (killed at its Nth commit, or not): every run's totals
+    are written again with their TTFT checks under their digests, the same
+    rows the writer writes; the chains are untouched and reports pass."""
+    path = tmp_path / "e.db"
+    recorded(path)
+    with closing(sqlite3.connect(path)) as conn:
+        written = conn.execute(TOTALS).fetchall() + conn.execute(TTFTS).fetchall()
+        checks = conn.execute("SELECT run_id, own, model, engine, ttft_check, digest FROM run_totals "
+                              "ORDER BY run_id, own, model, engine").fetchall()
+    assert any(row[4] for row in checks), "no run had a TTFT to check"
+    as_schema_10(path)
+    chains = heads(path)
+    url = f"sqlite:///{path}"
+    if kill_at:
+        killed_from(path, kill_at, 10)
+    with Store.open(url) as store:  # a write-open resumes the upgrade
+        assert store.schema_version == LATEST == 11
+        assert all(c.ok for c in store.verify_all())
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute(TOTALS).fetchall() + conn.execute(TTFTS).fetchall() == written
+        assert conn.execute("SELECT run_id, own, model, engine, ttft_check, digest FROM run_totals "
+                            "ORDER BY run_id, own, model, engine").fetchall() == checks
     assert heads(path) == chains
