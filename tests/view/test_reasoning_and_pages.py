@@ -67,7 +67,7 @@ def test_a_long_run_is_shown_fifty_turns_a_page(page, store: Store, db_path: Pat
             f"turn-{n}" for n in range(50, 56)
         ]
         # The first turn of a later page shows what the turn before it appended.
-        assert "contents 49" in (page.locator("#turn-50 details").first.text_content() or "")
+        assert "contents 49" in (page.locator("#turn-50 details.request").text_content() or "")
         assert page.inner_text("#turn-50 .tail").endswith("[turns left: 5; context tokens left: -1000]")
         page.screenshot(path=artefacts / "run-page-2.png", full_page=False)
         # A search looks through every turn, whatever the page.
