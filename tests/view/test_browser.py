@@ -74,7 +74,7 @@ def test_run_page_shows_assistant_text_a_diff_and_an_acl_denial(page, store: Sto
         assert FIXED_MEAN in page.locator("pre.diff").last.inner_text()  # the run's patch
         # The ACL's rule, the escrow states and the chain positions are one click away.
         internals = page.locator("#turn-1 details.internals")
-        assert not internals.locator(".acl").is_visible()
+        assert not internals.locator(".cand-internals.denied .acl").is_visible()
         internals.locator("> summary").click()
         acl = internals.locator(".cand-internals.denied .acl").inner_text()
         assert "deny" in acl and "rule" in acl and acl.split("rule", 1)[1].strip() not in ("", "-")

@@ -141,7 +141,7 @@ def test_search_hits_are_marked_and_their_disclosures_open(page, store: Store, d
         page.goto((tmp_path / "bundle" / f"run-{run_id}.html").as_uri())
         assert page.locator("details.reasoning[open]").count() == 0
         page.fill("#q", "too many")
-        assert page.inner_text("#matches") == "3 of 3 turns match"
+        assert page.inner_text("#matches") == "3 of 4 turns match"  # the fourth holds the verdict event
         assert page.locator("section.turn mark").count() == 3
         assert page.locator("details.reasoning pre").first.is_visible()
         assert REASONING.split(";")[0] in page.inner_text("#turn-0 details.reasoning pre")
