@@ -4,8 +4,8 @@ wide, in Debian's chromium through Playwright.
 
 The runs are recorded for real into a throwaway SQLite store: the turn loop
 and ModelClient against the fault server, with the in-memory tools the
-viewer's tests use (tests/view/recorded.py), and a batch whose attempts are
-those runs. The viewer is served by uvicorn on a loopback port.
+viewer's tests use (tests/view/recorded.py), a batch whose attempts are
+those runs, and a synthetic run marked IMPORTED. The viewer is served by uvicorn on a loopback port.
 
     .venv/bin/python scripts/view_screenshots.py [--out docs/img] [--chromium /usr/bin/chromium]
 """
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the recording helpers live with the tests
 
 from orchestrator.fault_server import FaultServer  # noqa: E402
-from store import Store  # noqa: E402
+from store import Recorder, Store, synthetic  # noqa: E402
 from store import batches as bstore  # noqa: E402
 from tests.replay.recording import fixing_steps, record_memory_run  # noqa: E402
 from tests.view.conftest import serving  # noqa: E402
@@ -48,6 +48,9 @@ def record(db: Path) -> dict[str, str]:
         bstore.finish_attempt(store, attempt, outcome=bstore.MODEL, run_id=other, verdict="PASS", error=None)
         server.reset()
         parent, fork = record_fork(store, server)
+        recorder = Recorder(store)  # an imported run reads neutral in the list, not failed
+        imported = synthetic.record_run(recorder, turns=1, seed=5, finish=False)
+        recorder.finish_run(imported, "IMPORTED", "imported from a trajectory file", turn=1)
     return {"run": run, "other": other, "parent": parent, "fork": fork, "batch": batch}
 
 
