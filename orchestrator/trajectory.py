@@ -65,6 +65,15 @@ class RunTotals(Frozen):
     cached_input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float | None = None
+    responses: int = 0
+    unreported: dict[str, int] = {}
+    """By figure (input_tokens, cached_input_tokens, output_tokens): how many
+    responses the server sent no such count for (recorded 0, source absent)."""
+
+    def reported(self, name: str) -> int | None:
+        """The summed figure; None when no response reported it (absent, not 0)."""
+        value: int = getattr(self, name)
+        return None if self.responses and self.unreported.get(name, 0) >= self.responses else value
 
 
 class RunSummary(Frozen):

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import Connection, delete, func, insert, inspect, select, update
 
 from orchestrator.contract import Frozen
 from store import liveness
@@ -195,6 +195,25 @@ def batches_of_runs(store: Store, run_ids: list[str]) -> list[str]:
     with store.read() as conn:
         return list(conn.execute(select(B.c.id).where(B.c.id.in_(select(BA.c.batch_id).where(BA.c.run_id.in_(run_ids))))
                                  .order_by(B.c.created_at.desc(), B.c.id.desc())).scalars())
+
+
+class RunAttempt(Frozen):
+    """Which batch, task and attempt a run was (a batch run's page links back)."""
+
+    batch_id: str
+    task_id: str
+    number: int
+
+
+def attempt_of_run(store: Store, run_id: str) -> RunAttempt | None:
+    """The batch attempt that made ``run_id``; None for a run made outside
+    a batch (or a store from before batches were recorded)."""
+    with store.read() as conn:
+        if not inspect(conn).has_table(BA.name):
+            return None
+        row = conn.execute(select(BA.c.batch_id, BA.c.task_id, BA.c.number).where(BA.c.run_id == run_id)
+                           .order_by(BA.c.started_at.desc()).limit(1)).mappings().first()
+    return None if row is None else RunAttempt(**row)
 
 
 def settle_lost(store: Store, batch_id: str, task_id: str, *, after: int, verdict: str, error: str,

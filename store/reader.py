@@ -10,7 +10,7 @@ from functools import cache
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
-from sqlalchemy import Connection, Table, func, inspect, select
+from sqlalchemy import Connection, Table, case, func, inspect, select
 from sqlmodel import SQLModel
 
 from orchestrator.trajectory import (
@@ -127,16 +127,20 @@ def run_totals(conn: Connection, run_ids: list[str]) -> dict[str, RunTotals]:
         select(turns.c.run_id, func.count()).where(turns.c.run_id.in_(run_ids)).group_by(turns.c.run_id)
     ):
         counts[run_id]["turns"] = n
+    figures = ("input_tokens", "cached_input_tokens", "output_tokens")
     sums = select(
         responses.c.run_id,
         func.sum(responses.c["gen_ai.usage.input_tokens"]),
         func.sum(responses.c["gen_ai.usage.cache_read.input_tokens"]),
         func.sum(responses.c["gen_ai.usage.output_tokens"]),
         func.sum(responses.c.cost_usd),
+        func.count(),
+        *(func.sum(case((responses.c[f"{name}_source"] == "absent", 1), else_=0)) for name in figures),
     ).where(responses.c.run_id.in_(run_ids)).group_by(responses.c.run_id)
-    for run_id, tin, tcached, tout, cost in conn.execute(sums):
+    for run_id, tin, tcached, tout, cost, n, *unreported in conn.execute(sums):
         counts[run_id].update(
-            input_tokens=tin or 0, cached_input_tokens=tcached or 0, output_tokens=tout or 0, cost_usd=cost
+            input_tokens=tin or 0, cached_input_tokens=tcached or 0, output_tokens=tout or 0, cost_usd=cost,
+            responses=n, unreported={k: int(v or 0) for k, v in zip(figures, unreported, strict=True) if v},
         )
     return {run_id: RunTotals(**values) for run_id, values in counts.items()}
 

@@ -59,7 +59,8 @@ class RunLine:
 
     @classmethod
     def of(cls, summary: RunSummary) -> RunLine:
-        return cls(run=summary.run.model_dump(), totals=summary.totals.model_dump())
+        # The keys this module's own reader gives, so that both paths list alike.
+        return cls(run=summary.run.model_dump(), totals=summary.totals.model_dump(include=set(_EMPTY_TOTALS)))
 
 
 def when(ts: float | None) -> str:

@@ -44,7 +44,8 @@ def create_app(store: Store, *, allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS)
     def run(request: Request) -> HTMLResponse:
         raw = request.query_params.get("page", "")
         page = int(raw) if raw.isdigit() else None
-        return html(site.run_page(request.path_params["run_id"], request.query_params.get("q"), page))
+        return html(site.run_page(request.path_params["run_id"], request.query_params.get("q"), page,
+                                  internals=request.query_params.get("view") == "internals"))
 
     def chain(request: Request) -> HTMLResponse:
         return html(site.chain_page(request.path_params["run_id"]))
@@ -61,6 +62,12 @@ def create_app(store: Store, *, allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS)
 
     def compare(request: Request) -> HTMLResponse:
         a, b = request.query_params.get("a"), request.query_params.get("b")
+        chosen = request.query_params.getlist("run")
+        if chosen and not (a or b):
+            # Two runs ticked on the runs page.
+            if len(set(chosen)) != 2:
+                return html(site.compare_form(f"Tick two runs to compare ({len(set(chosen))} ticked)."), 400)
+            return html(site.compare_page(*site.in_order(*dict.fromkeys(chosen))))
         if not a or not b:
             return html(site.compare_form())
         return html(site.compare_page(a, b))

@@ -16,7 +16,10 @@ from typing import Any
 
 from orchestrator.envelope import reported
 from orchestrator.replay.divergence import compare, differing_paths
-from orchestrator.trajectory import ResponseView, Trajectory, TurnRecord
+from orchestrator.trajectory import ResponseView, RunView, Trajectory, TurnRecord
+
+REPLAYS = {"replay": "replayed", "reexecute": "re-executed", "fork": "fork"}
+ORIGINALS = {"replay": "recorded", "reexecute": "recorded", "fork": "parent"}
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,22 @@ class Comparison:
     @property
     def first_divergence(self) -> AlignedTurn | None:
         return next((t for t in self.turns if t.difference is not None), None)
+
+    @property
+    def labels(self) -> tuple[str, str]:
+        return labels(self.a.run, self.b.run)
+
+
+def labels(a: RunView, b: RunView) -> tuple[str, str]:
+    """What the page calls the two runs: "recorded" and "replayed" (or parent
+    and fork) only when one was made from the other; two unrelated runs by
+    their short id and model."""
+    if a.id != b.id:
+        if b.parent_run_id == a.id and b.mode in REPLAYS:
+            return ORIGINALS[b.mode], REPLAYS[b.mode]
+        if a.parent_run_id == b.id and a.mode in REPLAYS:
+            return REPLAYS[a.mode], ORIGINALS[a.mode]
+    return f"{a.id[:12]} ({a.request_model})", f"{b.id[:12]} ({b.request_model})"
 
 
 def _reported_sum(responses: list[ResponseView], name: str) -> int | None:
@@ -126,7 +145,8 @@ def _request_hashes(record: TurnRecord) -> tuple[str, ...]:
     return tuple(c.request_sha256 for c in record.calls if c.attempt_of is None)
 
 
-def difference(a: TurnRecord | None, b: TurnRecord | None, *, diff: bool = True) -> Difference | None:
+def difference(a: TurnRecord | None, b: TurnRecord | None, *, diff: bool = True,
+               names: tuple[str, str] = ("a", "b")) -> Difference | None:
     """The first check on which two recordings of a turn differ, at its first
     field. Requests are compared by their recorded sha256 first, as replay
     does, and parsed only when the hashes differ. Without ``diff`` only the
@@ -142,7 +162,7 @@ def difference(a: TurnRecord | None, b: TurnRecord | None, *, diff: bool = True)
             if found:
                 return Difference(kind=kind, field=found[0], fields=tuple(found), diff="")
             continue
-        paths, text = compare(part(a), part(b))
+        paths, text = compare(part(a), part(b), names)
         if paths:
             return Difference(kind=kind, field=paths[0], fields=paths, diff=text)
     return None
@@ -184,13 +204,14 @@ def with_requests(trajectory: Trajectory, texts: dict[str, str]) -> Trajectory:
 
 
 def align(a: Trajectory, b: Trajectory) -> Comparison:
+    names = labels(a.run, b.run)
     left = {t.turn: t for t in a.turns}
     right = {t.turn: t for t in b.turns}
     turns = []
     parted = False
     for number in sorted(set(left) | set(right)):
         x, y = left.get(number), right.get(number)
-        found = difference(x, y, diff=not parted)
+        found = difference(x, y, diff=not parted, names=names)
         parted = parted or found is not None
         turns.append(AlignedTurn(turn=number, a=_side(x) if x else None, b=_side(y) if y else None, difference=found))
     return Comparison(a=a, b=b, turns=tuple(turns))

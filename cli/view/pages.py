@@ -84,6 +84,36 @@ class CandidateShown:
     edit_diff: str | None
     """The change an edit/write tool call asked for, as a unified diff."""
 
+    @property
+    def denied(self) -> bool:
+        e = self.execution
+        return bool(e and e.decision and e.decision != "allow") or self.state == "REJECTED"
+
+    @property
+    def readable_arguments(self) -> str:
+        """The arguments as a person reads them: one ``key: value`` line each,
+        strings as they are (a command, a path); the content of an edit or a
+        write is left to its diff."""
+        try:
+            args = json.loads(self.arguments)
+        except ValueError:
+            return self.arguments
+        if not isinstance(args, dict):
+            return self.arguments
+        skip = {"old", "new", "content"} if self.edit_diff else set()
+        return "\n".join(
+            f"{k}: {v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}"
+            for k, v in args.items() if k not in skip
+        )
+
+    @property
+    def why_not_run(self) -> str | None:
+        """Why a candidate never reached its tool: the reason of the escrow
+        transition that rejected it."""
+        if self.execution is not None or self.state != "REJECTED":
+            return None
+        return next((t[4] for t in reversed(self.transitions) if t[2] == "REJECTED"), None)
+
 
 @dataclass(frozen=True)
 class EventShown:

@@ -105,24 +105,45 @@ def size(n: int | None) -> str:
 
 
 GOOD = frozenset({"COMPLETED", "PASS", "finished", "COMMITTED", "allow", "verified"})
+NEUTRAL = frozenset({"IMPORTED"})
+"""Neither a pass nor a failure: an imported run was never verified here."""
 LONG_CHARS = 600
 LONG_LINES = 12
+MARK = "<mark>"
 
 
 def badge(status: str | None) -> Markup:
-    kind = "ok" if status in GOOD else "bad"
+    kind = "ok" if status in GOOD else "neutral" if status in NEUTRAL else "bad"
     return Markup(f'<span class="badge {kind}">{escape(status or "-")}</span>')
 
 
-def text_block(text: str | None, label: str = "output") -> Markup:
-    """Text in a <pre>, collapsed in a <details> when long."""
+def marked(text: str | None, query: str | None = None) -> Markup:
+    """``text`` escaped, each occurrence of ``query`` (any case) in a <mark>.
+    The text and the query are both escaped: neither can open a tag."""
+    text = text or ""
+    if not query:
+        return escape(text)
+    parts: list[str] = []
+    at = 0
+    for hit in re.finditer(re.escape(query), text, re.IGNORECASE):
+        parts += [escape(text[at:hit.start()]), f"{MARK}{escape(hit.group())}</mark>"]
+        at = hit.end()
+    return Markup("".join(parts)) + escape(text[at:])
+
+
+def text_block(text: str | None, label: str = "output", query: str | None = None, css: str = "") -> Markup:
+    """Text in a <pre>, collapsed in a <details> when long; a search's hits
+    are marked and open the <details> they are in."""
     if not text:
         return Markup('<span class="muted">(empty)</span>')
+    body = marked(text, query)
+    pre = Markup(f'<pre class="{escape(css)}">' if css else "<pre>") + body + Markup("</pre>")
     lines = text.count("\n") + 1
     if len(text) > LONG_CHARS or lines > LONG_LINES:
-        return Markup(f"<details><summary>{escape(label)} ({len(text)} characters, {lines} lines)</summary>"
-                      f"<pre>{escape(text)}</pre></details>")
-    return Markup(f"<pre>{escape(text)}</pre>")
+        opened = " open" if MARK in body else ""
+        return Markup(f"<details{opened}><summary>{escape(label)} ({len(text)} characters, {lines} lines)</summary>"
+                      ) + pre + Markup("</details>")
+    return pre
 
 
 def _diff_class(line: str) -> str:
@@ -157,7 +178,7 @@ def make_environment() -> Environment:
     )
     env.filters.update(when=when, dollars=dollars, secs=secs, signed=signed, count=count, size=size,
                        short=lambda s: (s or "")[:12])
-    env.globals.update(rate=rate, badge=badge, text_block=text_block, diff_block=diff_block)
+    env.globals.update(rate=rate, badge=badge, text_block=text_block, diff_block=diff_block, hl=marked, MARK=MARK)
     return env
 
 

@@ -11,9 +11,10 @@ from urllib.parse import urlencode
 from cli.view import batches
 from cli.view.compare import Comparison, align, first_divergent_turn, request_pairs, with_requests
 from cli.view.pages import RunShown, matching, run_shown
-from cli.view.render import Links, Renderer
+from cli.view.render import Links, Renderer, marked, text_block
 from orchestrator.trajectory import Trajectory
 from store import ChainCheck, Store
+from store import batches as bstore
 from store.browse import SORT_KEYS, RunFilter
 from store.turn_browse import TurnIndexEntry
 
@@ -140,14 +141,16 @@ class Site:
         found = self.store.summaries(run_ids)
         return self.render.page("runs_static.html", runs=found, facets=self.store.facets())
 
-    def run_page(self, ref: str, query: str | None = None, page: int | None = None) -> str:
+    def run_page(self, ref: str, query: str | None = None, page: int | None = None, *,
+                 internals: bool = False) -> str:
         """A run's turns, ``TURNS_PER_PAGE`` at a time when served (the bundle,
-        with no server to ask for more, has all of them on one page)."""
+        with no server to ask for more, has all of them on one page): the
+        transcript, or with ``internals`` every turn's escrow rows open."""
         run_id = self.store.resolve(ref)
         index = self.store.turn_index(run_id)
         pages = [index[i:i + TURNS_PER_PAGE] for i in range(0, len(index), TURNS_PER_PAGE)] or [[]]
         if query and not self.render.links.static:
-            return self.search_page(run_id, query, page or 1, index, pages)
+            return self.search_page(run_id, query, page or 1, index, pages, internals=internals)
         number = min(max(1, page or 1), len(pages))
         shown_turns = pages[number - 1] if not (query or self.render.links.static) else []
         if shown_turns:
@@ -155,10 +158,11 @@ class Site:
         else:
             part = self.store.turn_slice(run_id)
         return self.render_run(part.trajectory, run_shown(part.trajectory, part.appended_before, part.last_messages),
-                               query, index=index, pages=pages if shown_turns else [], page=number)
+                               query, index=index, pages=pages if shown_turns else [], page=number,
+                               internals=internals)
 
     def search_page(self, run_id: str, query: str, page: int, index: list[TurnIndexEntry],
-                    pages: list[list[TurnIndexEntry]]) -> str:
+                    pages: list[list[TurnIndexEntry]], *, internals: bool = False) -> str:
         """The turns of a run whose text contains ``query``. SQL narrows the
         turns to those whose rows contain the query's longest plain word
         (``Store.search_turns``); only those are read, ``TURNS_PER_PAGE`` a
@@ -171,11 +175,16 @@ class Site:
         shown = run_shown(part.trajectory, None, part.last_messages, part.appended)
         search = SearchPages(candidates=len(candidates), chunks=[(c[0], c[-1]) for c in chunks if c], page=number,
                              narrowed=found is not None)
-        return self.render_run(part.trajectory, shown, query, index=index, pages=pages, page=1, search=search)
+        return self.render_run(part.trajectory, shown, query, index=index, pages=pages, page=1, search=search,
+                               internals=internals)
 
     def render_run(self, trajectory: Trajectory, shown: RunShown, query: str | None, *, index: list[TurnIndexEntry],
-                   pages: list[list[TurnIndexEntry]], page: int, search: SearchPages | None = None) -> str:
+                   pages: list[list[TurnIndexEntry]], page: int, search: SearchPages | None = None,
+                   internals: bool = False) -> str:
+        """The run page; a served search's hits are marked in the text, and
+        each disclosure holding one is open (the bundle's script does the same)."""
         run = trajectory.run
+        served_query = None if self.render.links.static else query
         totals = self.store.summaries([run.id])[0].totals
         page_of = {e.turn: n for n, chunk in enumerate(pages, 1) for e in chunk}
         return self.render.page(
@@ -191,6 +200,10 @@ class Site:
             page=page,
             page_of=page_of,
             search=search,
+            internals=internals,
+            attempt=bstore.attempt_of_run(self.store, run.id),
+            hl=lambda text: marked(text, served_query),
+            text_block=lambda text, label="output": text_block(text, label, served_query),
         )
 
     def chain_page(self, ref: str) -> str:
@@ -235,8 +248,14 @@ class Site:
                 return comparison
             whole.add(first.turn)  # the hashes differed at an earlier turn whose parsed requests did not
 
-    def compare_form(self) -> str:
-        return self.render.page("compare_form.html")
+    def in_order(self, x: str, y: str) -> tuple[str, str]:
+        """Two runs picked on the runs page, as the compare page takes them:
+        the original first when one was made from the other, else the older."""
+        a, b = sorted((self.store.run(x), self.store.run(y)), key=lambda r: (r.created_at, r.id))
+        return (b.id, a.id) if a.parent_run_id == b.id else (a.id, b.id)
+
+    def compare_form(self, problem: str | None = None) -> str:
+        return self.render.page("compare_form.html", problem=problem)
 
     def error_page(self, title: str, message: str) -> str:
         return self.render.page("error.html", title=title, message=message)

@@ -78,7 +78,11 @@ def _pretty(value: Any) -> list[str]:
     return json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False).splitlines(keepends=True)
 
 
-def _pointer(recorded: str, replayed: str) -> str:
+Names = tuple[str, str]
+RECORDED_REPLAYED: Names = ("recorded", "replayed")
+
+
+def _pointer(recorded: str, replayed: str, names: Names = RECORDED_REPLAYED) -> str:
     at = next(
         (i for i, (x, y) in enumerate(zip(recorded, replayed, strict=False)) if x != y),
         min(len(recorded), len(replayed)),
@@ -88,17 +92,19 @@ def _pointer(recorded: str, replayed: str) -> str:
     def clip(text: str) -> str:
         return json.dumps(text[start:at + CONTEXT_CHARS], ensure_ascii=False)
 
-    return f"first difference at character {at}\n  recorded: {clip(recorded)}\n  replayed: {clip(replayed)}\n"
+    return f"first difference at character {at}\n  {names[0]}: {clip(recorded)}\n  {names[1]}: {clip(replayed)}\n"
 
 
-def readable_diff(path: str, recorded: Any, replayed: Any) -> str:
+def readable_diff(path: str, recorded: Any, replayed: Any, names: Names = RECORDED_REPLAYED) -> str:
     """A unified diff of the two values at ``path``; strings are diffed by
-    line, plus the character where they first differ."""
+    line, plus the character where they first differ. ``names`` label the
+    two sides (two runs compared need not be a recording and its replay)."""
+    old, new = f"{names[0]} {path}", f"{names[1]} {path}"
     if isinstance(recorded, str) and isinstance(replayed, str):
         lines = difflib.unified_diff(recorded.splitlines(keepends=True), replayed.splitlines(keepends=True),
-                                     f"recorded {path}", f"replayed {path}", n=2)
-        return "".join(_ended(lines)) + _pointer(recorded, replayed)
-    lines = difflib.unified_diff(_pretty(recorded), _pretty(replayed), f"recorded {path}", f"replayed {path}", n=3)
+                                     old, new, n=2)
+        return "".join(_ended(lines)) + _pointer(recorded, replayed, names)
+    lines = difflib.unified_diff(_pretty(recorded), _pretty(replayed), old, new, n=3)
     return "".join(_ended(lines))
 
 
@@ -119,7 +125,7 @@ def identical(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def compare(recorded: Any, replayed: Any) -> tuple[tuple[str, ...], str]:
+def compare(recorded: Any, replayed: Any, names: Names = RECORDED_REPLAYED) -> tuple[tuple[str, ...], str]:
     """Differing paths (cause first) and a readable diff of the first one;
     ``((), "")`` when equal."""
     # Every replayed tool call is compared, and nearly all are equal.
@@ -127,4 +133,4 @@ def compare(recorded: Any, replayed: Any) -> tuple[tuple[str, ...], str]:
         return (), ""
     paths = differing_paths(recorded, replayed)  # not empty: identical() agrees with the walk
     first = paths[0]
-    return tuple(paths), readable_diff(first, value_at(recorded, first), value_at(replayed, first))
+    return tuple(paths), readable_diff(first, value_at(recorded, first), value_at(replayed, first), names)

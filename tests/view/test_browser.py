@@ -69,12 +69,16 @@ def test_run_page_shows_assistant_text_a_diff_and_an_acl_denial(page, store: Sto
         assert ASSISTANT_TEXT in page.inner_text("#turn-0 .assistant")
         denied = page.locator("#turn-1 .cand.denied")
         assert denied.count() == 1
-        acl = denied.locator(".acl").inner_text()
-        assert "deny" in acl and ".git" in page.inner_text("#turn-1 .cand.denied")
-        assert "rule" in acl and acl.split("rule", 1)[1].strip() not in ("", "-")
+        assert "denied" in denied.locator(".call-line").inner_text() and ".git" in denied.inner_text()
         assert FIXED_MEAN in page.locator("#turn-2 .diff .add").first.inner_text()
         assert FIXED_MEAN in page.locator("pre.diff").last.inner_text()  # the run's patch
-        assert page.locator("#turn-2 .cand .badge", has_text="COMMITTED").count() == 1
+        # The ACL's rule, the escrow states and the chain positions are one click away.
+        internals = page.locator("#turn-1 details.internals")
+        assert not internals.locator(".cand-internals.denied .acl").is_visible()
+        internals.locator("> summary").click()
+        acl = internals.locator(".cand-internals.denied .acl").inner_text()
+        assert "deny" in acl and "rule" in acl and acl.split("rule", 1)[1].strip() not in ("", "-")
+        assert page.locator("#turn-2 .cand-internals .badge", has_text="COMMITTED").count() == 1
         # Every row links to its place in the hash chain.
         link = page.locator("#turn-1 a.chainlink").first
         href = link.get_attribute("href")

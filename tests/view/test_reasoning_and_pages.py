@@ -24,8 +24,12 @@ def test_reasoning_is_dimmed_collapsed_and_the_tail_shown(page, store: Store, db
         assert "30 tokens" in summary and "not fed back" in summary
         reasoning.locator("summary").click()
         assert reasoning.locator("pre").inner_text() == f"{REASONING} (turn 1)"
-        # Later turns show the request's tail, which the history does not keep;
-        # the first shows it among the whole request's messages.
+        # Later turns show the request's tail, which the history does not keep,
+        # among their escrow internals; the first shows it among the whole
+        # request's messages.
+        for turn in (1, 2):
+            assert not page.locator(f"#turn-{turn} .tail").is_visible()
+            page.click(f"#turn-{turn} details.internals > summary")
         assert page.inner_text("#turn-1 .tail").endswith("[turns left: 2; context tokens left: 3900]")
         assert page.inner_text("#turn-2 .tail").endswith("[turns left: 1; context tokens left: 3800]")
         assert page.locator("#turn-0 .tail").count() == 0
@@ -45,8 +49,9 @@ def test_script_inside_reasoning_is_shown_as_text(page, store: Store, db_path: P
             (tmp_path / "bundle" / f"run-{run_id}.html").as_uri(),
         ):
             page.goto(url)
-            for summary in page.locator("details.reasoning summary").all():
-                summary.click()
+            closed = page.locator("details.reasoning:not([open]) > summary")  # a search opens its hits
+            for _ in range(closed.count()):
+                closed.first.click()
             assert page.locator("details.reasoning").count() == 2, url
             assert page.locator("main script, main img").count() == 0, url
             assert page.evaluate("window.__xss") is None, url
@@ -67,7 +72,8 @@ def test_a_long_run_is_shown_fifty_turns_a_page(page, store: Store, db_path: Pat
             f"turn-{n}" for n in range(50, 56)
         ]
         # The first turn of a later page shows what the turn before it appended.
-        assert "contents 49" in (page.locator("#turn-50 details").first.text_content() or "")
+        assert "contents 49" in (page.locator("#turn-50 details.request").text_content() or "")
+        page.click("#turn-50 details.internals > summary")
         assert page.inner_text("#turn-50 .tail").endswith("[turns left: 5; context tokens left: -1000]")
         page.screenshot(path=artefacts / "run-page-2.png", full_page=False)
         # A search looks through every turn, whatever the page.
