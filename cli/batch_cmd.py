@@ -7,14 +7,17 @@ import threading
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperCommand
 
 from cli.display.batch_html import batch_html
 from cli.display.table import ABSENT, Column, figure, prose, render, terminal_width
 from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
+from cli.usage import choices
 from orchestrator.batch.driver import BatchPlan, pending_tasks, run_batch, start_batch
 from orchestrator.batch.errors import BatchNotFound
 from orchestrator.batch.pool import PoolOptions
@@ -35,14 +38,47 @@ LISTED = 50  # batches `escrow batch list` shows, newest first
 EXECUTORS = ("local", "ray")
 
 
+VIEW_USAGE = {
+    "status": ("escrow batch status BATCH [--json] [--wide] [--db URL] [--config FILE]",
+               "Where the batch BATCH (an id or a unique prefix) stands: each task's last attempt, its outcome and "
+               "run, and the counts. Exit 0."),
+    "report": ("escrow batch report BATCH [--json] [--html FILE] [--wide] [--db URL] [--config FILE]",
+               "The batch's pass rate, cost, tokens and failures, per task; --html also writes it as one page. "
+               "Exit 0."),
+    "list": ("escrow batch list [--json] [--db URL] [--config FILE]",
+             f"The batches, newest first (the last {LISTED}): id, start, tasks, done and passed."),
+}
+
+
+class BatchCommand(TyperCommand):
+    """``batch status --help`` (and ``report``, ``list``) gives that view's own
+    help; the first argument is otherwise a task file, so click cannot route it."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if args and args[0] in VIEW_USAGE and any(a in ("--help", "-h") for a in args[1:]):
+            usage, what = VIEW_USAGE[args[0]]
+            formatter = ctx.make_formatter()
+            formatter.write_usage(usage.split(" ", 1)[0], usage.split(" ", 1)[1], prefix="Usage: ")
+            formatter.write_paragraph()
+            with formatter.indentation():
+                formatter.write_text(what)
+            formatter.write_paragraph()
+            with formatter.indentation():
+                formatter.write_text(f"The options are those of `escrow batch --help`; --db: {DB_HELP}")
+            typer.echo(formatter.getvalue(), nl=False)
+            ctx.exit(0)
+        return super().parse_args(ctx, args)
+
+
 def register(app: typer.Typer) -> None:
-    app.command("batch")(batch)
+    app.command("batch", cls=BatchCommand)(batch)
 
 
 def batch(
     target: str = typer.Argument(
         None, help="A task file (JSONL or Parquet), 'status'/'report' followed by a batch id, or 'list'."),
-    batch_ref: str = typer.Argument(None, help="The batch id (or a unique prefix) for status and report."),
+    batch_ref: str = typer.Argument(None, metavar="BATCH",
+                                    help="The batch id (or a unique prefix) for status and report."),
     resume: str = typer.Option(None, "--resume", help="Rerun the tasks of BATCH that have no model verdict yet."),
     workers: int = typer.Option(4, "--workers", min=1, max=256, help="Runs at once, each in its own sandbox."),
     start_slots: int = typer.Option(2, "--start-slots", min=1, help="Sandboxes starting at once."),
@@ -53,7 +89,8 @@ def batch(
     start_timeout: float = typer.Option(300.0, "--start-timeout", min=1,
                                         help="Seconds for a sandbox to start (then an infrastructure failure)."),
     lease: float = typer.Option(30.0, "--lease", min=1, help="Seconds after which a silent run reads as crashed."),
-    executor: str = typer.Option(None, "--executor", help="local (a worker pool here; the default) or ray "
+    executor: str = typer.Option(None, "--executor", metavar=choices(EXECUTORS),
+                                 help="local (a worker pool here; the default) or ray "
                                  "(--address). --resume runs where the batch was started."),
     address: str = typer.Option(None, "--address", help="The Ray cluster, HOST:PORT (with --executor ray)."),
     model_url: list[str] = typer.Option(None, "--model-url", help="Model server base URL; repeat for replicas. "
@@ -64,7 +101,8 @@ def batch(
     context_window: int = typer.Option(None, "--context-window", min=256, help="S_max when the server does not say."),
     tool_protocol: str = typer.Option(None, "--tool-protocol", help="native or text."),
     system_role: str = typer.Option(None, "--system-role", help="system or user."),
-    tokenizer: str = typer.Option(None, "--tokenizer", help="auto, server, or cl100k_base."),
+    tokenizer: str = typer.Option(None, "--tokenizer", metavar="<auto|server|ENCODING>",
+                                 help="auto, server, or a tiktoken encoding such as cl100k_base."),
     stream: bool = typer.Option(None, "--stream/--no-stream", help="Stream responses (SSE) or not."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
     html: Path = typer.Option(None, "--html", help="Also write the report as one self-contained HTML file."),

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from cli.store_cmd import open_store
 from cli.store_options import CONFIG_HELP, DB_HELP
+from cli.usage import choices
 from orchestrator.canonical import readable_text
 from orchestrator.costing import NothingToReport
 from orchestrator.errors import ConfigError
@@ -72,7 +73,8 @@ def export_run(store: Store, run_id: str, fmt: str, include_unverified: bool, ou
 def export(
     run: str | None = typer.Argument(None, help="Run id or unique prefix; or use --all."),
     all_runs: bool = typer.Option(False, "--all", help="Export every run in the store."),
-    fmt: str = typer.Option("messages-jsonl", "--format", help=f"One of: {', '.join(FORMATS)}."),
+    fmt: str = typer.Option("messages-jsonl", "--format", metavar=choices(FORMATS),
+                               help="The export format."),
     include_unverified: bool = typer.Option(
         False, "--include-unverified", help="messages-jsonl: also runs without a PASS verdict."
     ),

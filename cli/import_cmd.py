@@ -11,6 +11,7 @@ from rich.console import Console
 
 from cli.store_cmd import open_store
 from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
+from cli.usage import choices
 from orchestrator.errors import ConfigError
 from orchestrator.interop import FORMATS, ReadLimits, SourceError
 from store.importer import ImportOutcome, import_file
@@ -20,7 +21,8 @@ MiB = 1024 * 1024
 
 def import_(
     files: list[Path] = typer.Argument(..., help="Trajectory files (.traj, .json, .eval).", show_default=False),
-    fmt: str = typer.Option("auto", "--format", help=f"auto or one of: {', '.join(FORMATS)}."),
+    fmt: str = typer.Option("auto", "--format", metavar=choices(("auto", *FORMATS)),
+                               help="The source format; auto: told by the file."),
     again: bool = typer.Option(False, "--again", help="Import a file again even if its sha256 was imported before."),
     max_mib: int = typer.Option(
         512, "--max-mib", help="Refuse a source file (or an .eval's content) over this many MiB."

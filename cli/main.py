@@ -98,7 +98,9 @@ def commands_of(module: str) -> dict[str, Any]:
     holder = typer.Typer(**SETTINGS)
     holder.callback()(lambda: None)  # a group even when the module registers one command
     importlib.import_module(f"cli.{module}").register(holder)
-    return dict(typer.main.get_group(holder).commands)
+    from cli.usage import conventional
+
+    return {name: conventional(command) for name, command in typer.main.get_group(holder).commands.items()}
 
 
 class LazyGroup(TyperGroup):

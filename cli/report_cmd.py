@@ -13,6 +13,7 @@ from rich.console import Console
 from cli.display.table import ABSENT, Column, figure, prose, render, terminal_width
 from cli.spans import parse_since
 from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
+from cli.usage import choices
 from orchestrator.costing import (
     GROUP_BY,
     AggregateReport,
@@ -136,7 +137,7 @@ def report(
         None, "--since", help="Aggregate runs started since: a span (7d, 24h) or ISO date."
     ),
     until: str | None = typer.Option(None, "--until", help="Aggregate runs started before: a span ago or ISO date."),
-    by: str = typer.Option("model", "--by", help=f"Group an aggregate by: {', '.join(GROUP_BY)}."),
+    by: str = typer.Option("model", "--by", metavar=choices(GROUP_BY), help="Group an aggregate by this."),
     include_replays: bool = typer.Option(
         False,
         "--include-replays",

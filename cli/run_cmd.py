@@ -17,6 +17,7 @@ from rich.text import Text
 from cli.display.live import LiveScreen, PlainScreen, RunDisplay
 from cli.display.whole import print_diff
 from cli.logging_setup import configure_logging
+from cli.usage import choices
 from orchestrator.agent import Verdict
 from orchestrator.canonical import bytes_fields
 from orchestrator.envelope import Envelope
@@ -59,12 +60,15 @@ def run(
         None, "--logprobs", min=0, max=20, help="Record per-token logprobs with the top K alternatives."
     ),
     tool_protocol: str = typer.Option(
-        None, "--tool-protocol", help="native (OpenAI tools) or text (search/replace blocks)."
+        None, "--tool-protocol", metavar=choices(("native", "text")),
+        help="native (OpenAI tools) or text (search/replace blocks)."
     ),
     system_role: str = typer.Option(
-        None, "--system-role", help="system, or user for chat templates without a system turn."
+        None, "--system-role", metavar=choices(("system", "user")),
+        help="system, or user for chat templates without a system turn."
     ),
-    tokenizer: str = typer.Option(None, "--tokenizer", help="auto, server, or cl100k_base."),
+    tokenizer: str = typer.Option(None, "--tokenizer", metavar="<auto|server|ENCODING>",
+                                 help="auto, server, or a tiktoken encoding such as cl100k_base."),
     stream: bool = typer.Option(None, "--stream/--no-stream", help="Stream responses (SSE) or not."),
     apply: bool = typer.Option(False, "--apply", help="Apply the patch to --repo when the verdict is PASS."),
     json_out: bool = typer.Option(False, "--json", help="Print the outcome as JSON on stdout."),

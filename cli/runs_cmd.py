@@ -14,6 +14,7 @@ import typer
 from cli.display.table import Column, render
 from cli.spans import parse_since
 from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
+from cli.usage import choices
 from orchestrator.errors import ConfigError
 from orchestrator.settings import load_settings
 from store.run_list import RunLine, RunQuery, read_run_lines, runs_json, sqlite_file, when
@@ -47,7 +48,7 @@ RUN_COLUMNS = (
 
 
 def runs(
-    status: str | None = typer.Option(None, "--status", help="running, crashed or finished."),
+    status: str | None = typer.Option(None, "--status", metavar=choices(STATUSES), help="Runs in this state."),
     verdict: str | None = typer.Option(None, "--verdict", help="e.g. PASS, BUDGET_EXHAUSTED, FAULTED."),
     model: str | None = typer.Option(None, "--model", help="Requested model id."),
     since: str | None = typer.Option(

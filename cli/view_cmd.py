@@ -17,7 +17,7 @@ from store import Store
 
 def view(
     runs: list[str] = typer.Argument(
-        None, metavar="[RUN]...", help="With --export: the runs to bundle (ids or prefixes); default all."
+        None, metavar="RUN", help="With --export: the runs to bundle (ids or prefixes); default all."
     ),
     port: int = typer.Option(8765, "--port", min=1, max=65535, help="Port to serve on."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to serve on; loopback unless you mean to share."),

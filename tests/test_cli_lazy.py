@@ -11,17 +11,27 @@ from pathlib import Path
 
 import pytest
 import typer
+from typer.core import TyperGroup
 from typer.testing import CliRunner
 
 from cli.main import COMMANDS, MODULES, SETTINGS, app, commands_of, root
+from cli.usage import conventional
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("sqlalchemy", "sqlmodel", "docker", "httpx", "pydantic", "rich", "store", "sandbox", "orchestrator")
 
 
+class ConventionalGroup(TyperGroup):
+    """Help in the forms ``cli.usage`` gives, as the lazy group gives them."""
+
+    def get_command(self, ctx, cmd_name):
+        command = super().get_command(ctx, cmd_name)
+        return None if command is None else conventional(command)
+
+
 def eager_app() -> typer.Typer:
     """Every module registered up front, as the command was built before."""
-    eager = typer.Typer(name="escrow", help=app.info.help, no_args_is_help=True, **SETTINGS)
+    eager = typer.Typer(name="escrow", help=app.info.help, no_args_is_help=True, cls=ConventionalGroup, **SETTINGS)
     eager.callback()(root)
     for module in MODULES:
         importlib.import_module(f"cli.{module}").register(eager)

@@ -93,3 +93,39 @@ def test_the_installed_command_at_80_columns():
         assert done.returncode == 0, done.stderr
         assert max(len(line) for line in done.stdout.splitlines()) <= WIDTH
         assert min(w for w, _ in description_columns(done.stdout)) >= MIN_DESCRIPTION, done.stdout
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: " ".join(p) or "escrow")
+def test_usage_lines_read_in_the_conventional_forms(path):
+    """TASK, [RUN]... and FILES..., never typer's {task}, [[RUN]...]... or <list[str]>."""
+    text = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": str(WIDTH)}).output
+    usage = text.splitlines()[0]
+    assert usage.startswith("Usage: escrow"), text
+    assert "{" not in usage and "[[" not in usage, usage
+    assert "<list[" not in text, text
+    arguments = re.findall(r"^Arguments:\n((?:  .*\n?)+)", text, re.M)
+    for entry in arguments[0].splitlines() if arguments else []:
+        if not entry.startswith("   "):  # an entry, not its wrapped description
+            name = entry.split()[0]
+            assert name == name.upper(), entry  # NAME, not name
+
+
+@pytest.mark.parametrize(("path", "option", "shown"), [
+    (("report",), "--by", "<model|day|status|verdict|engine|source|batch>"),
+    (("runs",), "--status", "<running|crashed|finished>"),
+    (("export",), "--format", "<messages-jsonl|events-jsonl|atif|otel>"),
+    (("batch",), "--executor", "<local|ray>"),
+    (("run",), "--tool-protocol", "<native|text>"),
+])
+def test_options_with_fixed_values_list_them(path, option, shown):
+    text = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": str(WIDTH)}).output
+    assert f"{option} {shown}" in text, text
+
+
+@pytest.mark.parametrize("view", ["status", "report", "list"])
+def test_a_batch_views_help_is_its_own(view):
+    result = CliRunner().invoke(app, ["batch", view, "--help"], env={"COLUMNS": str(WIDTH)})
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(f"Usage: escrow batch {view}"), result.output
+    assert "Run every task of a task file" not in result.output
+    assert max(len(line) for line in result.output.splitlines()) <= WIDTH
