@@ -17,6 +17,7 @@ volatile record, always after the newest message) is replaced.
 from __future__ import annotations
 
 import json
+import re
 from operator import attrgetter
 from typing import Sequence
 
@@ -41,6 +42,14 @@ class TailFormat(Frozen):
 
     template: str = "[turns left: {turns_left}; context tokens left: {tokens_left}]"
     role: Role = "user"
+
+    def is_tail(self, message: Message) -> bool:
+        """Whether ``message`` is a tail this format wrote (a dataset of the
+        conversation leaves it out: it is the loop's, not the model's)."""
+        if message.role != self.role or not isinstance(message.content, str):
+            return False
+        pattern = re.escape(self.template).replace(r"\{turns_left\}", r"(?:\d+|unlimited)")
+        return re.fullmatch(pattern.replace(r"\{tokens_left\}", r"\d+"), message.content) is not None
 
     def text(self, *, turns_left: int | None, tokens_left: int) -> str:
         shown = "unlimited" if turns_left is None else turns_left

@@ -16,10 +16,15 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
+from orchestrator.context.layout import TailFormat
 from orchestrator.contract import Message
 from orchestrator.errors import ReportError
+from orchestrator.interop.records import IMPORT_MODE
 from orchestrator.trajectory import CallView, Trajectory
 from store.tables import Run, table_of
+
+TAIL = TailFormat()
+"""The tail every Escrow run's requests end with (``orchestrator.runspec``)."""
 
 FORMATS = ("messages-jsonl", "events-jsonl", "atif", "otel")
 TRUNCATED_STATUSES = ("TRUNCATED",)
@@ -98,6 +103,10 @@ def conversation(trajectory: Trajectory, *, reasoning: bool = False) -> dict[str
         raise ExportError(f"run {run.id} recorded no model call; there is no conversation to export", run_id=run.id)
     request = final.request()
     messages = list(request.messages)
+    # The status tail the loop appends to every request is the loop's words,
+    # not the conversation's: a dataset of it would teach the model to expect it.
+    if messages and run.mode != IMPORT_MODE and TAIL.is_tail(messages[-1]):
+        messages.pop()
     for record in trajectory.turns:
         if record.committed is not None and final.turn is not None and record.turn >= final.turn:
             messages += record.committed.messages()

@@ -45,6 +45,11 @@ def test_a_priced_live_run_reports_and_exports(settings, repo, fault, open_store
     (line,) = [json.loads(x) for x in export.stdout.splitlines() if x.strip()]
     roles = [m["role"] for m in line["messages"]]
     assert roles[:2] == ["system", "user"] and "tool" in roles
+    # The loop's status tail, which ends every request, is no message of the conversation.
+    final = store.calls(outcome.run_id)[-1].request()
+    assert str(final.messages[-1].content).startswith("[turns left:")
+    assert not [m for m in line["messages"] if str(m.get("content") or "").startswith("[turns left:")]
+    assert [m["role"] for m in line["messages"][:len(final.messages) - 1]] == [m.role for m in final.messages[:-1]]
     calls = [c for m in line["messages"] for c in (m.get("tool_calls") or [])]
     assert [c["function"]["name"] for c in calls] == ["read_file", "edit_file", "bash", "submit"]
     assert (
