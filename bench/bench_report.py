@@ -1,8 +1,9 @@
 """Aggregate reports over 1,000,000 model calls (or --calls N): schema 7
 (every run's rows), schema 8 as released (per-run totals), schema 9 as
 released (the per-day TTFT rollup, lean folding and costing; totals read
-unchecked) and this version (schema 10: every totals row's digest checked
-against its run's chain head), in one run.
+unchecked) and this version (schema 11: every totals row's digest checked
+against its run's chain head, and the TTFT rollups against the totals'
+TTFT checks), in one run.
 
 A schema-7 store of N/100 finished runs x 100 turns (call, response, HTTP
 attempt and turn row each, hash-chained) is generated with
@@ -18,8 +19,9 @@ run of this bench works on a copy of the cached store:
    read), with the row path's EXPLAIN QUERY PLAN; best of --repeat-before (1);
    --skip-before leaves this step out;
 2. ``escrow migrate`` 7 -> 8 (the resumable backfill of the totals),
-   8 -> 9 (the rollup built from them) and 9 -> 10 (digests; the totals the
-   7 -> 8 backfill wrote already carry theirs), each timed;
+   8 -> 9 (the rollup built from them), 9 -> 10 (digests) and 10 -> 11
+   (TTFT checks; the totals the 7 -> 8 backfill wrote already carry both),
+   each timed;
 3. after: the plans of this version's queries, then each report through the
    schema-8 and schema-9 report code as released (the store's queries and
    the costing core at SCHEMA8_REV and SCHEMA9_REV, read from git) and
@@ -42,8 +44,8 @@ import subprocess
 import sys
 import time
 import types
-from collections.abc import Callable
-from contextlib import closing
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +54,7 @@ from sqlalchemy.engine import make_url
 from orchestrator.costing.aggregate import aggregate
 from orchestrator.launch.reports import report_runs
 from policies.price_table import load_price_table
-from store import Store
+from store import Store, run_totals
 from store.engine import make_engine
 from store.migrations import upgrade
 from store.reports import query_plans
@@ -153,10 +155,13 @@ def released(rev: str, path: str) -> types.ModuleType:
 
 
 def released_times(store: Store, newest: float, repeat: int) -> dict[tuple[str, str], tuple[float, Any]]:
-    old, prices = released(SCHEMA7_REV, "store/reports/aggregate_query.py"), load_price_table(None)
+    with figures_as_released():
+        old = released(SCHEMA7_REV, "store/reports/aggregate_query.py")
+    prices = load_price_table(None)
 
     def report(since: float | None, by: str) -> Any:
-        pieces, ttfts = old.read_slices(store, by=by, since=since, until=None)
+        with figures_as_released():
+            pieces, ttfts = old.read_slices(store, by=by, since=since, until=None)
         return aggregate(pieces, ttfts, by=by, prices=prices.lookup, price_version=prices.version, since=since)
 
     out = {}
@@ -167,14 +172,31 @@ def released_times(store: Store, newest: float, repeat: int) -> dict[tuple[str, 
     return out
 
 
+# The totals figures schemas 8 to 10 stored: the released queries read this
+# version's store modules, whose totals carry schema 11's TTFT check too.
+RELEASED_FIGURES = tuple(name for name in run_totals.FIGURES if name != "ttft_check")
+
+
+@contextmanager
+def figures_as_released() -> Iterator[None]:
+    kept = run_totals.FIGURES
+    run_totals.FIGURES = RELEASED_FIGURES
+    try:
+        yield
+    finally:
+        run_totals.FIGURES = kept
+
+
 def released_report(rev: str) -> Callable[..., Any]:
     """``report_runs`` as released at ``rev``: its store queries and its costing core."""
-    queries = released(rev, "store/reports/aggregate_query.py")
-    costing = released(rev, "orchestrator/costing/aggregate.py")
+    with figures_as_released():
+        queries = released(rev, "store/reports/aggregate_query.py")
+        costing = released(rev, "orchestrator/costing/aggregate.py")
     prices = load_price_table(None)
 
     def report(store: Store, by: str, since: float | None) -> Any:
-        pieces, ttfts = queries.read_slices(store, by=by, since=since, until=None)
+        with figures_as_released():
+            pieces, ttfts = queries.read_slices(store, by=by, since=since, until=None)
         return costing.aggregate(pieces, ttfts, by=by, prices=prices.lookup, price_version=prices.version,
                                  since=since)
 
@@ -256,10 +278,11 @@ def main() -> None:
         migrate(work, 7, 8)
         migrate(work, 8, 9)
         migrate(work, 9, 10)
+        migrate(work, 10, 11)
         print(f"\n3. after: schema 8 as released at {SCHEMA8_REV}, schema 9 (totals read unchecked) at "
-              f"{SCHEMA9_REV} and this version (schema 10: every totals row's digest checked), "
-              f"alternated, best of {args.repeat}; {load()}")
-        with open_at(work, 10) as store:
+              f"{SCHEMA9_REV} and this version (schema 11: every totals row's digest and the TTFT rollups "
+              f"checked), alternated, best of {args.repeat}; {load()}")
+        with open_at(work, 11) as store:
             print("\n".join(plans(store, raw=False)), flush=True)
             after = side_by_side(store, newest, args.repeat)
         print("\n   s: wall seconds (cpu: that run's CPU seconds); schema 7: its queries as released at "
@@ -279,7 +302,7 @@ def main() -> None:
             print(f"   {key[0]:<6} {key[1]:<6} {calls:>9,} {old}{s8:>10.3f} {c8:>6.3f} {s9:>10.3f} {c9:>6.3f} "
                   f"{now_s:>7.3f} {now_c:>6.3f} {s8 / now_s:>5.1f}x{ratio7} {now_s / s9:>5.2f}x  "
                   f"{'yes' if same else 'NO'}")
-        print("\n   now/9: this version's wall time over schema 9's (the digest check's cost; 1.10 is 10% slower)")
+        print("\n   now/9: this version's wall time over schema 9's (the checks' cost; 1.10 is 10% slower)")
         print(f"\n4. rows read; end: {load()}")
         print("\n".join(counts(work)))
     finally:
