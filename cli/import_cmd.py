@@ -34,8 +34,9 @@ def import_(
 
     Figures a source lacks are stored as absent, never guessed. A file whose
     sha256 was imported before is skipped unless --again. Exit codes: 0 all
-    imported; 10 unreadable (truncated, corrupt); 11 wrong or unknown format;
-    12 unsupported schema version; 13 over a size cap (or a zip bomb)."""
+    imported; 12 unreadable (truncated, corrupt, a compression method Escrow
+    cannot read); 13 wrong or unknown format; 14 unsupported schema version;
+    15 over a size cap (or a zip bomb)."""
     if fmt != "auto" and fmt not in FORMATS:
         raise ConfigError(f"--format takes auto or one of {', '.join(FORMATS)}, not {fmt!r}")
     if max_mib <= 0:
