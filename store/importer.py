@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from orchestrator.envelope import Attempt, Envelope, FigureSource, Payload, Stat
 from orchestrator.interop import (
     FormatMismatch,
     ReadLimits,
+    SourceError,
     SourceTooLarge,
     SourceTrajectory,
     UnreadableSource,
@@ -337,6 +338,116 @@ def message_times(trajectory: SourceTrajectory) -> list[float]:
     return out
 
 
+class Parsed(Frozen):
+    """One source file read and parsed, not yet written."""
+
+    path: str
+    name: str
+    sha256: str
+    trajectories: tuple[SourceTrajectory, ...]
+
+
+def parse_file(path: Path, fmt: str, limits: ReadLimits) -> Parsed:
+    data: bytes | dict[str, bytes]
+    data, sha256 = read_folder_source(path, limits) if path.is_dir() else read_source(path, limits)
+    return _parsed(Parsed(path=str(path), name=path.name, sha256=sha256, trajectories=()), data, fmt, limits)
+
+
+def _parsed(self: Parsed, data: bytes | dict[str, bytes], fmt: str, limits: ReadLimits) -> Parsed:
+    trajectories = (read_folder(data, self.path, fmt) if isinstance(data, dict)
+                    else read_trajectories(data, self.path, fmt, limits))
+    if not trajectories:
+        raise UnreadableSource(f"{self.path}: holds no trajectory", path=self.path)
+    return self.model_copy(update={"trajectories": tuple(trajectories)})
+
+
+def write_runs(conn: Connection, parsed: Parsed, now: float) -> list[str]:
+    """The runs of one parsed file, in the caller's transaction (their totals are the caller's)."""
+    run_ids = []
+    for index, trajectory in enumerate(parsed.trajectories):
+        run_id = build.new_run_id()
+        meta = {
+            "format": trajectory.format,
+            "version": trajectory.version,
+            "sha256": parsed.sha256,
+            "file": parsed.name,
+            "source_id": trajectory.source_id,
+            "index": index,
+        }
+        model = (
+            trajectory.model
+            or next((m.call.model for m in trajectory.messages if m.call and m.call.model), None)
+            or "unknown"
+        )
+        started = trajectory.started_at or first_time(trajectory) or now
+        row = build.run_row(
+            run_id=run_id, now=started, task=trajectory.task, repo=parsed.path, config={"import": meta}, policy={},
+            model=model, mode=IMPORT_MODE, parent_run_id=None, forked_at_turn=None, version=__version__,
+        )
+        conn.execute(RUNS.insert(), [row])
+        ended = trajectory.ended_at or last_time(trajectory) or started
+        rows, blobs = trajectory_rows(run_id, trajectory, meta, started, ended)
+        put_blobs(conn, blobs)
+        verdict = append(conn, run_id, rows)[-1]
+        conn.execute(
+            RUNS.update().where(RUNS.c.id == run_id).values(
+                status="finished", verdict=IMPORTED_VERDICT,
+                verdict_detail=json.loads(verdict["data_json"])["detail"], finished_at=verdict["at"],
+            )
+        )
+        run_ids.append(run_id)
+    return run_ids
+
+
+def outcome(parsed: Parsed, run_ids: Sequence[str]) -> ImportOutcome:
+    first = parsed.trajectories[0]
+    return ImportOutcome(path=parsed.path, sha256=parsed.sha256, format=first.format, version=first.version,
+                         run_ids=tuple(run_ids), calls=sum(t.calls for t in parsed.trajectories))
+
+
+def import_files(
+    store: Store,
+    paths: Sequence[Path],
+    *,
+    fmt: str = "auto",
+    again: bool = False,
+    limits: ReadLimits | None = None,
+    clock: Callable[[], float] = time.time,
+    batch: int = 100,
+) -> Iterator[ImportOutcome | SourceError]:
+    """Import each file, all or nothing per file, in order: its outcome, or
+    the error that stopped it (the other files go on). Up to ``batch`` parsed
+    files are written in one transaction, their run totals in one pass: a
+    file that cannot be read or parsed is never part of a write."""
+    limits = limits or ReadLimits()
+    for start in range(0, len(paths), batch):
+        done: list[ImportOutcome | SourceError | Parsed] = []
+        for path in paths[start:start + batch]:
+            try:
+                done.append(parse_file(path, fmt, limits))
+            except SourceError as exc:
+                done.append(exc)
+        now = clock()
+        with store.write() as conn:
+            written: list[str] = []
+            seen: dict[str, ImportOutcome] = {}
+            for i, item in enumerate(done):
+                if not isinstance(item, Parsed):
+                    continue
+                existing = already_imported(conn, item.sha256)
+                if (existing or item.sha256 in seen) and not again:
+                    ids = tuple(existing) or seen[item.sha256].run_ids
+                    done[i] = ImportOutcome(path=item.path, sha256=item.sha256, run_ids=ids, skipped=True)
+                    continue
+                run_ids = write_runs(conn, item, now)
+                written += run_ids
+                done[i] = seen[item.sha256] = outcome(item, run_ids)
+            run_totals.write(conn, written)
+        for item in done:
+            assert not isinstance(item, Parsed)
+            yield item
+
+
 def import_file(
     store: Store,
     path: Path,
@@ -347,77 +458,7 @@ def import_file(
     clock: Callable[[], float] = time.time,
 ) -> ImportOutcome:
     """Import every trajectory of one file, all or nothing."""
-    limits = limits or ReadLimits()
-    data: bytes | dict[str, bytes]
-    data, sha256 = read_folder_source(path, limits) if path.is_dir() else read_source(path, limits)
-    with store.read() as conn:
-        existing = already_imported(conn, sha256)
-    if existing and not again:
-        return ImportOutcome(path=str(path), sha256=sha256, run_ids=tuple(existing), skipped=True)
-    trajectories = (read_folder(data, str(path), fmt) if isinstance(data, dict)
-                    else read_trajectories(data, str(path), fmt, limits))
-    if not trajectories:
-        raise UnreadableSource(f"{path}: holds no trajectory", path=str(path))
-    now = clock()
-    run_ids = []
-    with store.write() as conn:
-        if not again and already_imported(conn, sha256):  # imported meanwhile by another process
-            return ImportOutcome(
-                path=str(path), sha256=sha256, run_ids=tuple(already_imported(conn, sha256)), skipped=True
-            )
-        for index, trajectory in enumerate(trajectories):
-            run_id = build.new_run_id()
-            meta = {
-                "format": trajectory.format,
-                "version": trajectory.version,
-                "sha256": sha256,
-                "file": path.name,
-                "source_id": trajectory.source_id,
-                "index": index,
-            }
-            model = (
-                trajectory.model
-                or next((m.call.model for m in trajectory.messages if m.call and m.call.model), None)
-                or "unknown"
-            )
-            started = trajectory.started_at or first_time(trajectory) or now
-            row = build.run_row(
-                run_id=run_id,
-                now=started,
-                task=trajectory.task,
-                repo=str(path),
-                config={"import": meta},
-                policy={},
-                model=model,
-                mode=IMPORT_MODE,
-                parent_run_id=None,
-                forked_at_turn=None,
-                version=__version__,
-            )
-            conn.execute(RUNS.insert(), [row])
-            ended = trajectory.ended_at or last_time(trajectory) or started
-            rows, blobs = trajectory_rows(run_id, trajectory, meta, started, ended)
-            put_blobs(conn, blobs)
-            written = append(conn, run_id, rows)
-            verdict = written[-1]
-            conn.execute(
-                RUNS.update()
-                .where(RUNS.c.id == run_id)
-                .values(
-                    status="finished",
-                    verdict=IMPORTED_VERDICT,
-                    verdict_detail=json.loads(verdict["data_json"])["detail"],
-                    finished_at=verdict["at"],
-                )
-            )
-            run_ids.append(run_id)
-        run_totals.write(conn, run_ids)  # one batch for the file's runs
-    first = trajectories[0]
-    return ImportOutcome(
-        path=str(path),
-        sha256=sha256,
-        format=first.format,
-        version=first.version,
-        run_ids=tuple(run_ids),
-        calls=sum(t.calls for t in trajectories),
-    )
+    [result] = import_files(store, [path], fmt=fmt, again=again, limits=limits, clock=clock)
+    if isinstance(result, SourceError):
+        raise result
+    return result
