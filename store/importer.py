@@ -37,7 +37,8 @@ from orchestrator.interop import (
     read_trajectories,
 )
 from orchestrator.interop.openhands_v1 import wanted
-from orchestrator.interop.records import IMPORT_EVENT, IMPORT_MODE, RUN_LEVEL, SourceMessage
+from orchestrator.interop.records import IMPORT_MODE, SourceMessage
+from orchestrator.source_figures import IMPORT_EVENT, RUN_LEVEL
 from store import rows as build
 from store import run_totals
 from store.blobs import History

@@ -17,8 +17,7 @@ from pydantic import Field
 from orchestrator.contract import Frozen, Message, ToolCall
 
 IMPORT_MODE = "import"  # runs.mode of an imported run
-IMPORT_EVENT = "import"  # the imported run's event of provenance and the source's run-level data
-RUN_LEVEL = "run_level"  # its key for the source's run-level totals ("reported", "counted")
+
 FORMATS: tuple[str, ...] = ("swe-agent", "mini-swe-agent", "openhands", "inspect", "atif")
 
 

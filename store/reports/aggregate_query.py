@@ -13,7 +13,6 @@ prompt tokens, so sums can be priced linearly.
 
 from __future__ import annotations
 
-import json
 import operator
 from collections import Counter, defaultdict
 from collections.abc import Mapping
@@ -36,7 +35,8 @@ from sqlalchemy import (
 )
 
 from orchestrator.costing.figures import DAY_FORMAT, ESCROW_SOURCE, NO_BATCH, NO_ENGINE, NO_VERDICT, RunSlice
-from orchestrator.interop.records import IMPORT_EVENT, IMPORT_MODE, RUN_LEVEL
+from orchestrator.interop.records import IMPORT_MODE
+from orchestrator.source_figures import IMPORT_EVENT, counted_run_level
 from store import run_totals
 from store.batch_tables import BatchAttemptRow
 from store.cells import check_numbers, check_row
@@ -285,7 +285,7 @@ def with_source_figures(conn: Connection, pieces: list[RunSlice], runs: Any,
         .select_from(RUNS.join(EVENTS, EVENTS.c.run_id == RUNS.c.id))
         .where(imported, EVENTS.c.kind == IMPORT_EVENT, EVENTS.c.turn.is_(None))).all()
     for run_id, created, status, verdict, source, run_model, data in sorted(levels):
-        counted = _counted(data)
+        counted = counted_run_level(data)
         if counted is None:
             continue
         out.append(RunSlice(
@@ -296,17 +296,6 @@ def with_source_figures(conn: Connection, pieces: list[RunSlice], runs: Any,
             batch=batch_of.get(run_id), source_usd=counted.get("cost_usd"), run_level=True,
         ))
     return out
-
-
-def _counted(data_json: str) -> dict[str, Any] | None:
-    """The run-level figures an import event says count (``store.importer.run_level``)."""
-    try:
-        data = json.loads(data_json)
-    except ValueError:
-        return None
-    level = data.get(RUN_LEVEL) if isinstance(data, dict) else None
-    counted = level.get("counted") if isinstance(level, dict) else None
-    return counted if isinstance(counted, dict) else None
 
 
 def slices(totals: Mapping[Key, Figures], runs: Mapping[str, RunCells], by_engine: bool,

@@ -8,7 +8,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from orchestrator.costing.figures import ESCROW_SOURCE, CallFigures, ToolFigures
-from orchestrator.interop.records import IMPORT_EVENT, IMPORT_MODE, RUN_LEVEL
+from orchestrator.interop.records import IMPORT_MODE
+from orchestrator.source_figures import IMPORT_EVENT, RUN_LEVEL
 from orchestrator.trajectory import CallView, ToolExecutionView, Trajectory
 
 RUN_LEVEL_STATUS = "RUN_LEVEL"

@@ -277,7 +277,7 @@ def test_a_batch_writes_each_good_file_once_and_no_bad_one(store, tmp_path):
     data = own(ATIF).read_bytes()
     cut = write(tmp_path, "cut.json", data[: len(data) // 2])
     paths = [own(ATIF), cut, own("openhands/hello_events.json"), own(ATIF)]
-    results = list(import_files(store, paths, batch=3))
+    results = list(import_files(store, paths, batch=4))
     assert isinstance(results[1], UnreadableSource)
     first, _, other, again = results
     assert isinstance(first, ImportOutcome) and isinstance(other, ImportOutcome) and isinstance(again, ImportOutcome)

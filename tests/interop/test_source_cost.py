@@ -176,3 +176,21 @@ def test_cli_report_json_marks_the_source_s_figures(tmp_path, cli_env):
     text = runner.invoke(app, ["report", run_id]).stdout
     assert "source's own figures" in text and "no price" not in text
 
+
+
+def test_runs_lists_the_run_level_figures_on_both_readers(store, tmp_path):
+    # The store fixture's file (tests/interop/conftest.py).
+    """`escrow runs` (its light sqlite3 reader and Store.runs alike) counts
+    SWE-agent's run-level tokens and dollars, where no call gives any."""
+    from store.run_list import read_run_lines
+
+    path = real("swe-agent/swe-agent__test-repo-i1.traj")
+    stats = json.loads(path.read_bytes())["info"]["model_stats"]
+    run_id = import_file(store, path).run_ids[0]
+    light = read_run_lines(tmp_path / "escrow.db")
+    assert light is not None
+    full = {s.run.id: s.totals for s in store.runs()}[run_id]
+    [line] = [line for line in light if line.run["id"] == run_id]
+    for totals in (line.totals, full.model_dump()):
+        assert (totals["input_tokens"], totals["output_tokens"]) == (stats["tokens_sent"], stats["tokens_received"])
+        assert totals["cost_usd"] == pytest.approx(stats["instance_cost"])
