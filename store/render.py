@@ -8,6 +8,7 @@ import json
 
 from orchestrator.canonical import text_bytes
 from orchestrator.envelope import reported
+from orchestrator.source_figures import IMPORT_EVENT, counted_run_level
 from orchestrator.trajectory import ResponseView, Trajectory, TurnRecord
 from store.chain import GENESIS_EVENT, ChainCheck
 from store.liveness import CRASHED, RUNNING
@@ -51,6 +52,10 @@ def trajectory_header(trajectory: Trajectory) -> list[str]:
         if event.kind == GENESIS_EVENT:
             continue  # the run row's own columns, chained for verify
         lines.append(f"  event {clip(event.kind, 40)}: {clip(event.data_json, 90)}")
+        counted = counted_run_level(event.data_json) if event.kind == IMPORT_EVENT else None
+        if counted:
+            figures = ", ".join(f"{name} {value}" for name, value in counted.items() if value is not None)
+            lines.append(f"  run-level (the source's own, given for no call; counted in its totals): {figures}")
     return lines
 
 
