@@ -4,8 +4,11 @@ For each source format, 1,000 trajectory files are generated from Escrow's own
 fixtures in tests/data/interop (each a copy with its task text made unique,
 so every file has its own sha256), then timed side by side in one run:
 
-- parse only (bytes -> typed records, pure) and full import (parse plus the
-  store write, one transaction per file), in trajectories per second;
+- parse only (bytes -> typed records, pure), and full import (parse plus the
+  store write) two ways: one file a call (``import_file``: one transaction
+  and one run-totals pass per file) and batched (``import_files``, as
+  ``escrow import`` does: up to 100 parsed files a transaction, their totals
+  in one pass), in trajectories per second;
 - the OTLP export of every imported run: building the spans with the
   OpenTelemetry SDK, and building plus encoding them as OTLP JSON, in spans
   per second (and sending them, with --otlp-endpoint URL).
@@ -25,7 +28,7 @@ from pathlib import Path
 
 from orchestrator.interop import read_trajectories
 from store import Store
-from store.importer import import_file
+from store.importer import ImportOutcome, import_file, import_files
 from store.reports import otel_export
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "data" / "interop"
@@ -100,23 +103,39 @@ def main() -> None:
         print(f"generating {args.n} files per format ...", flush=True)
         files = generate(root, args.n)
         store = Store.open(f"sqlite:///{root / 'bench.db'}", synchronous="NORMAL")
-        print(f"{'format':<16}{'files':>7}{'calls':>8}{'parse traj/s':>14}{'import traj/s':>15}{'import/parse':>14}")
+        print(f"{'format':<16}{'files':>7}{'calls':>8}{'parse traj/s':>14}{'per file':>10}{'batched':>10}"
+              f"{'batched/per file':>18}")
         run_ids: list[str] = []
+        all_s = {"per file": 0.0, "batched": 0.0}
+        n_all = 0
         for fmt, paths in files.items():
             started = time.perf_counter()
             trajectories = sum(len(read_trajectories(p.read_bytes(), str(p))) for p in paths)
             parse_s = time.perf_counter() - started
+            # Two halves of the same files, so that both ways write to a store of the same size.
+            half = len(paths) // 2
             started = time.perf_counter()
-            outcomes = [import_file(store, p) for p in paths]
-            import_s = time.perf_counter() - started
-            assert all(not o.skipped for o in outcomes), "every generated file is new"
+            single = [import_file(store, p) for p in paths[:half]]
+            single_s = time.perf_counter() - started
+            started = time.perf_counter()
+            batched = [o for o in import_files(store, paths[half:]) if isinstance(o, ImportOutcome)]
+            batched_s = time.perf_counter() - started
+            outcomes = single + batched
+            assert len(outcomes) == len(paths) and all(not o.skipped for o in outcomes), "every generated file is new"
             run_ids += [r for o in outcomes for r in o.run_ids]
             calls = sum(o.calls for o in outcomes)
+            per_file = sum(len(o.run_ids) for o in single) / single_s
+            in_batches = sum(len(o.run_ids) for o in batched) / batched_s
+            all_s["per file"] += single_s
+            all_s["batched"] += batched_s
+            n_all += len(paths)
             print(
-                f"{fmt:<16}{len(paths):>7}{calls:>8}{trajectories / parse_s:>14.1f}{trajectories / import_s:>15.1f}"
-                f"{(trajectories / import_s) / (trajectories / parse_s):>13.2f}x",
+                f"{fmt:<16}{len(paths):>7}{calls:>8}{trajectories / parse_s:>14.1f}{per_file:>10.1f}{in_batches:>10.1f}"
+                f"{in_batches / per_file:>17.2f}x",
                 flush=True,
             )
+        print(f"all formats: per file {n_all / 2 / all_s['per file']:.1f} traj/s, batched "
+              f"{n_all / 2 / all_s['batched']:.1f} traj/s (goal: 50)")
         trajectories = [store.trajectory(r) for r in run_ids]
         started = time.perf_counter()
         spans = otel_export.collect(trajectories, "bench")

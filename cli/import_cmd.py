@@ -14,13 +14,15 @@ from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
 from cli.usage import choices
 from orchestrator.errors import ConfigError
 from orchestrator.interop import FORMATS, ReadLimits, SourceError
-from store.importer import ImportOutcome, import_file
+from store.importer import ImportOutcome, import_files
 
 MiB = 1024 * 1024
 
 
 def import_(
-    files: list[Path] = typer.Argument(..., help="Trajectory files (.traj, .json, .eval).", show_default=False),
+    files: list[Path] = typer.Argument(
+        ..., help="Trajectory files (.traj, .json, .eval) or OpenHands V1 conversation folders.", show_default=False
+    ),
     fmt: str = typer.Option("auto", "--format", metavar=choices(("auto", *FORMATS)),
                                help="The source format; auto: told by the file."),
     again: bool = typer.Option(False, "--again", help="Import a file again even if its sha256 was imported before."),
@@ -36,8 +38,9 @@ def import_(
 
     Figures a source lacks are stored as absent, never guessed. A file whose
     sha256 was imported before is skipped unless --again. Exit codes: 0 all
-    imported; 10 unreadable (truncated, corrupt); 11 wrong or unknown format;
-    12 unsupported schema version; 13 over a size cap (or a zip bomb)."""
+    imported; 12 unreadable (truncated, corrupt, a compression method Escrow
+    cannot read); 13 wrong or unknown format; 14 unsupported schema version;
+    15 over a size cap (or a zip bomb)."""
     if fmt != "auto" and fmt not in FORMATS:
         raise ConfigError(f"--format takes auto or one of {', '.join(FORMATS)}, not {fmt!r}")
     if max_mib <= 0:
@@ -46,15 +49,14 @@ def import_(
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     failures: list[SourceError] = []
     with open_store(db, config, readonly=False) as store:
-        for n, path in enumerate(files, start=1):
-            try:
-                outcome = import_file(store, path, fmt=fmt, again=again, limits=limits)
-            except SourceError as exc:
-                failures.append(exc)
+        results = import_files(store, files, fmt=fmt, again=again, limits=limits)
+        for n, (path, outcome) in enumerate(zip(files, results, strict=True), start=1):
+            if isinstance(outcome, SourceError):
+                failures.append(outcome)
                 if as_json:
-                    emit_json({"path": str(path), "error": exc.message, "exit_code": exc.exit_code})
+                    emit_json({"path": str(path), "error": outcome.message, "exit_code": outcome.exit_code})
                 else:
-                    err.print(f"[{n}/{len(files)}] [bold red]error:[/] {exc.message}")
+                    err.print(f"[{n}/{len(files)}] [bold red]error:[/] {outcome.message}")
                 continue
             report(outcome, n, len(files), as_json, err)
     if failures:

@@ -77,9 +77,23 @@ def print_run(report: RunCost, *, wide: bool = False) -> None:
     lines += [line for clamp in report.clamps for line in prose(clamp_note(clamp), width)]
     lines += ["", *render(TURN_COLUMNS, line_rows(report), width=width, wide=wide, title="cost per turn"), ""]
     t = report.total.cost
-    lines += prose(f"total ${figure(t.total_usd, 'usd')} = input ${figure(t.input_usd, 'usd')} + cached input "
-                   f"${figure(t.cached_input_usd, 'usd')} + output ${figure(t.output_usd, 'usd')} + GPU "
-                   f"${figure(t.gpu_usd, 'usd')}", width)
+    if report.cost_basis == "price table":
+        lines += prose(f"total ${figure(t.total_usd, 'usd')} = input ${figure(t.input_usd, 'usd')} + cached input "
+                       f"${figure(t.cached_input_usd, 'usd')} + output ${figure(t.output_usd, 'usd')} + GPU "
+                       f"${figure(t.gpu_usd, 'usd')}", width)
+    else:
+        dollars = ABSENT if report.cost_basis == "absent" else f"${figure(t.total_usd, 'usd')}"
+        lines += prose(f"total {dollars}, the {report.source} source's own figures ({report.cost_basis}; "
+                       "--reprice prices the tokens with Escrow's table)", width)
+    if report.run_level_figures:
+        counted = ", ".join(f"{name} {value:,}" if isinstance(value, int) else f"{name} ${figure(value, 'usd')}"
+                            for name, value in report.run_level_figures.items() if value is not None)
+        lines += prose(f"of which run-level, as the source gives no per-call figure for them: {counted}", width)
+    if report.source_totals:
+        both = report.source_totals
+        lines += prose("the source's run-level totals differ from its per-call figures: " + "; ".join(
+            f"{name} {both['run_level'].get(name)} run-level, {both['per_call'].get(name)} per call"
+            for name in both["per_call"]), width)
     if report.comparison is not None:
         for line in comparison_lines(report.comparison):
             lines += prose(line, width)
@@ -143,6 +157,9 @@ def report(
         "--include-replays",
         help="Aggregate: also count replays, re-executions and forks' shared prefixes (no spend of their own).",
     ),
+    reprice: bool = typer.Option(
+        False, "--reprice", help="Price imported runs with Escrow's price table instead of their source's own dollars."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     as_csv: bool = typer.Option(False, "--csv", help="Print CSV (per turn, or per group)."),
     wide: bool = typer.Option(False, "--wide", help="Show every column (tables stacked to fit the width)."),
@@ -169,12 +186,13 @@ def report(
     store, prices = load_context(db, config)
     with store:
         if run is not None:
-            single = report_run(store, run, prices)
+            single = report_run(store, run, prices, reprice)
             emit(single, run_json(single), line_rows(single), as_json, as_csv, wide)
             if html:
                 write_html(html, run_html(single))
             return
-        many = report_runs(store, by=by, since=since_ts, until=until_ts, prices=prices, include_replays=include_replays)
+        many = report_runs(store, by=by, since=since_ts, until=until_ts, prices=prices, include_replays=include_replays,
+                           reprice=reprice)
     if not many.groups:
         window = f" started in the window asked ({since or 'the start'} to {until or 'now'})" if since or until else ""
         raise NothingToReport(f"no runs with recorded model calls{window} in {store.url}")

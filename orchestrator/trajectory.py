@@ -165,6 +165,14 @@ class CallView(Frozen):
     def request(self) -> ModelRequest:
         return _parsed(ModelRequest, self.request_json)
 
+    @property
+    def absent_fields(self) -> tuple[str, ...]:
+        """The request fields its source did not give (an imported call's
+        ``sampling.extra.absent``: its max_tokens is then a placeholder)."""
+        extra = _json_object(self.sampling_json).get("extra")
+        absent = extra.get("absent") if isinstance(extra, dict) else None
+        return tuple(str(a) for a in absent) if isinstance(absent, list) else ()
+
 
 class TransitionView(Frozen):
     seq: int
@@ -225,6 +233,11 @@ class ToolExecutionView(Frozen):
     @property
     def stderr_truncated(self) -> bool:
         return len(self.stderr.encode("utf-8")) < self.stderr_bytes
+
+    @property
+    def imported(self) -> bool:
+        """Executed by the source agent, not by Escrow: no escrow, no ACL decision."""
+        return self.detail_json is not None and _json_object(self.detail_json).get("imported") is True
 
 
 class EventView(Frozen):

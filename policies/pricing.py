@@ -67,10 +67,12 @@ class CostBreakdown(Frozen):
     cached_input_usd: float = 0.0
     output_usd: float = 0.0
     gpu_usd: float = 0.0
+    source_usd: float = 0.0
+    """An imported run's dollars as its source recorded them (not priced here)."""
 
     @property
     def total_usd(self) -> float:
-        return self.input_usd + self.cached_input_usd + self.output_usd + self.gpu_usd
+        return self.input_usd + self.cached_input_usd + self.output_usd + self.gpu_usd + self.source_usd
 
     def __add__(self, other: "CostBreakdown") -> "CostBreakdown":
         return CostBreakdown(
@@ -78,6 +80,7 @@ class CostBreakdown(Frozen):
             cached_input_usd=self.cached_input_usd + other.cached_input_usd,
             output_usd=self.output_usd + other.output_usd,
             gpu_usd=self.gpu_usd + other.gpu_usd,
+            source_usd=self.source_usd + other.source_usd,
         )
 
 

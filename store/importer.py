@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +29,16 @@ from orchestrator.envelope import Attempt, Envelope, FigureSource, Payload, Stat
 from orchestrator.interop import (
     FormatMismatch,
     ReadLimits,
+    SourceError,
     SourceTooLarge,
     SourceTrajectory,
     UnreadableSource,
+    read_folder,
     read_trajectories,
 )
+from orchestrator.interop.openhands_v1 import wanted
 from orchestrator.interop.records import IMPORT_MODE, SourceMessage
+from orchestrator.source_figures import IMPORT_EVENT, RUN_LEVEL
 from store import rows as build
 from store import run_totals
 from store.blobs import History
@@ -47,7 +51,6 @@ from store.writer import append
 
 RUNS = table_of(Run)
 
-IMPORT_EVENT = "import"
 IMPORTED_VERDICT = "IMPORTED"
 REASONING_EVENT = "source_reasoning"
 ABSENT_REQUEST_FIELDS = ("max_tokens", "temperature", "top_p", "stop", "tools")
@@ -65,13 +68,30 @@ class ImportOutcome(Frozen):
     calls: int = 0
 
 
+def read_folder_source(path: Path, limits: ReadLimits) -> tuple[dict[str, bytes], str]:
+    """An OpenHands V1 conversation folder's files (by relative path) and
+    the sha256 of its manifest (each file's path and sha256, in path order),
+    all of them together under the size cap."""
+    try:
+        found = sorted(p for p in path.rglob("*") if p.is_file() and wanted(p.relative_to(path).as_posix()))
+    except OSError as exc:
+        raise UnreadableSource(f"cannot read {path}: {exc.strerror or exc}", path=str(path)) from None
+    if not found:
+        raise FormatMismatch(
+            f"{path} is a directory but not an OpenHands V1 conversation folder (base_state.json and "
+            "events/event-*.json); give trajectory files", path=str(path))
+    files, manifest, total = {}, hashlib.sha256(), 0
+    for file in found:
+        data, digest = read_source(file, limits.model_copy(update={"max_file_bytes": limits.max_file_bytes - total}))
+        total += len(data)
+        relative = file.relative_to(path).as_posix()
+        files[relative] = data
+        manifest.update(f"{relative}\0{digest}\n".encode())
+    return files, manifest.hexdigest()
+
+
 def read_source(path: Path, limits: ReadLimits) -> tuple[bytes, str]:
     """The file's bytes and sha256, read in chunks under the size cap."""
-    if path.is_dir():
-        raise FormatMismatch(
-            f"{path} is a directory; give trajectory files (OpenHands V1 per-event folders are not read)",
-            path=str(path),
-        )
     try:
         size = path.stat().st_size
         if size > limits.max_file_bytes:
@@ -178,7 +198,8 @@ class RunBuilder:
         self.turn_start = len(self.rows)
         call = item.call
         assert call is not None
-        model = call.model or self.trajectory.model or "unknown"
+        # The model asked for (the source's configured one) groups reports; the one that answered is the envelope's.
+        model = self.trajectory.model or call.model or "unknown"
         self.call_id = build.new_row_id()
         stored = build.request_row(
             self.call_id, self.run_id, self.turn, request_of(model, history), None, call.at or self.now, self.history
@@ -186,8 +207,9 @@ class RunBuilder:
         self.rows.append(stored.row)
         self.blobs.update(stored.blobs)
         self.history = stored.history
+        answered_at = call.at + (call.duration_s or 0.0) if call.at is not None else self.now
         self.rows += build.response_rows(
-            self.call_id, self.run_id, self.turn, envelope_of(item), call.usage.cost_usd, self.now
+            self.call_id, self.run_id, self.turn, envelope_of(item), call.usage.cost_usd, answered_at
         )
         if call.reasoning:
             self.rows.append(
@@ -243,12 +265,14 @@ class RunBuilder:
 
 
 def trajectory_rows(
-    run_id: str, trajectory: SourceTrajectory, meta: dict[str, Any], now: float
+    run_id: str, trajectory: SourceTrajectory, meta: dict[str, Any], now: float, ended: float | None = None
 ) -> tuple[list[Pending], dict[str, str]]:
     """Pure: every chained row of one imported trajectory, and the blobs its
-    requests refer to."""
+    requests refer to. ``now``: the run's start (rows the source gives no
+    time for); ``ended``: its end, the verdict's time (the run's finished_at)."""
     builder = RunBuilder(run_id, trajectory, now)
-    builder.rows.append(build.event_row(run_id, None, IMPORT_EVENT, {**meta, "info": trajectory.info}, now))
+    builder.rows.append(build.event_row(run_id, None, IMPORT_EVENT, {**meta, **run_level(trajectory),
+                                                                    "info": trajectory.info}, now))
     histories: dict[int, list[Message]] = {}
     for item in trajectory.messages:
         history = histories.setdefault(item.conversation, [])
@@ -262,10 +286,22 @@ def trajectory_rows(
     builder.close_turn()
     builder.rows.append(
         build.event_row(
-            run_id, None, VERDICT_EVENT, {"verdict": IMPORTED_VERDICT, "detail": outcome_of(trajectory)}, now
+            run_id, None, VERDICT_EVENT, {"verdict": IMPORTED_VERDICT, "detail": outcome_of(trajectory)},
+            max(now, ended or now),
         )
     )
     return builder.rows, builder.blobs
+
+
+def run_level(trajectory: SourceTrajectory) -> dict[str, Any]:
+    """The source's run-level totals as the import event records them:
+    ``reported`` (all of them) and ``counted`` (those no call gives, which
+    count in the run's totals and in aggregates, marked run-level)."""
+    counted = trajectory.run_level_counted()
+    return {RUN_LEVEL: {
+        "reported": None if trajectory.run_usage is None else trajectory.run_usage.model_dump(),
+        "counted": None if counted is None else counted.model_dump(),
+    }}
 
 
 def outcome_of(trajectory: SourceTrajectory) -> str:
@@ -282,6 +318,137 @@ def outcome_of(trajectory: SourceTrajectory) -> str:
     return "; ".join(parts)
 
 
+def first_time(trajectory: SourceTrajectory) -> float | None:
+    times = message_times(trajectory)
+    return min(times) if times else None
+
+
+def last_time(trajectory: SourceTrajectory) -> float | None:
+    times = message_times(trajectory)
+    return max(times) if times else None
+
+
+def message_times(trajectory: SourceTrajectory) -> list[float]:
+    """The times the source gives its calls and tool results."""
+    out = []
+    for m in trajectory.messages:
+        if m.call is not None and m.call.at is not None:
+            out.append(m.call.at + (m.call.duration_s or 0.0))
+        if m.observation is not None and m.observation.at is not None:
+            out.append(m.observation.at)
+    return out
+
+
+class Parsed(Frozen):
+    """One source file read and parsed, not yet written."""
+
+    path: str
+    name: str
+    sha256: str
+    trajectories: tuple[SourceTrajectory, ...]
+
+
+def parse_file(path: Path, fmt: str, limits: ReadLimits) -> Parsed:
+    data: bytes | dict[str, bytes]
+    data, sha256 = read_folder_source(path, limits) if path.is_dir() else read_source(path, limits)
+    return _parsed(Parsed(path=str(path), name=path.name, sha256=sha256, trajectories=()), data, fmt, limits)
+
+
+def _parsed(self: Parsed, data: bytes | dict[str, bytes], fmt: str, limits: ReadLimits) -> Parsed:
+    trajectories = (read_folder(data, self.path, fmt) if isinstance(data, dict)
+                    else read_trajectories(data, self.path, fmt, limits))
+    if not trajectories:
+        raise UnreadableSource(f"{self.path}: holds no trajectory", path=self.path)
+    return self.model_copy(update={"trajectories": tuple(trajectories)})
+
+
+def write_runs(conn: Connection, parsed: Parsed, now: float) -> list[str]:
+    """The runs of one parsed file, in the caller's transaction (their totals are the caller's)."""
+    run_ids = []
+    for index, trajectory in enumerate(parsed.trajectories):
+        run_id = build.new_run_id()
+        meta = {
+            "format": trajectory.format,
+            "version": trajectory.version,
+            "sha256": parsed.sha256,
+            "file": parsed.name,
+            "source_id": trajectory.source_id,
+            "index": index,
+        }
+        model = (
+            trajectory.model
+            or next((m.call.model for m in trajectory.messages if m.call and m.call.model), None)
+            or "unknown"
+        )
+        started = trajectory.started_at or first_time(trajectory) or now
+        row = build.run_row(
+            run_id=run_id, now=started, task=trajectory.task, repo=parsed.path, config={"import": meta}, policy={},
+            model=model, mode=IMPORT_MODE, parent_run_id=None, forked_at_turn=None, version=__version__,
+        )
+        conn.execute(RUNS.insert(), [row])
+        ended = trajectory.ended_at or last_time(trajectory) or started
+        rows, blobs = trajectory_rows(run_id, trajectory, meta, started, ended)
+        put_blobs(conn, blobs)
+        verdict = append(conn, run_id, rows)[-1]
+        conn.execute(
+            RUNS.update().where(RUNS.c.id == run_id).values(
+                status="finished", verdict=IMPORTED_VERDICT,
+                verdict_detail=json.loads(verdict["data_json"])["detail"], finished_at=verdict["at"],
+            )
+        )
+        run_ids.append(run_id)
+    return run_ids
+
+
+def outcome(parsed: Parsed, run_ids: Sequence[str]) -> ImportOutcome:
+    first = parsed.trajectories[0]
+    return ImportOutcome(path=parsed.path, sha256=parsed.sha256, format=first.format, version=first.version,
+                         run_ids=tuple(run_ids), calls=sum(t.calls for t in parsed.trajectories))
+
+
+def import_files(
+    store: Store,
+    paths: Sequence[Path],
+    *,
+    fmt: str = "auto",
+    again: bool = False,
+    limits: ReadLimits | None = None,
+    clock: Callable[[], float] = time.time,
+    batch: int = 100,
+) -> Iterator[ImportOutcome | SourceError]:
+    """Import each file, all or nothing per file, in order: its outcome, or
+    the error that stopped it (the other files go on). Up to ``batch`` parsed
+    files are written in one transaction, their run totals in one pass: a
+    file that cannot be read or parsed is never part of a write."""
+    limits = limits or ReadLimits()
+    for start in range(0, len(paths), batch):
+        done: list[ImportOutcome | SourceError | Parsed] = []
+        for path in paths[start:start + batch]:
+            try:
+                done.append(parse_file(path, fmt, limits))
+            except SourceError as exc:
+                done.append(exc)
+        now = clock()
+        with store.write() as conn:
+            written: list[str] = []
+            seen: dict[str, ImportOutcome] = {}
+            for i, item in enumerate(done):
+                if not isinstance(item, Parsed):
+                    continue
+                existing = already_imported(conn, item.sha256)
+                if (existing or item.sha256 in seen) and not again:
+                    ids = tuple(existing) or seen[item.sha256].run_ids
+                    done[i] = ImportOutcome(path=item.path, sha256=item.sha256, run_ids=ids, skipped=True)
+                    continue
+                run_ids = write_runs(conn, item, now)
+                written += run_ids
+                done[i] = seen[item.sha256] = outcome(item, run_ids)
+            run_totals.write(conn, written)
+        for item in done:
+            assert not isinstance(item, Parsed)
+            yield item
+
+
 def import_file(
     store: Store,
     path: Path,
@@ -292,73 +459,7 @@ def import_file(
     clock: Callable[[], float] = time.time,
 ) -> ImportOutcome:
     """Import every trajectory of one file, all or nothing."""
-    limits = limits or ReadLimits()
-    data, sha256 = read_source(path, limits)
-    with store.read() as conn:
-        existing = already_imported(conn, sha256)
-    if existing and not again:
-        return ImportOutcome(path=str(path), sha256=sha256, run_ids=tuple(existing), skipped=True)
-    trajectories = read_trajectories(data, str(path), fmt, limits)
-    if not trajectories:
-        raise UnreadableSource(f"{path}: holds no trajectory", path=str(path))
-    now = clock()
-    run_ids = []
-    with store.write() as conn:
-        if not again and already_imported(conn, sha256):  # imported meanwhile by another process
-            return ImportOutcome(
-                path=str(path), sha256=sha256, run_ids=tuple(already_imported(conn, sha256)), skipped=True
-            )
-        for index, trajectory in enumerate(trajectories):
-            run_id = build.new_run_id()
-            meta = {
-                "format": trajectory.format,
-                "version": trajectory.version,
-                "sha256": sha256,
-                "file": path.name,
-                "source_id": trajectory.source_id,
-                "index": index,
-            }
-            model = (
-                trajectory.model
-                or next((m.call.model for m in trajectory.messages if m.call and m.call.model), None)
-                or "unknown"
-            )
-            row = build.run_row(
-                run_id=run_id,
-                now=now,
-                task=trajectory.task,
-                repo=str(path),
-                config={"import": meta},
-                policy={},
-                model=model,
-                mode=IMPORT_MODE,
-                parent_run_id=None,
-                forked_at_turn=None,
-                version=__version__,
-            )
-            conn.execute(RUNS.insert(), [row])
-            rows, blobs = trajectory_rows(run_id, trajectory, meta, now)
-            put_blobs(conn, blobs)
-            written = append(conn, run_id, rows)
-            verdict = written[-1]
-            conn.execute(
-                RUNS.update()
-                .where(RUNS.c.id == run_id)
-                .values(
-                    status="finished",
-                    verdict=IMPORTED_VERDICT,
-                    verdict_detail=json.loads(verdict["data_json"])["detail"],
-                    finished_at=verdict["at"],
-                )
-            )
-            run_totals.write(conn, [run_id])
-            run_ids.append(run_id)
-    first = trajectories[0]
-    return ImportOutcome(
-        path=str(path),
-        sha256=sha256,
-        format=first.format,
-        version=first.version,
-        run_ids=tuple(run_ids),
-        calls=sum(t.calls for t in trajectories),
-    )
+    [result] = import_files(store, [path], fmt=fmt, again=again, limits=limits, clock=clock)
+    if isinstance(result, SourceError):
+        raise result
+    return result

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from sqlalchemy import Connection, Table, case, func, inspect, select
 from sqlmodel import SQLModel
 
+from orchestrator.source_figures import IMPORT_EVENT, add_run_level, counted_run_level
 from orchestrator.trajectory import (
     AttemptView,
     CallView,
@@ -142,6 +143,12 @@ def run_totals(conn: Connection, run_ids: list[str]) -> dict[str, RunTotals]:
             input_tokens=tin or 0, cached_input_tokens=tcached or 0, output_tokens=tout or 0, cost_usd=cost,
             responses=n, unreported={k: int(v or 0) for k, v in zip(figures, unreported, strict=True) if v},
         )
+    events = _table(EventRow)
+    for run_id, data_json in conn.execute(select(events.c.run_id, events.c.data_json).where(
+            events.c.run_id.in_(run_ids), events.c.kind == IMPORT_EVENT, events.c.turn.is_(None))):
+        counted = counted_run_level(data_json)
+        if counted is not None:  # an imported run's run-level figures no call gives
+            add_run_level(counts[run_id], counted)
     return {run_id: RunTotals(**values) for run_id, values in counts.items()}
 
 

@@ -8,6 +8,7 @@ import json
 
 from orchestrator.canonical import text_bytes
 from orchestrator.envelope import reported
+from orchestrator.source_figures import IMPORT_EVENT, counted_run_level
 from orchestrator.trajectory import ResponseView, Trajectory, TurnRecord
 from store.chain import GENESIS_EVENT, ChainCheck
 from store.liveness import CRASHED, RUNNING
@@ -51,6 +52,10 @@ def trajectory_header(trajectory: Trajectory) -> list[str]:
         if event.kind == GENESIS_EVENT:
             continue  # the run row's own columns, chained for verify
         lines.append(f"  event {clip(event.kind, 40)}: {clip(event.data_json, 90)}")
+        counted = counted_run_level(event.data_json) if event.kind == IMPORT_EVENT else None
+        if counted:
+            figures = ", ".join(f"{name} {value}" for name, value in counted.items() if value is not None)
+            lines.append(f"  run-level (the source's own, given for no call; counted in its totals): {figures}")
     return lines
 
 
@@ -83,7 +88,8 @@ def turn_lines(record: TurnRecord) -> list[str]:
     lines = ["", f"turn {record.turn}: {state}", *in_flight_lines(record)]
     for call in record.calls:
         resp = call.response
-        lines.append(f"  call {call.id[:12]} request sha256 {call.request_sha256[:16]}  max_tokens {call.max_tokens}")
+        limit = "absent (the source gives none)" if "max_tokens" in call.absent_fields else call.max_tokens
+        lines.append(f"  call {call.id[:12]} request sha256 {call.request_sha256[:16]}  max_tokens {limit}")
         if resp is None:
             lines.append("    no response recorded")
             continue
@@ -101,10 +107,15 @@ def turn_lines(record: TurnRecord) -> list[str]:
             lines.append(f"    reasoning {reasoning_figures(resp)}: {clip(resp.reasoning, 200)}")
     executions = {e.candidate_id: e for e in record.tool_executions}
     for cand in record.candidates:
-        path = " -> ".join(t.to_state for t in cand.transitions) or "no transitions"
-        lines.append(f"  candidate {cand.candidate_index} {clip(cand.tool_name or '?', 60)}: {path}")
         run = executions.get(cand.id)
-        if run is not None:
+        path = " -> ".join(t.to_state for t in cand.transitions) or "no transitions"
+        if run is not None and run.imported:
+            path = "executed by the source agent (imported: no escrow, no ACL decision made)"
+        lines.append(f"  candidate {cand.candidate_index} {clip(cand.tool_name or '?', 60)}: {path}")
+        if run is not None and run.imported:
+            lines.append(f"    exit {run.exit_code if run.exit_code is not None else '-'}  {_secs(run.duration_s)}")
+            lines.append(f"    output: {clip(run.observation, 90)}")
+        elif run is not None:
             lines.append(
                 f"    {run.decision or '-'} by {clip(run.rule or '-', 80)}  exit "
                 f"{run.exit_code if run.exit_code is not None else '-'}"

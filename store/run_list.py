@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.source_figures import IMPORT_EVENT, add_run_level, counted_run_level
 from orchestrator.terminal_text import one_line
 from store.schema_version import LATEST
 from store.text_codec import escape, unescape
@@ -203,6 +204,12 @@ def _totals(conn: sqlite3.Connection, ids: list[str]) -> dict[str, dict[str, Any
     ):
         found.setdefault(run_id, dict(_EMPTY_TOTALS)).update(
             input_tokens=tin or 0, cached_input_tokens=tcached or 0, output_tokens=tout or 0, cost_usd=cost)
+    for run_id, data_json in conn.execute(
+            f"SELECT run_id, data_json FROM events WHERE run_id IN ({marks}) AND kind = ? AND turn IS NULL",
+            [*args, IMPORT_EVENT]):
+        counted = counted_run_level(unescape(data_json)) if isinstance(data_json, str) else None
+        if counted is not None:  # an imported run's run-level figures no call gives
+            add_run_level(found.setdefault(run_id, dict(_EMPTY_TOTALS)), counted)
     return found
 
 

@@ -11,6 +11,7 @@ from operator import attrgetter
 
 from orchestrator.contract import Frozen
 from orchestrator.costing.figures import (
+    ESCROW_SOURCE,
     GROUP_BY,
     PriceLookup,
     RunSlice,
@@ -72,7 +73,8 @@ class AggregateReport(Frozen):
     """False: replays, re-executions and forks' shared prefixes are left out (no spend of their own)."""
 
 
-CostParts = tuple[float, float, float, float]
+CostParts = tuple[float, float, float, float, float]
+"""(input, cached input, output, GPU, the source's own) dollars."""
 DAY_S = 86_400
 
 
@@ -84,19 +86,20 @@ def _stats(key: str, pieces: Sequence[RunSlice], costs: Sequence[CostParts],
     report has tens of thousands of pieces)."""
     run_cost: dict[str, float] = defaultdict(float)
     run_tokens: dict[str, int] = defaultdict(int)
-    for p, (a, b, c, d) in zip(pieces, costs, strict=True):
-        run_cost[p.run_id] += a + b + c + d
+    for p, (a, b, c, d, e) in zip(pieces, costs, strict=True):
+        run_cost[p.run_id] += a + b + c + d + e
         run_tokens[p.run_id] += p.prompt_tokens + p.completion_tokens
     # Tool time belongs to a run, not to one of its models: counted once a run.
     tool_s = dict(zip(map(attrgetter("run_id"), pieces), map(attrgetter("tool_s"), pieces), strict=True))
-    input_usd, cached_usd, output_usd, gpu_usd = [sum(part) for part in zip(*costs, strict=True)] or [0.0] * 4
+    sums = [sum(part) for part in zip(*costs, strict=True)] or [0.0] * 5
+    input_usd, cached_usd, output_usd, gpu_usd, source_usd = sums
     prompt, cached = sum(map(attrgetter("prompt_tokens"), pieces)), sum(map(attrgetter("cached_tokens"), pieces))
     return GroupStats(
         key=key, runs=len(run_cost), calls=sum(map(attrgetter("calls"), pieces)), prompt_tokens=prompt,
         cached_tokens=cached, prefilled_tokens=prompt - cached,
         completion_tokens=sum(map(attrgetter("completion_tokens"), pieces)),
         cost=CostBreakdown(input_usd=input_usd, cached_input_usd=cached_usd, output_usd=output_usd,
-                           gpu_usd=gpu_usd),
+                           gpu_usd=gpu_usd, source_usd=source_usd),
         gpu_s=sum(map(attrgetter("gpu_s"), pieces)), decode_s=sum(map(attrgetter("decode_s"), pieces)),
         tool_s=sum(tool_s.values()), retries=sum(map(attrgetter("retries"), pieces)),
         wait_s=sum(map(attrgetter("wait_s"), pieces)), cost_per_run=Spread.of(list(run_cost.values())),
@@ -104,14 +107,22 @@ def _stats(key: str, pieces: Sequence[RunSlice], costs: Sequence[CostParts],
     )
 
 
-def _cost_of(prices: PriceLookup) -> Callable[[RunSlice], CostParts]:
-    """A piece's cost parts, each model's price looked up once."""
+def priced(p: RunSlice, reprice: bool) -> bool:
+    """Escrow's own runs are priced by the table; imported ones only ``reprice``-d."""
+    return p.source == ESCROW_SOURCE or reprice
+
+
+def _cost_of(prices: PriceLookup, reprice: bool = False) -> Callable[[RunSlice], CostParts]:
+    """A piece's cost parts, each model's price looked up once; an imported
+    run's are its source's own dollars unless ``reprice``."""
     price_of: dict[str, Price | None] = {}
 
     def cost(p: RunSlice) -> CostParts:
+        if not priced(p, reprice):
+            return 0.0, 0.0, 0.0, 0.0, p.source_usd or 0.0
         if p.model not in price_of:
             price_of[p.model] = prices(p.model)
-        return cost_parts(p.prompt_tokens, p.cached_tokens, p.completion_tokens, p.gpu_s, price_of[p.model])
+        return (*cost_parts(p.prompt_tokens, p.cached_tokens, p.completion_tokens, p.gpu_s, price_of[p.model]), 0.0)
 
     return cost
 
@@ -143,6 +154,7 @@ def _key_of(by: str) -> Callable[[RunSlice], str]:
 def aggregate(
     pieces: Iterable[RunSlice], ttfts: Iterable[tuple[str, float, int]], *, by: str, prices: PriceLookup,
     price_version: str, since: float | None = None, until: float | None = None, include_replays: bool = False,
+    reprice: bool = False,
 ) -> AggregateReport:
     """``ttfts`` is a histogram of the answered calls' TTFTs: (group key,
     seconds, how many calls), the key as ``group_key`` makes it."""
@@ -150,7 +162,7 @@ def aggregate(
         raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUP_BY)}")
     pieces = list(pieces)
     # Each piece priced once, for its group's sums and for the total's.
-    key_of, costs = _key_of(by), list(map(_cost_of(prices), pieces))
+    key_of, costs = _key_of(by), list(map(_cost_of(prices, reprice), pieces))
     grouped: dict[str, list[int]] = defaultdict(list)
     for i, p in enumerate(pieces):
         grouped[key_of(p)].append(i)
@@ -164,5 +176,6 @@ def aggregate(
         groups=tuple(_stats(k, [pieces[i] for i in grouped[k]], [costs[i] for i in grouped[k]], ttft_groups[k])
                      for k in sorted(grouped)),
         total=_stats("TOTAL", pieces, costs, all_ttfts) if pieces else None,
-        warnings=tuple(unpriced_warnings({p.model for p in pieces}, prices)), include_replays=include_replays,
+        warnings=tuple(unpriced_warnings({p.model for p in pieces if priced(p, reprice)}, prices)),
+        include_replays=include_replays,
     )

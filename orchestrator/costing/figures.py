@@ -48,6 +48,11 @@ class RunSlice(NamedTuple):
     source: str = ESCROW_SOURCE
     """Who recorded the run: "escrow", or an imported run's source format."""
     batch: str | None = None
+    source_usd: float | None = None
+    """An imported run's dollars for these calls as its source recorded them
+    (None: Escrow's own run, or a source that gave none); used unless repriced."""
+    run_level: bool = False
+    """The source's run-level totals (figures no call of it gives), not a sum over calls."""
 
 
 class CallFigures(Frozen):
@@ -72,6 +77,9 @@ class CallFigures(Frozen):
     cached_reported: int | None = None
     """The server's own cached count where it exceeded the prompt (the
     recorded one is clamped to the prompt); None: not clamped."""
+    source_usd: float | None = None
+    """An imported call's dollars as its source recorded them; None: Escrow's
+    own call, or the source gave none."""
 
     @property
     def gpu_s(self) -> float:

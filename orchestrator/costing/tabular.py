@@ -32,6 +32,7 @@ def line_row(line: CostLine) -> dict[str, Any]:
         "cached_input_usd": usd(line.cost.cached_input_usd),
         "output_usd": usd(line.cost.output_usd),
         "gpu_usd": usd(line.cost.gpu_usd),
+        "source_usd": usd(line.cost.source_usd),
         "cost_usd": usd(line.cost.total_usd),
         "gpu_s": round(line.gpu_s, 6),
         "wait_s": round(line.wait_s, 6),
@@ -80,6 +81,10 @@ def run_json(report: RunCost) -> dict[str, Any]:
         "warnings": list(report.warnings),
         "engines": list(report.engines),
         "cached_clamps": [c.model_dump() for c in report.clamps],
+        "source": report.source,
+        "cost_basis": report.cost_basis,
+        "run_level": None if report.run_level is None else line_row(report.run_level),
+        "source_totals": report.source_totals,
     }
 
 
@@ -95,6 +100,7 @@ def group_row(g: GroupStats, by: str) -> dict[str, Any]:
         "cache_hit_ratio": None if g.hit_ratio is None else round(g.hit_ratio, 4),
         "cost_usd": usd(g.cost.total_usd),
         "gpu_usd": usd(g.cost.gpu_usd),
+        "source_usd": usd(g.cost.source_usd),
         "cost_per_run_p50": p_usd(g.cost_per_run.p50),
         "cost_per_run_p95": p_usd(g.cost_per_run.p95),
         "tokens_per_run_p50": g.tokens_per_run.p50,

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from orchestrator.context.accounting import prefill_tokens_ideal_cache, resent_tokens_no_cache
 from orchestrator.contract import Frozen
-from orchestrator.costing.figures import CallFigures, PriceLookup, ToolFigures, ratio
+from orchestrator.costing.figures import ESCROW_SOURCE, CallFigures, PriceLookup, ToolFigures, ratio
 from policies.pricing import CostBreakdown, cost_breakdown
 
 
@@ -82,6 +82,18 @@ class RunCost(Frozen):
     engines: tuple[str, ...] = ()
     last_alive_at: float | None = None
     """A crashed run's last heartbeat (its process is gone)."""
+    source: str = ESCROW_SOURCE
+    cost_basis: str = "price table"
+    """Where the dollars come from: "price table" (Escrow's, an imported run
+    only with --reprice), "source per call", "source run-level", or "absent"
+    (an imported run whose source recorded none)."""
+    run_level: CostLine | None = None
+    """The source's run-level figures that no call gives, counted in ``total``."""
+    run_level_figures: dict[str, float | int | None] | None = None
+    """Those figures by name (None: the source does not give it at run level either)."""
+    source_totals: dict[str, dict[str, float | int | None]] | None = None
+    """The source's run-level totals beside the sum of its per-call figures
+    ("run_level", "per_call"), where it has both and they differ."""
     clamps: tuple[CachedClamp, ...] = ()
     """Calls whose server reported more cached tokens than the prompt held."""
 
@@ -132,13 +144,19 @@ def chapter_comparison(calls: Sequence[CallFigures]) -> ChapterComparison | None
     )
 
 
+def call_cost(call: CallFigures, prices: PriceLookup, priced: bool) -> CostBreakdown:
+    """A call's dollars: priced by the table, or (an imported run not
+    repriced) the source's own, none where it gave none."""
+    if not priced:
+        return CostBreakdown(source_usd=call.source_usd or 0.0)
+    return cost_breakdown(call.prompt_tokens, call.cached, call.completion_tokens, call.gpu_s, prices(call.model))
+
+
 def cost_line(turn: int | None, calls: Sequence[CallFigures], resent: Sequence[int], tools: Sequence[ToolFigures],
-              prices: PriceLookup) -> CostLine:
+              prices: PriceLookup, priced: bool = True) -> CostLine:
     cost = CostBreakdown()
     for call in calls:
-        cost = cost + cost_breakdown(
-            call.prompt_tokens, call.cached, call.completion_tokens, call.gpu_s, prices(call.model)
-        )
+        cost = cost + call_cost(call, prices, priced)
     ttfts = [c.ttft_s for c in calls if c.ttft_s is not None]
     prompt, cached = sum(c.prompt_tokens for c in calls), sum(c.cached for c in calls)
     return CostLine(
@@ -155,9 +173,15 @@ def cost_line(turn: int | None, calls: Sequence[CallFigures], resent: Sequence[i
 
 def run_cost(
     *, run_id: str, model: str, status: str, verdict: str | None, calls: Sequence[CallFigures],
-    tools: Sequence[ToolFigures], prices: PriceLookup, price_version: str,
+    tools: Sequence[ToolFigures], prices: PriceLookup, price_version: str, source: str = ESCROW_SOURCE,
+    reprice: bool = False, run_level: CallFigures | None = None,
+    reported: dict[str, float | int | None] | None = None,
 ) -> RunCost:
-    """Per-turn lines (in turn order; calls outside a turn under None last), the total, the comparison."""
+    """Per-turn lines (in turn order; calls outside a turn under None last), the total, the comparison.
+    An imported run (``source`` not Escrow) costs what its source recorded,
+    per call, plus ``run_level`` (its run-level figures no call gives),
+    unless ``reprice``; ``reported`` is the source's run-level totals."""
+    priced = source == ESCROW_SOURCE or reprice
     resent = resent_per_call(calls)
     by_turn: dict[int | None, list[int]] = defaultdict(list)
     for index, call in enumerate(calls):
@@ -167,17 +191,63 @@ def run_cost(
         tools_by_turn[tool.turn].append(tool)
     numbers = sorted({n for n in (*by_turn, *tools_by_turn) if n is not None})
     lines = [
-        cost_line(n, [calls[i] for i in by_turn[n]], [resent[i] for i in by_turn[n]], tools_by_turn[n], prices)
+        cost_line(n, [calls[i] for i in by_turn[n]], [resent[i] for i in by_turn[n]], tools_by_turn[n], prices,
+                  priced)
         for n in numbers
     ]
-    total = cost_line(None, calls, resent, tools, prices)
+    total = cost_line(None, calls, resent, tools, prices, priced)
+    extra = None if run_level is None else cost_line(None, [run_level], [0], [], prices, priced)
+    if extra is not None:
+        total = total.model_copy(update={
+            "prompt_tokens": total.prompt_tokens + extra.prompt_tokens,
+            "cached_tokens": total.cached_tokens + extra.cached_tokens,
+            "prefilled_tokens": total.prefilled_tokens + extra.prefilled_tokens,
+            "completion_tokens": total.completion_tokens + extra.completion_tokens, "cost": total.cost + extra.cost})
+    models = {c.model for c in calls} | ({run_level.model} if run_level else set())
+    basis = "price table" if priced else cost_basis(calls, run_level)
+    warnings = unpriced_warnings(models, prices) if priced else []
+    if basis == "absent":
+        warnings.append("the source recorded no cost for this run: its dollars are absent "
+                        "(--reprice prices its tokens with Escrow's price table)")
     return RunCost(
         run_id=run_id, model=model, status=status, verdict=verdict, price_version=price_version,
         turns=tuple(lines), total=total, comparison=chapter_comparison(calls),
-        warnings=tuple(unpriced_warnings({c.model for c in calls}, prices)),
+        warnings=tuple(warnings), source=source, cost_basis=basis, run_level=extra,
+        run_level_figures=None if run_level is None else {
+            "prompt_tokens": run_level.prompt_tokens if run_level.prompt_source != "absent" else None,
+            "completion_tokens": run_level.completion_tokens if run_level.prompt_source != "absent" else None,
+            "cost_usd": run_level.source_usd},
+        source_totals=differing(calls, reported),
         clamps=tuple(CachedClamp(turn=c.turn, reported=c.cached_reported, counted=c.cached)
                      for c in calls if c.cached_reported is not None),
     )
+
+
+def cost_basis(calls: Sequence[CallFigures], run_level: CallFigures | None) -> str:
+    if any(c.source_usd is not None for c in calls):
+        return "source per call"
+    if run_level is not None and run_level.source_usd is not None:
+        return "source run-level"
+    return "absent"
+
+
+def differing(calls: Sequence[CallFigures], reported: dict[str, float | int | None] | None,
+              ) -> dict[str, dict[str, float | int | None]] | None:
+    """The source's run-level totals and its per-call sums, where both give a figure and one differs."""
+    if not reported:
+        return None
+    costs = [c.source_usd for c in calls if c.source_usd is not None]
+    answered = [c for c in calls if c.has_usage]
+    per_call: dict[str, float | int | None] = {
+        "prompt_tokens": sum(c.prompt_tokens for c in answered) if answered else None,
+        "cached_tokens": sum(c.cached for c in answered) if answered else None,
+        "completion_tokens": sum(c.completion_tokens for c in answered) if answered else None,
+        "cost_usd": round(sum(costs), 9) if costs else None,
+    }
+    both = [k for k, v in per_call.items() if v is not None and reported.get(k) is not None]
+    if not any(abs(float(per_call[k] or 0) - float(reported[k] or 0)) > 1e-9 for k in both):
+        return None
+    return {"run_level": {k: reported.get(k) for k in per_call}, "per_call": per_call}
 
 
 def unpriced_warnings(models: set[str], prices: PriceLookup) -> list[str]:

@@ -8,7 +8,7 @@ from orchestrator.interop.errors import (
     UnreadableSource,
     UnsupportedVersion,
 )
-from orchestrator.interop.formats import detect, read_trajectories
+from orchestrator.interop.formats import detect, read_folder, read_trajectories
 from orchestrator.interop.limits import ReadLimits
 from orchestrator.interop.records import (
     FORMATS,
@@ -33,5 +33,6 @@ __all__ = [
     "UnreadableSource",
     "UnsupportedVersion",
     "detect",
+    "read_folder",
     "read_trajectories",
 ]

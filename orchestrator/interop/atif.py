@@ -115,6 +115,9 @@ def parse(doc: Any, name: str) -> list[SourceTrajectory]:
             task=task,
             model=trajectory.agent.model_name,
             messages=tuple(messages),
+            run_usage=None if (f := trajectory.final_metrics) is None else SourceUsage(
+                prompt_tokens=f.total_prompt_tokens, cached_tokens=f.total_cached_tokens,
+                completion_tokens=f.total_completion_tokens, cost_usd=f.total_cost_usd),
             info={
                 "agent": trajectory.agent.model_dump(exclude_none=True, exclude={"extra", "tool_definitions"}),
                 "final_metrics": trajectory.final_metrics.model_dump(exclude_none=True)

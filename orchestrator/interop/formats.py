@@ -3,9 +3,10 @@ SourceTrajectory records out. Pure: no file or database access."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
-from orchestrator.interop import atif, inspect_eval, mini_swe_agent, openhands, swe_agent
+from orchestrator.interop import atif, inspect_eval, mini_swe_agent, openhands, openhands_v1, swe_agent
 from orchestrator.interop.errors import FormatMismatch
 from orchestrator.interop.limits import ReadLimits, parse_json
 from orchestrator.interop.records import FORMATS, SourceTrajectory
@@ -67,3 +68,15 @@ def read_trajectories(
         hint = f" (it looks like {found})" if found else ""
         raise FormatMismatch(f"{name}: not a {fmt} trajectory{hint}", path=name, format=fmt)
     return JSON_FORMATS[fmt].parse(doc, name)
+
+
+def read_folder(files: Mapping[str, bytes], name: str, fmt: str = "auto") -> list[SourceTrajectory]:
+    """The trajectory of a folder of source files (an OpenHands V1
+    conversation: ``files`` by path relative to the folder)."""
+    if not openhands_v1.looks_like(files):
+        raise FormatMismatch(
+            f"{name} is a directory but not an OpenHands V1 conversation folder "
+            f"({openhands_v1.STATE} and events/event-*.json); give trajectory files", path=name)
+    if fmt not in ("auto", openhands_v1.FORMAT):
+        raise FormatMismatch(f"{name}: is an OpenHands V1 conversation folder, not {fmt}", path=name, format=fmt)
+    return openhands_v1.parse(files, name)

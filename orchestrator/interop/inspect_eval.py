@@ -70,6 +70,18 @@ def inspect_usage(usage: Any) -> SourceUsage:
     )
 
 
+def sum_usage(usages: Any) -> SourceUsage:
+    """The figures of several models' usages added (None where none has one)."""
+    parts = [inspect_usage(u) for u in usages]
+
+    def total(name: str) -> Any:
+        found = [getattr(u, name) for u in parts if getattr(u, name) is not None]
+        return sum(found) if found else None
+
+    return SourceUsage(prompt_tokens=total("prompt_tokens"), cached_tokens=total("cached_tokens"),
+                       completion_tokens=total("completion_tokens"), cost_usd=total("cost_usd"))
+
+
 def reasoning_of(content: Any) -> str | None:
     if isinstance(content, list):
         parts = [p.get("reasoning") for p in content if isinstance(p, dict) and p.get("type") == "reasoning"]
@@ -212,6 +224,10 @@ def sample_trajectory(sample: dict[str, Any], header: dict[str, Any], version: i
         task=task or "",
         model=spec.get("model"),
         messages=tuple(out),
+        run_usage=sum_usage(obj(sample.get("model_usage")).values()) if obj(sample.get("model_usage")) else None,
+        started_at=epoch_seconds(sample.get("started_at")) or epoch_seconds(obj(header.get("stats")).get("started_at")),
+        ended_at=epoch_seconds(sample.get("completed_at"))
+        or epoch_seconds(obj(header.get("stats")).get("completed_at")),
         info={
             "scores": resolve(sample.get("scores"), attachments),
             "model_usage": sample.get("model_usage"),

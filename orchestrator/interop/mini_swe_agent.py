@@ -23,7 +23,14 @@ from orchestrator.interop.content import (
     text_of,
 )
 from orchestrator.interop.errors import UnsupportedVersion
-from orchestrator.interop.records import SourceMessage, SourceObservation, SourceTrajectory, call_message, plain
+from orchestrator.interop.records import (
+    SourceMessage,
+    SourceObservation,
+    SourceTrajectory,
+    SourceUsage,
+    call_message,
+    plain,
+)
 
 FORMAT = "mini-swe-agent"
 VERSIONS = ("mini-swe-agent-1", "mini-swe-agent-1.1")
@@ -90,6 +97,7 @@ def parse(doc: Any, name: str) -> list[SourceTrajectory]:
         raw_messages = need(doc.get("messages"), list, "'messages'", name)
         info = obj(doc.get("info"))
     messages: list[SourceMessage] = []
+    exit_extra: dict[str, Any] = {}
     before: dict[str, Any] | None = None
     for i, m in enumerate(raw_messages):
         need(m, dict, f"messages[{i}]", name)
@@ -100,6 +108,10 @@ def parse(doc: Any, name: str) -> list[SourceTrajectory]:
             messages.append(observation(m, before))
         elif role in ("system", "user", "tool"):
             messages.append(plain(role, text_of(m.get("content"))))
+        elif role == "exit":
+            # v2 closes with the agent's exit (status, submission, error): kept as a message, its status as the outcome.
+            messages.append(plain("user", text_of(m.get("content"))))
+            exit_extra = obj(m.get("extra"))
         else:
             messages.append(plain("user", text_of(m.get("content"))))
         before = m
@@ -115,9 +127,10 @@ def parse(doc: Any, name: str) -> list[SourceTrajectory]:
             task=task,
             model=model_config.get("model_name"),
             messages=tuple(messages),
+            run_usage=SourceUsage(cost_usd=money(stats.get("instance_cost"))) if "instance_cost" in stats else None,
             info={
-                "exit_status": info.get("exit_status"),
-                "submission": info.get("submission"),
+                "exit_status": info.get("exit_status") or exit_extra.get("exit_status"),
+                "submission": info.get("submission") or exit_extra.get("submission"),
                 "model_stats": stats,
                 "mini_version": info.get("mini_version"),
                 "run_cost_usd": money(stats.get("instance_cost")),

@@ -20,11 +20,19 @@ from orchestrator.interop.content import (
     chat_completion_usage,
     count,
     epoch_seconds,
+    money,
     need,
     obj,
     text_of,
 )
-from orchestrator.interop.records import SourceMessage, SourceObservation, SourceTrajectory, call_message, plain
+from orchestrator.interop.records import (
+    SourceMessage,
+    SourceObservation,
+    SourceTrajectory,
+    SourceUsage,
+    call_message,
+    plain,
+)
 
 FORMAT = "openhands"
 VERSION = "v0-event-list"
@@ -52,6 +60,16 @@ def response_call(event: dict[str, Any], response: dict[str, Any]) -> SourceMess
         reasoning=message.get("reasoning_content"),
         at=epoch_seconds(event.get("timestamp")),
     )
+
+
+def metrics_usage(metrics: Any) -> SourceUsage | None:
+    """OpenHands' accumulated ``llm_metrics``: the run-level totals."""
+    if not isinstance(metrics, dict):
+        return None
+    acc = obj(metrics.get("accumulated_token_usage"))
+    return SourceUsage(prompt_tokens=count(acc.get("prompt_tokens")), cached_tokens=count(acc.get("cache_read_tokens")),
+                       completion_tokens=count(acc.get("completion_tokens")),
+                       cost_usd=money(metrics.get("accumulated_cost")))
 
 
 def parse(doc: Any, name: str) -> list[SourceTrajectory]:
@@ -119,6 +137,7 @@ def parse(doc: Any, name: str) -> list[SourceTrajectory]:
             task=task,
             model=model,
             messages=tuple(messages),
+            run_usage=metrics_usage(last_metrics),
             info={"skipped_events": dict(skipped), "llm_metrics": last_metrics},
         )
     ]

@@ -17,6 +17,7 @@ from pydantic import Field
 from orchestrator.contract import Frozen, Message, ToolCall
 
 IMPORT_MODE = "import"  # runs.mode of an imported run
+
 FORMATS: tuple[str, ...] = ("swe-agent", "mini-swe-agent", "openhands", "inspect", "atif")
 
 
@@ -75,10 +76,34 @@ class SourceTrajectory(Frozen):
     model: str | None = None
     messages: tuple[SourceMessage, ...]
     info: dict[str, Any] = Field(default_factory=dict)
+    run_usage: SourceUsage | None = None
+    """The source's own run-level totals (SWE-agent and mini-swe-agent
+    ``model_stats``, ATIF ``final_metrics``, Inspect ``model_usage``,
+    OpenHands' accumulated metrics); None where it gives none."""
+    started_at: float | None = None
+    ended_at: float | None = None
+    """When the source says the trajectory ran (Unix seconds); None: it does not say."""
 
     @property
     def calls(self) -> int:
         return sum(1 for m in self.messages if m.call is not None)
+
+    def run_level_counted(self) -> SourceUsage | None:
+        """The run-level figures that count in the run's totals: each one no
+        call gives (per call where the source has it, else run-level). The
+        cached part counts only with the prompt it is a part of."""
+        if self.run_usage is None:
+            return None
+        usages = [m.call.usage for m in self.messages if m.call is not None]
+
+        def fill(name: str) -> Any:
+            return None if any(getattr(u, name) is not None for u in usages) else getattr(self.run_usage, name)
+
+        counted = SourceUsage(prompt_tokens=fill("prompt_tokens"), completion_tokens=fill("completion_tokens"),
+                              cost_usd=fill("cost_usd"))
+        if counted.prompt_tokens is not None:
+            counted = counted.model_copy(update={"cached_tokens": self.run_usage.cached_tokens})
+        return counted if any(v is not None for v in counted.model_dump().values()) else None
 
 
 def call_message(

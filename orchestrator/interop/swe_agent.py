@@ -13,8 +13,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from orchestrator.interop.content import chat_completion_tool_calls, money, need, obj, text_of
-from orchestrator.interop.records import SourceMessage, SourceObservation, SourceTrajectory, call_message, plain
+from orchestrator.interop.content import chat_completion_tool_calls, count, money, need, obj, text_of
+from orchestrator.interop.records import (
+    SourceMessage,
+    SourceObservation,
+    SourceTrajectory,
+    SourceUsage,
+    call_message,
+    plain,
+)
 
 FORMAT = "swe-agent"
 ROLES = {"system", "user", "assistant", "tool"}
@@ -101,6 +108,9 @@ def parse(doc: Any, name: str) -> list[SourceTrajectory]:
             task=task or "",
             model=replay_model(doc.get("replay_config")),
             messages=tuple(messages),
+            run_usage=SourceUsage(prompt_tokens=count(stats.get("tokens_sent")),
+                                  completion_tokens=count(stats.get("tokens_received")),
+                                  cost_usd=money(stats.get("instance_cost"))) if stats else None,
             info={
                 "exit_status": info.get("exit_status"),
                 "submission": info.get("submission"),

@@ -4,7 +4,7 @@ the aggregates over runs are computed from (priced by
 
 from store.reports.aggregate_query import query_plans, read_slices
 from store.reports.export import FORMATS, ExportError, conversation, event_lines, is_verified_pass, run_ids
-from store.reports.run_report import call_figures, engines_of, tool_figures
+from store.reports.run_report import call_figures, engines_of, run_level_of, source_of, tool_figures
 
 __all__ = [
     "FORMATS",
@@ -17,5 +17,7 @@ __all__ = [
     "run_ids",
     "read_slices",
     "engines_of",
+    "run_level_of",
+    "source_of",
     "tool_figures",
 ]

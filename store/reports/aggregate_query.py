@@ -45,6 +45,7 @@ from orchestrator.costing.figures import (
     group_key,
 )
 from orchestrator.interop.records import IMPORT_MODE
+from orchestrator.source_figures import IMPORT_EVENT, counted_run_level
 from store import run_totals
 from store.batch_tables import BatchAttemptRow
 from store.cells import check_numbers, check_row
@@ -53,11 +54,12 @@ from store.errors import RollupMismatch, StoreDamaged, TtftRollupMismatch
 from store.liveness import CRASHED, RUNNING, lapsed, now_or, status_sql
 from store.run_totals import RUNS, TOOLS, TOTALS, TTFT_CHECK_MODULUS, TTFTS, Key, Totals, bucket_seconds
 from store.store import Store
-from store.tables import CallAttempt, ModelResponse, table_of
+from store.tables import CallAttempt, EventRow, ModelResponse, table_of
 from store.text_codec import unescape
 from store.ttft_days import DAY_S, DAYS, REPLAY_MODES, day_of
 
 RESPONSES = table_of(ModelResponse)
+EVENTS = table_of(EventRow)
 Figures = tuple[Any, ...]
 """A totals row's figures, in ``run_totals.FIGURES`` order."""
 ZERO: Figures = tuple(getattr(Totals(), name) for name in run_totals.FIGURES)
@@ -288,7 +290,42 @@ def _run_slices(conn: Connection, since: float | None, until: float | None, by: 
         if piece.run_id in stored_runs:
             key = group_key(by, piece)
             expected[key] = (expected[key] + check) % TTFT_CHECK_MODULUS
+    pieces = with_source_figures(conn, pieces, window(since, until, include_replays), batch_of)
     return Sliced(pieces, from_rows, dict(expected))
+
+
+def with_source_figures(conn: Connection, pieces: list[RunSlice], runs: Any,
+                        batch_of: Mapping[str, str]) -> list[RunSlice]:
+    """Imported runs' slices with their source's own dollars, and a run-level
+    slice per imported run whose source gives run-level figures no call
+    gives. Read from the chained rows (the responses' ``cost_usd``, the
+    import event), not from derived totals, so the rollup digests are not
+    touched and ``escrow verify`` vouches for what is summed."""
+    imported = and_(runs, RUNS.c.mode == IMPORT_MODE)
+    model = RESPONSES.c[run_totals.MODEL]
+    costs = {(run_id, unescape(m) if isinstance(m, str) else m): (total, n) for run_id, m, total, n in driver_rows(
+        conn, select(RESPONSES.c.run_id, model, func.sum(RESPONSES.c.cost_usd), func.count(RESPONSES.c.cost_usd))
+        .select_from(RUNS.join(RESPONSES, RESPONSES.c.run_id == RUNS.c.id)).where(imported)
+        .group_by(RESPONSES.c.run_id, model))}
+    out = [p._replace(source_usd=float(costs[(p.run_id, p.model)][0]))
+           if costs.get((p.run_id, p.model), (None, 0))[1] else p for p in pieces]
+    levels = conn.execute(
+        select(RUNS.c.id, RUNS.c.created_at, RUNS.c.status, RUNS.c.verdict, source_sql(conn.dialect.name),
+               RUNS.c[run_totals.MODEL], EVENTS.c.data_json)
+        .select_from(RUNS.join(EVENTS, EVENTS.c.run_id == RUNS.c.id))
+        .where(imported, EVENTS.c.kind == IMPORT_EVENT, EVENTS.c.turn.is_(None))).all()
+    for run_id, created, status, verdict, source, run_model, data in sorted(levels):
+        counted = counted_run_level(data)
+        if counted is None:
+            continue
+        out.append(RunSlice(
+            run_id=run_id, created_at=float(created), status=status, verdict=verdict, model=run_model,
+            source=source, calls=0, prompt_tokens=counted.get("prompt_tokens") or 0,
+            cached_tokens=min(counted.get("cached_tokens") or 0, counted.get("prompt_tokens") or 0),
+            completion_tokens=counted.get("completion_tokens") or 0, gpu_s=0.0, decode_s=0.0, retries=0,
+            batch=batch_of.get(run_id), source_usd=counted.get("cost_usd"), run_level=True,
+        ))
+    return out
 
 
 def slices(totals: Mapping[Key, Figures], runs: Mapping[str, RunCells], by_engine: bool,

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import Any
 
-from orchestrator.costing.figures import CallFigures, ToolFigures
+from orchestrator.costing.figures import ESCROW_SOURCE, CallFigures, ToolFigures
+from orchestrator.interop.records import IMPORT_MODE
+from orchestrator.source_figures import IMPORT_EVENT, RUN_LEVEL
 from orchestrator.trajectory import CallView, ToolExecutionView, Trajectory
 
 CLAMP_FIELD = '"cached_prompt_tokens_reported"'
+RUN_LEVEL_STATUS = "RUN_LEVEL"
 
 
 def call_figures(calls: Iterable[CallView]) -> list[CallFigures]:
@@ -24,12 +28,39 @@ def call_figures(calls: Iterable[CallView]) -> list[CallFigures]:
             cached_prompt_tokens=r.cached_input_tokens, completion_tokens=r.output_tokens,
             prompt_source=r.input_tokens_source, ttft_s=r.ttft_s, decode_s=r.decode_s, total_s=r.total_s,
             attempt_s=tuple(a.duration_s for a in call.attempts),
-            wait_s=sum(a.backoff_s for a in call.attempts), retries=max(0, r.n_attempts - 1),
+            wait_s=sum(a.backoff_s for a in call.attempts), retries=max(0, r.n_attempts - 1), source_usd=r.cost_usd,
             # Parsed only where the envelope holds it: nearly no call is clamped.
             cached_reported=r.envelope().usage.cached_prompt_tokens_reported
             if CLAMP_FIELD in r.envelope_json else None,
         ))
     return out
+
+
+def source_of(trajectory: Trajectory) -> str:
+    """"escrow", or an imported run's source format."""
+    found = trajectory.run.config.get("import") if trajectory.run.mode == IMPORT_MODE else None
+    return str(found.get("format") or IMPORT_MODE) if isinstance(found, dict) else ESCROW_SOURCE
+
+
+def run_level_of(trajectory: Trajectory) -> tuple[CallFigures | None, dict[str, Any] | None]:
+    """An imported run's run-level figures that count (no call gives them),
+    as one figure line, and all of the source's run-level totals."""
+    event = next((e for e in trajectory.run_events if e.kind == IMPORT_EVENT), None)
+    level = event.data.get(RUN_LEVEL) if event is not None else None
+    if not isinstance(level, dict):
+        return None, None
+    counted, reported = level.get("counted"), level.get("reported")
+    figures = None
+    if isinstance(counted, dict):
+        prompt = counted.get("prompt_tokens")
+        figures = CallFigures(
+            turn=None, model=trajectory.run.request_model, status=RUN_LEVEL_STATUS, prompt_tokens=prompt or 0,
+            # "absent" keeps it out of the cache comparison, which is over calls; "server": the source's figure.
+            prompt_source="absent" if prompt is None else "server",
+            cached_prompt_tokens=counted.get("cached_tokens") or 0,
+            completion_tokens=counted.get("completion_tokens") or 0, source_usd=counted.get("cost_usd"),
+        )
+    return figures, reported if isinstance(reported, dict) else None
 
 
 def tool_figures(executions: Iterable[ToolExecutionView]) -> list[ToolFigures]:

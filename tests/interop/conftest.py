@@ -36,7 +36,8 @@ OWN_FILES = (
     "swe-agent/listing_v0.traj",
     "swe-agent/slugify_v1.traj",
 )
-# The real sample files, as docs/INTEROP.md lists them (repository, path, commit).
+# The real sample files, as docs/INTEROP.md lists them (repository, path, commit); an
+# openhands-v1 entry is a conversation folder (base_state.json and events/).
 REAL_SAMPLES = (
     "atif/charset_normalizer.trajectory.json",
     "atif/doku.terminus2.trajectory.json",
@@ -44,11 +45,15 @@ REAL_SAMPLES = (
     "inspect/custom.eval",
     "inspect/log_read_sample.eval",
     "mini-swe-agent/charset_normalizer.mini-swe-agent.trajectory.json",
+    "mini-swe-agent/deepseek_lite_dev__sqlfluff__sqlfluff-2419.traj.json",
+    "mini-swe-agent/deepseek_reasoner_dev__pvlib__pvlib-python-1606.traj.json",
     "mini-swe-agent/github_issue.traj.json",
     "mini-swe-agent/local.traj.json",
     "openhands/basic.json",
     "openhands/basic_interactions.json",
     "openhands/wrong_initial_state.json",
+    "openhands-v1/3fdb316098bb48e1aa029ce56805792a",
+    "openhands-v1/cd94562403b9487ebdd4018e3f531dfd",
     "swe-agent/6e44b9__sweagenttestrepo-1c2844.traj",
     "swe-agent/swe-agent__test-repo-i1.traj",
 )
@@ -67,7 +72,8 @@ def real(relative: str) -> Path:
     require(folder.is_dir(), f"the real interop samples folder {folder} (fill it as docs/INTEROP.md "
             "'Real sample files' says, or set ESCROW_SHARED_DIR)")
     path = folder / relative
-    require(path.is_file(), f"the real interop sample {path} (see docs/INTEROP.md 'Real sample files')")
+    require(path.is_file() or (path / "base_state.json").is_file(),
+            f"the real interop sample {path} (see docs/INTEROP.md 'Real sample files')")
     return path
 
 
@@ -113,7 +119,13 @@ def totals(store, run_ids) -> dict[str, int]:
 
 
 def sha256_of(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """A file's sha256; a conversation folder's is that of its manifest (each
+    read file's relative path and sha256, in path order)."""
+    if not path.is_dir():
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(".json"))
+    lines = "".join(f"{p.relative_to(path).as_posix()}\0{sha256_of(p)}\n" for p in files)
+    return hashlib.sha256(lines.encode()).hexdigest()
 
 
 @pytest.fixture

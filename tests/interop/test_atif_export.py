@@ -9,6 +9,8 @@ import json
 import pytest
 
 from orchestrator.interop import atif_schema
+from orchestrator.launch.reports import report_run
+from policies.price_table import PriceTable
 from store import Recorder, synthetic
 from store.importer import import_file
 from store.reports.atif_export import to_atif
@@ -64,6 +66,10 @@ def test_imported_runs_round_trip_through_atif(store, tmp_path, path_of, relativ
         assert figures(store, back) == figures(store, run_id)
         assert observations(store, back) == observations(store, run_id)
         assert store.verify(back).ok
+        # The export's final_metrics carry the run-level figures that count, so both report the same totals.
+        a, b = (report_run(store, r, PriceTable(version="t", sources=(), prices={})).total for r in (run_id, back))
+        assert (a.prompt_tokens, a.completion_tokens) == (b.prompt_tokens, b.completion_tokens)
+        assert a.cost.total_usd == pytest.approx(b.cost.total_usd)
 
 
 def test_a_second_conversation_keeps_its_opening_messages(store, tmp_path):
@@ -89,6 +95,15 @@ def test_absent_figures_are_left_out_not_written_as_zero(store, tmp_path):
     document = to_atif(store.trajectory(run_id))
     agent_steps = [s for s in document["steps"] if s["source"] == "agent" and not s.get("is_copied_context")]
     assert agent_steps and all("metrics" not in s for s in agent_steps)
+
+
+def test_run_level_totals_are_the_export_s_final_metrics(store):
+    path = real("swe-agent/swe-agent__test-repo-i1.traj")
+    stats = json.loads(path.read_bytes())["info"]["model_stats"]
+    final = to_atif(store.trajectory(import_file(store, path).run_ids[0]))["final_metrics"]
+    assert (final["total_prompt_tokens"], final["total_completion_tokens"]) == (
+        stats["tokens_sent"], stats["tokens_received"])
+    assert final["total_cost_usd"] == pytest.approx(stats["instance_cost"])
 
 
 def test_schema_refuses_what_the_rfc_forbids():

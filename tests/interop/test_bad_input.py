@@ -266,3 +266,20 @@ def test_one_bad_file_does_not_stop_the_others(tmp_path, cli_env):
         assert sorted(r.run.repo for r in opened.runs()) == sorted(
             [str(own("openhands/hello_events.json")), str(own(ATIF))]
         )
+
+
+def test_a_batch_writes_each_good_file_once_and_no_bad_one(store, tmp_path):
+    """import_files writes up to ``batch`` parsed files a transaction: a file
+    that does not parse is never part of it, and the same file twice in one
+    batch is imported once (the second is skipped, naming the first's runs)."""
+    from store.importer import ImportOutcome, import_files
+
+    data = own(ATIF).read_bytes()
+    cut = write(tmp_path, "cut.json", data[: len(data) // 2])
+    paths = [own(ATIF), cut, own("openhands/hello_events.json"), own(ATIF)]
+    results = list(import_files(store, paths, batch=4))
+    assert isinstance(results[1], UnreadableSource)
+    first, _, other, again = results
+    assert isinstance(first, ImportOutcome) and isinstance(other, ImportOutcome) and isinstance(again, ImportOutcome)
+    assert not first.skipped and not other.skipped and again.skipped and again.run_ids == first.run_ids
+    assert n_runs(store) == 2 and all(store.verify(r).ok for r in (*first.run_ids, *other.run_ids))

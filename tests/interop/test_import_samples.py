@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import zipfile
+from datetime import datetime, timezone
 
 import pytest
 
+from orchestrator.interop import FormatMismatch
 from store.importer import IMPORTED_VERDICT, import_file
 from tests.interop.conftest import REAL_SAMPLES, REPO, real, responses, sha256_of, totals
 
@@ -18,6 +20,7 @@ FORMAT_OF_DIR = {
     "swe-agent": "swe-agent",
     "mini-swe-agent": "mini-swe-agent",
     "openhands": "openhands",
+    "openhands-v1": "openhands",
     "inspect": "inspect",
     "atif": "atif",
 }
@@ -149,3 +152,63 @@ def test_swe_agent_actions_become_tool_executions(store):
     assert len(store.calls(run_id)) == len(raw["trajectory"]) == raw["info"]["model_stats"]["api_calls"]
     assert [e.decision for e in executions] == [None] * len(executions), "no ACL decision was made on imported actions"
     assert executions[0].tool_name == "find_file"
+
+
+@pytest.mark.parametrize("conversation", ["3fdb316098bb48e1aa029ce56805792a", "cd94562403b9487ebdd4018e3f531dfd"])
+def test_openhands_v1_folder_calls_are_its_responses_with_the_state_s_usage(store, conversation):
+    folder = real(f"openhands-v1/{conversation}")
+    events = [json.loads(p.read_bytes()) for p in sorted((folder / "events").glob("event-*.json"))]
+    state = json.loads((folder / "base_state.json").read_bytes())
+    usage = {u["response_id"]: u for m in state["stats"]["usage_to_metrics"].values() for u in m["token_usages"]}
+    response_ids = list(dict.fromkeys(e["llm_response_id"] for e in events if e.get("llm_response_id")))
+    run_id = import_file(store, folder).run_ids[0]
+    got = responses(store, run_id)
+    assert len(got) == len(response_ids)
+    for r, rid in zip(got, response_ids, strict=True):
+        if rid in usage:
+            assert (r.input_tokens, r.cached_input_tokens, r.output_tokens) == (
+                usage[rid]["prompt_tokens"], usage[rid]["cache_read_tokens"], usage[rid]["completion_tokens"])
+        else:  # a response the state has no usage for: absent, not 0 from the source
+            assert r.input_tokens_source == "absent"
+    observations = [e for e in events if e["kind"] == "ObservationEvent"]
+    executions = store.tool_executions(run_id)
+    assert [e.tool_name for e in executions] == [o["tool_name"] for o in observations]
+    assert {c.tool_call_id for c in store.candidates(run_id)} == {o["tool_call_id"] for o in observations}
+    system = [e for e in events if e["kind"] in ("SystemPromptEvent", "SystemPromptUpdateEvent")]
+    first_request = store.calls(run_id)[0].request().messages
+    assert first_request[0].role == "system" and len(system) >= 1
+    assert store.run(run_id).created_at == pytest.approx(min(
+        datetime.fromisoformat(e["timestamp"]).replace(tzinfo=timezone.utc).timestamp() for e in events))
+
+
+def test_a_folder_that_is_no_conversation_is_refused(store, tmp_path):
+    (tmp_path / "events").mkdir()
+    (tmp_path / "events" / "notes.json").write_text("{}")
+    with pytest.raises(FormatMismatch, match="not an OpenHands V1 conversation folder"):
+        import_file(store, tmp_path)
+
+
+@pytest.mark.parametrize("relative", [
+    "mini-swe-agent/deepseek_lite_dev__sqlfluff__sqlfluff-2419.traj.json",
+    "mini-swe-agent/deepseek_reasoner_dev__pvlib__pvlib-python-1606.traj.json",
+])
+def test_mini_swe_agent_v2_tool_calls_results_usage_reasoning_and_exit(store, relative):
+    path = real(relative)
+    raw = json.loads(path.read_bytes())
+    assistant = [m for m in raw["messages"] if m["role"] == "assistant"]
+    run_id = import_file(store, path).run_ids[0]
+    got = responses(store, run_id)
+    usage = [m["extra"]["response"]["usage"] for m in assistant]
+    assert [r.input_tokens for r in got] == [u["prompt_tokens"] for u in usage]
+    assert [r.cached_input_tokens for r in got] == [u["prompt_tokens_details"]["cached_tokens"] for u in usage]
+    assert [r.cost_usd for r in got] == [m["extra"]["cost"] for m in assistant]
+    assert [[c.id for c in r.envelope().payload.tool_calls] for r in got] == [
+        [c["id"] for c in m.get("tool_calls") or []] for m in assistant]
+    tool_results = [m for m in raw["messages"] if m["role"] == "tool"]
+    assert sorted(c.tool_call_id for c in store.candidates(run_id)) == sorted(m["tool_call_id"] for m in tool_results)
+    assert [e.exit_code for e in store.tool_executions(run_id)] == [m["extra"]["returncode"] for m in tool_results]
+    reasoning = [e.data["text"] for e in store.events(run_id, "source_reasoning")]
+    assert reasoning == [m["reasoning_content"] for m in assistant if m.get("reasoning_content")]
+    [exit_message] = [m for m in raw["messages"] if m["role"] == "exit"]
+    assert exit_message["extra"]["exit_status"] in store.run(run_id).verdict_detail
+    assert store.run(run_id).request_model == raw["info"]["config"]["model"]["model_name"]

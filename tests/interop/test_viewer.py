@@ -31,3 +31,36 @@ def test_view_bundle_renders_imported_runs(store, tmp_path, monkeypatch):
     atif_page = (out / f"run-{run_ids[-1]}.html").read_text(encoding="utf-8")
     for call in store.calls(run_ids[-1]):
         assert f"{call.response.input_tokens:,}" in atif_page or str(call.response.input_tokens) in atif_page
+
+
+def test_imported_actions_show_as_executed_by_the_source_with_their_outputs(store, tmp_path, monkeypatch):
+    """No ACL decision was made on an imported action: neither `show` nor the
+    viewer presents one (no "-" ACL badge, no empty escrow path), and the
+    placeholder max_tokens 1 is shown as absent."""
+    import html
+
+    from store.render import turn_lines
+
+    run_id = import_file(store, own("swe-agent/slugify_v1.traj")).run_ids[0]
+    executions = store.tool_executions(run_id)
+    assert executions and all(e.imported and e.decision is None for e in executions)
+    lines = "\n".join(line for record in store.trajectory(run_id).turns for line in turn_lines(record))
+    assert "executed by the source agent" in lines and "no transitions" not in lines
+    assert "max_tokens absent" in lines and "max_tokens 1" not in lines
+    assert "- by -" not in lines
+    from store.render import trajectory_header
+
+    header = "\n".join(trajectory_header(store.trajectory(run_id)))
+    assert "run-level (the source's own" in header, header
+    assert "cost_usd 0.0187" in header and "prompt_tokens 2410" in header, header
+    for e in executions:
+        assert f"output: {e.observation.splitlines()[0][:30]}" in lines
+    monkeypatch.setenv("ESCROW_DB_URL", f"sqlite:///{store.url}")
+    monkeypatch.setenv("ESCROW_HOME", str(tmp_path / "home"))
+    out = tmp_path / "bundle"
+    assert CliRunner().invoke(app, ["view", "--export", str(out)]).exit_code == 0
+    page = (out / f"run-{run_id}.html").read_text(encoding="utf-8")
+    assert page.count("executed by the source agent") == len(executions)
+    assert "<b>ACL</b>" not in page and 'class="transitions"' not in page
+    for e in executions:
+        assert e.observation.splitlines()[0] in html.unescape(page)
