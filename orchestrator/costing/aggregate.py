@@ -15,8 +15,7 @@ from orchestrator.costing.figures import (
     GROUP_BY,
     PriceLookup,
     RunSlice,
-    day_key,
-    group_key,
+    keyer,
     percentile,
     percentile_of_counts,
     ratio,
@@ -75,7 +74,6 @@ class AggregateReport(Frozen):
 
 CostParts = tuple[float, float, float, float, float]
 """(input, cached input, output, GPU, the source's own) dollars."""
-DAY_S = 86_400
 
 
 def _stats(key: str, pieces: Sequence[RunSlice], costs: Sequence[CostParts],
@@ -133,24 +131,6 @@ def group_stats(
     return _stats(key, pieces, list(map(_cost_of(prices), pieces)), ttfts)
 
 
-def _key_of(by: str) -> Callable[[RunSlice], str]:
-    if by != "day":
-        return lambda p: group_key(by, p)
-    labels: dict[float, str] = {}
-
-    def day(p: RunSlice) -> str:
-        # One datetime a UTC day, not one a piece. A time within a second of
-        # midnight gets its own, as datetime rounds it to microseconds.
-        whole = p.created_at // DAY_S
-        if not 1 <= p.created_at - whole * DAY_S <= DAY_S - 1:
-            return day_key(p.created_at)
-        if whole not in labels:
-            labels[whole] = day_key(p.created_at)
-        return labels[whole]
-
-    return day
-
-
 def aggregate(
     pieces: Iterable[RunSlice], ttfts: Iterable[tuple[str, float, int]], *, by: str, prices: PriceLookup,
     price_version: str, since: float | None = None, until: float | None = None, include_replays: bool = False,
@@ -162,7 +142,7 @@ def aggregate(
         raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUP_BY)}")
     pieces = list(pieces)
     # Each piece priced once, for its group's sums and for the total's.
-    key_of, costs = _key_of(by), list(map(_cost_of(prices, reprice), pieces))
+    key_of, costs = keyer(by), list(map(_cost_of(prices, reprice), pieces))
     grouped: dict[str, list[int]] = defaultdict(list)
     for i, p in enumerate(pieces):
         grouped[key_of(p)].append(i)

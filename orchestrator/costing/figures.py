@@ -18,6 +18,7 @@ NO_BATCH = "(no batch)"
 NO_VERDICT = "(none)"
 NO_ENGINE = "(unknown)"
 DAY_FORMAT = "%Y-%m-%d"
+DAY_S = 86_400
 
 
 class RunSlice(NamedTuple):
@@ -166,3 +167,22 @@ def group_key(by: str, piece: RunSlice) -> str:
 
 def day_key(created_at: float) -> str:
     return datetime.fromtimestamp(created_at, tz=timezone.utc).strftime(DAY_FORMAT)
+
+
+def keyer(by: str) -> Callable[[RunSlice], str]:
+    """``group_key`` for many pieces: by day, one label a UTC day."""
+    if by != "day":
+        return lambda p: group_key(by, p)
+    labels: dict[float, str] = {}
+
+    def day(p: RunSlice) -> str:
+        # One datetime a UTC day, not one a piece. A time within a second of
+        # midnight gets its own, as datetime rounds it to microseconds.
+        whole = p.created_at // DAY_S
+        if not 1 <= p.created_at - whole * DAY_S <= DAY_S - 1:
+            return day_key(p.created_at)
+        if whole not in labels:
+            labels[whole] = day_key(p.created_at)
+        return labels[whole]
+
+    return day

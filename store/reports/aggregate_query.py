@@ -42,7 +42,7 @@ from orchestrator.costing.figures import (
     NO_ENGINE,
     NO_VERDICT,
     RunSlice,
-    group_key,
+    keyer,
 )
 from orchestrator.interop.records import IMPORT_MODE
 from orchestrator.source_figures import IMPORT_EVENT, counted_run_level
@@ -108,23 +108,30 @@ def totals_query(since: float | None, until: float | None, include_replays: bool
     """Stored totals of the runs in the window that have them, one tuple per
     (run, spend flag, model, engine) with a model: key, the run's
     ``RUN_COLUMNS``, figures, the run's own tool seconds (its marker
-    row's, joined here instead of tested for), then what checks them
-    (``CHECKS``)."""
+    row's, joined here instead of tested for), what checks them
+    (``CHECKS``), then the marker's run id (NULL: the run has no totals)."""
     # Model and engine as stored (escaped): ``_stored`` unescapes each distinct name once.
     names = [type_coerce(TOTALS.c[name], String).label(name) for name in ("model", "engine")]
     run = [RUNS.c.created_at, RUNS.c.status, RUNS.c.verdict, source_sql(dialect).label("source")]
     figures = [TOTALS.c[name] for name in run_totals.FIGURES]
     spend = true() if include_replays else TOTALS.c.own == 1
     # Outer: a run whose marker has no model row left still gives a row (its
-    # figures NULL), so that a deleted or re-flagged last row is checked too.
-    with_totals = _with_marker().outerjoin(
-        TOTALS, and_(TOTALS.c.run_id == RUNS.c.id, spend, TOTALS.c.model.is_not(None)))
-    return (select(MARKER.c.run_id, TOTALS.c.own, *names, *run, *figures, MARKER.c.tool_s, *CHECKS)
+    # figures NULL), so that a deleted or re-flagged last row is checked too;
+    # and a run without totals (no marker) gives one, all NULL but its id and
+    # cells, so the report knows to read such runs from their rows without a
+    # pass of its own over the window's runs.
+    marker = and_(MARKER.c.run_id == RUNS.c.id, MARKER.c.own == 1, MARKER.c.model.is_(None))
+    with_totals = RUNS.outerjoin(MARKER, marker).outerjoin(
+        TOTALS, and_(TOTALS.c.run_id == MARKER.c.run_id, spend, TOTALS.c.model.is_not(None)))
+    return (select(RUNS.c.id, TOTALS.c.own, *names, *run, *figures, MARKER.c.tool_s, *CHECKS, MARKER.c.run_id)
             .select_from(with_totals).where(window(since, until, include_replays)))
 
 
-CHECKS = (RUNS.c.chain_head, TOTALS.c.digest, MARKER.c.digest)
-"""The run's chain head now and the digests of the totals row and of the run's marker row."""
+CHECKS = (RUNS.c.chain_head, TOTALS.c.digest,
+          case((TOTALS.c.model.is_(None), MARKER.c.digest), else_=None).label("marker_digest"))
+"""The run's chain head now, the totals row's digest, and the run's marker
+row's where no model row came back (a model row's digest covers the run's
+tool seconds: ``unchecked``), so most rows fetch one digest, not two."""
 
 
 def shared_tool_seconds_query(since: float | None, until: float | None) -> Any:
@@ -143,17 +150,18 @@ def unchecked(rows: list[Any], shared: list[Any], names: Mapping[str | None, str
     checked alone only when no model row of its spend flag came back."""
     digest, idle, bad = run_totals.digest, ZERO[:TOOL_S], set()
     tool_at = first + len(run_totals.FIGURES)
+    head_at, digest_at, marker_at = tool_at + 1, tool_at + 2, tool_at + 3
     own_rows = Counter(r[0] for r in rows if r[1] == 1)
     shared_rows = Counter(r[0] for r in rows if r[1] == 0)  # a fork's prefix may have model rows and no tool row
     shared_tool_s = {run_id: seconds for run_id, seconds, _, _ in shared}
     for r in rows:
         run_id, own = r[0], r[1]
         if r[2] is None:  # no model row of the run came back: its tool seconds row says whether it had some
-            if digest(r[tool_at + 1], (run_id, 1, None, None), (*idle, r[tool_at], 0)) != r[-1]:
+            if digest(r[head_at], (run_id, 1, None, None), (*idle, r[tool_at], 0)) != r[marker_at]:
                 bad.add(run_id)
             continue
         in_run = (r[tool_at], own_rows[run_id]) if own == 1 else (shared_tool_s.get(run_id, 0.0), shared_rows[run_id])
-        if digest(r[tool_at + 1], (run_id, own, names[r[2]], names[r[3]]), (*r[first:tool_at], *in_run)) != r[-2]:
+        if digest(r[head_at], (run_id, own, names[r[2]], names[r[3]]), (*r[first:tool_at], *in_run)) != r[digest_at]:
             bad.add(run_id)
     for run_id, seconds, head, stored in shared:
         if digest(head, (run_id, 0, None, None), (*idle, seconds, shared_rows[run_id])) != stored:
@@ -173,9 +181,12 @@ def off_types(values: Any, allowed: frozenset[type]) -> bool:
 
 
 def _stored(conn: Connection, since: float | None, until: float | None,
-            include_replays: bool) -> tuple[dict[Key, Figures], dict[str, RunCells]]:
-    """The window's stored totals, and the cells of the runs they belong to."""
-    rows = driver_rows(conn, totals_query(since, until, include_replays, conn.dialect.name))
+            include_replays: bool) -> tuple[dict[Key, Figures], dict[str, RunCells], bool]:
+    """The window's stored totals, the cells of the runs they belong to, and
+    whether a run in the window has none (it is read from its rows)."""
+    fetched = driver_rows(conn, totals_query(since, until, include_replays, conn.dialect.name))
+    rows = [r for r in fetched if r[-1] is not None]
+    without_totals = len(rows) < len(fetched)
     shared = driver_rows(conn, shared_tool_seconds_query(since, until)) if include_replays else []
     # A numeric cell holding text (only SQLite stores one) arrives as str or
     # bytes: one pass over each column's types, the details only when one is off.
@@ -201,7 +212,7 @@ def _stored(conn: Connection, since: float | None, until: float | None,
     idle = ZERO[:TOOL_S]
     totals.update({(r[0], 1, None, None): (*idle, r[tool_at]) for r in rows})
     totals.update({(run_id, 0, None, None): (*idle, seconds) for run_id, seconds, _, _ in shared})
-    return totals, {r[0]: r[4:first] for r in rows}
+    return totals, {r[0]: r[4:first] for r in rows}, without_totals
 
 
 RunCells = tuple[Any, ...]
@@ -273,9 +284,8 @@ def _run_slices(conn: Connection, since: float | None, until: float | None, by: 
                 raw: bool, now: float) -> Sliced:
     """The slices, and what checks the TTFT rollups. A running run whose owner
     is gone reads ``crashed``, as in every view."""
-    totals, runs = ({}, {}) if raw else _stored(conn, since, until, include_replays)
+    totals, runs, from_rows = ({}, {}, True) if raw else _stored(conn, since, until, include_replays)
     stored_runs = set(runs)
-    from_rows = any_unsummed(conn, since, until, include_replays, raw)
     if from_rows:
         rest = unsummed(since, until, include_replays, raw)
         runs.update(_runs(conn, rest))
@@ -286,12 +296,14 @@ def _run_slices(conn: Connection, since: float | None, until: float | None, by: 
                                  .where(BATCH_ATTEMPTS.c.run_id.is_not(None))).all())
     pieces, checks = slices(totals, runs, by == "engine", batch_of)
     expected: dict[str, int] = defaultdict(int)
+    key_of = keyer(by)
     for piece, check in zip(pieces, checks, strict=True):
-        if piece.run_id in stored_runs:
-            key = group_key(by, piece)
-            expected[key] = (expected[key] + check) % TTFT_CHECK_MODULUS
+        if check and piece.run_id in stored_runs:
+            key = key_of(piece)
+            expected[key] += check
+    expected = {key: check % TTFT_CHECK_MODULUS for key, check in expected.items()}
     pieces = with_source_figures(conn, pieces, window(since, until, include_replays), batch_of)
-    return Sliced(pieces, from_rows, dict(expected))
+    return Sliced(pieces, from_rows, expected)
 
 
 def with_source_figures(conn: Connection, pieces: list[RunSlice], runs: Any,
@@ -302,6 +314,10 @@ def with_source_figures(conn: Connection, pieces: list[RunSlice], runs: Any,
     import event), not from derived totals, so the rollup digests are not
     touched and ``escrow verify`` vouches for what is summed."""
     imported = and_(runs, RUNS.c.mode == IMPORT_MODE)
+    # One pass over the window's runs first: a fleet of Escrow's own runs
+    # then costs no query over its responses (the join's plan scans them).
+    if conn.execute(select(RUNS.c.id).where(imported).limit(1)).first() is None:
+        return pieces
     model = RESPONSES.c[run_totals.MODEL]
     costs = {(run_id, unescape(m) if isinstance(m, str) else m): (total, n) for run_id, m, total, n in driver_rows(
         conn, select(RESPONSES.c.run_id, model, func.sum(RESPONSES.c.cost_usd), func.count(RESPONSES.c.cost_usd))
