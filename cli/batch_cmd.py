@@ -55,7 +55,7 @@ class BatchCommand(TyperCommand):
     help; the first argument is otherwise a task file, so click cannot route it."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        if args and args[0] in VIEW_USAGE and any(a in ("--help", "-h") for a in args[1:]):
+        if args and args[0] in VIEW_USAGE and "--help" in args[1:]:
             usage, what = VIEW_USAGE[args[0]]
             formatter = ctx.make_formatter()
             formatter.write_usage(usage.split(" ", 1)[0], usage.split(" ", 1)[1], prefix="Usage: ")

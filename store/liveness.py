@@ -40,10 +40,15 @@ def marked(runs: list[RunView], conn: Connection, now: float) -> list[RunView]:
     return [r.model_copy(update={"status": CRASHED, "last_alive_at": gone[r.id]}) if r.id in gone else r for r in runs]
 
 
+def _lapsed_lease(now: float) -> ColumnElement[bool]:
+    """A condition on ``runs``: the run's lease expired before ``now``."""
+    return exists().where((RL.c.run_id == R.c.id) & (RL.c.expires_at < now))
+
+
 def status_clause(status: str, now: float) -> ColumnElement[Any]:
     """The runs ``--status STATUS`` lists: ``crashed`` are running runs whose
     lease lapsed, ``running`` the others still running."""
-    gone = exists().where((RL.c.run_id == R.c.id) & (RL.c.expires_at < now))
+    gone = _lapsed_lease(now)
     if status == CRASHED:
         return and_(R.c.status == RUNNING, gone)
     if status == RUNNING:
@@ -54,8 +59,7 @@ def status_clause(status: str, now: float) -> ColumnElement[Any]:
 def status_sql(now: float) -> ColumnElement[Any]:
     """A run's status as every view reads it, in SQL: ``crashed`` for a running
     run whose lease lapsed (the key ``report --by status`` groups on)."""
-    gone = exists().where((RL.c.run_id == R.c.id) & (RL.c.expires_at < now))
-    return case((and_(R.c.status == RUNNING, gone), CRASHED), else_=R.c.status)
+    return case((and_(R.c.status == RUNNING, _lapsed_lease(now)), CRASHED), else_=R.c.status)
 
 
 def is_open(status: str) -> bool:

@@ -119,11 +119,12 @@ def killed_from(path: Path, kill_at: int, version: int) -> None:
         assert conn.execute("SELECT max(version) FROM escrow_migrations").fetchone()[0] == version
 
 
-def as_schema_9(path: Path) -> None:
-    """What a schema-9 store holds: totals without digests, no stamp 10."""
+def as_schema(path: Path, version: int, column: str) -> None:
+    """What a store at ``version`` holds: totals without ``column`` (added by
+    the next migration), no stamp above ``version``."""
     with closing(sqlite3.connect(path)) as conn:
-        conn.execute("ALTER TABLE run_totals DROP COLUMN digest")
-        conn.execute("DELETE FROM escrow_migrations WHERE version >= 10")
+        conn.execute(f"ALTER TABLE run_totals DROP COLUMN {column}")
+        conn.execute("DELETE FROM escrow_migrations WHERE version > ?", (version,))
         conn.commit()
 
 
@@ -136,7 +137,7 @@ def test_migration_10_recomputes_the_totals_with_their_digests(tmp_path: Path, k
     ids = recorded(path)
     with closing(sqlite3.connect(path)) as conn:
         written = conn.execute(TOTALS).fetchall()
-    as_schema_9(path)
+    as_schema(path, 9, "digest")
     chains = heads(path)
     with closing(sqlite3.connect(path)) as conn:
         conn.execute("UPDATE run_totals SET prompt_tokens = prompt_tokens + 1000 WHERE run_id = ?", (ids[0],))
@@ -153,14 +154,6 @@ def test_migration_10_recomputes_the_totals_with_their_digests(tmp_path: Path, k
     assert heads(path) == chains
 
 
-def as_schema_10(path: Path) -> None:
-    """What a schema-10 store holds: totals without TTFT checks, no stamp 11."""
-    with closing(sqlite3.connect(path)) as conn:
-        conn.execute("ALTER TABLE run_totals DROP COLUMN ttft_check")
-        conn.execute("DELETE FROM escrow_migrations WHERE version >= 11")
-        conn.commit()
-
-
 @pytest.mark.parametrize("kill_at", [0, 1, 3])
 def test_migration_11_recomputes_the_totals_with_their_ttft_checks(tmp_path: Path, kill_at: int) -> None:
     """From schema 10 (killed at its Nth commit, or not): every run's totals
@@ -173,7 +166,7 @@ def test_migration_11_recomputes_the_totals_with_their_ttft_checks(tmp_path: Pat
         checks = conn.execute("SELECT run_id, own, model, engine, ttft_check, digest FROM run_totals "
                               "ORDER BY run_id, own, model, engine").fetchall()
     assert any(row[4] for row in checks), "no run had a TTFT to check"
-    as_schema_10(path)
+    as_schema(path, 10, "ttft_check")
     chains = heads(path)
     url = f"sqlite:///{path}"
     if kill_at:
