@@ -25,10 +25,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import signal
 import socket
 import sys
+import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -51,17 +54,61 @@ from store.errors import StoreError
 DRAIN_S = 30.0
 
 
+# How long one watch of the batch's stop waits before it asks again.
+WATCH_S = 5.0
+
+
 class CanceledByDriver(BatchStop):
-    """Ctrl-C on the driver reaches a worker as Ray's cancel of its task: a
-    KeyboardInterrupt there, which ends the run CANCELED. Read through this,
-    the attempt is then ``interrupted`` (rerun on ``--resume``), as in the
-    local pool, and not a model verdict."""
+    """Ctrl-C on the driver reaches a worker two ways: Ray's cancel of its
+    task (a KeyboardInterrupt there, which ends the run CANCELED) and the
+    batch's stop on the slots actor, which a thread here watches, for the
+    task whose cancel Ray lost (one handed out as the signal came). Read
+    through this, the attempt is then ``interrupted`` (rerun on
+    ``--resume``), as in the local pool, and not a model verdict."""
+
+    def __init__(self, slots: Any = None) -> None:
+        super().__init__()
+        self._over = threading.Event()
+        if slots is not None:
+            threading.Thread(target=self._watch, args=(slots,), name="escrow-batch-stop", daemon=True).start()
 
     @property
     def stopped(self) -> bool:
         import ray
 
         return super().stopped or ray.get_runtime_context().is_canceled()
+
+    def _watch(self, slots: Any) -> None:
+        import ray
+
+        while not self._over.is_set():
+            try:
+                if ray.get(slots.wait_stopped.remote(WATCH_S)):
+                    self.stop()
+                    return
+            except ray.exceptions.RayError:  # the actor ended with its driver, and Ray ends this worker
+                return
+
+    def close(self) -> None:
+        self._over.set()
+
+
+@contextlib.contextmanager
+def ended_by_sigterm() -> Iterator[None]:
+    """While an attempt runs, SIGTERM ends this worker at once. Ray ends a
+    dead driver's workers with SIGTERM and, a moment later, SIGKILL; Python
+    would make the SIGTERM a SystemExit, and the run would record an
+    INFRA_ERROR in that moment, or not, as the race fell. Ended at once, it
+    is always what it is: a run whose process died, read ``crashed`` once
+    its lease lapses, as when the local pool's driver is killed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(128 + signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def attempt_on_worker(settings: Settings, batch_id: str, task: BatchTask, tasks_dir: str, model_url: str,
@@ -79,17 +126,19 @@ def attempt_on_worker(settings: Settings, batch_id: str, task: BatchTask, tasks_
         import ray
 
         if not ray.get(slots.acquire.remote(token)):
-            raise RuntimeError("the driver ended this task before it got a start slot")
+            raise RuntimeError("the batch stopped, or the driver ended this task, before it got a start slot")
     calls = CallSlots(replica_slots) if call_gates is None else CallSlots(
         replica_slots, make_gate=lambda replica, size: SharedGate(call_gates, replica, size, token))
+    stop = CanceledByDriver(slots)
     try:
-        with Store.open(settings.store_url) as store:
+        with ended_by_sigterm(), Store.open(settings.store_url) as store:
             result = run_attempt(store, settings, batch_id, task, tasks_dir=Path(tasks_dir), model_url=model_url,
                                  deadlines=deadlines, admitted=admitted, replica=model_url,
-                                 around_model=partial(calls.around, model_url), stop=CanceledByDriver())
+                                 around_model=partial(calls.around, model_url), stop=stop)
     except StoreError as exc:  # plain text back: the driver ends the batch with StoreLost
         return {"store_lost": str(exc)}
     finally:
+        stop.close()
         admitted()
     return result.model_dump(mode="json")
 
@@ -209,6 +258,7 @@ def _drive(ray: Any, store: Store, settings: Settings, batch_id: str, tasks: lis
                 results[sent.task.id] = result
     except KeyboardInterrupt:
         on_stopping()
+        _stop_workers(ray, slots)
         _drain(ray, list(in_flight))  # each canceled task's run ends CANCELED
         bstore.abandon_started(store, batch_id, verdict=None, error="Ctrl-C stopped the batch",
                                outcome=bstore.INTERRUPTED)
@@ -234,6 +284,12 @@ def _collect(ray: Any, store: Store, batch_id: str, ref: Any, sent: _Submitted) 
     if "store_lost" in payload:
         raise StoreLost(payload["store_lost"])
     return AttemptResult.model_validate(payload)
+
+
+def _stop_workers(ray: Any, slots: Any) -> None:
+    """Tell every worker of the batch to stop, before Ray's cancels go out."""
+    with contextlib.suppress(ray.exceptions.RayError):
+        ray.get(slots.stop.remote(), timeout=DRAIN_S)
 
 
 def _drain(ray: Any, refs: list[Any]) -> None:

@@ -10,6 +10,11 @@ holder killed mid-start does not keep its slot. A token given back is ended:
 an ``acquire`` of it still waiting (its caller died while queued) returns at
 once without taking a slot.
 
+Ctrl-C on the driver stops the batch here first (``stop``): no start slot is
+handed out after it, and every worker, watching through ``wait_stopped``,
+cancels its run, also one whose Ray task the driver's cancel missed (a task
+handed out as the signal came).
+
 A call slot is held under its Ray task's token too: the driver gives back
 every call slot of a task it collects, so a worker killed mid-call frees its
 slot.
@@ -41,16 +46,18 @@ class StartSlots:
         self.waiting = 0
         self.most = 0  # the most holders at once, for tests and diagnostics
         self.changed = asyncio.Condition()
+        self.stopped = asyncio.Event()
 
     async def acquire(self, token: str) -> bool:
-        """Wait for a slot; False when ``token`` was ended while it waited."""
+        """Wait for a slot; False when ``token`` was ended while it waited, or the batch stopped."""
         async with self.changed:
             self.waiting += 1
             try:
-                await self.changed.wait_for(lambda: token in self.ended or len(self.holders) < self.slots)
+                await self.changed.wait_for(lambda: token in self.ended or self.stopped.is_set()
+                                            or len(self.holders) < self.slots)
             finally:
                 self.waiting -= 1
-            if token in self.ended:
+            if token in self.ended or self.stopped.is_set():
                 return False
             self.holders.add(token)
             self.most = max(self.most, len(self.holders))
@@ -62,6 +69,20 @@ class StartSlots:
             self.ended.add(token)
             self.holders.discard(token)
             self.changed.notify_all()
+
+    async def stop(self) -> None:
+        """The batch stops: no slot from now on, and every watcher is told."""
+        async with self.changed:
+            self.stopped.set()
+            self.changed.notify_all()
+
+    async def wait_stopped(self, timeout: float) -> bool:
+        """Whether the batch stopped within ``timeout`` seconds."""
+        try:
+            await asyncio.wait_for(self.stopped.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
 
     async def state(self) -> dict[str, Any]:
         return {"slots": self.slots, "holders": sorted(self.holders), "waiting": self.waiting, "most": self.most}

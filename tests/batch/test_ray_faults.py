@@ -497,3 +497,68 @@ def test_ctrl_c_on_ray_interrupts_the_runs_in_flight_and_resume_reruns_only_them
     model = [a for a in final if a.outcome == bstore.MODEL]
     assert sorted(a.task_id for a in model) == sorted(CHOSEN)  # each task counted once
     assert {a.task_id for a in final if a not in after} == set(CHOSEN) - done_before
+
+
+def test_a_worker_whose_cancel_never_came_stops_on_the_batchs_stop_and_sigterm_ends_it_at_once(tmp_path,
+                                                                                               ray_cluster):
+    """The two ways a batch's end reaches a Ray worker, at their mechanisms.
+    Ctrl-C: the driver stops the batch on its slots actor, and a worker that
+    Ray's cancel never reached (none is sent here) has its run's cancel set
+    within one watch, and is handed no start slot after. A dead driver: Ray's
+    SIGTERM ends the worker on the spot, so no clean-up of the run (here a
+    ``finally`` that would write a file) races Ray's SIGKILL to record an end."""
+    import ray
+
+    from orchestrator.batch.ray_executor import _stop_workers
+    from orchestrator.batch.ray_slots import new_token, start_slots_actor
+
+    root, marks = str(Path(__file__).resolve().parents[2]), tmp_path / "marks"
+    marks.mkdir()
+    ray.init(address=ray_cluster.address, namespace=NAMESPACE, log_to_driver=False, logging_level="ERROR")
+    try:
+        slots = start_slots_actor(ray, "stop-test", 2)
+
+        def watched(slots: object, marks: str) -> bool:
+            import sys
+            import threading
+            from pathlib import Path
+
+            sys.path.insert(0, root)
+            from orchestrator.batch.ray_executor import CanceledByDriver
+
+            cancel, stop = threading.Event(), CanceledByDriver(slots)
+            with stop.watching(cancel):
+                (Path(marks) / "watching").touch()
+                return cancel.wait(120)
+
+        def terminated(marks: str) -> None:
+            import os
+            import sys
+            import time
+            from pathlib import Path
+
+            sys.path.insert(0, root)
+            from orchestrator.batch.ray_executor import ended_by_sigterm
+
+            with ended_by_sigterm():
+                try:
+                    (Path(marks) / "pid").write_text(str(os.getpid()))
+                    time.sleep(120)
+                finally:
+                    (Path(marks) / "cleaned up").touch()
+
+        dying = ray.remote(terminated).options(num_cpus=0, max_retries=0).remote(str(marks))
+        wait_for(lambda: (marks / "pid").exists(), "the task to start")
+        os.kill(int((marks / "pid").read_text()), signal.SIGTERM)
+        with pytest.raises(ray.exceptions.RayError):
+            ray.get(dying, timeout=60)
+        assert not (marks / "cleaned up").exists()
+
+        ref = ray.remote(watched).options(num_cpus=0, max_retries=0).remote(slots, str(marks))
+        wait_for(lambda: (marks / "watching").exists(), "the task to watch")
+        assert ray.wait([ref], timeout=1.0)[0] == []  # nothing stops it yet
+        _stop_workers(ray, slots)
+        assert ray.get(ref, timeout=60) is True
+        assert ray.get(slots.acquire.remote(new_token()), timeout=30) is False
+    finally:
+        ray.shutdown()
