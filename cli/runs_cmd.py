@@ -43,7 +43,7 @@ RUN_COLUMNS = (
     Column("outcome", "verdict", "text"), Column("mode", "mode", "text"), Column("turns", "turns"),
     Column("cost_usd", "$", "usd"), Column("model", "model", "text", rank=2),
     Column("input_tokens", "in", rank=3), Column("cached_input_tokens", "cached", rank=3),
-    Column("output_tokens", "out", rank=3), Column("task", "task", "text", flex=True),
+    Column("output_tokens", "out", rank=3), Column("task", "task", "text", flex=True, max_lines=3),
 )
 
 
@@ -57,7 +57,8 @@ def runs(
     limit: int = typer.Option(50, "--limit", min=1, max=100_000, help="Most runs to list, newest first."),
     batch: str | None = typer.Option(None, "--batch", help="Only the runs of this batch (an id or unique prefix)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-    wide: bool = typer.Option(False, "--wide", help="Show every column (tables stacked to fit the width)."),
+    wide: bool = typer.Option(False, "--wide",
+                              help="Show every column (tables stacked to fit the width) and each task whole."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     config: Path | None = typer.Option(None, "--config", help=CONFIG_HELP),
 ) -> None:
@@ -89,6 +90,12 @@ def started(ts: float, now: float) -> str:
     return time.strftime(fmt, time.localtime(ts))
 
 
+def one_line(task: str) -> str:
+    """A task as a listing shows it: its whitespace, newlines too, one space
+    (an imported task is often a whole issue text)."""
+    return " ".join(task.split())
+
+
 def runs_table(lines: list[RunLine], *, now: float, wide: bool = False, width: int | None = None) -> list[str]:
     if not lines:
         return ["no runs"]
@@ -96,7 +103,7 @@ def runs_table(lines: list[RunLine], *, now: float, wide: bool = False, width: i
         **line.totals, "id": line.run["id"][:12], "started": started(line.run["created_at"], now),
         # A run still going has no verdict yet: its status stands in that column.
         "outcome": line.run["verdict"] or line.run["status"], "mode": line.run["mode"],
-        "model": line.run["request_model"], "task": line.run["task"],
+        "model": line.run["request_model"], "task": one_line(line.run["task"]),
     } for line in lines]
     # The mode marks replays, re-executions, forks and imports; when every run
     # listed is a plain run it says nothing and leaves its width to the task.

@@ -109,7 +109,7 @@ def tmux(tmp_path):
     opened: list[Tmux] = []
 
     def _open(width: int) -> Tmux:
-        pane = Tmux(tmp_path / f"tmux-{width}.sock", width)
+        pane = Tmux(tmp_path / f"tmux-{width}-{len(opened)}.sock", width)  # one server a pane
         opened.append(pane)
         return pane
 

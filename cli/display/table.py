@@ -7,7 +7,11 @@ cell is cut. When every column does not fit, it picks columns by rank and
 names the ones left out, or pivots a table of few groups (fields down, groups
 across; an aggregate asks for it) when that fits whole; ``wide`` shows every column, stacking them into
 successive tables that each repeat the key columns. One text column may be
-``flex``: it takes the width left and wraps onto continuation lines.
+``flex``: it takes the width left and wraps onto continuation lines, a
+word too long for it broken across them. A flex column of a listing may cap
+its lines (``max_lines``: the task in ``runs``, whose whole text ``show``
+prints): its last line then ends with ``…``, the one mark of a cut cell,
+and ``wide`` lifts the cap.
 
 Plain strings, no rich: ``escrow runs`` must start without it. Dataclasses,
 not pydantic, for the same reason.
@@ -18,7 +22,7 @@ from __future__ import annotations
 import shutil
 import textwrap
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from orchestrator.terminal_text import printable
@@ -41,6 +45,11 @@ class Column:
     """0: a key column, always shown (and repeated in each stacked table);
     higher ranks are left out first when the width runs out."""
     flex: bool = False
+    max_lines: int | None = None
+    """For a flex column: at most this many lines per row, the cut marked ``…``."""
+
+
+CUT = "…"
 
 
 def figure(value: Any, kind: Kind = "int") -> str:
@@ -81,6 +90,8 @@ def render(columns: Sequence[Column], rows: Sequence[Mapping[str, Any]], *, widt
     """The table's lines, each at most ``width`` characters. ``pivot``: the
     rows are few groups compared field by field (an aggregate), not a list."""
     width = width or terminal_width()
+    if wide:
+        columns = [replace(c, max_lines=None) for c in columns]
     cells = [[figure(row.get(c.key), c.kind) for c in columns] for row in rows]
     natural = [max([len(c.header), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
     out = [title] if title else []
@@ -147,11 +158,21 @@ def _table(columns: Sequence[Column], cells: Sequence[Sequence[str]], natural: S
         widths[flex] = max(min(natural[flex], width - others), len(columns[flex].header), 1)
     lines = [_line(columns, chosen, widths, {i: columns[i].header for i in chosen})]
     for row in cells:
-        pieces = {i: wrapped(row[i], widths[i]) if i == flex else [row[i]] for i in chosen}
+        pieces = {i: _flowed(row[i], widths[i], columns[i].max_lines) if i == flex else [row[i]] for i in chosen}
         for depth in range(max(len(p) for p in pieces.values())):
             lines.append(_line(columns, chosen, widths, {i: p[depth] if depth < len(p) else "" for i, p in
                                                          pieces.items()}))
     return lines
+
+
+def _flowed(text: str, width: int, max_lines: int | None) -> list[str]:
+    """A flex cell's lines: folded at words, a word wider than the column
+    broken (no line passes the width), and past ``max_lines`` cut with ``CUT``."""
+    lines = textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False) or [""]
+    if max_lines is None or len(lines) <= max_lines:
+        return lines
+    last = lines[max_lines - 1]
+    return [*lines[:max_lines - 1], (last if len(last) < width else last[:width - 1].rstrip()) + CUT]
 
 
 def _line(columns: Sequence[Column], chosen: Sequence[int], widths: Mapping[int, int],

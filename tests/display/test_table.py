@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from cli.display.table import ABSENT, Column, figure, render
+from cli.display.table import ABSENT, CUT, Column, figure, render
 
 COLUMNS = (
     Column("id", "id", "text", rank=0), Column("status", "status", "text"), Column("prompt", "prompt"),
@@ -91,6 +91,30 @@ def test_a_flex_column_wraps_at_words_without_cutting_one() -> None:
     lines = render(columns, [{"id": "abc123", "n": 3, "task": task}], width=40)
     assert max(map(len, lines)) <= 40 and len(lines) > 2
     assert " ".join(line[len("abc123") + 9:].strip() for line in lines[1:]) == task
+
+
+@pytest.mark.parametrize("width", [40, 80])
+def test_a_word_wider_than_the_flex_column_is_broken_and_no_line_passes_the_width(width: int) -> None:
+    columns = (Column("id", "run", "text", rank=0), Column("task", "task", "text", flex=True))
+    path = "/Users/someone/Documents/24/git_sync/swe-agent-test-repo/tests/./missing_colon.py"
+    task = f'File "{path}", line 4'
+    lines = render(columns, [{"id": "abc123", "task": task}], width=width)
+    assert max(map(len, lines)) <= width
+    assert "".join(line[len("abc123") + 2:].strip() for line in lines[1:]).replace(" ", "") == task.replace(" ", "")
+
+
+@pytest.mark.parametrize("max_lines", [1, 2, 3])
+def test_a_capped_flex_column_keeps_its_lines_and_marks_the_cut(max_lines: int) -> None:
+    columns = (Column("id", "run", "text", rank=0), Column("task", "task", "text", flex=True, max_lines=max_lines))
+    task = " ".join(f"word{n}" for n in range(200))
+    lines = render(columns, [{"id": "abc123", "task": task}, {"id": "def456", "task": "short"}], width=40)
+    first = lines[1:1 + max_lines]
+    assert max(map(len, lines)) <= 40 and lines[1 + max_lines].startswith("def456")
+    assert first[-1].endswith(CUT) and not any(line.endswith(CUT) for line in first[:-1])
+    shown = " ".join(line[len("abc123") + 2:].strip() for line in first).removesuffix(CUT)
+    assert task.startswith(shown)
+    whole = render(columns, [{"id": "abc123", "task": "fits in one"}], width=40)
+    assert not any(CUT in line for line in whole)  # a cell that fits is never marked
 
 
 def test_the_one_number_format() -> None:

@@ -48,10 +48,13 @@ def captured(tmux, width: int, home: Path, *argv: str) -> list[str]:
     return lines[:lines.index(exit_line)]
 
 
-def fits(lines: list[str], width: int) -> None:
+def fits(lines: list[str], width: int, *, capped: str | None = None) -> None:
+    """No line over ``width``, and nothing cut to an ellipsis but the
+    ``capped`` column's cells (the task in ``runs``, capped at 3 lines)."""
     long = [line for line in lines if len(line) > width]
     assert not long, f"{len(long)} lines over {width} columns:\n" + "\n".join(long)
-    assert "…" not in "\n".join(lines)  # nothing is cut to an ellipsis
+    at = lines[0].index(capped) if capped else None
+    assert "…" not in "\n".join(line[:at] for line in lines)  # nothing is cut to an ellipsis
 
 
 def named_as_not_shown(lines: list[str]) -> str:
@@ -94,17 +97,31 @@ def test_report_by_model(width: int, recorded, home: Path, store, tmux) -> None:
 @pytest.mark.parametrize("width", [80, 120])
 def test_runs(width: int, recorded, home: Path, tmux) -> None:
     lines = captured(tmux, width, home, "runs")
-    fits(lines, width)
+    fits(lines, width, capped="task")
     text = " ".join(" ".join(line.split()) for line in lines)
     assert recorded["run"][:12] in text and "BUDGET_EXHAUSTED" in text and "PASS" in text
-    assert " ".join(LONG_TASK.split()) in " ".join(
-        line[lines[0].index("task"):].strip() for line in lines[1:] if len(line) > lines[0].index("task"))
     if width >= 120:
         assert {"in", "cached", "out", "task"} <= set(lines[0].split())
     else:
         assert {"run", "started", "verdict", "turns", "$", "task"} <= set(lines[0].split())
         assert [c.header for c in RUN_COLUMNS if c.header not in lines[0].split()]
         assert "(--wide shows every column)" in " ".join(lines)
+    # The task: at most 3 lines a run, a cut marked; whole under --wide.
+    assert " ".join(LONG_TASK.split()).startswith(task_text(lines).removesuffix("…"))
+    assert " ".join(LONG_TASK.split()) in task_text(captured(tmux, width, home, "runs", "--wide"))
+
+
+def task_text(lines: list[str]) -> str:
+    """The task cells' text of the listing's long-task run, joined."""
+    head = max(n for n, line in enumerate(lines) if line.startswith("run ") and "task" in line.split())
+    at = lines[head].index("task")  # under --wide, in the last of the stacked tables
+    row = next(n for n, line in enumerate(lines) if n > head and line[at:].startswith(LONG_TASK.split()[0] + " "))
+    cell = [lines[row][at:].strip()]
+    for line in lines[row + 1:]:
+        if line[:at].strip():
+            break
+        cell.append(line[at:].strip())
+    return " ".join(cell)
 
 
 @pytest.mark.parametrize("width", [80, 120])
