@@ -26,7 +26,7 @@ import functools
 import hashlib
 import struct
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -278,12 +278,24 @@ def digest(head: str, key: Key, figures: Sequence[Any]) -> str:
     not pack (a float in an integer column, a NULL) gives "", which matches no
     stored digest."""
     run_id, own, model, engine = key
-    names = "\x1f".join((head, run_id, "\x00" if model is None else model, "\x00" if engine is None else engine))
-    try:
-        packed = (ROW_IN_RUN if model is not None else MARKER_ROW).pack(own, *figures)
-    except struct.error:
-        return ""
-    return hashlib.sha256(names.encode("utf-8", "surrogatepass") + packed).hexdigest()
+    return digester(model, engine)(head, run_id, own, figures)
+
+
+def digester(model: str | None, engine: str | None) -> Callable[[str, str, int, Sequence[Any]], str]:
+    """``digest`` for the rows of one model and engine, what they share
+    encoded once: a report checks each of its rows with one of these."""
+    tail = f"\x1f{chr(0) if model is None else model}\x1f{chr(0) if engine is None else engine}".encode(
+        "utf-8", "surrogatepass")
+    pack, sha256 = (ROW_IN_RUN if model is not None else MARKER_ROW).pack, hashlib.sha256
+
+    def of(head: str, run_id: str, own: int, figures: Sequence[Any]) -> str:
+        try:
+            packed = pack(own, *figures)
+        except struct.error:
+            return ""
+        return sha256(f"{head}\x1f{run_id}".encode("utf-8", "surrogatepass") + tail + packed).hexdigest()
+
+    return of
 
 
 def in_run(figures: Sequence[Any], model: str | None, tool_s: Any, model_rows: int) -> tuple[Any, ...]:

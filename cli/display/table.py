@@ -8,7 +8,7 @@ names the ones left out, or pivots a table of few groups (fields down, groups
 across; an aggregate asks for it) when that fits whole; ``wide`` shows every column, stacking them into
 successive tables that each repeat the key columns. One text column may be
 ``flex``: it takes the width left and wraps onto continuation lines, a
-word too long for it broken across them. A flex column of a listing may cap
+word too long for it (a path) broken across them, after a ``/`` where one fits. A flex column of a listing may cap
 its lines (``max_lines``: the task in ``runs``, whose whole text ``show``
 prints): its last line then ends with ``…``, the one mark of a cut cell,
 and ``wide`` lifts the cap.
@@ -167,8 +167,16 @@ def _table(columns: Sequence[Column], cells: Sequence[Sequence[str]], natural: S
 
 def _flowed(text: str, width: int, max_lines: int | None) -> list[str]:
     """A flex cell's lines: folded at words, a word wider than the column
-    broken (no line passes the width), and past ``max_lines`` cut with ``CUT``."""
-    lines = textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False) or [""]
+    (a path) broken after its last ``/`` that fits, else at the width, so
+    no line passes it; past ``max_lines`` cut with ``CUT``."""
+    lines: list[str] = []
+    for line in textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) or [""]:
+        while len(line) > width:  # one word alone on its line: textwrap kept it whole
+            cut = line.rfind("/", 0, width) + 1
+            cut = cut if cut > width // 2 else width
+            lines.append(line[:cut])
+            line = line[cut:]
+        lines.append(line)
     if max_lines is None or len(lines) <= max_lines:
         return lines
     last = lines[max_lines - 1]

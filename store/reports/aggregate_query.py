@@ -148,23 +148,28 @@ def unchecked(rows: list[Any], shared: list[Any], names: Mapping[str | None, str
     digest a row: a row with a model also covers its run's tool seconds and
     count of model rows (``run_totals.in_run``); a run's tool seconds row is
     checked alone only when no model row of its spend flag came back."""
-    digest, idle, bad = run_totals.digest, ZERO[:TOOL_S], set()
+    idle, bad = ZERO[:TOOL_S], set()
     tool_at = first + len(run_totals.FIGURES)
     head_at, digest_at, marker_at = tool_at + 1, tool_at + 2, tool_at + 3
     own_rows = Counter(r[0] for r in rows if r[1] == 1)
     shared_rows = Counter(r[0] for r in rows if r[1] == 0)  # a fork's prefix may have model rows and no tool row
     shared_tool_s = {run_id: seconds for run_id, seconds, _, _ in shared}
+    marker = run_totals.digester(None, None)
+    digests: dict[tuple[Any, Any], Any] = {}  # one digester for each (model, engine) the rows name
     for r in rows:
         run_id, own = r[0], r[1]
         if r[2] is None:  # no model row of the run came back: its tool seconds row says whether it had some
-            if digest(r[head_at], (run_id, 1, None, None), (*idle, r[tool_at], 0)) != r[marker_at]:
+            if marker(r[head_at], run_id, 1, (*idle, r[tool_at], 0)) != r[marker_at]:
                 bad.add(run_id)
             continue
+        of = digests.get((r[2], r[3]))
+        if of is None:
+            of = digests[(r[2], r[3])] = run_totals.digester(names[r[2]], names[r[3]])
         in_run = (r[tool_at], own_rows[run_id]) if own == 1 else (shared_tool_s.get(run_id, 0.0), shared_rows[run_id])
-        if digest(r[head_at], (run_id, own, names[r[2]], names[r[3]]), (*r[first:tool_at], *in_run)) != r[digest_at]:
+        if of(r[head_at], run_id, own, (*r[first:tool_at], *in_run)) != r[digest_at]:
             bad.add(run_id)
     for run_id, seconds, head, stored in shared:
-        if digest(head, (run_id, 0, None, None), (*idle, seconds, shared_rows[run_id])) != stored:
+        if marker(head, run_id, 0, (*idle, seconds, shared_rows[run_id])) != stored:
             bad.add(run_id)
     return bad
 
@@ -349,20 +354,37 @@ def slices(totals: Mapping[Key, Figures], runs: Mapping[str, RunCells], by_engin
     """Totals folded into slices, in one fixed order (so the float sums come
     out the same whichever way the totals were read), and each slice's TTFT
     check (``run_totals.ttft_check``)."""
-    merged: dict[tuple[str, str, str], Figures] = {}
-    engines: dict[tuple[str, str, str], str | None] = {}
-    tool_s: dict[str, float] = defaultdict(float)
-    for key in sorted(totals, key=run_totals.order):
+    # Keys gathered by slot first: most slots have one row, taken as it is;
+    # a slot of several (engines under one model, or both spend flags) adds
+    # them in ``run_totals.order``, as does a run's tool seconds.
+    parts: dict[tuple[str, str, str], list[Key]] = defaultdict(list)
+    idle: dict[str, list[Key]] = defaultdict(list)
+    for key in totals:
         run_id, _, model, engine = key
         if model is None:
-            tool_s[run_id] += totals[key][TOOL_S]
+            idle[run_id].append(key)
+        else:
+            parts[(run_id, model, (engine or "") if by_engine else "")].append(key)
+    tool_s: dict[str, float] = {}
+    for run_id, keys in idle.items():
+        seconds = 0.0
+        for key in (keys if len(keys) == 1 else sorted(keys, key=run_totals.order)):
+            seconds += totals[key][TOOL_S]
+        tool_s[run_id] = seconds
+    merged: dict[tuple[str, str, str], Figures] = {}
+    engines: dict[tuple[str, str, str], str | None] = {}
+    for slot, keys in parts.items():
+        engines[slot] = keys[0][3] if by_engine else None
+        if len(keys) == 1:
+            merged[slot] = totals[keys[0]]
             continue
-        slot = (run_id, model, (engine or "") if by_engine else "")
-        engines[slot] = engine if by_engine else None
         # Each figure added to the slot's, as ``Totals.add`` does (from zero:
         # the same figures, as x + 0 == x for every figure a slot holds).
-        known = merged.get(slot)
-        merged[slot] = totals[key] if known is None else tuple(map(operator.add, known, totals[key]))
+        ordered = sorted(keys, key=run_totals.order)
+        figures = totals[ordered[0]]
+        for key in ordered[1:]:
+            figures = tuple(map(operator.add, figures, totals[key]))
+        merged[slot] = figures
     out, checks = [], []
     for slot in sorted(merged):
         figures, run_id = merged[slot], slot[0]

@@ -101,6 +101,8 @@ def test_a_word_wider_than_the_flex_column_is_broken_and_no_line_passes_the_widt
     lines = render(columns, [{"id": "abc123", "task": task}], width=width)
     assert max(map(len, lines)) <= width
     assert "".join(line[len("abc123") + 2:].strip() for line in lines[1:]).replace(" ", "") == task.replace(" ", "")
+    broken = [line for line in lines[1:] if "/" in line and not line.rstrip().endswith(("/", '",'))]
+    assert len(broken) <= 1  # the path breaks after a separator, its last piece the only one that does not
 
 
 @pytest.mark.parametrize("max_lines", [1, 2, 3])
