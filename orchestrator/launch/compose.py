@@ -19,10 +19,19 @@ from orchestrator.settings import Settings
 from orchestrator.tool_protocols import protocol_named
 from policies import Policy, default_policy, load_policy
 from store import Store
+from store.engine import parse_url, sqlite_path
 
 
 def open_store(settings: Settings, *, readonly: bool = False, create: bool = True) -> Store:
     return Store.open(settings.store_url, readonly=readonly, create=create and not readonly)
+
+
+def kept_workspaces(settings: Settings) -> Path:
+    """Where a store's batch runs keep their starting workspaces
+    (``sandbox.kept``): beside a SQLite store's file, so that each store's
+    ``escrow gc`` frees its own; in the home for any other store."""
+    path = sqlite_path(parse_url(settings.store_url))
+    return (path.parent if path is not None else settings.home) / "workspaces"
 
 
 def resolve_policy(settings: Settings) -> Policy:
