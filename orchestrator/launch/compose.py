@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 
+from orchestrator.canonical import sha256_hex
 from orchestrator.context import resolve_budget
 from orchestrator.contract import Role, Sampling, ToolSpec
 from orchestrator.errors import ConfigError
@@ -28,10 +29,15 @@ def open_store(settings: Settings, *, readonly: bool = False, create: bool = Tru
 
 def kept_workspaces(settings: Settings) -> Path:
     """Where a store's batch runs keep their starting workspaces
-    (``sandbox.kept``): beside a SQLite store's file, so that each store's
-    ``escrow gc`` frees its own; in the home for any other store."""
-    path = sqlite_path(parse_url(settings.store_url))
-    return (path.parent if path is not None else settings.home) / "workspaces"
+    (``sandbox.kept``), one place a store, so that a store's ``escrow gc``
+    frees only its own: ``FILE.workspaces`` beside a SQLite store's file;
+    for any other store, a folder of the home named after its URL."""
+    url = parse_url(settings.store_url)
+    path = sqlite_path(url)
+    if path is not None:
+        return path.with_name(f"{path.name}.workspaces")
+    named = sha256_hex(url.render_as_string(hide_password=True))[:16]
+    return settings.home / "workspaces" / f"{url.get_backend_name()}-{named}"
 
 
 def resolve_policy(settings: Settings) -> Policy:

@@ -113,7 +113,7 @@ def test_gc_frees_the_kept_workspaces_only_its_deleted_runs_recorded(tmp_path):
     from sandbox.kept import keep
 
     path = tmp_path / "escrow.db"  # a SQLite store keeps its batch workspaces beside its file
-    root = tmp_path / "workspaces"
+    root = tmp_path / "escrow.db.workspaces"
     starts = {}
     for name in ("old", "new"):
         (tmp_path / name).mkdir()
