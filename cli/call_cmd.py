@@ -153,7 +153,8 @@ def fault_server(
         None,
         "--fixes",
         help="A task directory (examples/tasks): play each task's fix.patch "
-        "under /k/TASK_ID/v1, for `escrow batch --model-url .../k/{task_id}/v1`.",
+        "under /k/TASK_ID/v1, for `escrow batch --model-url .../k/{task_id}/v1`; "
+        "each new run of a task (its first request) starts the fix again.",
     ),
     port: int = typer.Option(8099, "--port", min=0, max=65535, help="Port to listen on (0 picks a free one)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; loopback unless you mean otherwise."),
@@ -199,7 +200,7 @@ def _serve_fixes(root: Path, host: str, port: int, model: str, as_json: bool) ->
     scripts = example_scripts(root)
     server = FaultServer(host=host, port=port, model=model)
     for task_id, steps in scripts.items():
-        server.script_for(task_id, steps)
+        server.script_for(task_id, steps, restart=True)
     server.start()
     url = f"http://{host}:{server.port}/k/{{task_id}}/v1"
     try:

@@ -38,8 +38,8 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     (
         "gc",
         "store_cmd",
-        "Delete whole runs older than a span, and the blobs no other run uses. Each deletion is recorded in the "
-        "deletions table.",
+        "Delete whole runs older than a span, the blobs no other run uses, and the kept batch workspaces no run "
+        "records. Each deletion of a run is recorded in the deletions table.",
     ),
     (
         "report",

@@ -89,30 +89,40 @@ def gc(
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     config: Path | None = typer.Option(None, "--config", help=CONFIG_HELP),
 ) -> None:
-    """Delete whole runs older than a span, and the blobs no other run uses.
-    Each deletion is recorded in the deletions table."""
-    from store.retention import collect
+    """Delete whole runs older than a span, the blobs no other run uses, and
+    the kept batch workspaces no run records. Each deletion of a run is
+    recorded in the deletions table."""
+    from orchestrator.launch.compose import kept_workspaces
+    from sandbox.kept import sweep
+    from store.retention import collect, recorded_repos
 
     try:
         before = parse_since(older_than, time.time())
     except ValueError as exc:
         raise ConfigError(str(exc).replace("--since", "--older-than")) from None
-    with open_store(db, config, readonly=False) as store:
+    settings = load_settings(config, db_url=db)
+    with Store.open(settings.store_url, create=True, readonly=False) as store:
         try:
             with store.write() as conn:
                 result = collect(conn, before=before, keep_verdicts=keep_verdict)
+                repos = recorded_repos(conn)  # what the runs left still start from
                 if dry_run:  # the very deletion, counted, then rolled back with its transaction
-                    raise _RolledBack(result)
+                    raise _RolledBack((result, repos))
         except _RolledBack as rolled_back:
-            result = rolled_back.result
+            result, repos = rolled_back.result
+    # After the commit: a workspace goes only once no run can need it.
+    freed = sweep(kept_workspaces(settings), repos, before=before, dry_run=dry_run)
     if as_json:
-        emit_json({**result.model_dump(), "dry_run": dry_run})
+        emit_json({**result.model_dump(), "workspaces_deleted": freed.workspaces,
+                   "workspace_bytes_freed": freed.bytes, "dry_run": dry_run})
     else:
         verb = "would delete" if dry_run else "deleted"
         typer.echo(f"{verb} {result.runs_deleted} runs ({result.rows_deleted} rows, {result.blobs_deleted} blobs), "
                    f"{'would free' if dry_run else 'freed'} {result.bytes_freed:,} bytes; kept "
                    f"{result.runs_kept_as_parents} parents of kept runs" + (" (dry run: nothing deleted)" if dry_run
                                                                              else ""))
+        typer.echo(f"{verb} {freed.workspaces} kept workspaces, {'would free' if dry_run else 'freed'} "
+                   f"{freed.bytes:,} bytes")
 
 
 class _RolledBack(Exception):

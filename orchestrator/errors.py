@@ -17,7 +17,7 @@ The one tree (exit code in brackets)::
     │   ├── NothingToReport [8]
     │   └── ExportError [8]          store/reports/export.py
     ├── ReplayError [2]              orchestrator/replay/errors.py: an unusable recording
-    │   ├── RecordingUnusable, ChainRefused, WorkspaceGone [2]
+    │   ├── RecordingUnusable, ChainRefused, WorkspaceGone, WorkspaceChanged [2]
     │   └── Divergence [1]           the replay differs from the recording
     ├── SourceError [12]             orchestrator/interop/errors.py: an import source
     │   ├── UnreadableSource [12], FormatMismatch [13]

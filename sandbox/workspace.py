@@ -17,7 +17,7 @@ import shutil
 import stat
 import tarfile
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +117,10 @@ def repo_files(repo: Path) -> list[str]:
     found = []
     for root, dirs, files in os.walk(repo):
         dirs[:] = sorted(d for d in dirs if d != ".git")
-        found += [os.path.relpath(os.path.join(root, f), repo) for f in files]
+        # A symlink to a directory is listed as a link, as git lists it (a
+        # kept workspace, which has no .git, then starts a run as its source did).
+        links = [d for d in dirs if os.path.islink(os.path.join(root, d))]
+        found += [os.path.relpath(os.path.join(root, f), repo) for f in (*files, *links)]
     return sorted(found)
 
 
@@ -145,6 +148,23 @@ def _tar_member(name: str, mode: str, data: bytes) -> tuple[tarfile.TarInfo, io.
     return tar_info(name, mode, data), None if mode == LINK else io.BytesIO(data)
 
 
+def repo_entries(repo: Path) -> Iterator[tuple[str, str, bytes]]:
+    """(path, git mode, bytes) of what a run starts from: the repo's regular
+    files and symlinks (a link's bytes are its target), read with O_NOFOLLOW;
+    git metadata and paths reached through a symlinked directory left out.
+    The snapshot and a kept workspace's digest both read the repo through it."""
+    real_repo = Path(os.path.realpath(repo))
+    for name in repo_files(repo):
+        raw = name.encode("utf-8", errors="surrogateescape")
+        if is_git_metadata(raw) or Path(os.path.realpath((repo / name).parent)) != real_repo / Path(name).parent:
+            continue
+        st = os.lstat(repo / name)
+        if stat.S_ISLNK(st.st_mode):
+            yield name, LINK, os.fsencode(os.readlink(repo / name))
+        elif stat.S_ISREG(st.st_mode):
+            yield name, (EXEC if st.st_mode & 0o111 else FILE), _read_nofollow(repo / name)
+
+
 def snapshot(repo: Path, git: PrivateGit, max_bytes: int, hidden: tuple[str, ...] = ()) -> tuple[bytes, str]:
     """A tar of the repo's regular files and symlinks for the container, and the
     same content committed as the starting copy in ``git`` (read here with
@@ -155,24 +175,10 @@ def snapshot(repo: Path, git: PrivateGit, max_bytes: int, hidden: tuple[str, ...
     buffer = io.BytesIO()
     try:
         with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            real_repo = Path(os.path.realpath(repo))
-            for name in repo_files(repo):
-                raw = name.encode("utf-8", errors="surrogateescape")
-                if (
-                    is_git_metadata(raw)
-                    or Path(os.path.realpath((repo / name).parent)) != real_repo / Path(name).parent
-                ):
-                    continue  # git metadata, or a listed path reached through a symlinked directory
-                st = os.lstat(repo / name)
-                if stat.S_ISLNK(st.st_mode):
-                    mode, data = LINK, os.fsencode(os.readlink(repo / name))
-                elif stat.S_ISREG(st.st_mode):
-                    mode, data = (EXEC if st.st_mode & 0o111 else FILE), _read_nofollow(repo / name)
-                else:
-                    continue
+            for name, mode, data in repo_entries(repo):
                 if not first_match(hidden, name):
                     tar.addfile(*_tar_member(name, mode, data))
-                tree.put(raw, mode, tree.blob(data))
+                tree.put(name.encode("utf-8", errors="surrogateescape"), mode, tree.blob(data))
                 if buffer.tell() > max_bytes:
                     raise WorkspaceError(f"repo {repo} is larger than the workspace limit ({max_bytes} bytes)")
         base = tree.commit(BASE_REF)

@@ -119,6 +119,11 @@ def collect(
                     blobs_deleted=len(unused), bytes_freed=freed)
 
 
+def recorded_repos(conn: Connection) -> set[str]:
+    """Every starting workspace a run in the store records (its ``repo``)."""
+    return set(conn.execute(select(RUNS.c.repo).distinct()).scalars())
+
+
 def _reached(conn: Connection, where: ColumnElement[bool]) -> set[str]:
     """Every blob the selected requests reach (node bodies are read; message
     bodies are not needed to know their hashes)."""

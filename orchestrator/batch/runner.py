@@ -25,10 +25,12 @@ from orchestrator.context.tokenizer import TokenCounter
 from orchestrator.contract import Frozen
 from orchestrator.errors import ConfigError
 from orchestrator.launch import RunRequest, run_agent
+from orchestrator.launch.compose import kept_workspaces
 from orchestrator.launch.liveness import Heartbeat
 from orchestrator.ports import Model
 from orchestrator.settings import Settings
 from sandbox import Sandbox
+from sandbox.kept import keep
 from store import Store
 from store import batches as bstore
 
@@ -102,13 +104,15 @@ def run_attempt(
     try:
         with tempfile.TemporaryDirectory(prefix=f"escrow-batch-{task.id[:20]}-") as work:
             try:
-                repo = prepare_repo(task, tasks_dir, Path(work))
+                # The run starts from (and records) a kept copy, not the scratch
+                # one: a re-execution or fork of it needs its start after this.
+                kept = keep(prepare_repo(task, tasks_dir, Path(work)), kept_workspaces(settings))
                 timer.start()
                 with stop.watching(cancel):
                     outcome = run_agent(task_settings(settings, task, model_url),
-                                        RunRequest(task=task.task, repo=repo, verify=task.verify,
+                                        RunRequest(task=task.task, repo=kept.path, verify=task.verify,
                                                    hidden=task.overrides.hidden or (),
-                                                   verify_patch=task.verify_patch),
+                                                   verify_patch=task.verify_patch, workspace_sha256=kept.sha256),
                                         cancel=cancel, on_start=heartbeat.started, lease=heartbeat.claim(attempt_id),
                                         start_sandbox=start_sandbox,
                                         around_model=around_model)

@@ -44,12 +44,15 @@ def split_key(path: str) -> tuple[str | None, str]:
 
 class FaultState:
     """Script queues and observations, shared between the server thread and callers.
-    ``queue`` serves plain paths; ``keyed[KEY]`` serves paths under ``/k/KEY/``."""
+    ``queue`` serves plain paths; ``keyed[KEY]`` serves paths under ``/k/KEY/``;
+    ``restart[KEY]``: that key's whole script, played again from its start by
+    each request that opens a conversation (a new run of the same task)."""
 
     def __init__(self, default: Scenario | None) -> None:
         self.lock = threading.Lock()
         self.queue: deque[Scenario] = deque()
         self.keyed: dict[str, deque[Scenario]] = {}
+        self.restart: dict[str, tuple[Scenario, ...]] = {}
         self.cycle = False
         self.default = default
         self.requests: list[RecordedRequest] = []
@@ -57,8 +60,10 @@ class FaultState:
         self.disconnects: list[Disconnect] = []
         self.changed = threading.Condition(self.lock)
 
-    def next_scenario(self, key: str | None = None) -> Scenario:
+    def next_scenario(self, key: str | None = None, *, opens: bool = False) -> Scenario:
         with self.lock:
+            if key is not None and opens and key in self.restart:
+                self.keyed[key] = deque(self.restart[key])
             queue = self.queue if key is None else self.keyed.get(key, deque())
             if queue:
                 item = queue.popleft()
@@ -77,6 +82,15 @@ class FaultState:
             }
             targets[type(item)].append(item)
             self.changed.notify_all()
+
+
+def opens_conversation(body: dict[str, Any]) -> bool:
+    """A request with messages but no assistant or tool turn yet: the first
+    call of a run (its retries included)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return False
+    return not any(isinstance(m, dict) and m.get("role") in ("assistant", "tool") for m in messages)
 
 
 class FaultApp:
@@ -118,7 +132,12 @@ class FaultApp:
             index = len(self.state.requests)
         self.state.record(RecordedRequest(index, scope["method"], original, headers, bytes(raw), time.monotonic()))
         try:
-            scenario = self.state.next_scenario(key)
+            body = json.loads(raw)
+        except ValueError:
+            body = {}
+        body = body if isinstance(body, dict) else {}
+        try:
+            scenario = self.state.next_scenario(key, opens=opens_conversation(body))
         except ScriptExhausted as exc:
             await _respond(
                 send,
@@ -127,11 +146,7 @@ class FaultApp:
                 json.dumps({"error": {"message": str(exc), "type": "fault_server"}}).encode(),
             )
             return
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            body = {}
-        await self._play(scenario, body if isinstance(body, dict) else {}, index, send, receive)
+        await self._play(scenario, body, index, send, receive)
 
     async def _play(self, scenario: Scenario, body: dict[str, Any], index: int, send, receive) -> None:
         if scenario.kind == "hangup":

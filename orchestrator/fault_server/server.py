@@ -120,10 +120,19 @@ class FaultServer:
             self._state.queue.extend(steps)
             self._state.cycle = cycle
 
-    def script_for(self, key: str, steps: Iterable[Scenario]) -> None:
-        """Give requests under ``/k/KEY/v1`` their own queue (``keyed_url(KEY)``)."""
+    def script_for(self, key: str, steps: Iterable[Scenario], *, restart: bool = False) -> None:
+        """Give requests under ``/k/KEY/v1`` their own queue (``keyed_url(KEY)``).
+        ``restart``: a request that opens a conversation (no assistant turn
+        yet) plays the script again from its start, so each new run of a task
+        (a retry, a resumed batch) gets the whole script; otherwise runs under
+        one key share the queue, each taking up where the last one stopped."""
+        steps = tuple(steps)
         with self._state.lock:
             self._state.keyed[key] = deque(steps)
+            if restart:
+                self._state.restart[key] = steps
+            else:
+                self._state.restart.pop(key, None)
 
     def keyed_url(self, key: str) -> str:
         return f"http://{self.host}:{self._port}/k/{key}/v1"
@@ -136,6 +145,7 @@ class FaultServer:
         with self._state.lock:
             self._state.queue.clear()
             self._state.keyed.clear()
+            self._state.restart.clear()
             self._state.cycle = False
             self._state.requests.clear()
             self._state.streams.clear()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 
+from orchestrator.canonical import sha256_hex
 from orchestrator.context import resolve_budget
 from orchestrator.contract import Role, Sampling, ToolSpec
 from orchestrator.errors import ConfigError
@@ -19,10 +20,24 @@ from orchestrator.settings import Settings
 from orchestrator.tool_protocols import protocol_named
 from policies import Policy, default_policy, load_policy
 from store import Store
+from store.engine import parse_url, sqlite_path
 
 
 def open_store(settings: Settings, *, readonly: bool = False, create: bool = True) -> Store:
     return Store.open(settings.store_url, readonly=readonly, create=create and not readonly)
+
+
+def kept_workspaces(settings: Settings) -> Path:
+    """Where a store's batch runs keep their starting workspaces
+    (``sandbox.kept``), one place a store, so that a store's ``escrow gc``
+    frees only its own: ``FILE.workspaces`` beside a SQLite store's file;
+    for any other store, a folder of the home named after its URL."""
+    url = parse_url(settings.store_url)
+    path = sqlite_path(url)
+    if path is not None:
+        return path.with_name(f"{path.name}.workspaces")
+    named = sha256_hex(url.render_as_string(hide_password=True))[:16]
+    return settings.home / "workspaces" / f"{url.get_backend_name()}-{named}"
 
 
 def resolve_policy(settings: Settings) -> Policy:

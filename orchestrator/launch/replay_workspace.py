@@ -1,6 +1,7 @@
 """The live parts a re-execution or fork needs: a fresh hardened sandbox on
 the recorded starting workspace (the run's repo path), with the recorded
-policy and verifier."""
+policy and verifier. A batch run's start is a kept workspace whose digest
+the run recorded (``sandbox.kept``): it is checked before anything starts."""
 
 from __future__ import annotations
 
@@ -13,11 +14,16 @@ from orchestrator.replay.errors import ReplayError
 from orchestrator.replay.recorded import RecordedRun
 from policies import Policy
 from sandbox import Sandbox, ToolBox, connect, require_image
+from sandbox.kept import tree_digest
 from sandbox.loop_tools import SandboxTools
 
 
 class WorkspaceGone(ReplayError):
     """The recorded starting workspace no longer exists."""
+
+
+class WorkspaceChanged(ReplayError):
+    """The kept starting workspace is no longer what the run started from."""
 
 
 class WorkspaceTools(SandboxTools):
@@ -40,6 +46,11 @@ def sandbox_tools_for(recorded: RecordedRun, *, image: str, docker_host: str | N
     if not repo.is_dir():
         raise WorkspaceGone(f"the recorded starting workspace {repo} is not a directory any more; "
                             "re-execution and fork run the tools on it", repo=str(repo))
+    expected = recorded.config.get("workspace_sha256")
+    if expected is not None and (found := tree_digest(repo)) != expected:
+        raise WorkspaceChanged(f"the kept starting workspace {repo} changed since the run (its files' sha256 "
+                               f"is {found[:12]}, the run started from {str(expected)[:12]}); re-execution and "
+                               "fork would not start where the run did", repo=str(repo))
     client = connect(docker_host)
     require_image(client, image)
 

@@ -55,6 +55,7 @@ class RunRequest(Frozen):
     apply: bool = False
     hidden: tuple[str, ...] = ()  # added to the policy's [verify] hidden (a batch task's own)
     verify_patch: str | None = None  # applied after the model's patch, in the verifier's container only
+    workspace_sha256: str | None = None  # ``repo`` is a kept workspace of this digest (a batch's): replays check it
 
 
 class RunOutcome(Frozen):
@@ -182,7 +183,8 @@ def run_agent(
         run_id = recorder.start_run(
             task=task, repo=str(repo_path), model=settings.model, policy=policy.model_dump(mode="json"),
             config={"spec": spec.model_dump(mode="json"), "model_url": settings.model_url,
-                    "sandbox_image": settings.sandbox_image},
+                    "sandbox_image": settings.sandbox_image,
+                    **({"workspace_sha256": request.workspace_sha256} if request.workspace_sha256 else {})},
             lease=lease if heartbeat is None else heartbeat.claim(),
         )
         if heartbeat is not None:

@@ -130,3 +130,39 @@ def test_call_against_the_real_server(llama_url):
     )
     env = json.loads(proc.stdout)
     assert env["status"] in ("COMPLETED", "TRUNCATED") and env["model"] == "gemma-3-270m"
+
+
+def test_fault_server_fixes_starts_a_tasks_fix_again_for_each_new_run(tmp_path):
+    """The flow of docs/BATCH.md: a task whose run was cut off after its first
+    call (Ctrl-C, then ``escrow batch --resume``) gets its whole fix again."""
+    import httpx
+
+    from orchestrator.batch.scripted import fix_script
+
+    tasks = Path(__file__).resolve().parents[2] / "examples" / "tasks"
+    proc = subprocess.Popen([ESCROW, "fault-server", "--fixes", str(tasks), "--port", "0", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        url = json.loads(proc.stdout.readline())["model_url"].replace("{task_id}", "calc-mean")
+        opening = [{"role": "system", "content": "s"}, {"role": "user", "content": "fix mean"}]
+
+        def call(messages: list[dict]) -> dict:
+            response = httpx.post(f"{url}/chat/completions", json={"model": "m", "messages": messages}, timeout=10)
+            assert response.status_code == 200, response.text
+            return response.json()["choices"][0]["message"]["tool_calls"][0]["function"]
+
+        first = call(opening)  # the run that is interrupted here
+        steps = len(fix_script(tasks / "calc-mean"))
+        played, history = [call(opening)], list(opening)  # the resumed run: from the start
+        for _ in range(steps - 1):
+            history += [{"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function",
+                                                                              "function": played[-1]}]},
+                        {"role": "tool", "tool_call_id": "c", "content": "ok"}]
+            played.append(call(history))
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=15)
+    assert played[0] == first and played[0]["name"] == "write_file"
+    assert played[-1]["name"] == "submit"  # the whole fix, not "script exhausted"
+    assert proc.returncode == 0 and "Traceback" not in err

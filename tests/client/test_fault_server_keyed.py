@@ -34,3 +34,29 @@ def test_an_exhausted_or_unknown_key_is_a_500_naming_the_key(fault_server: Fault
     for key in ("a", "nobody"):
         response = ask(fault_server.keyed_url(key))
         assert response.status_code == 500 and f"for key {key!r}" in response.json()["error"]["message"]
+
+
+def say(url: str, *messages: dict) -> httpx.Response:
+    return httpx.post(f"{url}/chat/completions", json={"model": "m", "messages": list(messages), "stream": False},
+                      timeout=10)
+
+
+OPENING = ({"role": "system", "content": "s"}, {"role": "user", "content": "the task"})
+LATER = (*OPENING, {"role": "assistant", "content": "a1"}, {"role": "user", "content": "go on"})
+
+
+def test_a_restarting_key_plays_its_script_from_the_start_for_each_new_conversation(fault_server: FaultServer):
+    fault_server.script_for("t", [Reply(text="t1"), Reply(text="t2")], restart=True)
+    url = fault_server.keyed_url("t")
+    assert [text(say(url, *OPENING)), text(say(url, *LATER))] == ["t1", "t2"]  # a whole run
+    assert text(say(url, *OPENING)) == "t1"  # a second run: from the start, not "exhausted"
+    # An interrupted run (one step played) does not shift the next run either.
+    assert [text(say(url, *OPENING)), text(say(url, *LATER))] == ["t1", "t2"]
+    assert say(url, *LATER).status_code == 500  # within one run the script still runs out
+
+
+def test_a_plain_key_shares_its_queue_between_conversations(fault_server: FaultServer):
+    fault_server.script_for("t", [Reply(text="t1"), Reply(text="t2")])
+    url = fault_server.keyed_url("t")
+    assert [text(say(url, *OPENING)), text(say(url, *OPENING))] == ["t1", "t2"]
+    assert say(url, *OPENING).status_code == 500

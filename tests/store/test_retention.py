@@ -4,6 +4,7 @@ deletion recorded, and the store still verifying."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from contextlib import closing
@@ -106,3 +107,31 @@ def test_a_bad_span_is_a_clear_error(tmp_path):
     build(path)
     result = CliRunner().invoke(app, ["gc", "--older-than", "soon", "--db", f"sqlite:///{path}"])
     assert result.exit_code != 0 and "--older-than" in str(result.exception)
+
+
+def test_gc_frees_the_kept_workspaces_only_its_deleted_runs_recorded(tmp_path):
+    from sandbox.kept import keep
+
+    path = tmp_path / "escrow.db"  # a SQLite store keeps its batch workspaces beside its file
+    root = tmp_path / "escrow.db.workspaces"
+    starts = {}
+    for name in ("old", "new"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "f.py").write_text(f"{name} = 1\n")
+        starts[name] = keep(tmp_path / name, root).path
+    long_ago = time.time() - 40 * DAY
+    for kept in starts.values():  # both kept long ago; the new run still records its own
+        os.utime(kept, (long_ago, long_ago))
+    now = time.time()
+    with Store.open(f"sqlite:///{path}") as store:
+        for name, recorder in (("old", Recorder(store, clock=lambda: now - 40 * DAY)), ("new", Recorder(store))):
+            run_id = recorder.start_run(task="t", repo=str(starts[name]), config={}, policy={}, model="m")
+            recorder.finish_run(run_id, "PASS")
+    dry = gc(path, "--dry-run")
+    assert (dry["runs_deleted"], dry["workspaces_deleted"]) == (1, 1) and dry["workspace_bytes_freed"] == 8
+    assert starts["old"].is_dir()
+    done = gc(path)
+    assert (done["workspaces_deleted"], done["workspace_bytes_freed"]) == (1, 8)
+    assert not starts["old"].exists() and starts["new"].is_dir()
+    text = CliRunner().invoke(app, ["gc", "--older-than", "30d", "--db", f"sqlite:///{path}"])
+    assert text.exit_code == 0 and "deleted 0 kept workspaces, freed 0 bytes" in text.output
