@@ -22,9 +22,9 @@ from pydantic import ValidationError
 from orchestrator import __version__
 from orchestrator.contract import Message
 from orchestrator.interop import atif_schema as schema
-from orchestrator.source_figures import IMPORT_EVENT, counted_run_level
 from orchestrator.trajectory import CallView, ToolExecutionView, Trajectory
 from store.reports.export import ExportError
+from store.reports.run_report import counted_of
 
 AGENT_NAME = "escrow"
 
@@ -167,8 +167,7 @@ def to_atif(trajectory: Trajectory) -> dict[str, Any]:
     if costs:
         final["total_cost_usd"] = sum(costs)
     # An imported run's run-level figures that no call gives count in its totals, as in its report.
-    event = next((e for e in trajectory.run_events if e.kind == IMPORT_EVENT), None)
-    run_level = counted_run_level(event.data_json) if event is not None else None
+    run_level = counted_of(trajectory)
     for name, key in (("total_prompt_tokens", "prompt_tokens"), ("total_completion_tokens", "completion_tokens"),
                       ("total_cached_tokens", "cached_tokens"), ("total_cost_usd", "cost_usd")):
         if run_level and run_level.get(key) is not None:

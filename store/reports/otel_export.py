@@ -4,7 +4,10 @@ OTLP/HTTP endpoint.
 
 One ``invoke_agent`` span per run; under it one ``chat`` span per answered
 model call (usage, finish reasons, the envelope status) and one
-``execute_tool`` span per tool execution (the ACL decision and rule). Span
+``execute_tool`` span per tool execution (the ACL decision and rule). An
+imported run's run-level figures that no call gives (a SWE-agent
+``model_stats``) are on its ``invoke_agent`` span, marked
+``escrow.usage.basis = run_level``. Span
 times are the recorded ones. Attributes follow the GenAI semantic
 conventions; the OpenInference twins (``openinference.span.kind``,
 ``llm.token_count.*``) are added so Phoenix shows kinds and token counts.
@@ -20,6 +23,7 @@ from typing import Any
 
 from orchestrator.errors import ConfigError
 from orchestrator.trajectory import CallView, ToolExecutionView, Trajectory
+from store.reports.run_report import counted_of
 
 NS = 1_000_000_000
 SERVICE = "escrow"
@@ -92,6 +96,27 @@ def tool_attributes(execution: ToolExecutionView, tool_call_id: str | None) -> d
     return attrs
 
 
+RUN_LEVEL_ATTRIBUTES = (
+    ("prompt_tokens", ("gen_ai.usage.input_tokens", "llm.token_count.prompt")),
+    ("completion_tokens", ("gen_ai.usage.output_tokens", "llm.token_count.completion")),
+    ("cached_tokens", ("gen_ai.usage.cache_read.input_tokens", "llm.token_count.prompt_details.cache_read")),
+    ("cost_usd", ("escrow.cost_usd",)),
+)
+
+
+def run_level_attributes(trajectory: Trajectory) -> dict[str, Any]:
+    """The agent span's share of the run's figures: an imported run's
+    run-level totals that no call span carries (so nothing is counted twice)."""
+    counted = counted_of(trajectory)
+    if not counted:
+        return {}
+    attrs: dict[str, Any] = {"escrow.usage.basis": "run_level"}
+    for key, names in RUN_LEVEL_ATTRIBUTES:
+        if counted.get(key) is not None:
+            attrs.update(dict.fromkeys(names, counted[key]))
+    return attrs
+
+
 def run_spans(trajectory: Trajectory, tracer: Any) -> int:
     """Emit one run's spans through ``tracer``; returns how many."""
     from opentelemetry import trace
@@ -127,6 +152,7 @@ def run_spans(trajectory: Trajectory, tracer: Any) -> int:
             "escrow.run.status": run.status,
             "escrow.run.verdict": run.verdict or "",
             "openinference.span.kind": "AGENT",
+            **run_level_attributes(trajectory),
         },
     )
     context = trace.set_span_in_context(root)

@@ -9,7 +9,7 @@ from typing import Any
 
 from orchestrator.costing.figures import ESCROW_SOURCE, CallFigures, ToolFigures
 from orchestrator.interop.records import IMPORT_MODE
-from orchestrator.source_figures import IMPORT_EVENT, RUN_LEVEL
+from orchestrator.source_figures import IMPORT_EVENT, RUN_LEVEL, counted_run_level
 from orchestrator.trajectory import CallView, ToolExecutionView, Trajectory
 
 CLAMP_FIELD = '"cached_prompt_tokens_reported"'
@@ -40,6 +40,13 @@ def source_of(trajectory: Trajectory) -> str:
     """"escrow", or an imported run's source format."""
     found = trajectory.run.config.get("import") if trajectory.run.mode == IMPORT_MODE else None
     return str(found.get("format") or IMPORT_MODE) if isinstance(found, dict) else ESCROW_SOURCE
+
+
+def counted_of(trajectory: Trajectory) -> dict[str, Any] | None:
+    """An imported run's run-level figures that count in its totals (no call
+    gives them), as its import event records them, or None."""
+    event = next((e for e in trajectory.run_events if e.kind == IMPORT_EVENT), None)
+    return counted_run_level(event.data_json) if event is not None else None
 
 
 def run_level_of(trajectory: Trajectory) -> tuple[CallFigures | None, dict[str, Any] | None]:

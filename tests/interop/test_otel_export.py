@@ -4,6 +4,7 @@ starts on loopback, then read back through Phoenix's HTTP API."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -18,7 +19,7 @@ from store import Recorder, synthetic
 from store.importer import import_file
 from store.reports import otel_export
 from tests.conftest import require
-from tests.interop.conftest import own
+from tests.interop.conftest import own, real
 
 PHOENIX_BIN = os.environ.get("ESCROW_TEST_PHOENIX_BIN", "/var/cache/escrow/phoenix-venv/bin/phoenix")
 
@@ -143,3 +144,23 @@ def test_spans_reach_phoenix_with_their_tree_and_token_counts(store, phoenix, tm
         assert sorted(s["attributes"]["escrow.acl.decision"] for s in tools) == sorted(
             e.decision or "absent" for e in store.tool_executions(run_id)
         )
+
+
+def test_an_imported_runs_run_level_figures_are_on_its_agent_span_once(store):
+    """A SWE-agent run whose calls carry no figures: its model_stats on the
+    agent span, marked run-level, and on no chat span."""
+    path = real("swe-agent/swe-agent__test-repo-i1.traj")
+    stats = json.loads(path.read_bytes())["info"]["model_stats"]
+    run_id = import_file(store, path).run_ids[0]
+    spans = spans_of(otel_export.otlp_json(otel_export.collect([store.trajectory(run_id)], "p")))
+    (root,) = [attrs(s) for s in spans if "parentSpanId" not in s]
+    assert root["escrow.usage.basis"] == "run_level"
+    assert (int(root["gen_ai.usage.input_tokens"]), int(root["gen_ai.usage.output_tokens"])) == (
+        stats["tokens_sent"], stats["tokens_received"])
+    assert float(root["escrow.cost_usd"]) == pytest.approx(stats["instance_cost"])
+    chats = [attrs(s) for s in spans if s["name"].startswith("chat ")]
+    assert chats and not any("gen_ai.usage.input_tokens" in a or "escrow.cost_usd" in a for a in chats)
+    native = synthetic.record_run(Recorder(store), turns=2, seed=3)
+    (plain,) = [attrs(s) for s in spans_of(otel_export.otlp_json(otel_export.collect([store.trajectory(native)], "p")))
+                if "parentSpanId" not in s]
+    assert "escrow.usage.basis" not in plain and "gen_ai.usage.input_tokens" not in plain
