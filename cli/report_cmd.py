@@ -81,10 +81,12 @@ def print_run(report: RunCost, *, wide: bool = False) -> None:
         lines += prose(f"total ${figure(t.total_usd, 'usd')} = input ${figure(t.input_usd, 'usd')} + cached input "
                        f"${figure(t.cached_input_usd, 'usd')} + output ${figure(t.output_usd, 'usd')} + GPU "
                        f"${figure(t.gpu_usd, 'usd')}", width)
+    elif report.cost_basis == "absent":
+        lines += prose(f"total absent: the {report.source} source recorded no dollars for this run (--reprice "
+                       "prices its tokens with Escrow's table)", width)
     else:
-        dollars = ABSENT if report.cost_basis == "absent" else f"${figure(t.total_usd, 'usd')}"
-        lines += prose(f"total {dollars}, the {report.source} source's own figures ({report.cost_basis}; "
-                       "--reprice prices the tokens with Escrow's table)", width)
+        lines += prose(f"total ${figure(t.total_usd, 'usd')}, the {report.source} source's own figures "
+                       f"({report.cost_basis}; --reprice prices the tokens with Escrow's table)", width)
     if report.run_level_figures:
         counted = ", ".join(f"{name} {value:,}" if isinstance(value, int) else f"{name} ${figure(value, 'usd')}"
                             for name, value in report.run_level_figures.items() if value is not None)

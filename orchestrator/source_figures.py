@@ -24,10 +24,13 @@ def counted_run_level(data_json: str) -> dict[str, Any] | None:
 
 
 def add_run_level(totals: dict[str, Any], counted: dict[str, Any]) -> None:
-    """A run's listed totals (``RunTotals`` fields) with its counted run-level figures added."""
+    """A run's listed totals (``RunTotals`` fields) with its counted run-level
+    figures added: a figure no call reported (absent) is then the source's."""
     for name, key in (("prompt_tokens", "input_tokens"), ("cached_tokens", "cached_input_tokens"),
                       ("completion_tokens", "output_tokens")):
         if counted.get(name) is not None:
             totals[key] = (totals.get(key) or 0) + counted[name]
+            if isinstance(totals.get("unreported"), dict):
+                totals["unreported"].pop(key, None)
     if counted.get("cost_usd") is not None:
         totals["cost_usd"] = (totals.get("cost_usd") or 0.0) + counted["cost_usd"]

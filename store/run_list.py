@@ -48,6 +48,9 @@ CRASHED, RUNNING = "crashed", "running"
 _EMPTY_TOTALS: dict[str, Any] = {
     "turns": 0, "calls": 0, "input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0, "cost_usd": None,
 }
+# The token figures a server may not send: None in a listing when no call
+# reported one and the source gives none run-level (absent, never 0).
+REPORTED = ("input_tokens", "cached_input_tokens", "output_tokens")
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,9 @@ class RunLine:
     @classmethod
     def of(cls, summary: RunSummary) -> RunLine:
         # The keys this module's own reader gives, so that both paths list alike.
-        return cls(run=summary.run.model_dump(), totals=summary.totals.model_dump(include=set(_EMPTY_TOTALS)))
+        totals = summary.totals
+        return cls(run=summary.run.model_dump(), totals={
+            **totals.model_dump(include=set(_EMPTY_TOTALS)), **{name: totals.reported(name) for name in REPORTED}})
 
 
 def when(ts: float | None) -> str:
@@ -197,13 +202,15 @@ def _totals(conn: sqlite3.Connection, ids: list[str]) -> dict[str, dict[str, Any
         for run_id, n in conn.execute(
                 f"SELECT run_id, count(*) FROM {table} WHERE run_id IN ({marks}) GROUP BY run_id", args):
             found.setdefault(run_id, dict(_EMPTY_TOTALS))[key] = n
-    for run_id, tin, tcached, tout, cost in conn.execute(
+    absent = ", ".join(f"sum(\"{name}_source\" = 'absent')" for name in REPORTED)
+    for run_id, tin, tcached, tout, cost, n, *unreported in conn.execute(
         'SELECT run_id, sum("gen_ai.usage.input_tokens"), sum("gen_ai.usage.cache_read.input_tokens"), '
-        f'sum("gen_ai.usage.output_tokens"), sum(cost_usd) FROM model_responses WHERE run_id IN ({marks}) '
-        "GROUP BY run_id", args,
+        f'sum("gen_ai.usage.output_tokens"), sum(cost_usd), count(*), {absent} FROM model_responses '
+        f"WHERE run_id IN ({marks}) GROUP BY run_id", args,
     ):
-        found.setdefault(run_id, dict(_EMPTY_TOTALS)).update(
-            input_tokens=tin or 0, cached_input_tokens=tcached or 0, output_tokens=tout or 0, cost_usd=cost)
+        totals = found.setdefault(run_id, dict(_EMPTY_TOTALS))
+        totals.update(input_tokens=tin or 0, cached_input_tokens=tcached or 0, output_tokens=tout or 0, cost_usd=cost)
+        totals.update({name: None for name, count in zip(REPORTED, unreported, strict=True) if count >= n})
     for run_id, data_json in conn.execute(
             f"SELECT run_id, data_json FROM events WHERE run_id IN ({marks}) AND kind = ? AND turn IS NULL",
             [*args, IMPORT_EVENT]):

@@ -56,6 +56,10 @@ class RunSlice(NamedTuple):
     """The source's run-level totals (figures no call of it gives), not a sum over calls."""
 
 
+TOKEN_FIGURES = ("prompt_tokens", "cached_tokens", "completion_tokens")
+"""A cost line's token figures, by the names its rows use, that a server may not send."""
+
+
 class CallFigures(Frozen):
     """One model call of a run. ``status`` is None for a call whose response
     was never recorded (the call in flight when a run stopped)."""
@@ -81,6 +85,8 @@ class CallFigures(Frozen):
     source_usd: float | None = None
     """An imported call's dollars as its source recorded them; None: Escrow's
     own call, or the source gave none."""
+    absent: frozenset[str] = frozenset()
+    """Of ``TOKEN_FIGURES``, those the server (or source) never sent: recorded 0, shown absent."""
 
     @property
     def gpu_s(self) -> float:

@@ -18,6 +18,18 @@ def usd(value: float) -> float:
 
 
 def line_row(line: CostLine) -> dict[str, Any]:
+    """A cost line's row; a figure no call gave (``CostLine.absent``) is
+    None (JSON null, ``-`` in a table), and so is what is worked out from it."""
+    row = _line_figures(line)
+    gone = set(line.absent)
+    if "cached_tokens" in gone or "prompt_tokens" in gone:
+        gone |= {"prefilled_tokens", "cache_hit_ratio"}
+    if "cost_usd" in gone:
+        gone |= {"source_usd"}
+    return {name: None if name in gone else value for name, value in row.items()}
+
+
+def _line_figures(line: CostLine) -> dict[str, Any]:
     return {
         "turn": "total" if line.turn is None else line.turn,
         "calls": line.calls,

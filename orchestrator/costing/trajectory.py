@@ -14,7 +14,14 @@ from collections.abc import Sequence
 
 from orchestrator.context.accounting import prefill_tokens_ideal_cache, resent_tokens_no_cache
 from orchestrator.contract import Frozen
-from orchestrator.costing.figures import ESCROW_SOURCE, CallFigures, PriceLookup, ToolFigures, ratio
+from orchestrator.costing.figures import (
+    ESCROW_SOURCE,
+    TOKEN_FIGURES,
+    CallFigures,
+    PriceLookup,
+    ToolFigures,
+    ratio,
+)
 from policies.pricing import CostBreakdown, cost_breakdown
 
 
@@ -37,6 +44,10 @@ class CostLine(Frozen):
     tool_s: float = 0.0
     tool_calls: int = 0
     retries: int = 0
+    absent: tuple[str, ...] = ()
+    """Of ``TOKEN_FIGURES`` and ``cost_usd``, those no call of the line gives
+    (a server that sends no count, an imported call without dollars): its
+    rows show them absent, not 0."""
 
     @property
     def hit_ratio(self) -> float | None:
@@ -159,6 +170,9 @@ def cost_line(turn: int | None, calls: Sequence[CallFigures], resent: Sequence[i
         cost = cost + call_cost(call, prices, priced)
     ttfts = [c.ttft_s for c in calls if c.ttft_s is not None]
     prompt, cached = sum(c.prompt_tokens for c in calls), sum(c.cached for c in calls)
+    absent = [name for name in TOKEN_FIGURES if calls and all(name in c.absent for c in calls)]
+    if not priced and calls and all(c.source_usd is None for c in calls):
+        absent.append("cost_usd")
     return CostLine(
         turn=turn, calls=len(calls), statuses=tuple(c.status or "IN_FLIGHT" for c in calls),
         prompt_tokens=prompt, cached_tokens=cached, prefilled_tokens=prompt - cached,
@@ -167,7 +181,7 @@ def cost_line(turn: int | None, calls: Sequence[CallFigures], resent: Sequence[i
         # A turn's latency to first token is its first call's; a total sums them.
         ttft_s=(ttfts[0] if turn is not None else sum(ttfts)) if ttfts else None,
         decode_s=sum(c.decode_s or 0.0 for c in calls), tool_s=sum(t.seconds for t in tools),
-        tool_calls=sum(t.count for t in tools), retries=sum(c.retries for c in calls),
+        tool_calls=sum(t.count for t in tools), retries=sum(c.retries for c in calls), absent=tuple(absent),
     )
 
 
@@ -202,7 +216,9 @@ def run_cost(
             "prompt_tokens": total.prompt_tokens + extra.prompt_tokens,
             "cached_tokens": total.cached_tokens + extra.cached_tokens,
             "prefilled_tokens": total.prefilled_tokens + extra.prefilled_tokens,
-            "completion_tokens": total.completion_tokens + extra.completion_tokens, "cost": total.cost + extra.cost})
+            "completion_tokens": total.completion_tokens + extra.completion_tokens, "cost": total.cost + extra.cost,
+            # Absent from the total only if the run-level figures lack it too.
+            "absent": tuple(name for name in total.absent if name in extra.absent) if total.calls else extra.absent})
     models = {c.model for c in calls} | ({run_level.model} if run_level else set())
     basis = "price table" if priced else cost_basis(calls, run_level)
     warnings = unpriced_warnings(models, prices) if priced else []

@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from orchestrator.costing.figures import ESCROW_SOURCE, CallFigures, ToolFigures
+from orchestrator.costing.figures import ESCROW_SOURCE, TOKEN_FIGURES, CallFigures, ToolFigures
 from orchestrator.interop.records import IMPORT_MODE
 from orchestrator.source_figures import IMPORT_EVENT, RUN_LEVEL, counted_run_level
 from orchestrator.trajectory import CallView, ToolExecutionView, Trajectory
@@ -20,9 +20,10 @@ def call_figures(calls: Iterable[CallView]) -> list[CallFigures]:
     out = []
     for call in calls:
         r = call.response
-        if r is None:
-            out.append(CallFigures(turn=call.turn, model=call.request_model))
+        if r is None:  # in flight when the run stopped: no figure came back
+            out.append(CallFigures(turn=call.turn, model=call.request_model, absent=frozenset(TOKEN_FIGURES)))
             continue
+        sources = (r.input_tokens_source, r.cached_input_tokens_source, r.output_tokens_source)
         out.append(CallFigures(
             turn=call.turn, model=call.request_model, status=r.status, prompt_tokens=r.input_tokens,
             cached_prompt_tokens=r.cached_input_tokens, completion_tokens=r.output_tokens,
@@ -32,6 +33,7 @@ def call_figures(calls: Iterable[CallView]) -> list[CallFigures]:
             # Parsed only where the envelope holds it: nearly no call is clamped.
             cached_reported=r.envelope().usage.cached_prompt_tokens_reported
             if CLAMP_FIELD in r.envelope_json else None,
+            absent=frozenset(name for name, source in zip(TOKEN_FIGURES, sources, strict=True) if source == "absent"),
         ))
     return out
 
@@ -66,6 +68,7 @@ def run_level_of(trajectory: Trajectory) -> tuple[CallFigures | None, dict[str, 
             prompt_source="absent" if prompt is None else "server",
             cached_prompt_tokens=counted.get("cached_tokens") or 0,
             completion_tokens=counted.get("completion_tokens") or 0, source_usd=counted.get("cost_usd"),
+            absent=frozenset(name for name in TOKEN_FIGURES if counted.get(name) is None),
         )
     return figures, reported if isinstance(reported, dict) else None
 

@@ -194,3 +194,38 @@ def test_runs_lists_the_run_level_figures_on_both_readers(store, tmp_path):
     for totals in (line.totals, full.model_dump()):
         assert (totals["input_tokens"], totals["output_tokens"]) == (stats["tokens_sent"], stats["tokens_received"])
         assert totals["cost_usd"] == pytest.approx(stats["instance_cost"])
+
+
+def test_per_turn_figures_the_source_never_gave_are_absent_not_zero(tmp_path, cli_env):
+    """A SWE-agent run whose calls carry no figures (its totals are run-level)
+    and a mini-swe-agent run with none at all: each turn's tokens and dollars
+    are null in JSON and "-" in the table, never 0; the total carries the
+    run-level figures and leaves absent what the source lacks."""
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    runner = CliRunner()
+    ran = {}
+    for relative in ("swe-agent/swe-agent__test-repo-i1.traj", "mini-swe-agent/local.traj.json"):
+        done = runner.invoke(app, ["import", "--json", str(real(relative))])
+        ran[relative.split("/")[0]] = json.loads(done.stdout)["run_ids"][0]
+    figures = ("prompt_tokens", "cached_tokens", "prefilled_tokens", "completion_tokens", "cost_usd", "source_usd",
+               "cache_hit_ratio")
+    stats = json.loads(real("swe-agent/swe-agent__test-repo-i1.traj").read_bytes())["info"]["model_stats"]
+    for source, run_id in ran.items():
+        got = json.loads(runner.invoke(app, ["report", run_id, "--json"]).stdout)
+        assert got["turns"] and all(turn[name] is None for turn in got["turns"] for name in figures), source
+        total = got["total"]
+        if source == "swe-agent":
+            assert (total["prompt_tokens"], total["completion_tokens"]) == (stats["tokens_sent"],
+                                                                            stats["tokens_received"])
+            assert total["cost_usd"] == pytest.approx(stats["instance_cost"]) and total["cached_tokens"] is None
+        else:
+            assert all(total[name] is None for name in figures), total
+        text = runner.invoke(app, ["report", run_id], env={"COLUMNS": "120"}).stdout
+        head = next(line for line in text.splitlines() if line.lstrip().startswith("turn "))
+        row = next(line for line in text.splitlines() if line.split()[:1] == ["1"])
+        ends = {name: head.index(name) + len(name) for name in ("prompt", "cached", "output", "$")}
+        assert [row[:end].split()[-1] for end in ends.values()] == ["-"] * 4, text
+        assert "total absent" in text if source == "mini-swe-agent" else "total $" in text

@@ -188,3 +188,34 @@ def test_a_batch_run_is_created_only_with_its_lease_and_its_attempt_naming_it(tm
         (seen,) = bstore.load_batch(store, batch).attempts
         assert seen.run_id == run_id and run_id in bstore.crashed_runs(store)
         assert [s.run.id for s in store.runs()] == [run_id] and store.verify(run_id).ok
+
+
+def test_figures_no_call_reported_list_as_absent_in_both_readers(tmp_path: Path, monkeypatch) -> None:
+    """Real imported runs: a count no call reported is None (JSON null, "-" in
+    the table), not 0; a run-level figure of the source counts; both
+    readers say the same."""
+    from store.importer import import_file
+    from tests.interop.conftest import real
+
+    path = tmp_path / "imported.db"
+    with Store.open(f"sqlite:///{path}") as store:
+        swe = import_file(store, real("swe-agent/6e44b9__sweagenttestrepo-1c2844.traj")).run_ids[0]
+        bare = import_file(store, real("mini-swe-agent/local.traj.json")).run_ids[0]
+        cached = import_file(store, real("mini-swe-agent/deepseek_lite_dev__sqlfluff__sqlfluff-2419.traj.json")
+                             ).run_ids[0]
+    light = read_run_lines(path, RunQuery(limit=10), now=NOW)
+    assert light is not None and light == full_lines(path, limit=10)
+    totals = {line.run["id"]: dict(line.totals) for line in light}
+    stats = json.loads(real("swe-agent/6e44b9__sweagenttestrepo-1c2844.traj").read_bytes())["info"]["model_stats"]
+    assert (totals[swe]["input_tokens"], totals[swe]["output_tokens"], totals[swe]["cached_input_tokens"]) == (
+        stats["tokens_sent"], stats["tokens_received"], None)
+    assert [totals[bare][k] for k in ("input_tokens", "cached_input_tokens", "output_tokens", "cost_usd")] == [
+        None] * 4
+    assert all(isinstance(totals[cached][k], int) and totals[cached][k] > 0
+               for k in ("input_tokens", "cached_input_tokens", "output_tokens"))
+    monkeypatch.setenv("COLUMNS", "200")  # every column on one line
+    head, *rows = escrow("runs", "--db", f"sqlite:///{path}").stdout.splitlines()
+    row = next(r for r in rows if r.startswith(bare[:12]))
+    # Figures are right-aligned: each ends where its header does.
+    ends = {name: head.index(f" {name} ") + len(name) + 1 for name in ("$", "in", "cached", "out")}
+    assert [row[:end].split()[-1] for end in ends.values()] == ["-"] * 4
