@@ -7,8 +7,9 @@ so every file has its own sha256), then timed side by side in one run:
 - parse only (bytes -> typed records, pure), and full import (parse plus the
   store write) two ways: one file a call (``import_file``: one transaction
   and one run-totals pass per file) and batched (``import_files``, as
-  ``escrow import`` does: up to 100 parsed files a transaction, their totals
-  in one pass), in trajectories per second;
+  ``escrow import`` does: up to 100 parsed files a transaction, their rows
+  in one statement per table, their totals in one pass), in trajectories per
+  second, with the SQL statements each way sent per file;
 - the OTLP export of every imported run: building the spans with the
   OpenTelemetry SDK, and building plus encoding them as OTLP JSON, in spans
   per second (and sending them, with --otlp-endpoint URL).
@@ -24,7 +25,11 @@ import json
 import tempfile
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import Engine, event
 
 from orchestrator.interop import read_trajectories
 from store import Store
@@ -93,6 +98,25 @@ def generate(root: Path, n: int) -> dict[str, list[Path]]:
     return files
 
 
+T = TypeVar("T")
+
+
+def timed(work: Callable[[list[Path]], T], files: list[Path]) -> tuple[T, float, int]:
+    """What ``work`` returns for ``files``, its seconds and the SQL statements it sent."""
+    sent = [0]
+
+    def count(*_: Any) -> None:
+        sent[0] += 1
+
+    event.listen(Engine, "before_cursor_execute", count)
+    try:
+        started = time.perf_counter()
+        result = work(files)
+        return result, time.perf_counter() - started, sent[0]
+    finally:
+        event.remove(Engine, "before_cursor_execute", count)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1000, help="trajectory files per format")
@@ -103,23 +127,22 @@ def main() -> None:
         print(f"generating {args.n} files per format ...", flush=True)
         files = generate(root, args.n)
         store = Store.open(f"sqlite:///{root / 'bench.db'}", synchronous="NORMAL")
-        print(f"{'format':<16}{'files':>7}{'calls':>8}{'parse traj/s':>14}{'per file':>10}{'batched':>10}"
-              f"{'batched/per file':>18}")
+        print(f"{'':<28}{' trajectories/s ':-^31}{' SQL per file ':-^17}")
+        print(f"{'format':<15}{'files':>6}{'calls':>7}{'parse':>7}{'per file':>9}{'batched':>8}{'ratio':>7}"
+              f"{'per file':>9}{'batched':>8}")
         run_ids: list[str] = []
         all_s = {"per file": 0.0, "batched": 0.0}
-        n_all = 0
+        all_n = {"per file": 0, "batched": 0}
         for fmt, paths in files.items():
             started = time.perf_counter()
             trajectories = sum(len(read_trajectories(p.read_bytes(), str(p))) for p in paths)
             parse_s = time.perf_counter() - started
             # Two halves of the same files, so that both ways write to a store of the same size.
             half = len(paths) // 2
-            started = time.perf_counter()
-            single = [import_file(store, p) for p in paths[:half]]
-            single_s = time.perf_counter() - started
-            started = time.perf_counter()
-            batched = [o for o in import_files(store, paths[half:]) if isinstance(o, ImportOutcome)]
-            batched_s = time.perf_counter() - started
+            single, single_s, single_sql = timed(lambda some: [import_file(store, p) for p in some], paths[:half])
+            batched, batched_s, batched_sql = timed(
+                lambda some: [o for o in import_files(store, some) if isinstance(o, ImportOutcome)], paths[half:]
+            )
             outcomes = single + batched
             assert len(outcomes) == len(paths) and all(not o.skipped for o in outcomes), "every generated file is new"
             run_ids += [r for o in outcomes for r in o.run_ids]
@@ -128,20 +151,21 @@ def main() -> None:
             in_batches = sum(len(o.run_ids) for o in batched) / batched_s
             all_s["per file"] += single_s
             all_s["batched"] += batched_s
-            n_all += len(paths)
+            all_n["per file"] += sum(len(o.run_ids) for o in single)
+            all_n["batched"] += sum(len(o.run_ids) for o in batched)
             print(
-                f"{fmt:<16}{len(paths):>7}{calls:>8}{trajectories / parse_s:>14.1f}{per_file:>10.1f}{in_batches:>10.1f}"
-                f"{in_batches / per_file:>17.2f}x",
+                f"{fmt:<15}{len(paths):>6}{calls:>7}{trajectories / parse_s:>7.0f}{per_file:>9.1f}{in_batches:>8.1f}"
+                f"{in_batches / per_file:>6.2f}x{single_sql / len(single):>9.2f}{batched_sql / len(batched):>8.2f}",
                 flush=True,
             )
-        print(f"all formats: per file {n_all / 2 / all_s['per file']:.1f} traj/s, batched "
-              f"{n_all / 2 / all_s['batched']:.1f} traj/s (goal: 50)")
-        trajectories = [store.trajectory(r) for r in run_ids]
+        print(f"all formats: per file {all_n['per file'] / all_s['per file']:.1f} traj/s, batched "
+              f"{all_n['batched'] / all_s['batched']:.1f} traj/s (goal: 50)")
+        recorded = [store.trajectory(r) for r in run_ids]
         started = time.perf_counter()
-        spans = otel_export.collect(trajectories, "bench")
+        spans = otel_export.collect(recorded, "bench")
         build_s = time.perf_counter() - started
         started = time.perf_counter()
-        encoded = json.dumps(otel_export.otlp_json(otel_export.collect(trajectories, "bench")))
+        encoded = json.dumps(otel_export.otlp_json(otel_export.collect(recorded, "bench")))
         encode_s = time.perf_counter() - started
         print(f"OTLP export of {len(run_ids)} runs, {len(spans)} spans ({len(encoded) / 1e6:.1f} MB of OTLP JSON):")
         print(f"  SDK spans built     {len(spans) / build_s:>10.0f} spans/s")
@@ -150,7 +174,7 @@ def main() -> None:
         )
         if args.otlp_endpoint:
             started = time.perf_counter()
-            otel_export.send(otel_export.collect(trajectories, "bench"), args.otlp_endpoint)
+            otel_export.send(otel_export.collect(recorded, "bench"), args.otlp_endpoint)
             send_s = time.perf_counter() - started
             print(
                 f"  built + sent        {len(spans) / send_s:>10.0f} spans/s  ({build_s / send_s:.2f}x of build only)"

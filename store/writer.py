@@ -14,6 +14,7 @@ from store.rows import Pending, normalise
 from store.tables import Run, table_of
 
 RUNS: Table = table_of(Run)
+Chained = tuple[Table, dict[str, Any]]
 
 
 def chain_position(conn: Connection, run_id: str) -> tuple[int, str]:
@@ -28,30 +29,45 @@ def chain_position(conn: Connection, run_id: str) -> tuple[int, str]:
     return int(found.chain_seq), str(found.chain_head)
 
 
-def append(
-    conn: Connection, run_id: str, pending: Sequence[Pending], run_update: Mapping[str, Any] | None = None
-) -> list[dict[str, Any]]:
-    """Give each pending row the next ``seq`` and its link, insert them, and
-    move the run's head. Returns the rows as written."""
-    seq, head = chain_position(conn, run_id)
-    grouped: dict[Table, list[dict[str, Any]]] = {}
-    written = []
+def chained(run_id: str, seq: int, head: str, pending: Sequence[Pending]) -> tuple[list[Chained], int, str]:
+    """Pure: each pending row with the next ``seq`` and its link after
+    (``seq``, ``head``); returns them and the new position."""
+    out = []
     for table, values in pending:
         seq += 1
         row = normalise(table, {**values, "run_id": run_id, "seq": seq})
         head = link(head, table.name, row)
         row["chain_hash"] = head
-        # Grouping by a table's first appearance keeps foreign keys satisfied:
-        # a row only ever refers to rows of tables that appeared before it.
+        out.append((table, row))
+    return out, seq, head
+
+
+def insert_chained(conn: Connection, rows: Sequence[Chained]) -> None:
+    """Insert chained rows, one statement per table however many runs and
+    rows they hold (their model copies filled first)."""
+    grouped: dict[Table, list[dict[str, Any]]] = {}
+    # Grouping by a table's first appearance keeps foreign keys satisfied:
+    # a row only ever refers to rows of tables that appeared before it, in
+    # its own run, so also in rows of many runs put one after another.
+    for table, row in rows:
         grouped.setdefault(table, []).append(row)
-        written.append(row)
-    for table, rows in grouped.items():
-        model_column.fill(conn, table, rows, written)  # a copy, outside the hashed form
-        conn.execute(table.insert(), rows)
+    written = [row for _, row in rows]
+    for table, group in grouped.items():
+        model_column.fill(conn, table, group, written)  # a copy, outside the hashed form
+        conn.execute(table.insert(), group)
+
+
+def append(
+    conn: Connection, run_id: str, pending: Sequence[Pending], run_update: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Give each pending row the next ``seq`` and its link, insert them, and
+    move the run's head. Returns the rows as written."""
+    rows, seq, head = chained(run_id, *chain_position(conn, run_id), pending)
+    insert_chained(conn, rows)
     conn.execute(update(RUNS).where(RUNS.c.id == run_id).values(chain_seq=seq, chain_head=head, **(run_update or {})))
     # Derived, not chained: what reports sum over a finished run, kept in step
     # with any row appended after it finished (its digest is of the chain
     # head, which any row moves on).
     if (run_update or {}).get("status") == "finished" or run_totals.has_any(conn, run_id):
         run_totals.write(conn, [run_id])
-    return written
+    return [row for _, row in rows]
