@@ -4,6 +4,10 @@ the viewer, tests and benches get their reports here."""
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from orchestrator.costing import AggregateReport, RunCost, aggregate, run_cost
 from orchestrator.trajectory import Trajectory
 from policies.price_table import PriceTable
@@ -41,6 +45,22 @@ def report_runs(store: Store, *, by: str, since: float | None, until: float | No
     """Runs in a time window, grouped ``by``; real spend only, unless
     ``include_replays``. ``raw``: every run read from its rows, not from its
     stored totals (the bench's comparison)."""
-    pieces, ttfts = read_slices(store, by=by, since=since, until=until, include_replays=include_replays, raw=raw)
-    return aggregate(pieces, ttfts, by=by, prices=prices.lookup, price_version=prices.version, since=since, until=until,
-                     include_replays=include_replays, reprice=reprice)
+    with collector_paused():
+        pieces, ttfts = read_slices(store, by=by, since=since, until=until, include_replays=include_replays, raw=raw)
+        return aggregate(pieces, ttfts, by=by, prices=prices.lookup, price_version=prices.version, since=since,
+                         until=until, include_replays=include_replays, reprice=reprice)
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cycle collector held off while an aggregate is read and
+    folded: a fleet report makes a few hundred thousand tuples, none in a
+    cycle, and the collector's passes over them were a quarter of an
+    all-time report's time (bench/bench_report.py). Left as it was found."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()

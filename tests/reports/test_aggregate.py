@@ -178,3 +178,34 @@ def test_by_day_labels_each_piece_as_its_own_datetime_does_at_the_edges_of_a_day
     for t in moments:
         want[day_key(t)] = want.get(day_key(t), 0) + 1
     assert {g.key: g.runs for g in report.groups} == want
+
+
+def test_an_aggregate_holds_off_the_cycle_collector_and_leaves_it_as_it_found_it(store, monkeypatch) -> None:
+    """``report_runs`` reads and folds with the collector off (bench_report's
+    figures), and gives it back on, or off if it was, also when it fails."""
+    import gc
+
+    from orchestrator.launch import reports
+    from policies.price_table import PriceTable
+
+    seen: list[bool] = []
+    real = reports.read_slices
+
+    def reading(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(reports, "read_slices", reading)
+    table = PriceTable(version="t", sources=(), prices={})
+    assert gc.isenabled()
+    reports.report_runs(store, by="model", since=None, until=None, prices=table)
+    assert seen == [False] and gc.isenabled()
+    with pytest.raises(ValueError):
+        reports.report_runs(store, by="no-such-grouping", since=None, until=None, prices=table)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        reports.report_runs(store, by="model", since=None, until=None, prices=table)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
