@@ -43,6 +43,7 @@ class ToolStep(Frozen):
     duration_s: float | None = None
     output_bytes: int = 0
     observation: str = ""
+    imported: bool = False  # executed by the source agent: no escrow, no ACL decision made
 
     @property
     def summary(self) -> str:
@@ -104,7 +105,10 @@ def steps_of(record: TurnRecord) -> tuple[list[ModelStep], list[ToolStep]]:
         if call.response is None:
             models.append(ModelStep(turn=record.turn, status="IN FLIGHT", cause="no response was recorded"))
         else:
-            models.append(model_step(record.turn, call.response.envelope()))
+            answer = model_step(record.turn, call.response.envelope())
+            if call.imported and not call.response.total_s:
+                answer = answer.model_copy(update={"seconds": None})  # the source gave no time: stored as 0
+            models.append(answer)
     executions = {e.candidate_id: e for e in record.tool_executions}
     tools = []
     for cand in record.candidates:
@@ -120,7 +124,7 @@ def steps_of(record: TurnRecord) -> tuple[list[ModelStep], list[ToolStep]]:
             step = step.model_copy(update=dict(
                 decision=run.decision, rule=run.rule, exit_code=run.exit_code, duration_s=run.duration_s,
                 output_bytes=output_size(run.stdout_bytes + run.stderr_bytes, run.observation),
-                observation=run.observation,
+                observation=run.observation, imported=run.imported,
             ))
         tools.append(step)
     return models, tools
