@@ -29,7 +29,10 @@ def scalar(key: str, value: Any) -> str:
             return figure(value, "seconds")
         if abs(value) >= 1e6:  # a timestamp, say: every second kept
             return f"{value:,.2f}"
-        return f"{value:.6g}" if not value.is_integer() else figure(int(value))
+        if value.is_integer():
+            return figure(int(value))
+        shown = f"{value:.6g}"
+        return f"{value:.12f}".rstrip("0") if "e" in shown else shown  # 0.0000045, not 4.5e-06
     if isinstance(value, int):
         return figure(value)
     return printable(str(value), newlines=False)

@@ -160,13 +160,19 @@ def call_lines(call: CallView, *, full: bool) -> list[str]:
         f"{_count(resp.cached_input_tokens, resp.cached_input_tokens_source)}) out "
         f"{_count(resp.output_tokens, resp.output_tokens_source)}"
         f"  ttft {seconds(resp.ttft_s, 3)} total {seconds(total, 3)}  attempts {resp.n_attempts}"
-        f"  cost {ABSENT if resp.cost_usd is None else '$' + figure(resp.cost_usd, 'usd')}"
+        f"  cost {dollars(resp.cost_usd)}"
     )
     if resp.error_message:
         lines.append(f"    error {resp.error_type}: {flat(resp.error_message, None if full else 90)}")
     if resp.reasoning:
         lines.append(f"    reasoning {reasoning_figures(resp)}")
     return lines
+
+
+def dollars(value: float | None) -> str:
+    """``$0.0012``, ``<$0.0001``, or ``-`` when no price was known."""
+    shown = figure(value, "usd")
+    return shown if value is None else f"<${shown[1:]}" if shown.startswith("<") else f"${shown}"
 
 
 def reasoning_figures(resp: ResponseView) -> str:

@@ -154,13 +154,18 @@ def model_heading(step: ModelStep) -> Text:
     heading.append(step.status, style=_STATUS_STYLE.get(step.status, "red"))
     if step.cause:
         heading.append(f" ({one_line(step.cause, 200)})", style=_STATUS_STYLE.get(step.status, "red"))
-    heading.append(f"  {token_figures(step)}, {timed(step.seconds, 1)}", style="dim")
+    heading.append(f"  {token_figures(step)}, {timed(step.seconds)}", style="dim")
     return heading
 
 
 def seconds(value: float | None, places: int = 2) -> str:
-    """``1.25s``; a time the record does not have reads ``-``, never 0s."""
-    return ABSENT if value is None else f"{value:,.{places}f}s"
+    """``1.25s``; a time the record does not have reads ``-``, never 0s, and
+    a time too short for ``places`` reads ``<0.01s``, not a false 0."""
+    if value is None:
+        return ABSENT
+    if 0 < value < 0.5 / 10**places:
+        return f"<{1 / 10**places:.{places}f}s"
+    return f"{value:,.{places}f}s"
 
 
 def timed(value: float | None, places: int = 2) -> str:

@@ -22,6 +22,7 @@ from orchestrator.terminal_text import printable
 from orchestrator.trajectory import Trajectory
 from store import Recorder, Store, synthetic
 from store.importer import import_file
+from tests.display.hostile import squeezed
 from tests.interop.conftest import real
 
 IMPORTED = (
@@ -99,11 +100,6 @@ def diff_lines(lines: list[str]) -> set[int]:
     """The lines of the patch's diff, the one text printed whole."""
     start = next((n for n, line in enumerate(lines) if line.startswith("patch sha256 ")), len(lines))
     return set(range(start + 1, len(lines)))
-
-
-def squeezed(text: str) -> str:
-    """Text with its whitespace and the quote bar gone: what survives folding."""
-    return "".join(text.replace("│", "").split())
 
 
 @pytest.mark.parametrize("full", [False, True])
