@@ -35,7 +35,7 @@ def scalar(key: str, value: Any) -> str:
         return f"{value:.12f}".rstrip("0") if "e" in shown else shown  # 0.0000045, not 4.5e-06
     if isinstance(value, int):
         return figure(value)
-    return printable(str(value), newlines=False)
+    return printable(str(value).rstrip("\n"), newlines=False)  # a line's own end is no part of what it says
 
 
 def data_lines(value: Any, *, full: bool, depth: int = 0) -> list[str]:

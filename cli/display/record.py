@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from cli.display.data import data_lines
+from cli.display.data import data_lines, scalar
 from cli.display.render import SOURCE_EXECUTED, seconds
 from cli.display.table import ABSENT, figure
 from orchestrator.canonical import text_bytes
@@ -64,7 +64,7 @@ def trajectory_header(trajectory: Trajectory, *, full: bool = False) -> list[str
         lines += event_lines(event, full=full)
         counted = counted_run_level(event.data_json) if event.kind == IMPORT_EVENT else None
         if counted:
-            figures = ", ".join(f"{name} {value}" for name, value in counted.items() if value is not None)
+            figures = ", ".join(f"{name} {scalar(name, value)}" for name, value in counted.items() if value is not None)
             lines.append(f"  run-level (the source's own, given for no call; counted in its totals): {figures}")
     return lines
 

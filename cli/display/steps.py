@@ -84,6 +84,8 @@ def args_summary(name: str, arguments: str) -> str:
         return f"{name} {arguments}"
     if not isinstance(args, dict):
         return f"{name} {arguments}"
+    if set(args) == {"action"} and isinstance(args["action"], str):
+        return args["action"]  # an imported text action (SWE-agent's ``open calc.py``): the tool's own command line
     subject = _SUBJECT.get(name)
     if subject and isinstance(args.get(subject), str):
         return f"{name} {json.dumps(args[subject], ensure_ascii=False)}"
@@ -96,6 +98,13 @@ def args_summary(name: str, arguments: str) -> str:
 def _short(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     return text if len(text) <= 40 else text[:39] + "…"
+
+
+def arguments_of(call: dict[str, Any]) -> str:
+    """A recorded call's arguments; an imported text action's, as ``{"action": ...}``."""
+    if "arguments" not in call and isinstance(call.get("text_action"), str):
+        return json.dumps({"action": call["text_action"]}, ensure_ascii=False)
+    return str(call.get("arguments", ""))
 
 
 def steps_of(record: TurnRecord) -> tuple[list[ModelStep], list[ToolStep]]:
@@ -116,7 +125,7 @@ def steps_of(record: TurnRecord) -> tuple[list[ModelStep], list[ToolStep]]:
         last = cand.transitions[-1] if cand.transitions else None
         step = ToolStep(
             turn=record.turn, index=cand.candidate_index, name=cand.tool_name or call.get("name", "?"),
-            arguments=str(call.get("arguments", "")), state=last.to_state if last else "STAGED",
+            arguments=arguments_of(call), state=last.to_state if last else "STAGED",
             layer=last.layer if last else None, reason=last.reason if last else "",
         )
         run = executions.get(cand.id)

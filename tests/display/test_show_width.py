@@ -12,8 +12,10 @@ import json
 import re
 
 import pytest
+from rich.text import Text
 from typer.testing import CliRunner
 
+from cli.display.render import fold
 from cli.main import app
 from orchestrator.canonical import sha256_hex
 from orchestrator.contract import Message, ToolCall
@@ -28,6 +30,7 @@ from tests.interop.conftest import real
 IMPORTED = (
     "mini-swe-agent/deepseek_lite_dev__sqlfluff__sqlfluff-2419.traj.json",
     "swe-agent/6e44b9__sweagenttestrepo-1c2844.traj",
+    "swe-agent/swe-agent__test-repo-i1.traj",
     "openhands/basic_interactions.json",
     "openhands-v1/cd94562403b9487ebdd4018e3f531dfd",
     "inspect/log_read_sample.eval",
@@ -128,7 +131,8 @@ def test_full_shows_every_text_whole(runs, width):
                 text = call.response.envelope().payload.text if call.response else ""
                 assert squeezed(printable(text).expandtabs()) in shown, (run_id, text[:60])
             for cand in record.candidates:
-                arguments = json.loads(cand.tool_call_json).get("arguments", "")
+                proposed = json.loads(cand.tool_call_json)
+                arguments = proposed.get("arguments") or json.dumps({"action": proposed.get("text_action") or ""})
                 try:
                     values = json.loads(arguments).values()
                 except (ValueError, AttributeError):
@@ -195,3 +199,15 @@ def test_events_read_as_key_value_lines(runs, full):
 def test_the_patch_diff_line_is_printed_whole(runs):
     url, _, native = runs
     assert LONG_DIFF_LINE in show(url, native, 80, full=False)
+
+
+def test_fold_breaks_at_words_and_only_a_word_wider_than_the_line():
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu"
+    lines = [line.plain for line in fold(Text(words), 20, "  ")]
+    assert all(len(line) <= 20 for line in lines) and lines[0].startswith("  alpha")
+    assert all(line.startswith("    ") for line in lines[1:])  # continuations indented
+    assert " ".join(" ".join(lines).split()) == words  # every word whole, none broken
+    long = "x" * 50
+    lines = [line.plain for line in fold(Text(f"path: {long} end"), 20)]
+    assert all(len(line) <= 20 for line in lines) and "".join(lines).replace(" ", "") == f"path:{long}end"
+    assert lines[0].startswith("path: x")  # the long word starts on the line that has room, not one further down
