@@ -50,7 +50,7 @@ def test_imported_actions_show_as_executed_by_the_source_with_their_outputs(stor
     assert "- by -" not in lines
     header = "\n".join(trajectory_header(store.trajectory(run_id)))
     assert "run-level (the source's own" in header, header
-    assert "cost_usd 0.0187" in header and "prompt_tokens 2410" in header, header
+    assert "cost_usd 0.0187" in header and "prompt_tokens 2,410" in header, header
     for e in executions:
         assert f"output {len(e.observation.encode()):,} B, sha256 {e.observation_sha256[:16]}" in lines
     monkeypatch.setenv("ESCROW_DB_URL", f"sqlite:///{store.url}")
