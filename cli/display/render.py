@@ -149,11 +149,13 @@ def _indented(text: str, limit: int | None, style: str, prefix: str = "  ") -> l
     return out + [line(text) for text in tail]
 
 
-def model_heading(step: ModelStep) -> Text:
+def model_heading(step: ModelStep, *, full: bool = False) -> Text:
+    """``full``: the cause whole (a refusal may be said only there)."""
     heading = Text(f"turn {step.turn} ", style="bold")
     heading.append(step.status, style=_STATUS_STYLE.get(step.status, "red"))
     if step.cause:
-        heading.append(f" ({one_line(step.cause, 200)})", style=_STATUS_STYLE.get(step.status, "red"))
+        cause = one_line(step.cause, 10**12 if full else 200)
+        heading.append(f" ({cause})", style=_STATUS_STYLE.get(step.status, "red"))
     heading.append(f"  {token_figures(step)}, {timed(step.seconds)}", style="dim")
     return heading
 
@@ -182,7 +184,7 @@ def token_figures(step: ModelStep) -> str:
 
 def model_block(step: ModelStep, *, full: bool = False) -> RenderableType:
     """The heading, reasoning (dim), the words, and a refusal if any."""
-    parts: list[RenderableType] = [Folded(model_heading(step))]
+    parts: list[RenderableType] = [Folded(model_heading(step, full=full))]
     if step.reasoning:
         parts += _indented(step.reasoning, None if full else REASONING_LINES, "dim italic", "  ~ ")
     if step.text:

@@ -8,14 +8,17 @@ native run recorded through the Recorder."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 
 import pytest
+from rich.console import Console
 from rich.text import Text
 from typer.testing import CliRunner
 
-from cli.display.render import fold
+from cli.display.render import fold, model_block
+from cli.display.steps import ModelStep
 from cli.main import app
 from orchestrator.canonical import sha256_hex
 from orchestrator.contract import Message, ToolCall
@@ -211,3 +214,11 @@ def test_fold_breaks_at_words_and_only_a_word_wider_than_the_line():
     lines = [line.plain for line in fold(Text(f"path: {long} end"), 20)]
     assert all(len(line) <= 20 for line in lines) and "".join(lines).replace(" ", "") == f"path:{long}end"
     assert lines[0].startswith("path: x")  # the long word starts on the line that has room, not one further down
+
+
+def test_full_gives_a_long_refusal_whole_in_the_heading():
+    refusal = "I cannot help with that, " + "because of a long list of reasons " * 10 + "END."
+    step = ModelStep(turn=2, status="REFUSED", cause=refusal, refusal=refusal)
+    out = io.StringIO()
+    Console(file=out, width=80, color_system=None).print(model_block(step, full=True))
+    assert "END." in out.getvalue() and all(len(line) <= 80 for line in out.getvalue().splitlines())
