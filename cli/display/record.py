@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from cli.display.data import data_lines, scalar
-from cli.display.render import SOURCE_EXECUTED, seconds
+from cli.display.render import SOURCE_EXECUTED, seconds, timed
 from cli.display.table import ABSENT, figure
 from orchestrator.canonical import text_bytes
 from orchestrator.envelope import reported
@@ -133,7 +133,7 @@ def turn_lines(record: TurnRecord, *, full: bool = True) -> list[str]:
         lines.append(f"  candidate {cand.candidate_index} {flat(cand.tool_name or '?', 60)}: {path}")
         if run is None:
             continue
-        figures = f"exit {figure(run.exit_code)}  {seconds(run.duration_s, 3)}"
+        figures = f"exit {figure(run.exit_code)}  {timed(run.duration_s, 3)}"
         if not run.imported:
             figures = f"{run.decision or ABSENT} by {flat(run.rule or ABSENT, None if full else 80)}  {figures}"
             figures += f"  stdout {figure(run.stdout_bytes)} B{' (capped)' if run.stdout_truncated else ''}"
