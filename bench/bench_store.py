@@ -16,6 +16,7 @@ Usage: .venv/bin/python bench/bench_store.py [--turns 300] [--cache /var/tmp/esc
 from __future__ import annotations
 
 import argparse
+import io
 import random
 import sqlite3
 import statistics
@@ -26,13 +27,15 @@ import time
 from contextlib import closing
 from pathlib import Path
 
+from rich.console import Console
+
+from cli.display.show import print_trajectory
 from cli.runs_cmd import runs_table
 from orchestrator.canonical import canonical_json
 from orchestrator.contract import Message, ModelRequest
 from orchestrator.envelope import Envelope, Status, Usage
 from store import Recorder, Store, synthetic
 from store.chain import genesis, link
-from store.render import trajectory_text
 from store.rows import new_run_id
 from store.run_list import RunLine
 
@@ -193,6 +196,13 @@ def generate(path: Path, *, copies: bool = True) -> None:
         conn.execute("ANALYZE")
 
 
+def show_text(trajectory) -> str:
+    """What ``escrow show RUN --full`` prints, at 80 columns."""
+    out = io.StringIO()
+    print_trajectory(Console(file=out, width=80), trajectory, full=True)
+    return out.getvalue()
+
+
 def timed(fn, repeat: int = 5) -> float:
     best = float("inf")
     for _ in range(repeat):
@@ -258,7 +268,7 @@ def main() -> None:
                                                 now=time.time()),
             "runs --verdict --since 7d": lambda: runs_table(
                 [RunLine.of(r) for r in store.runs(verdict="PASS", since=time.time() - 7 * 86400)], now=time.time()),
-            "show RUN (100 turns)": lambda: trajectory_text(store.trajectory(sample[:12])),
+            "show RUN (100 turns)": lambda: show_text(store.trajectory(sample[:12])),
             "verify RUN (401 rows)": lambda: store.verify(sample),
         }
         print(f"\n   {'query':<28} {'in-process':>11}")

@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from cli.display.show import print_trajectory
+from cli.display.table import terminal_width
 from cli.spans import parse_since
 from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
 from orchestrator.errors import ConfigError
@@ -38,9 +39,8 @@ def show(
     if as_json:
         emit_json(trajectory.model_dump(mode="json"))
     else:
-        console = Console()
-        console.soft_wrap = not console.is_terminal  # a file or a pipe gets whole lines
-        print_trajectory(console, trajectory, full=full)
+        # Lines are folded to the terminal's width, or COLUMNS (80) in a pipe; a diff's are printed whole.
+        print_trajectory(Console(width=terminal_width()), trajectory, full=full)
 
 
 def verify(

@@ -166,6 +166,12 @@ class CallView(Frozen):
         return _parsed(ModelRequest, self.request_json)
 
     @property
+    def imported(self) -> bool:
+        """Read from another agent's trajectory (``escrow import``), not made here."""
+        extra = _json_object(self.sampling_json).get("extra")
+        return isinstance(extra, dict) and extra.get("imported") is True
+
+    @property
     def absent_fields(self) -> tuple[str, ...]:
         """The request fields its source did not give (an imported call's
         ``sampling.extra.absent``: its max_tokens is then a placeholder)."""

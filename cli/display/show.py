@@ -11,42 +11,45 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from cli.display.render import model_block, tool_block
+from cli.display.record import in_flight_lines, trajectory_header, turn_lines
+from cli.display.render import Folded, indented_line, model_block, tool_block
 from cli.display.steps import steps_of
 from cli.display.whole import diff_line, print_whole
 from orchestrator.canonical import RecordedBytesError, recorded_bytes, sha256_hex, shown_text
 from orchestrator.terminal_text import printable
 from orchestrator.trajectory import Trajectory
 from policies import Flag
-from store.render import in_flight_lines, trajectory_header, turn_lines
 
 PATCH_LINES = 40  # of the patch's diff, unless --full
 
 
 def print_trajectory(console: Console, trajectory: Trajectory, *, full: bool = False) -> None:
-    for line in trajectory_header(trajectory):
-        console.print(Text(line), highlight=False)
+    """Every line at most the console's width (prose folded at words, nothing
+    cut under ``full``), but the patch's diff lines, printed whole."""
+    for line in trajectory_header(trajectory, full=full):
+        console.print(indented_line(line), highlight=False)
     for record in trajectory.turns:
         console.print()
         if record.committed is None:
             state = "events only" if not record.calls else "not committed (in flight when the run stopped)"
-            console.print(Text(f"turn {record.turn}: {state}", style="yellow"))
-            for line in in_flight_lines(record):
-                console.print(Text(line, style="yellow"), highlight=False)
+            console.print(Folded(Text(f"turn {record.turn}: {state}", style="yellow")))
+            for line in in_flight_lines(record, full=full):
+                console.print(indented_line(line, style="yellow"), highlight=False)
         models, tools = steps_of(record)
         for step in models:
             console.print(model_block(step, full=full))
         for tool in tools:
             console.print(tool_block(tool, full=full))
         if full:
-            for line in turn_lines(record)[
-                2 + len(in_flight_lines(record)) :
-            ]:  # past the heading and the in-flight lines
-                console.print(Text(line, style="dim"), highlight=False)
+            for line in turn_lines(record, full=full):
+                console.print(indented_line(line, style="dim"), highlight=False)
     patch = next((e for e in reversed(trajectory.run_events) if e.kind == "patch"), None)
     if patch is not None:
         console.print()
-        print_whole(console, patch_lines(patch.data, full=full))  # a diff line is never wrapped or cut
+        notes, diff = patch_lines(patch.data, full=full)
+        for note in notes:
+            console.print(Folded(note), highlight=False)
+        print_whole(console, diff)  # a diff line is never wrapped or cut
 
 
 _BINARY_SIZE = re.compile(r"(literal|delta) (\d+)")
@@ -75,14 +78,14 @@ def binary_described(lines: list[str]) -> list[str]:
     return out
 
 
-def patch_lines(record: Mapping[str, Any], *, full: bool = False) -> list[Text]:
-    """The recorded patch: a heading, then its diff read from the exact bytes
+def patch_lines(record: Mapping[str, Any], *, full: bool = False) -> tuple[list[Text], list[Text]]:
+    """The recorded patch: a heading and its flags (prose), then its diff read from the exact bytes
     ``--apply`` would write (``recorded_bytes``), shown as text with each
     byte that is not UTF-8 as ``\\xNN`` and every terminal control escaped."""
     try:
         data = recorded_bytes(record)
     except RecordedBytesError as exc:
-        return [Text(f"patch: unreadable record: {printable(str(exc))}", style="bold red")]
+        return [Text(f"patch: unreadable record: {printable(str(exc))}", style="bold red")], []
     files = record.get("files") or []
     state = "verified" if record.get("verified") else "not verified"
     heading = Text(f"patch sha256 {str(record.get('sha256', ''))[:16]}, {len(files)} files, {state}", style="bold")
@@ -92,10 +95,10 @@ def patch_lines(record: Mapping[str, Any], *, full: bool = False) -> list[Text]:
                                                                    + (f"; {f.detail}" if f.detail else "")))
              for f in (Flag.from_recorded(item) for item in record.get("flagged") or ())]
     if not data:
-        return [heading, *flags, Text("(no changes)", style="dim")]
+        return [heading, *flags, Text("(no changes)", style="dim")], []
     lines = binary_described(printable(shown_text(data)).splitlines())
     shown = lines if full or len(lines) <= PATCH_LINES else lines[:PATCH_LINES]
-    out = [heading, *flags, *(diff_line(line) for line in shown)]
+    out = [diff_line(line) for line in shown]
     if len(shown) < len(lines):
         out.append(Text(f"… {len(lines) - len(shown)} more lines (--full shows them)", style="dim"))
-    return out
+    return [heading, *flags], out

@@ -43,6 +43,7 @@ class ToolStep(Frozen):
     duration_s: float | None = None
     output_bytes: int = 0
     observation: str = ""
+    imported: bool = False  # executed by the source agent: no escrow, no ACL decision made
 
     @property
     def summary(self) -> str:
@@ -83,6 +84,8 @@ def args_summary(name: str, arguments: str) -> str:
         return f"{name} {arguments}"
     if not isinstance(args, dict):
         return f"{name} {arguments}"
+    if set(args) == {"action"} and isinstance(args["action"], str):
+        return args["action"]  # an imported text action (SWE-agent's ``open calc.py``): the tool's own command line
     subject = _SUBJECT.get(name)
     if subject and isinstance(args.get(subject), str):
         return f"{name} {json.dumps(args[subject], ensure_ascii=False)}"
@@ -97,6 +100,13 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:39] + "…"
 
 
+def arguments_of(call: dict[str, Any]) -> str:
+    """A recorded call's arguments; an imported text action's, as ``{"action": ...}``."""
+    if "arguments" not in call and isinstance(call.get("text_action"), str):
+        return json.dumps({"action": call["text_action"]}, ensure_ascii=False)
+    return str(call.get("arguments", ""))
+
+
 def steps_of(record: TurnRecord) -> tuple[list[ModelStep], list[ToolStep]]:
     """The recorded turn as steps; a turn cut short shows what was recorded."""
     models = []
@@ -104,7 +114,10 @@ def steps_of(record: TurnRecord) -> tuple[list[ModelStep], list[ToolStep]]:
         if call.response is None:
             models.append(ModelStep(turn=record.turn, status="IN FLIGHT", cause="no response was recorded"))
         else:
-            models.append(model_step(record.turn, call.response.envelope()))
+            answer = model_step(record.turn, call.response.envelope())
+            if call.imported and not call.response.total_s:
+                answer = answer.model_copy(update={"seconds": None})  # the source gave no time: stored as 0
+            models.append(answer)
     executions = {e.candidate_id: e for e in record.tool_executions}
     tools = []
     for cand in record.candidates:
@@ -112,7 +125,7 @@ def steps_of(record: TurnRecord) -> tuple[list[ModelStep], list[ToolStep]]:
         last = cand.transitions[-1] if cand.transitions else None
         step = ToolStep(
             turn=record.turn, index=cand.candidate_index, name=cand.tool_name or call.get("name", "?"),
-            arguments=str(call.get("arguments", "")), state=last.to_state if last else "STAGED",
+            arguments=arguments_of(call), state=last.to_state if last else "STAGED",
             layer=last.layer if last else None, reason=last.reason if last else "",
         )
         run = executions.get(cand.id)
@@ -120,7 +133,7 @@ def steps_of(record: TurnRecord) -> tuple[list[ModelStep], list[ToolStep]]:
             step = step.model_copy(update=dict(
                 decision=run.decision, rule=run.rule, exit_code=run.exit_code, duration_s=run.duration_s,
                 output_bytes=output_size(run.stdout_bytes + run.stderr_bytes, run.observation),
-                observation=run.observation,
+                observation=run.observation, imported=run.imported,
             ))
         tools.append(step)
     return models, tools

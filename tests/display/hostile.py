@@ -24,3 +24,9 @@ PAYLOADS = {
     "line separator": "LINE\u2028SEP",
 }
 RAW_CONTROL_CHARS = set("\x1b\x07\x08\x7f\x00\u009b\u009d\u009c\u202e\u2066\u2069\u2028")
+
+
+def squeezed(text: str) -> str:
+    """Text without its whitespace and the output's quote bar: what a shown
+    text keeps once ``escrow show`` has folded it to the terminal's width."""
+    return "".join(text.replace("│", "").split())

@@ -22,7 +22,7 @@ from orchestrator.envelope import Envelope, Payload, Status, Usage
 from orchestrator.ports import ToolOutcome
 from orchestrator.terminal_text import is_printable, one_line, printable
 from policies.model import RunLimits
-from store.render import clip
+from store.run_list import clip
 from tests.display.hostile import PAYLOADS, RAW_CONTROL_CHARS
 
 ALL = "".join(PAYLOADS.values())
@@ -156,10 +156,15 @@ def test_store_lines_escape():
         assert is_printable(clip(f"task {payload}", 200)) and printable(payload) in clip(payload, 200)
 
 
-def test_show_to_a_pipe_keeps_each_escaped_attack_whole():
-    """Off a terminal ``escrow show`` soft-wraps: an escaped attack is never cut in two."""
+def test_show_to_a_pipe_folds_an_escaped_attack_without_splitting_an_escape():
+    """``escrow show`` folds its lines to the width, a pipe's too (80): the
+    folds undone give every escaped attack whole, and no escape is cut in two."""
     out = io.StringIO()
-    console = Console(file=out, soft_wrap=True, width=80)
+    console = Console(file=out, width=80)
     console.print(model_block(ModelStep(turn=0, status="COMPLETED", text=ALL), full=True))
+    lines = out.getvalue().splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    joined = "".join(line.strip() for line in lines[1:])
     for payload in PAYLOADS.values():
-        assert printable(payload) in out.getvalue()
+        assert printable(payload) in joined
+    assert not any(re.search(r"\\(x[0-9a-f]?|u[0-9a-f]{0,3})?$", line) for line in lines)

@@ -217,7 +217,7 @@ def reads_crashed(tmp: Path, docker_client, killed_at: float, timeout_s: float =
         # Last alive: after the run started, and no later than its process was killed.
         assert run["created_at"] <= run["last_alive_at"] <= killed_at
         assert f"{run['id'][:12]} crashed: its process is gone; last alive" in cli(tmp, "runs").output
-        shown = cli(tmp, "show", run["id"]).output
+        shown = " ".join(cli(tmp, "show", run["id"]).output.split())  # show folds its lines to the width
         assert "crashed" in shown and "last alive" in shown and "still running" not in shown
         assert "crashed: its process is gone; last alive" in cli(tmp, "report", run["id"]).output
         with Store.open(store_url(tmp), readonly=True, create=False) as store:

@@ -39,7 +39,7 @@ def test_imported_actions_show_as_executed_by_the_source_with_their_outputs(stor
     placeholder max_tokens 1 is shown as absent."""
     import html
 
-    from store.render import turn_lines
+    from cli.display.record import trajectory_header, turn_lines
 
     run_id = import_file(store, own("swe-agent/slugify_v1.traj")).run_ids[0]
     executions = store.tool_executions(run_id)
@@ -48,13 +48,11 @@ def test_imported_actions_show_as_executed_by_the_source_with_their_outputs(stor
     assert "executed by the source agent" in lines and "no transitions" not in lines
     assert "max_tokens absent" in lines and "max_tokens 1" not in lines
     assert "- by -" not in lines
-    from store.render import trajectory_header
-
     header = "\n".join(trajectory_header(store.trajectory(run_id)))
     assert "run-level (the source's own" in header, header
-    assert "cost_usd 0.0187" in header and "prompt_tokens 2410" in header, header
+    assert "cost_usd 0.0187" in header and "prompt_tokens 2,410" in header, header
     for e in executions:
-        assert f"output: {e.observation.splitlines()[0][:30]}" in lines
+        assert f"output {len(e.observation.encode()):,} B, sha256 {e.observation_sha256[:16]}" in lines
     monkeypatch.setenv("ESCROW_DB_URL", f"sqlite:///{store.url}")
     monkeypatch.setenv("ESCROW_HOME", str(tmp_path / "home"))
     out = tmp_path / "bundle"

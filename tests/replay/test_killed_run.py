@@ -110,7 +110,7 @@ def test_show_explains_the_uncommitted_turn_of_a_killed_run(killed):
     tmp, run_id = killed
     result = invoke(tmp, "show", run_id)
     assert result.exit_code == 0, result.output
-    out = result.output
+    out = " ".join(result.output.split())  # show folds its lines to the width
     assert "turn 0: not committed" in out
     assert "the request and the envelope are each committed the moment they happen" in out
     assert "proposed tool call 0 (never committed): bash" in out and "sleep 8" in out

@@ -56,7 +56,7 @@ def test_show_the_viewer_and_atif_say_absent(store: Store, home: Path, tmp_path:
     run_id = record_run(store)
     shown = CliRunner().invoke(app, ["show", run_id, "--full"])
     assert shown.exit_code == 0, shown.output
-    assert "tokens in 1200 (cached absent) out 40" in shown.output
+    assert "tokens in 1,200 (cached absent) out 40" in shown.output
     assert "tokens in absent (cached absent) out absent" in shown.output and "tokens absent" in shown.output
     assert "(cached 0)" not in shown.output and "0 in, 0 out" not in shown.output
 

@@ -80,7 +80,8 @@ def test_show_and_export_reasoning(db_path, monkeypatch):
     assert REASONING in shown.output, "show prints the reasoning with the turn's words"
     full = CliRunner().invoke(app, ["show", run_id, "--full"])
     assert full.exit_code == 0, full.output
-    assert f"reasoning ({len(REASONING)} B, 30 tokens, excluded): {REASONING}" in full.output
+    assert f"reasoning ({len(REASONING)} B, 30 tokens, excluded)" in full.output  # its figures, under the call
+    assert f"  ~ {REASONING}" in full.output  # its text whole, with the turn's words
 
     plain = CliRunner().invoke(app, ["export", run_id])
     assert plain.exit_code == 0, plain.output
