@@ -63,8 +63,8 @@ def test_live_display_in_tmux_shows_the_work_turn_by_turn(
     assert "read_file calc.py" in screen and "def add(a: float, b: float)" in screen  # the call and its result
     lines = screen.splitlines()
     at = next(i for i, line in enumerate(lines) if "read_file calc.py" in line)
-    read_call = " ".join(lines[at:at + 2])  # the escrow path and rule move to the next line when narrow
-    assert "exit 0" in lines[at] and "committed, allow by tools.allowed paths.read[**]" in read_call
+    read_call = " ".join(lines[at:at + 2])  # the call, then its result and escrow path on the next line
+    assert "exit 0" in read_call and "committed, allow by tools.allowed paths.read[**]" in read_call
     denied = next(line for line in screen.splitlines() if "read_file .git/config" in line)
     assert "rejected at policy" in denied and "deny by paths.deny[.git/**]" in denied  # the rule
     truncated = next(line for line in screen.splitlines() if "TRUNCATED" in line)
