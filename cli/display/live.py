@@ -17,7 +17,16 @@ from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from cli.display.render import Budget, budget_line, budget_text, model_block, model_line, tool_block, tool_line
+from cli.display.render import (
+    Budget,
+    budget_line,
+    budget_text,
+    fold,
+    model_block,
+    model_line,
+    tool_block,
+    tool_line,
+)
 from cli.display.steps import ModelStep, ToolStep, args_summary, model_step, output_size
 from orchestrator.candidate import Transition
 from orchestrator.contract import ModelRequest, ToolCall
@@ -152,14 +161,19 @@ def _output_bytes(outcome: ToolOutcome) -> int:
     return output_size(sum(sizes), outcome.observation)
 
 
+PLAIN_HANG = "    "  # how a plain event's continuation lines start
+
+
 class PlainScreen:
-    """One readable line per event, for logs and pipes. No streaming."""
+    """One readable line per event, for logs and pipes, folded to the
+    console's width (80 in a pipe) with its continuations indented. No streaming."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
 
     def _line(self, text: str) -> None:
-        self.console.print(Text(text), soft_wrap=True, highlight=False)
+        for line in fold(Text(text), self.console.width, rest=PLAIN_HANG):
+            self.console.print(line, soft_wrap=True, highlight=False)
 
     def model(self, step: ModelStep) -> None:
         self._line(model_line(step))

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
-from cli.display.live import LiveScreen, PlainScreen, RunDisplay
+from cli.display.live import PLAIN_HANG, LiveScreen, PlainScreen, RunDisplay
 from cli.display.render import model_block, model_line, tool_block, tool_line
 from cli.display.steps import ModelStep, ToolStep, args_summary
 from orchestrator.candidate import CandidateState, Transition
@@ -148,7 +148,21 @@ def test_plain_screen_escapes():
     console, out = _terminal()
     _drive(RunDisplay(PlainScreen(console), RunLimits()))
     assert_safe(out.getvalue())
-    assert out.getvalue().count("\n") == 2  # one line for the answer, one for the tool call
+    events = [line for line in out.getvalue().splitlines() if not line.startswith(PLAIN_HANG)]
+    assert len(events) == 2  # one line for the answer, one for the tool call (and their continuations)
+
+
+@pytest.mark.parametrize("width", [60, 80])
+def test_plain_screen_folds_each_event_to_the_width(width: int) -> None:
+    """In a pipe (``escrow run ... 2> log``) each event is one paragraph:
+    its first line, then continuations indented, none wider than the width."""
+    out = io.StringIO()
+    words = "word " * 50  # within what a plain line keeps of the words (300 characters)
+    PlainScreen(Console(file=out, width=width)).model(ModelStep(turn=3, status="COMPLETED", text=words))
+    lines = out.getvalue().splitlines()
+    assert len(lines) > 2 and all(len(line) <= width for line in lines)
+    assert lines[0].startswith("turn 3 COMPLETED") and all(line.startswith(PLAIN_HANG) for line in lines[1:])
+    assert " ".join(line.strip() for line in lines).count("word") == 50
 
 
 def test_store_lines_escape():

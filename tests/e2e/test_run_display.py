@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from cli.display.live import PLAIN_HANG
 from orchestrator.fault_server import Fault, FaultServer, Reply, ScriptedToolCall
 from orchestrator.terminal_text import printable
 from sandbox.hardening import LABEL_RUN
@@ -142,12 +143,24 @@ def test_an_error_quoting_hostile_input_is_escaped(tmp_path):
         assert_safe(done.stderr)
 
 
+def unfolded(text: str) -> list[str]:
+    """Plain events, each folded line joined back onto its event's first."""
+    events: list[str] = []
+    for line in text.splitlines():
+        if line.startswith(PLAIN_HANG) and events:
+            events[-1] += " " + line.strip()
+        else:
+            events.append(line)
+    return events
+
+
 def test_plain_lines_off_a_terminal_and_quiet(tmp_path, repo, fault: FaultServer, sandbox_image):
     fault.script(story())
     env = {**os.environ, "ESCROW_HOME": str(tmp_path / "home")}
     done = subprocess.run(run_args(repo, fault.base_url), env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr
-    lines = done.stderr.splitlines()
+    assert all(len(line) <= 80 for line in done.stderr.splitlines()), done.stderr  # a pipe is 80 wide
+    lines = unfolded(done.stderr)
     assert any(line.startswith("turn 0 COMPLETED") and f"thinking: {THOUGHT} | {WORDS}" in line for line in lines)
     assert any("read_file calc.py: committed" in line and "exit 0" in line for line in lines)
     assert any("read_file .git/config: rejected at policy" in line for line in lines)
