@@ -52,7 +52,10 @@ def test_a_batch_run_is_reexecuted_and_forked_from_its_kept_workspace_and_gc_fre
 
     reexecuted = escrow(home, "replay", result.run_id, "--reexecute", "--json")
     assert reexecuted.returncode == 0, reexecuted.stdout + reexecuted.stderr
-    assert json.loads(reexecuted.stdout)["identical"] is True
+    again = json.loads(reexecuted.stdout)
+    # Identical, or differing only in volatile output (the verifier's "passed in 0.02s" on a loaded machine).
+    assert again["identical"] is True or again["noise_only"] is True, again
+    assert again["request_mismatches"] == [] and all(d["kind"] == "noise" for d in again["drifts"]), again
 
     fault_server.script_for(TASK, steps[1:])  # the fork's live turns, from turn 1 on
     forked = escrow(home, "replay", result.run_id, "--fork-at", "1", "--json")
