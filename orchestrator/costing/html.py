@@ -104,8 +104,8 @@ def run_html(report: RunCost) -> str:
         f" · total ${report.total.cost.total_usd:.6f} · price table {escape(report.price_version)}</p>",
         warnings_html(report.warnings), tokens, cost,
     ]
-    if report.comparison is not None:
-        c = report.comparison
+    c = report.comparison
+    if c is not None and c.prefilled_tokens is not None:
         body.append(
             bar_chart(
                 "prefill-comparison",
@@ -120,9 +120,9 @@ def run_html(report: RunCost) -> str:
                 ],
             )
         )
-        body.append(
-            "<h2>Cache comparison</h2>" + "".join(f'<p class="note">{escape(s)}</p>' for s in comparison_lines(c))
-        )
+    if c is not None:  # the sentences say when the prefill is not known (no chart of it)
+        notes = "".join(f'<p class="note">{escape(line)}</p>' for line in comparison_lines(c))
+        body.append("<h2>Cache comparison</h2>" + notes)
     body.append("<h2>Per turn</h2>" + table(line_rows(report)))
     return page(f"Escrow cost report {report.run_id}", body)
 

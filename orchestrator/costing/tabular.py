@@ -71,13 +71,17 @@ def comparison_dict(c: ChapterComparison) -> dict[str, Any]:
 def comparison_lines(c: ChapterComparison) -> list[str]:
     # A share of each reference, not "0.87x fewer": the sentence reads the
     # same way whichever side is larger.
-    of_no_cache = "" if not c.no_cache_tokens else f", {c.prefilled_tokens / c.no_cache_tokens:.0%} of that"
     of_ideal = "" if c.excess_over_ideal is None else f"; prefilled is {c.excess_over_ideal:.2f} times that"
+    if c.prefilled_tokens is None:
+        actual = "Actually prefilled (prompt - cached): absent, as the server reported no cached count."
+    else:
+        of_no_cache = "" if not c.no_cache_tokens else f", {c.prefilled_tokens / c.no_cache_tokens:.0%} of that"
+        actual = f"Actually prefilled (prompt - cached): {c.prefilled_tokens:,}{of_no_cache}."
     return [
         c.derivation + ".",
         f"Prompt tokens sent: {c.sent_tokens:,}; without a cache every one is prefilled: "
         f"N*S0 + delta*N(N-1)/2 = {c.no_cache_tokens:,}.",
-        f"Actually prefilled (prompt - cached): {c.prefilled_tokens:,}{of_no_cache}.",
+        actual,
         f"An ideal prefix cache prefills S0 + (N-1)*delta = {c.ideal_cache_tokens:,}{of_ideal}.",
     ]
 

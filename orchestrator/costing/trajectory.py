@@ -64,7 +64,9 @@ class ChapterComparison(Frozen):
     delta: int
     delta_exact: float
     sent_tokens: int
-    prefilled_tokens: int
+    prefilled_tokens: int | None
+    """Σ(prompt − cached); None when no answered call reported a cached count
+    (a server that sends none): the prefill is then not known."""
     no_cache_tokens: int
     ideal_cache_tokens: int
     derivation: str
@@ -72,12 +74,12 @@ class ChapterComparison(Frozen):
     @property
     def saving_vs_no_cache(self) -> float | None:
         """How many times fewer tokens were prefilled than with no cache."""
-        return ratio(self.no_cache_tokens, self.prefilled_tokens)
+        return None if self.prefilled_tokens is None else ratio(self.no_cache_tokens, self.prefilled_tokens)
 
     @property
     def excess_over_ideal(self) -> float | None:
         """Prefilled tokens relative to an ideal cache (1.0 is ideal)."""
-        return ratio(self.prefilled_tokens, self.ideal_cache_tokens)
+        return None if self.prefilled_tokens is None else ratio(self.prefilled_tokens, self.ideal_cache_tokens)
 
 
 class RunCost(Frozen):
@@ -148,7 +150,8 @@ def chapter_comparison(calls: Sequence[CallFigures]) -> ChapterComparison | None
     return ChapterComparison(
         n=n, s0=s0, delta=delta, delta_exact=exact,
         sent_tokens=sum(c.prompt_tokens for c in answered),
-        prefilled_tokens=sum(c.prompt_tokens - c.cached for c in answered),
+        prefilled_tokens=None if all("cached_tokens" in c.absent for c in answered)
+        else sum(c.prompt_tokens - c.cached for c in answered),
         no_cache_tokens=resent_tokens_no_cache(s0, delta, n),
         ideal_cache_tokens=prefill_tokens_ideal_cache(s0, delta, n),
         derivation=derivation,
