@@ -3,6 +3,8 @@ each, with the run's calls and observations."""
 
 from __future__ import annotations
 
+import json
+
 from typer.testing import CliRunner
 
 from cli.main import app
@@ -62,3 +64,32 @@ def test_imported_actions_show_as_executed_by_the_source_with_their_outputs(stor
     assert "<b>ACL</b>" not in page and 'class="transitions"' not in page
     for e in executions:
         assert e.observation.splitlines()[0] in html.unescape(page)
+
+
+def test_an_imported_runs_page_marks_its_cost_as_the_sources_own_or_absent(store):
+    """The viewer's header: a SWE-agent run's tokens and dollars are its
+    model_stats (run-level, no call gives them), marked as the source's; a
+    run whose source recorded no dollars reads absent, not $0."""
+    import re
+
+    from starlette.testclient import TestClient
+
+    from cli.view.app import create_app
+    from tests.interop.conftest import real
+
+    path = real("swe-agent/6e44b9__sweagenttestrepo-1c2844.traj")
+    stats = json.loads(path.read_bytes())["info"]["model_stats"]
+    swe = import_file(store, path).run_ids[0]
+    bare = import_file(store, real("mini-swe-agent/local.traj.json")).run_ids[0]
+    client = TestClient(create_app(store))
+
+    def header(run_id: str) -> str:
+        page = client.get(f"/run/{run_id}").text
+        found = re.search(r'<div class="kv" id="run-figures">(.*?)</div>', page, re.S)
+        assert found, page[:2000]
+        return " ".join(re.sub(r"<[^>]+>", " ", found.group(1)).split())
+
+    shown = header(swe)
+    assert f"in {stats['tokens_sent']:,}" in shown and f"out {stats['tokens_received']:,}" in shown, shown
+    assert f"cost ${stats['instance_cost']:.6f} (the swe-agent source's own figures)" in shown, shown
+    assert "cost absent (the mini-swe-agent source recorded none)" in header(bare)
