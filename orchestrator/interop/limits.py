@@ -48,9 +48,26 @@ def parse_json(data: bytes, name: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data" and (lines := json_lines(text)):
+            raise UnreadableSource(
+                f"{name}: JSON Lines ({lines} documents, one a line), not one trajectory document: Escrow reads "
+                "one trajectory a file and does not read JSON Lines (such as an evaluation's output.jsonl)",
+                path=name, line=exc.lineno) from None
         ends_early = exc.msg.startswith("Unterminated string") or exc.pos >= len(text.rstrip())
         where = "ends early (truncated?)" if ends_early else f"is corrupt at line {exc.lineno} column {exc.colno}"
         raise UnreadableSource(f"{name}: JSON {where}: {exc.msg}", path=name, line=exc.lineno) from None
+
+
+def json_lines(text: str) -> int:
+    """How many JSON documents ``text`` holds one a line, when it is JSON
+    Lines (each of its first lines a whole object); else 0."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    try:
+        if len(lines) < 2 or not all(isinstance(json.loads(line), dict) for line in lines[:2]):
+            return 0
+    except json.JSONDecodeError:
+        return 0
+    return len(lines)
 
 
 class SafeZip:

@@ -79,6 +79,18 @@ def test_corrupted_json_is_unreadable(store, tmp_path):
         import_file(store, write(tmp_path, "bad.json", data))
 
 
+def test_json_lines_are_named_as_such_not_called_corrupt(store, tmp_path):
+    """An evaluation's output.jsonl (OpenHands writes one instance a line)
+    is refused as JSON Lines, with what to do, and nothing is written."""
+    one = json.dumps(json.loads(own(ATIF).read_bytes()))
+    with pytest.raises(UnreadableSource, match=r"JSON Lines \(3 documents, one a line\)") as refused:
+        import_file(store, write(tmp_path, "output.jsonl", f"{one}\n{one}\n{one}\n".encode()))
+    assert "corrupt" not in str(refused.value) and "does not read JSON Lines" in str(refused.value)
+    assert n_runs(store) == 0
+    with pytest.raises(UnreadableSource, match="corrupt at line 2"):  # a second line that is no document stays corrupt
+        import_file(store, write(tmp_path, "two.json", f"{one}\n[1, 2\n".encode()))
+
+
 def test_valid_json_with_a_broken_structure_is_unreadable(store, tmp_path):
     doc = json.loads(own(ATIF).read_bytes())
     doc["steps"][2]["step_id"] = 7
