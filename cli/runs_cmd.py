@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from cli.display.table import Column, render
+from cli.display.table import Column, render, terminal_width, wrapped
 from cli.spans import parse_since
 from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
 from cli.usage import choices
@@ -37,6 +37,10 @@ def known_verdict(given: str) -> str:
         raise ConfigError(f"--verdict takes one of {', '.join(known)}, not {given!r}")
     return given.upper()
 
+
+# An imported run's mode (orchestrator.interop.records.IMPORT_MODE), spelled
+# here so that ``escrow runs`` imports no pydantic.
+IMPORTED = "import"
 
 RUN_COLUMNS = (
     Column("id", "run", "text", rank=0), Column("started", "started", "text"),
@@ -108,7 +112,11 @@ def runs_table(lines: list[RunLine], *, now: float, wide: bool = False, width: i
     # The mode marks replays, re-executions, forks and imports; when every run
     # listed is a plain run it says nothing and leaves its width to the task.
     marked = any(line.run["mode"] != "run" for line in lines)
+    width = width or terminal_width()
     table = render([c for c in RUN_COLUMNS if marked or c.key != "mode"], rows, width=width, wide=wide)
+    if any(line.run["mode"] == IMPORTED for line in lines):
+        table += wrapped("import: the run's tokens and $ are its source's own figures (run-level ones included; "
+                         "escrow report RUN says which)", width, indent="  ")
     return table + [f"{line.run['id'][:12]} crashed: its process is gone; last alive {when(line.run['last_alive_at'])}"
                     for line in lines if line.run.get("last_alive_at") is not None]
 

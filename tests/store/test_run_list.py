@@ -214,7 +214,10 @@ def test_figures_no_call_reported_list_as_absent_in_both_readers(tmp_path: Path,
     assert all(isinstance(totals[cached][k], int) and totals[cached][k] > 0
                for k in ("input_tokens", "cached_input_tokens", "output_tokens"))
     monkeypatch.setenv("COLUMNS", "200")  # every column on one line
-    head, *rows = escrow("runs", "--db", f"sqlite:///{path}").stdout.splitlines()
+    listed = escrow("runs", "--db", f"sqlite:///{path}")
+    assert "import: the run's tokens and $ are its source's own figures" in listed.stdout  # marked as the source's
+    assert "LOADED False False" in listed.stderr  # the light reader: no SQLAlchemy, no SQLModel
+    head, *rows = listed.stdout.splitlines()
     row = next(r for r in rows if r.startswith(bare[:12]))
     # Figures are right-aligned: each ends where its header does.
     ends = {name: head.index(f" {name} ") + len(name) + 1 for name in ("$", "in", "cached", "out")}
