@@ -40,7 +40,7 @@ def known_verdict(given: str) -> str:
 
 # An imported run's mode (orchestrator.interop.records.IMPORT_MODE), spelled
 # here so that ``escrow runs`` imports no pydantic.
-IMPORTED = "import"
+IMPORT_MODE = "import"
 
 RUN_COLUMNS = (
     Column("id", "run", "text", rank=0), Column("started", "started", "text"),
@@ -114,7 +114,7 @@ def runs_table(lines: list[RunLine], *, now: float, wide: bool = False, width: i
     marked = any(line.run["mode"] != "run" for line in lines)
     width = width or terminal_width()
     table = render([c for c in RUN_COLUMNS if marked or c.key != "mode"], rows, width=width, wide=wide)
-    if any(line.run["mode"] == IMPORTED for line in lines):
+    if any(line.run["mode"] == IMPORT_MODE for line in lines):
         table += wrapped("import: the run's tokens and $ are its source's own figures (run-level ones included; "
                          "escrow report RUN says which)", width, indent="  ")
     return table + [f"{line.run['id'][:12]} crashed: its process is gone; last alive {when(line.run['last_alive_at'])}"

@@ -53,10 +53,11 @@ def test_runs_lists_newest_first_and_filters(populated):
 
 def test_runs_refuses_a_status_or_verdict_no_run_can_have(populated):
     """Issue 27: `runs --status bogus` and `--verdict pass` printed "no runs", exit 0."""
-    from cli.runs_cmd import IMPORTED
+    from cli.runs_cmd import IMPORT_MODE, IMPORTED
+    from orchestrator.interop.records import IMPORT_MODE as MODE
     from store.importer import IMPORTED_VERDICT
 
-    assert IMPORTED == IMPORTED_VERDICT
+    assert IMPORTED == IMPORTED_VERDICT and IMPORT_MODE == MODE
     for args, named in ((["--status", "bogus"], "running, crashed or finished"),
                         (["--verdict", "nope"], "BUDGET_EXHAUSTED")):
         result = invoke("runs", *args)
