@@ -56,7 +56,10 @@ def test_postgresql_stopped_mid_batch_then_resume(tmp_path, postgres_url, fault_
                                                   sandbox_image):
     tasks = [t.id for t in load_task_file(EXAMPLES / "tasks.jsonl").tasks]
     for task_id in tasks:
-        fault_server.script_for(task_id, [s.model_copy(update={"tokens_per_s": 40.0}) for s in fix_scripts[task_id]])
+        # restart: a task whose run the stop cut off replays its whole fix on --resume
+        # (else it took up its script where the dead run left it, and could run out: 12 of 13 passed).
+        fault_server.script_for(task_id, [s.model_copy(update={"tokens_per_s": 40.0}) for s in fix_scripts[task_id]],
+                                restart=True)
     home = tmp_path / "home"
     common = ["--db", postgres_url, "--workers", "2", "--lease", "3", "--context-window", "8192",
               "--tokenizer", "cl100k_base", "--max-turns", "6"]
