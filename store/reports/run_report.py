@@ -10,7 +10,7 @@ from typing import Any
 from orchestrator.costing.figures import ESCROW_SOURCE, TOKEN_FIGURES, CallFigures, ToolFigures
 from orchestrator.interop.records import IMPORT_MODE
 from orchestrator.source_figures import IMPORT_EVENT, RUN_LEVEL, counted_run_level
-from orchestrator.trajectory import CallView, ToolExecutionView, Trajectory
+from orchestrator.trajectory import CallView, EventView, ToolExecutionView, Trajectory
 
 CLAMP_FIELD = '"cached_prompt_tokens_reported"'
 RUN_LEVEL_STATUS = "RUN_LEVEL"
@@ -44,17 +44,22 @@ def source_of(trajectory: Trajectory) -> str:
     return str(found.get("format") or IMPORT_MODE) if isinstance(found, dict) else ESCROW_SOURCE
 
 
+def import_event(trajectory: Trajectory) -> EventView | None:
+    """An imported run's event of provenance (its source's run-level data); None for Escrow's own runs."""
+    return next((e for e in trajectory.run_events if e.kind == IMPORT_EVENT), None)
+
+
 def counted_of(trajectory: Trajectory) -> dict[str, Any] | None:
     """An imported run's run-level figures that count in its totals (no call
     gives them), as its import event records them, or None."""
-    event = next((e for e in trajectory.run_events if e.kind == IMPORT_EVENT), None)
+    event = import_event(trajectory)
     return counted_run_level(event.data_json) if event is not None else None
 
 
 def run_level_of(trajectory: Trajectory) -> tuple[CallFigures | None, dict[str, Any] | None]:
     """An imported run's run-level figures that count (no call gives them),
     as one figure line, and all of the source's run-level totals."""
-    event = next((e for e in trajectory.run_events if e.kind == IMPORT_EVENT), None)
+    event = import_event(trajectory)
     level = event.data.get(RUN_LEVEL) if event is not None else None
     if not isinstance(level, dict):
         return None, None
