@@ -1,7 +1,7 @@
 """Aggregate reports over 1,000,000 model calls (or --calls N): schema 7
 (every run's rows), schema 8 as released (per-run totals), schema 9 as
 released (the per-day TTFT rollup, lean folding and costing; totals read
-unchecked) and this version (schema 11: every totals row's digest checked
+unchecked) and this version (schema 12: every totals row's digest checked
 against its run's chain head, and the TTFT rollups against the totals'
 TTFT checks), in one run.
 
@@ -19,8 +19,9 @@ run of this bench works on a copy of the cached store:
    read), with the row path's EXPLAIN QUERY PLAN; best of --repeat-before (1);
    --skip-before leaves this step out;
 2. ``escrow migrate`` 7 -> 8 (the resumable backfill of the totals),
-   8 -> 9 (the rollup built from them), 9 -> 10 (digests) and 10 -> 11
-   (TTFT checks; the totals the 7 -> 8 backfill wrote already carry both),
+   8 -> 9 (the rollup built from them), 9 -> 10 (digests), 10 -> 11
+   (TTFT checks) and 11 -> 12 (the count of calls that reported a cached
+   count; the totals the 7 -> 8 backfill wrote already carry all three),
    each timed;
 3. after: the plans of this version's queries, then each report through the
    schema-8 and schema-9 report code as released (the store's queries and
@@ -174,8 +175,9 @@ def released_times(store: Store, newest: float, repeat: int) -> dict[tuple[str, 
 
 
 # The totals figures schemas 8 to 10 stored: the released queries read this
-# version's store modules, whose totals carry schema 11's TTFT check too.
-RELEASED_FIGURES = tuple(name for name in run_totals.FIGURES if name != "ttft_check")
+# version's store modules, whose totals carry schema 11's TTFT check and
+# schema 12's count of calls that reported a cached count too.
+RELEASED_FIGURES = tuple(name for name in run_totals.FIGURES if name not in ("ttft_check", "cached_reported"))
 
 
 @contextmanager
@@ -281,10 +283,11 @@ def main() -> None:
         migrate(work, 8, 9)
         migrate(work, 9, 10)
         migrate(work, 10, 11)
+        migrate(work, 11, 12)
         print(f"\n3. after: schema 8 as released at {SCHEMA8_REV}, schema 9 (totals read unchecked) at "
-              f"{SCHEMA9_REV} and this version (schema 11: every totals row's digest and the TTFT rollups "
+              f"{SCHEMA9_REV} and this version (schema 12: every totals row's digest and the TTFT rollups "
               f"checked), alternated, best of {args.repeat}; {load()}")
-        with open_at(work, 11) as store:
+        with open_at(work, 12) as store:
             print("\n".join(plans(store, raw=False)), flush=True)
             after = side_by_side(store, newest, args.repeat)
         print("\n   s: best wall seconds (cpu: best CPU seconds); schema 7: its queries as released at "

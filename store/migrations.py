@@ -151,6 +151,13 @@ MIGRATIONS: tuple[Migration, ...] = (
         run_totals.add_ttft_check,
         run_totals.backfill_ttft_checks,
     ),
+    Migration(
+        12,
+        "on each per-run totals row, how many of its calls reported a cached count (under the digest), so that "
+        "aggregate reports show a cached figure no call reported as absent, not 0",
+        run_totals.add_cached_reported,
+        run_totals.backfill_cached_reported,
+    ),
 )
 LATEST = MIGRATIONS[-1].version
 if LATEST != schema_version.LATEST:  # one number, read by the light reader too

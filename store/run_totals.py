@@ -3,7 +3,8 @@ calls, written once when the run is finished, so a fleet report reads a few
 rows a run instead of every response, attempt and tool row.
 
 One row per (run, spend flag, model, engine): answered calls, prompt tokens,
-cached tokens clamped to each call's prompt, output tokens, the seconds of
+cached tokens clamped to each call's prompt, how many calls reported a
+cached count (schema 12: a sum of none is absent, not 0), output tokens, the seconds of
 calls recorded without attempts (their whole duration), the attempts' HTTP
 and backoff seconds, decode seconds, retries; and in ``run_ttfts``, per
 TTFT bucket, how many of its calls had their TTFT in it. The spend flag
@@ -71,6 +72,9 @@ class RunTotal(SQLModel, table=True):
     calls: int
     prompt_tokens: int
     cached_tokens: int
+    cached_reported: int | None = None
+    """How many of the row's calls carried a cached count (schema 12): with
+    none, ``cached_tokens`` is absent, not 0."""
     output_tokens: int
     direct_s: float
     http_s: float
@@ -117,7 +121,8 @@ ATTEMPT_SUMMED = ("duration_s", "backoff_s")
 TOOL_SUMMED = ("duration_s",)
 NUMBERS = tuple(c.name for c in TOTALS.columns if c.name not in ("run_id", "model", "engine", "digest"))
 FIGURES = tuple(c.name for c in TOTALS.columns if c.name not in ("id", "run_id", "own", "model", "engine", "digest"))
-INT_FIGURES = frozenset(("calls", "prompt_tokens", "cached_tokens", "output_tokens", "retries", "ttft_check"))
+INT_FIGURES = frozenset(("calls", "prompt_tokens", "cached_tokens", "cached_reported", "output_tokens", "retries",
+                         "ttft_check"))
 FIGURE_IS_INT = tuple(name in INT_FIGURES for name in FIGURES)
 # A row's spend flag and figures as ``digest`` packs them (``in_run``): with a model, then its
 # run's tool seconds and count of model rows; without one (the tool seconds row), then that count.
@@ -164,6 +169,7 @@ class Totals:
     calls: int = 0
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    cached_reported: int = 0
     output_tokens: int = 0
     direct_s: float = 0.0
     http_s: float = 0.0
@@ -178,6 +184,7 @@ class Totals:
         self.calls += other.calls
         self.prompt_tokens += other.prompt_tokens
         self.cached_tokens += other.cached_tokens
+        self.cached_reported += other.cached_reported
         self.output_tokens += other.output_tokens
         self.direct_s += other.direct_s
         self.http_s += other.http_s
@@ -206,13 +213,15 @@ def queries(runs: Any, dialect: str) -> dict[str, Any]:
     selects, per (run, own, model, engine)."""
     own, model, engine = own_flag(RESPONSES), RESPONSES.c[MODEL], RESPONSES.c.engine
     prompt, cached = RESPONSES.c["gen_ai.usage.input_tokens"], RESPONSES.c["gen_ai.usage.cache_read.input_tokens"]
+    # A call whose server sent no cached count records 0 with source "absent" (as ``escrow runs`` reads it).
+    reported = func.sum(case((RESPONSES.c.cached_input_tokens_source == "absent", 0), else_=1))
     with_responses = RUNS.join(RESPONSES, RESPONSES.c.run_id == RUNS.c.id)
     a_own, t_own = own_flag(ATTEMPTS), own_flag(TOOLS)
     millis = cast(func.round(RESPONSES.c.ttft_s * 1000), Integer)
     return {
         "answered": select(
             RUNS.c.id, own, model, engine, func.count(), func.sum(prompt),
-            func.sum(case((cached > prompt, prompt), else_=cached)),
+            func.sum(case((cached > prompt, prompt), else_=cached)), reported,
             func.sum(RESPONSES.c["gen_ai.usage.output_tokens"]),
             # A call recorded without attempts counts its whole duration as GPU time.
             func.sum(case((RESPONSES.c.n_attempts == 0, RESPONSES.c.total_s), else_=0.0)),
@@ -240,10 +249,10 @@ def compute(conn: Connection, runs: Any) -> tuple[dict[Key, Totals], set[str]]:
     ids = conn.execute(select(RUNS.c.id).where(runs)).scalars()
     out: dict[Key, Totals] = {(run_id, 1, None, None): Totals() for run_id in ids}
     damaged: set[str] = set()
-    for run_id, own, model, engine, n, p, c, o, direct, dec, retries, bad in conn.execute(sql["answered"]):
+    for run_id, own, model, engine, n, p, c, reported, o, direct, dec, retries, bad in conn.execute(sql["answered"]):
         out[(run_id, own, model, engine)] = Totals(
-            calls=n, prompt_tokens=p or 0, cached_tokens=c or 0, output_tokens=o or 0, direct_s=direct or 0.0,
-            decode_s=dec or 0.0, retries=retries or 0)
+            calls=n, prompt_tokens=p or 0, cached_tokens=c or 0, cached_reported=reported or 0, output_tokens=o or 0,
+            direct_s=direct or 0.0, decode_s=dec or 0.0, retries=retries or 0)
         if bad:
             damaged.add(run_id)
     for run_id, own, model, engine, http, wait, bad in conn.execute(sql["attempts"]):
@@ -405,8 +414,23 @@ def add_table(conn: Connection) -> None:
 
 
 def add_ttft_check(conn: Connection) -> None:
-    """Schema 11: the TTFT check column (idempotent: re-run when an upgrade resumes)."""
-    _add_columns(conn, {"ttft_check": "INTEGER"})
+    """Schema 11: the TTFT check column, and schema 12's count of calls
+    that reported a cached count with it: this schema's backfill writes
+    rows as ``write`` does today (idempotent: re-run when an upgrade resumes)."""
+    _add_columns(conn, {"ttft_check": "INTEGER", "cached_reported": "INTEGER"})
+
+
+def add_cached_reported(conn: Connection) -> None:
+    """Schema 12: the count of calls that reported a cached count
+    (idempotent: re-run when an upgrade resumes)."""
+    _add_columns(conn, {"cached_reported": "INTEGER"})
+
+
+def backfill_cached_reported(engine: Engine, batch_runs: int | None = None) -> None:
+    """Every run's totals computed again from its rows, now with how many of
+    their calls reported a cached count (and digests over it), as
+    ``backfill_digests`` does."""
+    _rewrite(engine, lambda marker: marker.c.cached_reported.is_(None), batch_runs)
 
 
 def _add_columns(conn: Connection, columns: Mapping[str, str]) -> None:
@@ -423,10 +447,10 @@ def backfill_ttft_checks(engine: Engine, batch_runs: int | None = None) -> None:
 
 
 def add_digest(conn: Connection) -> None:
-    """Schema 10: the digest column, and schema 11's TTFT check with it: this
-    schema's backfill writes rows as ``write`` does today, with both
-    (idempotent: re-run when an upgrade resumes)."""
-    _add_columns(conn, {"digest": "VARCHAR", "ttft_check": "INTEGER"})
+    """Schema 10: the digest column, and schema 11's TTFT check and schema
+    12's cached count with it: this schema's backfill writes rows as
+    ``write`` does today, with all three (idempotent: re-run when an upgrade resumes)."""
+    _add_columns(conn, {"digest": "VARCHAR", "ttft_check": "INTEGER", "cached_reported": "INTEGER"})
 
 
 def backfill_digests(engine: Engine, batch_runs: int | None = None) -> None:

@@ -42,8 +42,10 @@ class GroupStats(Frozen):
     runs: int
     calls: int
     prompt_tokens: int
-    cached_tokens: int
-    prefilled_tokens: int
+    cached_tokens: int | None
+    """None (absent) when no call of the group reported a cached count; with
+    some that did, the sum of theirs."""
+    prefilled_tokens: int | None
     completion_tokens: int
     cost: CostBreakdown
     gpu_s: float
@@ -57,7 +59,7 @@ class GroupStats(Frozen):
 
     @property
     def hit_ratio(self) -> float | None:
-        return ratio(self.cached_tokens, self.prompt_tokens)
+        return None if self.cached_tokens is None else ratio(self.cached_tokens, self.prompt_tokens)
 
 
 class AggregateReport(Frozen):
@@ -91,10 +93,12 @@ def _stats(key: str, pieces: Sequence[RunSlice], costs: Sequence[CostParts],
     tool_s = dict(zip(map(attrgetter("run_id"), pieces), map(attrgetter("tool_s"), pieces), strict=True))
     sums = [sum(part) for part in zip(*costs, strict=True)] or [0.0] * 5
     input_usd, cached_usd, output_usd, gpu_usd, source_usd = sums
-    prompt, cached = sum(map(attrgetter("prompt_tokens"), pieces)), sum(map(attrgetter("cached_tokens"), pieces))
+    prompt = sum(map(attrgetter("prompt_tokens"), pieces))
+    reported = [n for n in map(attrgetter("cached_tokens"), pieces) if n is not None]
+    cached = sum(reported) if reported else None  # no piece's calls reported one: absent, not 0
     return GroupStats(
         key=key, runs=len(run_cost), calls=sum(map(attrgetter("calls"), pieces)), prompt_tokens=prompt,
-        cached_tokens=cached, prefilled_tokens=prompt - cached,
+        cached_tokens=cached, prefilled_tokens=None if cached is None else prompt - cached,
         completion_tokens=sum(map(attrgetter("completion_tokens"), pieces)),
         cost=CostBreakdown(input_usd=input_usd, cached_input_usd=cached_usd, output_usd=output_usd,
                            gpu_usd=gpu_usd, source_usd=source_usd),
@@ -120,7 +124,9 @@ def _cost_of(prices: PriceLookup, reprice: bool = False) -> Callable[[RunSlice],
             return 0.0, 0.0, 0.0, 0.0, p.source_usd or 0.0
         if p.model not in price_of:
             price_of[p.model] = prices(p.model)
-        return (*cost_parts(p.prompt_tokens, p.cached_tokens, p.completion_tokens, p.gpu_s, price_of[p.model]), 0.0)
+        # No cached count reported: every prompt token is priced as input (none is known to be cached).
+        return (*cost_parts(p.prompt_tokens, p.cached_tokens or 0, p.completion_tokens, p.gpu_s, price_of[p.model]),
+                0.0)
 
     return cost
 

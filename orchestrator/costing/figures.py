@@ -23,7 +23,8 @@ DAY_S = 86_400
 
 class RunSlice(NamedTuple):
     """Sums over one run's answered calls to one model. ``cached_tokens`` is
-    already clamped to each call's prompt tokens.
+    already clamped to each call's prompt tokens, and None (absent) when no
+    call's server sent a cached count.
 
     A typed tuple, not a validated model: a fleet report builds one per
     (run, model), tens of thousands, and validating each took a third of the
@@ -37,7 +38,7 @@ class RunSlice(NamedTuple):
     model: str
     calls: int
     prompt_tokens: int
-    cached_tokens: int
+    cached_tokens: int | None
     completion_tokens: int
     gpu_s: float
     decode_s: float

@@ -16,6 +16,7 @@ from orchestrator.costing.tabular import aggregate_rows, comparison_lines, line_
 from orchestrator.costing.trajectory import RunCost
 
 CACHED, PREFILLED, OUTPUT, COST, CUMULATIVE = "#4c9a6a", "#d9822b", "#3b6fb6", "#8e5bb5", "#c0392b"
+UNSPLIT = "#9a9a9a"  # a prompt whose cached share no server reported
 
 STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222}
@@ -133,17 +134,15 @@ def aggregate_html(report: AggregateReport) -> str:
         "cost-per-group", f"Cost by {report.by} ($)", labels,
         [Series(name="$", color=COST, values=tuple(g.cost.total_usd for g in report.groups))],
     )
-    tokens = bar_chart(
-        "tokens-per-group",
-        f"Prompt tokens by {report.by}",
-        labels,
-        [
-            Series(name="cached prompt", color=CACHED, values=tuple(float(g.cached_tokens) for g in report.groups)),
-            Series(
-                name="prefilled prompt", color=PREFILLED, values=tuple(float(g.prefilled_tokens) for g in report.groups)
-            ),
-        ],
-    )
+    split = [
+        Series(name="cached prompt", color=CACHED, values=tuple(float(g.cached_tokens or 0) for g in report.groups)),
+        Series(name="prefilled prompt", color=PREFILLED,
+               values=tuple(float(g.prefilled_tokens or 0) for g in report.groups)),
+    ]
+    if any(g.cached_tokens is None for g in report.groups):  # not split where no call reported a cached count
+        split.append(Series(name="prompt, no cached count reported", color=UNSPLIT, values=tuple(
+            float(g.prompt_tokens if g.cached_tokens is None else 0) for g in report.groups)))
+    tokens = bar_chart("tokens-per-group", f"Prompt tokens by {report.by}", labels, split)
     body = [
         f"<h1>Cost by {escape(report.by)}</h1>",
         f'<p class="note">price table {escape(report.price_version)}</p>',

@@ -8,7 +8,8 @@ crashed, or with a damaged cell) is read from its rows, through the same
 ``run_totals.compute`` the totals were written with, so both give the same
 figures. ``raw=True`` reads every run from its rows (the bench's "before" and
 the test that compares the two). Cached tokens are clamped to each call's
-prompt tokens, so sums can be priced linearly.
+prompt tokens, so sums can be priced linearly, and absent (None) in a slice
+none of whose calls reported a cached count.
 """
 
 from __future__ import annotations
@@ -342,7 +343,8 @@ def with_source_figures(conn: Connection, pieces: list[RunSlice], runs: Any,
         out.append(RunSlice(
             run_id=run_id, created_at=float(created), status=status, verdict=verdict, model=run_model,
             source=source, calls=0, prompt_tokens=counted.get("prompt_tokens") or 0,
-            cached_tokens=min(counted.get("cached_tokens") or 0, counted.get("prompt_tokens") or 0),
+            cached_tokens=None if counted.get("cached_tokens") is None
+            else min(counted["cached_tokens"], counted.get("prompt_tokens") or 0),
             completion_tokens=counted.get("completion_tokens") or 0, gpu_s=0.0, decode_s=0.0, retries=0,
             batch=batch_of.get(run_id), source_usd=counted.get("cost_usd"), run_level=True,
         ))
@@ -388,14 +390,15 @@ def slices(totals: Mapping[Key, Figures], runs: Mapping[str, RunCells], by_engin
     out, checks = [], []
     for slot in sorted(merged):
         figures, run_id = merged[slot], slot[0]
-        calls, prompt, cached, output, direct_s, http_s, wait_s, decode_s, retries, check, _ = figures
+        calls, prompt, cached, reported, output, direct_s, http_s, wait_s, decode_s, retries, check, _ = figures
         if calls == 0 or run_id not in runs:
             continue
         checks.append(check)
         created, status, verdict, source = runs[run_id][:4]
         out.append(RunSlice(
             run_id=run_id, created_at=float(created), status=status, verdict=verdict, model=slot[1], source=source,
-            calls=calls, prompt_tokens=prompt, cached_tokens=cached, completion_tokens=output,
+            # No call's server sent a cached count: absent, not 0 (``RunSlice.cached_tokens``).
+            calls=calls, prompt_tokens=prompt, cached_tokens=cached if reported else None, completion_tokens=output,
             gpu_s=direct_s + http_s, wait_s=wait_s, decode_s=decode_s, retries=retries,
             tool_s=tool_s.get(run_id, 0.0), engine=engines[slot], batch=batch_of.get(run_id),
         ))

@@ -10,6 +10,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from cli.display.render import model_heading, model_line
@@ -17,7 +18,7 @@ from cli.display.steps import model_step
 from cli.main import app
 from cli.view.export import export_bundle
 from orchestrator.contract import Message, ModelRequest, Sampling
-from orchestrator.envelope import Envelope, ErrorDetail, Payload, Status, Timings, Usage
+from orchestrator.envelope import Attempt, Envelope, ErrorDetail, Payload, Status, Timings, Usage
 from store import Recorder, Store
 
 NO_CACHE_COUNT = Envelope(
@@ -76,3 +77,80 @@ def test_show_the_viewer_and_atif_say_absent(store: Store, home: Path, tmp_path:
     assert atif.exit_code == 0, atif.output
     final = json.loads(out.read_text(encoding="utf-8"))["final_metrics"]
     assert "total_cached_tokens" not in final and final["total_prompt_tokens"] == 1200
+
+
+def cached(prompt: int, cached_tokens: int) -> Envelope:
+    """A call whose server sent a cached count."""
+    return NO_CACHE_COUNT.model_copy(update={"usage": NO_CACHE_COUNT.usage.model_copy(
+        update={"prompt_tokens": prompt, "cached_prompt_tokens": cached_tokens, "cached_source": "server"})})
+
+
+def record_calls(store: Store, model: str, envelopes: tuple[Envelope, ...], finish: bool = True) -> str:
+    recorder = Recorder(store)
+    run_id = recorder.start_run(task="t", repo="/r", model=model, config={}, policy={})
+    for turn, env in enumerate(envelopes):
+        with recorder.turn(run_id, turn) as tx:
+            request = ModelRequest(model=model, messages=(Message(role="user", content=f"t{turn}"),), max_tokens=64,
+                                   sampling=Sampling(temperature=0.0))
+            attempt = Attempt(number=1, status=env.status, http_status=200, duration_s=env.timings.total_s)
+            tx.envelope(tx.request(request), env.model_copy(update={"model": model, "attempts": (attempt,)}))
+            tx.commit([Message(role="assistant", content="x")])
+    if finish:
+        recorder.finish_run(run_id, "STOP_MAX_TURNS", "turns", turn=len(envelopes))
+    return run_id
+
+
+def by_model(store: Store) -> tuple[dict[str, dict[str, object]], list[str]]:
+    """``report --by model``: its JSON groups and total by key, and its text
+    table's lines (pivoted at 80 columns: a row a figure, a column a group)."""
+    url = ["--db", store.url]
+    got = CliRunner().invoke(app, ["report", "--by", "model", "--json", *url])
+    assert got.exit_code == 0, got.output
+    doc = json.loads(got.stdout)
+    text = CliRunner().invoke(app, ["report", "--by", "model", *url], env={"COLUMNS": "80"})
+    assert text.exit_code == 0, text.output
+    return {**{g["model"]: g for g in doc["groups"]}, "TOTAL": doc["total"]}, text.stdout.splitlines()
+
+
+def table_cells(lines: list[str], label: str) -> list[str]:
+    """The cells of a pivoted table's row named ``label`` (one column a group, then the total)."""
+    row = next(line for line in lines if line.split()[:1] == [label])
+    return row.split()[1:]
+
+
+ABSENT_FIGURES = ("cached_tokens", "prefilled_tokens", "cache_hit_ratio")
+
+
+@pytest.mark.parametrize("finish", [True, False], ids=["from-totals", "from-rows"])
+def test_an_aggregate_shows_a_cached_count_no_server_sent_as_absent(store: Store, home: Path, finish: bool) -> None:
+    """Runs whose server sent no cached count (llama.cpp's): ``report --by
+    model`` gives their cached tokens, prefill and hit ratio as null and
+    "-", not 0 and 0%, whether read from the run's stored totals or its rows;
+    a group whose calls did report one (one of them 0) keeps its figures."""
+    record_calls(store, "m", (NO_CACHE_COUNT, NO_CACHE_COUNT), finish)
+    record_calls(store, "m", (NO_CACHE_COUNT,), finish)
+    record_calls(store, "k", (cached(1000, 600), cached(1000, 0)), finish)
+    groups, lines = by_model(store)
+    assert all(groups["m"][name] is None for name in ABSENT_FIGURES), groups["m"]
+    assert groups["m"]["prompt_tokens"] == 3 * 1200
+    assert (groups["k"]["cached_tokens"], groups["k"]["prefilled_tokens"], groups["k"]["cache_hit_ratio"]) == (
+        600, 1400, 0.3)
+    # The total: the sum of the calls that reported one.
+    assert (groups["TOTAL"]["cached_tokens"], groups["TOTAL"]["prompt_tokens"]) == (600, 3 * 1200 + 2000)
+    # Pivoted: a row a figure, a column a group (k, m, then the total).
+    assert table_cells(lines, "cached") == ["600", "-", "600"], lines
+    assert table_cells(lines, "hit") == ["30%", "-", "11%"], lines
+
+
+def test_a_group_where_some_calls_reported_a_cached_count_sums_theirs(store: Store, home: Path) -> None:
+    """Calls of one model, some with a cached count and some without (one run
+    each way, and one run of both): the group's cached figure is the sum of
+    those reported, as ``report RUN`` gives it; a group of none is absent."""
+    record_calls(store, "m", (NO_CACHE_COUNT, cached(1000, 400)))
+    record_calls(store, "m", (NO_CACHE_COUNT,))
+    record_calls(store, "m", (cached(500, 100),))
+    record_calls(store, "n", (NO_CACHE_COUNT,))
+    groups, lines = by_model(store)
+    assert (groups["m"]["cached_tokens"], groups["m"]["prefilled_tokens"]) == (500, 1200 + 1000 + 1200 + 500 - 500)
+    assert all(groups["n"][name] is None for name in ABSENT_FIGURES), groups["n"]
+    assert table_cells(lines, "cached") == ["500", "-", "500"], lines

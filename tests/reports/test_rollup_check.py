@@ -26,6 +26,7 @@ FIGURE_EDITS = {
     "calls": "calls = calls + 1",
     "prompt_tokens": "prompt_tokens = prompt_tokens + 1000000",
     "cached_tokens": "cached_tokens = cached_tokens + 1",
+    "cached_reported": "cached_reported = cached_reported + 1",
     "output_tokens": "output_tokens = output_tokens * 2 + 1",
     "direct_s": "direct_s = direct_s + 0.5",
     "http_s": "http_s = http_s + 1e-6",

@@ -76,7 +76,7 @@ def test_the_backfill_resumes_after_sigkill(tmp_path: Path, kill_at: int) -> Non
     assert (table is not None) == (kill_at > 1)
     assert len(partial) == max(0, kill_at - 2) < len(ids), "killed before the end"
     with Store.open(url) as store:  # a write-open resumes the upgrade
-        assert store.schema_version == LATEST == 11
+        assert store.schema_version == LATEST == 12
         assert all(c.ok for c in store.verify_all()) and len(store.verify_all()) == len(ids) + 1
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute(TOTALS).fetchall() + conn.execute(TTFTS).fetchall() == written
@@ -104,7 +104,7 @@ def test_migration_9_builds_the_rollup_the_writer_keeps(tmp_path: Path, kill_at:
         with closing(sqlite3.connect(path)) as conn:
             assert conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'ttft_days'").fetchone() is None
     with Store.open(url) as store:
-        assert store.schema_version == LATEST == 11
+        assert store.schema_version == LATEST == 12
         assert all(c.ok for c in store.verify_all()) and len(store.verify_all()) == len(ids) + 1
     with closing(sqlite3.connect(path)) as conn:
         assert written and conn.execute(DAYS).fetchall() == written
@@ -117,6 +117,16 @@ def killed_from(path: Path, kill_at: int, version: int) -> None:
     assert done.returncode == -signal.SIGKILL, done.stderr.decode()
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute("SELECT max(version) FROM escrow_migrations").fetchone()[0] == version
+
+
+def upgraded_from(path: Path, version: int, kill_at: int) -> None:
+    """The store at ``version`` upgraded by a write-open, after an upgrade
+    killed at its ``kill_at``th commit (0: none); every run then verifies."""
+    if kill_at:
+        killed_from(path, kill_at, version)
+    with Store.open(f"sqlite:///{path}") as store:  # a write-open resumes the upgrade
+        assert store.schema_version == LATEST == 12
+        assert all(c.ok for c in store.verify_all())
 
 
 def as_schema(path: Path, version: int, column: str) -> None:
@@ -142,12 +152,7 @@ def test_migration_10_recomputes_the_totals_with_their_digests(tmp_path: Path, k
     with closing(sqlite3.connect(path)) as conn:
         conn.execute("UPDATE run_totals SET prompt_tokens = prompt_tokens + 1000 WHERE run_id = ?", (ids[0],))
         conn.commit()
-    url = f"sqlite:///{path}"
-    if kill_at:
-        killed_from(path, kill_at, 9)
-    with Store.open(url) as store:  # a write-open resumes the upgrade
-        assert store.schema_version == LATEST == 11
-        assert all(c.ok for c in store.verify_all())
+    upgraded_from(path, 9, kill_at)
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute(TOTALS).fetchall() == written  # the altered row recomputed from the rows
         assert conn.execute("SELECT count(*) FROM run_totals WHERE digest IS NULL").fetchone()[0] == 0
@@ -168,14 +173,52 @@ def test_migration_11_recomputes_the_totals_with_their_ttft_checks(tmp_path: Pat
     assert any(row[4] for row in checks), "no run had a TTFT to check"
     as_schema(path, 10, "ttft_check")
     chains = heads(path)
-    url = f"sqlite:///{path}"
-    if kill_at:
-        killed_from(path, kill_at, 10)
-    with Store.open(url) as store:  # a write-open resumes the upgrade
-        assert store.schema_version == LATEST == 11
-        assert all(c.ok for c in store.verify_all())
+    upgraded_from(path, 10, kill_at)
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute(TOTALS).fetchall() + conn.execute(TTFTS).fetchall() == written
         assert conn.execute("SELECT run_id, own, model, engine, ttft_check, digest FROM run_totals "
                             "ORDER BY run_id, own, model, engine").fetchall() == checks
     assert heads(path) == chains
+
+
+@pytest.mark.parametrize("kill_at", [0, 1, 3])
+def test_migration_12_recomputes_the_totals_with_their_cached_counts(tmp_path: Path, kill_at: int,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """From schema 11 (killed at its Nth commit, or not), with runs whose
+    server sent no cached count: every run's totals are written again with
+    how many calls reported one, under their digests, the rows the writer
+    writes; the chains are untouched, and ``report --by model`` reads them
+    (no damaged-store exit) with the cached figure absent where no call
+    reported it and the reported ones' sum where some did."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    from tests.reports.test_absent_figures import NO_CACHE_COUNT, cached, record_calls
+
+    monkeypatch.setenv("ESCROW_HOME", str(tmp_path))
+    path = tmp_path / "e.db"
+    url = f"sqlite:///{path}"
+    with Store.open(url) as store:
+        record_calls(store, "m", (NO_CACHE_COUNT, NO_CACHE_COUNT))
+        record_calls(store, "k", (cached(1000, 600),))
+        record_calls(store, "k", (NO_CACHE_COUNT, cached(500, 100)))
+    counted = ("SELECT run_id, own, model, engine, cached_reported, digest FROM run_totals "
+               "ORDER BY run_id, own, model, engine")
+    with closing(sqlite3.connect(path)) as conn:
+        written = conn.execute(TOTALS).fetchall() + conn.execute(TTFTS).fetchall()
+        digests = conn.execute(counted).fetchall()
+    assert sorted(row[4] for row in digests if row[2] is not None) == [0, 1, 1]
+    as_schema(path, 11, "cached_reported")
+    chains = heads(path)
+    upgraded_from(path, 11, kill_at)
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute(TOTALS).fetchall() + conn.execute(TTFTS).fetchall() == written
+        assert conn.execute(counted).fetchall() == digests
+    assert heads(path) == chains
+    got = CliRunner().invoke(app, ["report", "--by", "model", "--json", "--db", url])
+    assert got.exit_code == 0, got.output
+    groups = {g["model"]: g for g in json.loads(got.stdout)["groups"]}
+    assert (groups["m"]["cached_tokens"], groups["m"]["cache_hit_ratio"]) == (None, None)
+    assert groups["k"]["cached_tokens"] == 700
