@@ -142,10 +142,12 @@ def test_an_aggregate_shows_a_cached_count_no_server_sent_as_absent(store: Store
     assert table_cells(lines, "hit") == ["30%", "-", "11%"], lines
 
 
-def test_a_group_where_some_calls_reported_a_cached_count_sums_theirs(store: Store, home: Path) -> None:
+def test_a_group_where_some_calls_reported_a_cached_count_sums_theirs(store: Store, home: Path,
+                                                                      tmp_path: Path) -> None:
     """Calls of one model, some with a cached count and some without (one run
     each way, and one run of both): the group's cached figure is the sum of
-    those reported, as ``report RUN`` gives it; a group of none is absent."""
+    those reported, as ``report RUN`` gives it; a group of none is absent,
+    and the page's chart leaves its prompt unsplit."""
     record_calls(store, "m", (NO_CACHE_COUNT, cached(1000, 400)))
     record_calls(store, "m", (NO_CACHE_COUNT,))
     record_calls(store, "m", (cached(500, 100),))
@@ -154,3 +156,8 @@ def test_a_group_where_some_calls_reported_a_cached_count_sums_theirs(store: Sto
     assert (groups["m"]["cached_tokens"], groups["m"]["prefilled_tokens"]) == (500, 1200 + 1000 + 1200 + 500 - 500)
     assert all(groups["n"][name] is None for name in ABSENT_FIGURES), groups["n"]
     assert table_cells(lines, "cached") == ["500", "-", "500"], lines
+    page = tmp_path / "by-model.html"
+    done = CliRunner().invoke(app, ["report", "--by", "model", "--csv", "--html", str(page), "--db", store.url])
+    assert done.exit_code == 0, done.output
+    assert done.stdout.splitlines()[2].startswith("n,1,1,1200,,,") and "prompt, no cached count reported" in (
+        page.read_text(encoding="utf-8"))
