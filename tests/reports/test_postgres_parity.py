@@ -1,6 +1,7 @@
 """Every report and export form gives the same output on PostgreSQL as on
 SQLite. The runs are recorded once into SQLite (varied models, verdicts,
-days, retries; an imported run; a run whose tool output holds U+0000) and
+days, retries; an imported run; a run whose tool output holds U+0000; a
+run whose server sent no cached count) and
 copied row for row into a throwaway PostgreSQL cluster (tests/store's
 fixture); then each form runs as the real command against both stores."""
 
@@ -22,6 +23,7 @@ from store.importer import import_file
 from store.reports import read_slices
 from store.tables import CHAINED, Blob, Run, table_of
 from tests.interop.conftest import own
+from tests.reports.test_absent_figures import NO_CACHE_COUNT, record_calls
 from tests.store.test_nul_text import VARIANTS, record
 from tests.store.test_postgres import postgres_url  # noqa: F401 - the throwaway cluster
 
@@ -57,6 +59,7 @@ def stores(postgres_url: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
         ids = synthetic.record_many(recording, 24, turns=4, seed=11, first_at=FIRST_AT, spacing_s=5 * 3600)
         nul_run = record(recording, VARIANTS["nul inside"])
         imported = import_file(recording, own("inspect/arith.eval")).run_ids[0]
+        record_calls(recording, "no-cache-count", (NO_CACHE_COUNT, NO_CACHE_COUNT))  # cached absent, not 0
     with Store.open(lite, readonly=True) as source, Store.open(postgres_url) as pg:
         assert pg.dialect == "postgresql"
         copy_rows(source, pg)
