@@ -4,8 +4,8 @@ rows a run instead of every response, attempt and tool row.
 
 One row per (run, spend flag, model, engine): answered calls, prompt tokens,
 cached tokens clamped to each call's prompt, how many calls reported a
-cached count (schema 12: a sum of none is absent, not 0), output tokens, the seconds of
-calls recorded without attempts (their whole duration), the attempts' HTTP
+cached count (schema 12: a sum of none is absent, not 0), output tokens,
+the seconds of calls recorded without attempts (their whole duration), the attempts' HTTP
 and backoff seconds, decode seconds, retries; and in ``run_ttfts``, per
 TTFT bucket, how many of its calls had their TTFT in it. The spend flag
 ``own`` is 0 for a fork's shared prefix (turns before ``forked_at_turn``,
