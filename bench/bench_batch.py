@@ -43,7 +43,7 @@ from orchestrator.batch.pool import PoolOptions
 from orchestrator.batch.scripted import example_scripts, fixed_files
 from orchestrator.batch.tasks import load_task_file
 from orchestrator.fault_server import FaultServer, Reply, ScriptedToolCall
-from orchestrator.settings import load_settings
+from orchestrator.settings import DEFAULT_SANDBOX_IMAGE, load_settings
 from store import Store
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "tasks"
@@ -118,7 +118,7 @@ def main() -> None:
     parser.add_argument("--ttft-s", type=float, default=1.5, help="Stall before each reply (prompt processing).")
     parser.add_argument("--reasoning-tokens", type=int, default=150, help="Reasoning streamed before each call.")
     parser.add_argument("--explore-turns", type=int, default=4, help="Turns reading the file before the fix.")
-    parser.add_argument("--image", default="escrow-sandbox:bookworm-1")
+    parser.add_argument("--image", default=DEFAULT_SANDBOX_IMAGE)
     args = parser.parse_args()
     walls = {}
     scripts = paced_scripts(args.tokens_per_s, args.ttft_s, args.reasoning_tokens, args.explore_turns)

@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from orchestrator.settings import DEFAULT_SANDBOX_IMAGE
 from policies import Policy, default_policy
 from sandbox import ExecLimits, Sandbox, connect
 from sandbox.capture import BytesCapture
@@ -230,7 +231,7 @@ def bench_attack(client, image: str, old: bool) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=5)
-    parser.add_argument("--image", default="escrow-sandbox:bookworm-1")
+    parser.add_argument("--image", default=DEFAULT_SANDBOX_IMAGE)
     parser.add_argument("--files", type=int, default=5000)
     parser.add_argument("--old-attack", action="store_true")
     opts = parser.parse_args()

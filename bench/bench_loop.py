@@ -39,6 +39,7 @@ from orchestrator.fault_server import Reply, Script, ScriptedToolCall
 from orchestrator.model_client.client import ModelClient
 from orchestrator.perimeter import acl_of
 from orchestrator.runspec import RunSpec, build_agent
+from orchestrator.settings import DEFAULT_SANDBOX_IMAGE
 from orchestrator.toolset import tool_specs
 from policies import default_policy
 from sandbox import Sandbox, ToolBox, connect, require_image
@@ -46,7 +47,7 @@ from sandbox.loop_tools import SandboxTools
 from store import Recorder, RunJournal, Store
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "calculator"
-IMAGE = "escrow-sandbox:bookworm-1"
+IMAGE = DEFAULT_SANDBOX_IMAGE
 
 
 class Clock:

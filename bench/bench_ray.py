@@ -29,7 +29,7 @@ from orchestrator.batch.ray_executor import run_ray  # noqa: E402
 from orchestrator.batch.scripted import example_scripts  # noqa: E402
 from orchestrator.batch.tasks import load_task_file  # noqa: E402
 from orchestrator.fault_server import FaultServer  # noqa: E402
-from orchestrator.settings import load_settings  # noqa: E402
+from orchestrator.settings import DEFAULT_SANDBOX_IMAGE, load_settings  # noqa: E402
 from store import Store  # noqa: E402
 from store import batches as bstore  # noqa: E402
 from tests.batch.pg_server import PostgresServer  # noqa: E402
@@ -65,7 +65,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4, help="runs at once, for both executors")
     parser.add_argument("--tokens-per-s", type=float, default=20.0)
     parser.add_argument("--address", help="an existing Ray cluster (default: start a two-node one here)")
-    parser.add_argument("--image", default="escrow-sandbox:bookworm-1")
+    parser.add_argument("--image", default=DEFAULT_SANDBOX_IMAGE)
     args = parser.parse_args()
     cluster = None if args.address else RayCluster(head_cpus=2, worker_cpus=2).start()
     postgres = PostgresServer().create()

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from orchestrator.settings import DEFAULT_SANDBOX_IMAGE
 from orchestrator.toolset import BashArgs, EditFileArgs, ListFilesArgs, ReadFileArgs, WriteFileArgs
 from policies import default_policy
 from sandbox import ExecLimits, Sandbox, ToolBox, connect
@@ -136,7 +137,7 @@ def cpu_per_call(fn: Callable[[], object], n: int) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=30)
-    parser.add_argument("--image", default="escrow-sandbox:bookworm-1")
+    parser.add_argument("--image", default=DEFAULT_SANDBOX_IMAGE)
     opts = parser.parse_args()
     client = connect()
     policy = default_policy()

@@ -29,7 +29,7 @@ from orchestrator.batch.tasks import load_task_file
 from orchestrator.errors import ConfigError
 from orchestrator.exit_codes import ExitCode
 from orchestrator.model_client.reach import require_reachable
-from orchestrator.settings import Settings, load_settings
+from orchestrator.settings import RUNTIME_CHOICES, Settings, load_settings
 from store import Store
 from store import batches as bstore
 
@@ -104,6 +104,9 @@ def batch(
     tokenizer: str = typer.Option(None, "--tokenizer", metavar="<auto|server|ENCODING>",
                                  help="auto, server, or a tiktoken encoding such as cl100k_base."),
     stream: bool = typer.Option(None, "--stream/--no-stream", help="Stream responses (SSE) or not."),
+    runtime: str = typer.Option(None, "--runtime", metavar=choices(RUNTIME_CHOICES),
+                                help="The sandbox's kernel: runc (the host's; the default), runsc "
+                                "(gVisor), or auto (runsc when dockerd has it)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
     html: Path = typer.Option(None, "--html", help="Also write the report as one self-contained HTML file."),
     wide: bool = typer.Option(False, "--wide", help="Show every column (tables stacked to fit the width)."),
@@ -130,6 +133,7 @@ def batch(
         "model_url": model_url[0] if model_url else None, "model": model, "max_turns": max_turns,
         "max_output_tokens": max_tokens, "context_window": context_window, "tool_protocol": tool_protocol,
         "system_role": system_role, "tokenizer": tokenizer, "stream": stream,
+        "sandbox_runtime": runtime,
     }.items() if value is not None}
     settings = load_settings(config, db_url=db, **given)
     if target == "list":

@@ -26,7 +26,7 @@ from orchestrator.launch import RunOutcome, RunRequest, run_agent
 from orchestrator.launch.compose import resolve_policy
 from orchestrator.limits import Tally
 from orchestrator.model_client.reach import require_reachable
-from orchestrator.settings import load_settings
+from orchestrator.settings import RUNTIME_CHOICES, load_settings
 from orchestrator.terminal_text import one_line, printable
 from sandbox.errors import ApplyRefused
 
@@ -70,6 +70,9 @@ def run(
     tokenizer: str = typer.Option(None, "--tokenizer", metavar="<auto|server|ENCODING>",
                                  help="auto, server, or a tiktoken encoding such as cl100k_base."),
     stream: bool = typer.Option(None, "--stream/--no-stream", help="Stream responses (SSE) or not."),
+    runtime: str = typer.Option(None, "--runtime", metavar=choices(RUNTIME_CHOICES),
+                                help="The sandbox's kernel: runc (the host's; the default), runsc "
+                                "(gVisor), or auto (runsc when dockerd has it)."),
     apply: bool = typer.Option(False, "--apply", help="Apply the patch to --repo when the verdict is PASS."),
     json_out: bool = typer.Option(False, "--json", help="Print the outcome as JSON on stdout."),
     plain: bool = typer.Option(False, "--plain", help="One line per event, even on a terminal."),
@@ -101,6 +104,7 @@ def run(
         tokenizer=tokenizer,
         log_json=log_json,
         stream=stream,
+        sandbox_runtime=runtime,
     )
     configure_logging(json_lines=settings.log_json, level=logging.WARNING if quiet else logging.INFO)
     require_reachable(settings.model_url)  # one line and exit 2, before a sandbox starts or a run is recorded

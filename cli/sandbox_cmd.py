@@ -7,8 +7,9 @@ from pathlib import Path
 
 import typer
 
+from cli.usage import choices
 from orchestrator.exit_codes import ExitCode
-from orchestrator.settings import load_settings
+from orchestrator.settings import RUNTIME_CHOICES, load_settings
 
 sandbox_app = typer.Typer(
     help="Build, check and clean up the hardened Docker sandbox.", no_args_is_help=True, rich_markup_mode=None
@@ -52,12 +53,19 @@ def build(
 
 
 @sandbox_app.command("doctor")
-def doctor(image: str | None = _IMAGE, docker_host: str | None = _HOST, as_json: bool = _JSON) -> None:
-    """Check the daemon, the image, and that every hardening option is in effect."""
+def doctor(image: str | None = _IMAGE, docker_host: str | None = _HOST,
+           runtime: str = typer.Option(None, "--runtime", metavar=choices(RUNTIME_CHOICES),
+                                       help="The runtime to check: runc, runsc (gVisor) or auto "
+                                       "(default: the one a run gets)."),
+           as_json: bool = _JSON) -> None:
+    """Check the daemon, the image, the runtime (from inside: gVisor's kernel
+    under runsc), and that every hardening option is in effect."""
     from sandbox.doctor import run_doctor
+    from sandbox.runtime import choose_runtime
 
+    settings = load_settings(sandbox_image=image, docker_host=docker_host, sandbox_runtime=runtime)
     client, tag = _client_and_tag(image, docker_host)
-    report = run_doctor(client, tag)
+    report = run_doctor(client, tag, choose_runtime(client, settings.sandbox_runtime))
     if as_json:
         typer.echo(json.dumps(report.model_dump(mode="json"), sort_keys=True))
     else:

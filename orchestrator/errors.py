@@ -34,7 +34,7 @@ The one tree (exit code in brackets)::
     │   ├── StoreLost [3]            orchestrator/batch/errors.py: the store went away during a batch
     │   └── ChainBroken [1], BlobMissing [1]
     ├── SandboxError [71]            sandbox/errors.py
-    │   ├── DaemonUnavailable [69], ImageMissing [67], ImageBuildError [70]
+    │   ├── DaemonUnavailable [69], ImageMissing [67], RuntimeMissing [68], ImageBuildError [70]
     │   ├── ExecError [71]: ExecutorBroken [71] (the sandbox's executor died or broke its protocol)
     │   └── WorkspaceError [71]: ExportRefused, GitTimeout [71], ApplyRefused [77]
     ├── TaskFileError, TaskRowError, RepoError, BatchNotFound, RayUnavailable [2]   orchestrator/batch/errors.py

@@ -30,6 +30,7 @@ class ExitCode(IntEnum):
     SOURCE_TOO_LARGE = 15  # import: over a size cap (file, member, compression ratio)
     POLICY_INVALID = 65  # EX_DATAERR: a policy file that does not validate
     IMAGE_MISSING = 67  # the sandbox image is not built
+    RUNTIME_MISSING = 68  # the sandbox runtime asked for (e.g. runsc) is not registered with dockerd
     DAEMON_UNAVAILABLE = 69  # EX_UNAVAILABLE: no Docker daemon
     IMAGE_BUILD_FAILED = 70  # the sandbox image build failed
     SANDBOX_FAILED = 71  # EX_OSERR: the daemon failed to run a command, or the workspace copy or patch failed

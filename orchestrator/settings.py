@@ -7,13 +7,17 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from orchestrator.errors import ConfigError
 
 ENV_PREFIX = "ESCROW_"
+DEFAULT_SANDBOX_IMAGE = "escrow-sandbox:bookworm-2"
+# The sandbox's OCI runtime as asked for; sandbox.runtime turns it into the one used.
+RuntimeWanted = Literal["auto", "runsc", "runc"]
+RUNTIME_CHOICES: tuple[RuntimeWanted, ...] = ("auto", "runsc", "runc")
 
 
 def default_home() -> Path:
@@ -31,7 +35,13 @@ class Settings(BaseModel):
     model: str = "gemma-3-270m"
     api_key: str | None = None
     policy: Path | None = None
-    sandbox_image: str = "escrow-sandbox:bookworm-1"
+    sandbox_image: str = DEFAULT_SANDBOX_IMAGE
+    # runc stays the default until the executor's guarantees hold under runsc
+    # too (docs/SANDBOX.md, "gVisor": under runsc the executor dies in the
+    # attack suite, and a command can list its descriptors).
+    sandbox_runtime: RuntimeWanted = Field(default="runc", description=(
+        "The sandbox's OCI runtime: runc (the host's kernel; the default), runsc (gVisor's user-space kernel), "
+        "or auto: runsc when dockerd has it, else runc (ESCROW_SANDBOX_RUNTIME, --runtime)."))
     docker_host: str | None = None
     tool_protocol: str = "native"
     system_role: str = "system"

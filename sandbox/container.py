@@ -33,6 +33,7 @@ from sandbox.export_stream import ExportLimits, ExportParser, TreeBuilder
 from sandbox.hardening import SANDBOX_ENV, WORKSPACE, Hardening
 from sandbox.hostgit import PrivateGit
 from sandbox.orphans import claim_state_dir, owner_labels, removal_under_way, remove_dead_state_dirs, remove_orphans
+from sandbox.runtime import RuntimeName
 from sandbox.verifier_view import (
     INSTALLED_MODULES_SCRIPT,
     VerifierCopy,
@@ -73,13 +74,15 @@ class Sandbox:
 
     @classmethod
     def start(cls, client: docker.DockerClient, image: str, policy: Policy, repo: Path, *,
-              run_id: str | None = None, state_dir: Path | None = None) -> "Sandbox":
-        """Create, start and fill a sandbox for ``repo`` (copied, never mounted)."""
+              run_id: str | None = None, state_dir: Path | None = None,
+              runtime: RuntimeName = "runc") -> "Sandbox":
+        """Create, start and fill a sandbox for ``repo`` (copied, never mounted),
+        under ``runtime`` (sandbox.runtime.choose_runtime picks it)."""
         require_image(client, image)
         remove_orphans(client)
         remove_dead_state_dirs()
         run_id = run_id or uuid.uuid4().hex
-        spec = Hardening.from_policy(image, policy)
+        spec = Hardening.from_policy(image, policy, runtime)
         own = state_dir is None
         state = Path(tempfile.mkdtemp(prefix=f"escrow-{run_id[:12]}-")) if state_dir is None else state_dir
         state.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,12 @@ class ImageMissing(SandboxError):
     exit_code = ExitCode.IMAGE_MISSING
 
 
+class RuntimeMissing(SandboxError):
+    """The runtime asked for (``--runtime runsc``) is not registered with dockerd."""
+
+    exit_code = ExitCode.RUNTIME_MISSING
+
+
 class ImageBuildError(SandboxError):
     """debootstrap or ``docker import`` failed, or the host cannot build."""
 

@@ -9,6 +9,7 @@ from typing import Any
 from orchestrator.contract import Frozen
 from policies import Policy
 from sandbox.executor import COMMAND as EXECUTOR_COMMAND
+from sandbox.runtime import RuntimeName
 
 LABEL_ROLE = "escrow.sandbox"
 LABEL_RUN = "escrow.run_id"
@@ -32,6 +33,7 @@ SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "
 
 class Hardening(Frozen):
     image: str
+    runtime: RuntimeName = "runc"
     user: str = SANDBOX_UID_GID
     main_user: str = MAIN_USER
     network: bool = False
@@ -46,10 +48,10 @@ class Hardening(Frozen):
     capabilities: tuple[str, ...] = EXECUTOR_CAPABILITIES
 
     @classmethod
-    def from_policy(cls, image: str, policy: Policy) -> "Hardening":
+    def from_policy(cls, image: str, policy: Policy, runtime: RuntimeName = "runc") -> "Hardening":
         r = policy.resources
         return cls(
-            image=image, network=policy.network.enabled, memory_bytes=r.memory_mb * 2**20,
+            image=image, runtime=runtime, network=policy.network.enabled, memory_bytes=r.memory_mb * 2**20,
             nano_cpus=int(r.cpus * 1e9), pids=r.pids, tmp_bytes=r.tmp_mb * 2**20,
             workspace_bytes=r.workspace_mb * 2**20,
         )
@@ -66,6 +68,7 @@ class Hardening(Frozen):
         """Arguments for ``client.containers.create``."""
         return {
             "image": self.image,
+            "runtime": self.runtime,
             "command": list(self.command),
             "user": self.main_user,
             "working_dir": WORKSPACE,
@@ -106,6 +109,7 @@ def audit(inspect: dict[str, Any], spec: Hardening, run_id: str | None = None) -
     """Compare a container's ``docker inspect`` with the spec, one field per finding."""
     host, config = inspect.get("HostConfig", {}), inspect.get("Config", {})
     checks: list[tuple[str, Any, Any]] = [
+        ("HostConfig.Runtime", spec.runtime, host.get("Runtime")),
         ("HostConfig.NetworkMode", "bridge" if spec.network else "none", host.get("NetworkMode")),
         ("HostConfig.CapDrop", ["ALL"], host.get("CapDrop")),
         ("HostConfig.CapAdd", sorted(f"CAP_{c}" for c in spec.capabilities),

@@ -1,5 +1,7 @@
 """Build the sandbox image locally: debootstrap a Debian minbase rootfs from
-the configured apt mirror, add the unprivileged user, ``docker import`` it.
+the configured apt mirror, add the unprivileged user and the statx shim
+(``statx_compat.c``, compiled with the host's C compiler: gVisor's runsc
+needs it), ``docker import`` it.
 
 The image is reused when its tag exists; the finished rootfs tarball and the
 downloaded .debs are cached so a rebuild (``--force`` or a fresh daemon) does
@@ -15,6 +17,7 @@ import subprocess
 import tarfile
 import time
 from collections.abc import Callable
+from importlib import resources
 from pathlib import Path
 
 import docker
@@ -25,10 +28,12 @@ from sandbox.errors import ImageBuildError
 from sandbox.mirror import AptSource, configured_sources, primary_source
 
 PACKAGES = ("bash", "coreutils", "python3", "python3-pytest", "git", "patch", "grep", "sed", "procps")
-RECIPE_VERSION = "1"
+RECIPE_VERSION = "2"
 SANDBOX_UID = 1000
 SANDBOX_USER_NAME = "agent"
 DEFAULT_CACHE = Path("/var/cache/escrow/sandbox")
+SHIM_SOURCE = resources.files("sandbox").joinpath("statx_compat.c").read_text(encoding="utf-8")
+SHIM_PATH = "usr/lib/escrow/statx_compat.so"
 
 Progress = Callable[[str], None]
 
@@ -46,7 +51,8 @@ class BuildResult(Frozen):
 def recipe_digest(source: AptSource) -> str:
     """Identifies what a rootfs tarball was built from (mirror, suite, packages, user)."""
     text = "|".join(
-        [RECIPE_VERSION, source.uri, source.suite, ",".join(PACKAGES), f"{SANDBOX_USER_NAME}:{SANDBOX_UID}"]
+        [RECIPE_VERSION, source.uri, source.suite, ",".join(PACKAGES), f"{SANDBOX_USER_NAME}:{SANDBOX_UID}",
+         hashlib.sha256(SHIM_SOURCE.encode()).hexdigest()]
     )
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -97,6 +103,8 @@ def _make_rootfs_tarball(source: AptSource, tarball: Path, cache_dir: Path, prog
         raise ImageBuildError("building the sandbox image runs debootstrap, which needs root: rerun as root (sudo)")
     if shutil.which("debootstrap") is None:
         raise ImageBuildError("debootstrap is not installed: apt-get install debootstrap")
+    if shutil.which("cc") is None:
+        raise ImageBuildError("the sandbox image's statx shim needs a C compiler: apt-get install gcc libc6-dev")
     debs = cache_dir / f"debs-{source.suite}"
     debs.mkdir(parents=True, exist_ok=True)
     rootfs = cache_dir / f"rootfs-{source.suite}.partial"
@@ -108,6 +116,7 @@ def _make_rootfs_tarball(source: AptSource, tarball: Path, cache_dir: Path, prog
     progress("running: " + " ".join(command))
     _run_streaming(command, progress)
     _add_user(rootfs)
+    _add_statx_shim(rootfs)
     _trim(rootfs)
     partial = tarball.with_suffix(".tar.partial")
     progress(f"packing rootfs into {tarball}")
@@ -144,6 +153,24 @@ def _add_user(rootfs: Path) -> None:
     os.chown(home, SANDBOX_UID, SANDBOX_UID)
     (rootfs / "workspace").mkdir(exist_ok=True)
     os.chown(rootfs / "workspace", SANDBOX_UID, SANDBOX_UID)
+
+
+def _add_statx_shim(rootfs: Path) -> None:
+    """Compile the statx shim into the rootfs and preload it in every process
+    (``/etc/ld.so.preload``: root-owned on a read-only root, so no process in
+    the sandbox can drop it, and no environment variable is needed). The host
+    runs the same suite as the image, so its compiler targets the image's libc."""
+    target = rootfs / SHIM_PATH
+    target.parent.mkdir(parents=True, exist_ok=True)
+    source = rootfs.parent / "statx_compat.c"
+    source.write_text(SHIM_SOURCE, encoding="utf-8")
+    command = ["cc", "-shared", "-fPIC", "-O2", "-Wall", "-o", str(target), str(source)]
+    proc = subprocess.run(command, capture_output=True, text=True, check=False)
+    source.unlink()
+    if proc.returncode != 0:
+        raise ImageBuildError(f"compiling the statx shim failed: {proc.stderr.strip()[-500:]}", command=command)
+    target.chmod(0o755)
+    (rootfs / "etc" / "ld.so.preload").write_text("/" + SHIM_PATH + "\n", encoding="utf-8")
 
 
 def _trim(rootfs: Path) -> None:

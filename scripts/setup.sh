@@ -84,8 +84,36 @@ escrow_setup_docker() {
     return 1
 }
 
+# gVisor's runsc, registered with dockerd as the runtime "runsc". Its network
+# is off (runsc refuses to start in the root network namespace here, and a
+# sandbox has no network anyway) and it runs on the ptrace platform (KVM hangs
+# here). daemon.json is merged, never overwritten, and dockerd reloads only
+# when it changed.
+escrow_setup_runsc() {
+    apt_install runsc
+    local changed
+    changed="$("$ESCROW_PY" - <<'PY'
+import json, pathlib
+path = pathlib.Path("/etc/docker/daemon.json")
+config = json.loads(path.read_text() or "{}") if path.exists() else {}
+want = {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none", "--platform=ptrace"]}
+if config.get("runtimes", {}).get("runsc") != want:
+    config.setdefault("runtimes", {})["runsc"] = want
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(config, indent=2) + "\n")
+    print("changed")
+PY
+)"
+    if [ "$changed" = changed ]; then
+        say "registered runsc in /etc/docker/daemon.json; reloading dockerd"
+        pkill -HUP -x dockerd
+        for _ in $(seq 1 30); do docker info 2>/dev/null | grep -q 'Runtimes:.*runsc' && break; sleep 1; done
+    fi
+    docker info 2>/dev/null | grep -q 'Runtimes:.*runsc' || { say "dockerd did not take up runsc"; return 1; }
+}
+
 escrow_setup_image() {
-    apt_install debootstrap
+    apt_install debootstrap gcc libc6-dev
     "$ESCROW_ROOT/.venv/bin/escrow" sandbox build
 }
 
@@ -198,6 +226,7 @@ escrow_setup_all() {
     apt_install curl ca-certificates git
     escrow_setup_venv
     escrow_setup_docker
+    escrow_setup_runsc
     escrow_setup_image
     escrow_setup_llama
 }

@@ -13,11 +13,12 @@ import httpx
 import pytest
 
 from orchestrator.fault_server import FaultServer
+from orchestrator.settings import DEFAULT_SANDBOX_IMAGE
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 LLAMA_URL = os.environ.get("ESCROW_TEST_LLAMA_URL", "http://127.0.0.1:8088")
-SANDBOX_IMAGE = os.environ.get("ESCROW_TEST_SANDBOX_IMAGE", "escrow-sandbox:bookworm-1")
+SANDBOX_IMAGE = os.environ.get("ESCROW_TEST_SANDBOX_IMAGE", DEFAULT_SANDBOX_IMAGE)
 
 
 def require(ok: bool, what: str) -> None:
@@ -50,6 +51,26 @@ def sandbox_image(docker_client) -> str:
     except docker.errors.ImageNotFound:
         require(False, f"sandbox image {SANDBOX_IMAGE} (run: escrow sandbox build)")
     return SANDBOX_IMAGE
+
+
+@pytest.fixture(scope="session")
+def default_runtime(docker_client) -> str:
+    """The runtime a run gets here (``auto``). CI's set-up registers runsc, so
+    there a machine that falls back to runc FAILS rather than quietly testing
+    the host's kernel only."""
+    from sandbox.runtime import choose_runtime
+
+    choice = choose_runtime(docker_client, "auto")
+    if IN_CI and choice.name != "runsc":
+        pytest.fail(f"gVisor's runsc is required in CI but dockerd lacks it ({choice.why})")
+    return choice.name
+
+
+@pytest.fixture(scope="session")
+def sandbox_runtime(default_runtime) -> str:
+    """The runtime of the sandboxes a test starts itself; tests/sandbox runs
+    its tests under both."""
+    return default_runtime
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ from cli.display.render import SOURCE_EXECUTED, seconds, timed
 from cli.display.table import ABSENT, figure
 from orchestrator.canonical import text_bytes
 from orchestrator.envelope import reported
+from orchestrator.interop.records import IMPORT_MODE
 from orchestrator.source_figures import IMPORT_EVENT, counted_run_level
 from orchestrator.terminal_text import one_line, printable
 from orchestrator.trajectory import CallView, EventView, ResponseView, Trajectory, TurnRecord
@@ -42,6 +43,7 @@ def trajectory_header(trajectory: Trajectory, *, full: bool = False) -> list[str
              *task_lines(r.task, full=full),
              f"  repo:    {flat(r.repo, None if full else 200)}",
              f"  model:   {flat(r.request_model, cut)}",
+             *([f"  sandbox: {runtime_text(r.config.get('sandbox_runtime'))}"] if r.mode != IMPORT_MODE else []),
              f"  started: {when(r.created_at)}   finished: {when(r.finished_at)}"]
     if r.parent_run_id:
         lines.append(
@@ -67,6 +69,13 @@ def trajectory_header(trajectory: Trajectory, *, full: bool = False) -> list[str
             figures = ", ".join(f"{name} {scalar(name, value)}" for name, value in counted.items() if value is not None)
             lines.append(f"  run-level (the source's own, given for no call; counted in its totals): {figures}")
     return lines
+
+
+def runtime_text(runtime: object) -> str:
+    """A run's sandbox runtime; absent for runs recorded before it was."""
+    if not isinstance(runtime, str):
+        return ABSENT
+    return flat(runtime, 40) + (" (gVisor)" if runtime == "runsc" else "")
 
 
 def task_lines(task: str, *, full: bool) -> list[str]:

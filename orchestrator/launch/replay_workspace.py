@@ -16,6 +16,7 @@ from policies import Policy
 from sandbox import Sandbox, ToolBox, connect, require_image
 from sandbox.kept import tree_digest
 from sandbox.loop_tools import SandboxTools
+from sandbox.runtime import choose_runtime
 
 
 class WorkspaceGone(ReplayError):
@@ -40,8 +41,10 @@ class WorkspaceTools(SandboxTools):
 
 
 def sandbox_tools_for(recorded: RecordedRun, *, image: str, docker_host: str | None = None):
-    """A ``tools_for(run_id)`` for the Replayer; checks Docker, the image and the
-    workspace before anything is recorded."""
+    """A ``tools_for(run_id)`` for the Replayer; checks Docker, the image, the
+    runtime and the workspace before anything is recorded. The tools run under
+    the runtime the run recorded (a run from before runtimes were recorded ran
+    under runc)."""
     repo = Path(recorded.repo)
     if not repo.is_dir():
         raise WorkspaceGone(f"the recorded starting workspace {repo} is not a directory any more; "
@@ -53,10 +56,11 @@ def sandbox_tools_for(recorded: RecordedRun, *, image: str, docker_host: str | N
                                "fork would not start where the run did", repo=str(repo))
     client = connect(docker_host)
     require_image(client, image)
+    runtime = choose_runtime(client, recorded.config.get("sandbox_runtime") or "runc").name
 
     @contextmanager
     def tools_for(run_id: str) -> Iterator[SandboxTools]:
-        with Sandbox.start(client, image, recorded.policy, repo, run_id=run_id) as sandbox:
+        with Sandbox.start(client, image, recorded.policy, repo, run_id=run_id, runtime=runtime) as sandbox:
             yield WorkspaceTools(sandbox, ToolBox(sandbox, recorded.policy, verifier_command=recorded.spec.verifier,
                                                      verifier_patch=recorded.spec.verifier_patch),
                                  recorded.policy)

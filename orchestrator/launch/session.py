@@ -38,6 +38,7 @@ from sandbox import Patch, Sandbox, ToolBox, apply_patch, connect, require_image
 from sandbox.errors import ApplyRefused, ExportRefused
 from sandbox.export_stream import Skipped
 from sandbox.loop_tools import SandboxTools
+from sandbox.runtime import choose_runtime
 from sandbox.workspace import patch_paths
 from store import Recorder, RunJournal
 from store.batches import LeaseClaim
@@ -164,6 +165,8 @@ def run_agent(
     require_http_url(settings.model_url)  # before a sandbox starts or a run is recorded
     docker_client = connect(settings.docker_host)
     require_image(docker_client, settings.sandbox_image)
+    runtime = choose_runtime(docker_client, settings.sandbox_runtime)
+    structlog.get_logger("escrow.run").info("sandbox runtime", runtime=runtime.name, why=runtime.why)
     price = load_price_table(settings.home).lookup(settings.model)
     if price is None:
         structlog.get_logger("escrow.run").warning(
@@ -183,7 +186,7 @@ def run_agent(
         run_id = recorder.start_run(
             task=task, repo=str(repo_path), model=settings.model, policy=policy.model_dump(mode="json"),
             config={"spec": spec.model_dump(mode="json"), "model_url": settings.model_url,
-                    "sandbox_image": settings.sandbox_image,
+                    "sandbox_image": settings.sandbox_image, "sandbox_runtime": runtime.name,
                     **({"workspace_sha256": request.workspace_sha256} if request.workspace_sha256 else {})},
             lease=lease if heartbeat is None else heartbeat.claim(),
         )
@@ -198,7 +201,8 @@ def run_agent(
         # ``cancel``, also while the sandbox starts, and the run ends CANCELED.
         with sigint_cancels(cancel):
             try:
-                sandbox = start_sandbox(docker_client, settings.sandbox_image, policy, repo_path, run_id=run_id)
+                sandbox = start_sandbox(docker_client, settings.sandbox_image, policy, repo_path, run_id=run_id,
+                                        runtime=runtime.name)
             except BaseException as exc:
                 verdict = Verdict.CANCELED if isinstance(exc, KeyboardInterrupt) else Verdict.INFRA_ERROR
                 recorder.finish_run(run_id, verdict.value, f"sandbox did not start: {exc!r}")

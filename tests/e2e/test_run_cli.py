@@ -182,3 +182,25 @@ def test_cli_apply_refuses_a_ci_patch_with_exit_77(tmp_path, repo, fault: FaultS
     assert [(f["path"], f["reason"]) for f in shown["flagged"]] == [(".github/workflows/x.yml", "CI configuration")]
     assert "CI configuration" in shown["apply_refused"]
     assert (repo / "calc.py").read_text() == before and not (repo / ".github").exists()
+
+
+@pytest.mark.parametrize("runtime", ["runsc", "runc"])
+def test_a_run_under_a_runtime_passes_records_it_and_show_prints_it(tmp_path, repo, fault: FaultServer,
+                                                                    sandbox_image, runtime):
+    fault.script([
+        tool("bash", command="dmesg | head -1"),
+        tool("edit_file", path="calc.py", old="(len(values) + 1)", new="len(values)"),
+        tool("submit", summary="fixed"),
+    ])
+    proc = escrow_run(tmp_path / "home", repo, fault.base_url, "--runtime", runtime)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    run_id = json.loads(out)["run_id"]
+    with Store.open(f"sqlite:///{tmp_path / 'home' / 'escrow.db'}", readonly=True, create=False) as store:
+        assert json.loads(store.run(run_id).config_json)["sandbox_runtime"] == runtime
+    shown = subprocess.run([str(ESCROW), "show", run_id, "--full"], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "ESCROW_HOME": str(tmp_path / "home")})
+    assert shown.returncode == 0, shown.stderr
+    assert f"sandbox: {runtime}" in shown.stdout
+    assert ("sandbox: runsc (gVisor)" in shown.stdout) == (runtime == "runsc")
+    assert ("Starting gVisor" in shown.stdout) == (runtime == "runsc")  # the bash call's output, from inside

@@ -94,8 +94,8 @@ def state(sandbox: Sandbox) -> str:
 
 
 @pytest.fixture
-def sandbox(docker_client, sandbox_image, tmp_path):
-    box = Sandbox.start(docker_client, sandbox_image, POLICY, make_repo(tmp_path))
+def sandbox(docker_client, sandbox_image, sandbox_runtime, tmp_path):
+    box = Sandbox.start(docker_client, sandbox_image, POLICY, make_repo(tmp_path), runtime=sandbox_runtime)
     assert_hardened(docker_client, box, POLICY)
     yield box
     box.close()
@@ -132,10 +132,11 @@ def test_links_to_allowed_places_still_work_and_record_the_resolved_path(sandbox
     ("g", ".git", "g/config"),
     ("x", "docs/../secrets/token.txt", "x"),
 ])
-def test_repo_links_are_judged_resolved_in_a_policy_without_bash(docker_client, sandbox_image, tmp_path,
+def test_repo_links_are_judged_resolved_in_a_policy_without_bash(docker_client, sandbox_image, sandbox_runtime,
+        tmp_path,
                                                                   link, target, path):
     repo = make_repo(tmp_path, {link: target})
-    with Sandbox.start(docker_client, sandbox_image, NO_BASH, repo) as sandbox:
+    with Sandbox.start(docker_client, sandbox_image, NO_BASH, repo, runtime=sandbox_runtime) as sandbox:
         result = call(ToolBox(sandbox, NO_BASH), "read_file", {"path": path})
     assert not result.ok and SECRET not in result.observation and "resolves to" in result.observation
 
@@ -165,13 +166,14 @@ def test_a_listing_shows_no_name_under_a_deny_glob(sandbox, path, depth):
         assert "readme.txt" in entries and "s@" in entries  # the link itself is a name in docs, shown as a link
 
 
-def test_closes_racing_on_one_sandbox_all_succeed_and_remove_it(docker_client, sandbox_image, tmp_path):
+def test_closes_racing_on_one_sandbox_all_succeed_and_remove_it(docker_client, sandbox_image, sandbox_runtime,
+        tmp_path):
     """Two closers at once (a cancelled start's clean-up and another's):
     dockerd answers the later one 409 "removal already in progress", which
     is not a failure to remove; every close returns once the container is gone."""
     import docker.errors
 
-    box = Sandbox.start(docker_client, sandbox_image, POLICY, make_repo(tmp_path))
+    box = Sandbox.start(docker_client, sandbox_image, POLICY, make_repo(tmp_path), runtime=sandbox_runtime)
     assert all_at_once(box.close, 4) == []
     with pytest.raises(docker.errors.NotFound):
         docker_client.containers.get(box.container.id)

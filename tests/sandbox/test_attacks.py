@@ -80,15 +80,15 @@ def attack_repo(tmp_path_factory, canary) -> Path:
     return repo
 
 
-def _start(docker_client, sandbox_image, repo: Path) -> Sandbox:
-    sandbox = Sandbox.start(docker_client, sandbox_image, POLICY, repo)
+def _start(docker_client, sandbox_image, sandbox_runtime, repo: Path) -> Sandbox:
+    sandbox = Sandbox.start(docker_client, sandbox_image, POLICY, repo, runtime=sandbox_runtime)
     assert_hardened(docker_client, sandbox, POLICY)
     return sandbox
 
 
 @pytest.fixture(scope="module")
-def toolbox(docker_client, sandbox_image, attack_repo):
-    sandbox = _start(docker_client, sandbox_image, attack_repo)
+def toolbox(docker_client, sandbox_image, sandbox_runtime, attack_repo):
+    sandbox = _start(docker_client, sandbox_image, sandbox_runtime, attack_repo)
     yield ToolBox(sandbox, POLICY, verifier_command="true")
     sandbox.close()
 
@@ -292,8 +292,8 @@ BOMBS = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(BOMBS))
-def test_bombs_are_contained(docker_client, sandbox_image, attack_repo, name):
-    sandbox = _start(docker_client, sandbox_image, attack_repo)
+def test_bombs_are_contained(docker_client, sandbox_image, sandbox_runtime, attack_repo, name):
+    sandbox = _start(docker_client, sandbox_image, sandbox_runtime, attack_repo)
     try:
         box = ToolBox(sandbox, POLICY)
         result = bash(box, BOMBS[name], timeout_s=4)
@@ -322,8 +322,9 @@ INIT_KILLS = ["kill -9 1", "kill -STOP 1", "kill -TERM 1", "kill -INT 1", "kill 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("command", INIT_KILLS)
-def test_init_survives_the_agent_killing_it(docker_client, sandbox_image, attack_repo, command):
-    sandbox = _start(docker_client, sandbox_image, attack_repo)  # its own: a success would spoil a shared one
+def test_init_survives_the_agent_killing_it(docker_client, sandbox_image, sandbox_runtime, attack_repo, command):
+    # its own: a success would spoil a shared one
+    sandbox = _start(docker_client, sandbox_image, sandbox_runtime, attack_repo)
     try:
         box = ToolBox(sandbox, POLICY)
         before = _init_identity(docker_client, box)
@@ -335,8 +336,8 @@ def test_init_survives_the_agent_killing_it(docker_client, sandbox_image, attack
         sandbox.close()
 
 
-def test_closing_a_sandbox_leaves_no_container(docker_client, sandbox_image, attack_repo):
-    sandbox = _start(docker_client, sandbox_image, attack_repo)
+def test_closing_a_sandbox_leaves_no_container(docker_client, sandbox_image, sandbox_runtime, attack_repo):
+    sandbox = _start(docker_client, sandbox_image, sandbox_runtime, attack_repo)
     try:
         bash(ToolBox(sandbox, POLICY), "setsid sleep 1000 >/dev/null 2>&1 & echo started")
         assert containers_of(docker_client, sandbox.run_id) == [sandbox.container.id]

@@ -38,12 +38,12 @@ def call(toolbox: ToolBox, tool: str, args: dict):
 
 
 @pytest.fixture(scope="module")
-def box(docker_client, sandbox_image, tmp_path_factory):
+def box(docker_client, sandbox_image, sandbox_runtime, tmp_path_factory):
     repo = tmp_path_factory.mktemp("exec-repo")
     (repo / "a.txt").write_text("a\n")
     (repo / "secrets").mkdir()
     (repo / "secrets" / "key.txt").write_text("TOP-SECRET-KEY\n")
-    sandbox = Sandbox.start(docker_client, sandbox_image, POLICY, repo)
+    sandbox = Sandbox.start(docker_client, sandbox_image, POLICY, repo, runtime=sandbox_runtime)
     assert_hardened(docker_client, sandbox, POLICY)
     yield ToolBox(sandbox, POLICY, verifier_command="true")
     sandbox.close()
@@ -165,9 +165,9 @@ def test_the_wrapper_killing_command_of_the_issue_leaves_nothing_running(box):
     assert "LATE" not in bash(box, "sleep 3; cat f.py 2>/dev/null; rm -f f.py; true")
 
 
-def test_an_executor_killed_from_outside_is_broken_for_good(docker_client, sandbox_image, tmp_path):
+def test_an_executor_killed_from_outside_is_broken_for_good(docker_client, sandbox_image, sandbox_runtime, tmp_path):
     (tmp_path / "a.txt").write_text("a\n")
-    with Sandbox.start(docker_client, sandbox_image, POLICY, tmp_path) as sandbox:
+    with Sandbox.start(docker_client, sandbox_image, POLICY, tmp_path, runtime=sandbox_runtime) as sandbox:
         killer = threading.Timer(0.5, lambda: sandbox.container.exec_run(
             ["kill", "-9", str(sandbox.channel.pid)], user="0"))
         killer.start()
@@ -179,9 +179,9 @@ def test_an_executor_killed_from_outside_is_broken_for_good(docker_client, sandb
 
 
 def test_an_executor_killed_mid_run_ends_the_tool_call_with_an_error_not_a_result(docker_client, sandbox_image,
-                                                                                  tmp_path):
+                                                                                  sandbox_runtime, tmp_path):
     (tmp_path / "a.txt").write_text("a\n")
-    with Sandbox.start(docker_client, sandbox_image, POLICY, tmp_path) as sandbox:
+    with Sandbox.start(docker_client, sandbox_image, POLICY, tmp_path, runtime=sandbox_runtime) as sandbox:
         toolbox = ToolBox(sandbox, POLICY)
         sandbox.container.exec_run(["kill", "-9", str(sandbox.channel.pid)], user="0")
         for tool, args in [("read_file", {"path": "a.txt"}), ("bash", {"command": "true"})]:
@@ -255,14 +255,15 @@ SWAPPER = ("cd /workspace; mkdir -p real; echo PUBLIC > real/f.txt; "
 
 @pytest.mark.parametrize("target", ["secrets", "/etc", "../../../etc", ".git"], ids=["denied", "abs-out", "rel-out",
                                                                                       "git"])
-def test_a_racing_symlink_swap_never_redirects_a_file_tool(docker_client, sandbox_image, tmp_path, target):
+def test_a_racing_symlink_swap_never_redirects_a_file_tool(docker_client, sandbox_image, sandbox_runtime,
+        tmp_path, target):
     """A process of the sandbox user (started outside the executor, so that
     it lives on through every file op) swaps ``d`` between a link to the
     allowed ``real`` and a link to a denied or outside place, as fast as it
     can, while read_file, write_file and edit_file run on ``d/f.txt``."""
     (tmp_path / "secrets").mkdir()
     (tmp_path / "secrets" / "f.txt").write_text("TOP-SECRET\n")
-    with Sandbox.start(docker_client, sandbox_image, SECRET_POLICY, tmp_path) as sandbox:
+    with Sandbox.start(docker_client, sandbox_image, SECRET_POLICY, tmp_path, runtime=sandbox_runtime) as sandbox:
         toolbox = ToolBox(sandbox, SECRET_POLICY)
         racer = subprocess.Popen(["docker", "exec", "-u", sandbox.spec.user, sandbox.container.id, "bash", "-c",
                                   SWAPPER.format(target=target)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -76,10 +76,10 @@ def late_file_written(toolbox: ToolBox, delay: float = LATE_S) -> bool:
 
 
 @pytest.fixture(scope="module")
-def toolbox(docker_client, sandbox_image, tmp_path_factory):
+def toolbox(docker_client, sandbox_image, sandbox_runtime, tmp_path_factory):
     repo = tmp_path_factory.mktemp("proc-repo")
     (repo / "a.txt").write_text("a\n")
-    sandbox = Sandbox.start(docker_client, sandbox_image, POLICY, repo)
+    sandbox = Sandbox.start(docker_client, sandbox_image, POLICY, repo, runtime=sandbox_runtime)
     assert_hardened(docker_client, sandbox, POLICY)
     yield ToolBox(sandbox, POLICY, verifier_command="true")
     sandbox.close()
@@ -111,9 +111,9 @@ def test_model_cannot_kill_the_main_process(toolbox):
     "setsid bash -c ':(){ :|:& };:' </dev/null >/dev/null 2>&1 & sleep 1000",
     "python3 -c \"import os\nos.setsid()\nwhile True:\n    os.fork()\"",
 ])
-def test_fork_bomb_under_timeout_leaves_nothing(docker_client, sandbox_image, tmp_path, bomb):
+def test_fork_bomb_under_timeout_leaves_nothing(docker_client, sandbox_image, sandbox_runtime, tmp_path, bomb):
     (tmp_path / "a.txt").write_text("a\n")
-    with Sandbox.start(docker_client, sandbox_image, POLICY, tmp_path) as sandbox:
+    with Sandbox.start(docker_client, sandbox_image, POLICY, tmp_path, runtime=sandbox_runtime) as sandbox:
         box = ToolBox(sandbox, POLICY)
         result = call(box, "bash", {"command": bomb, "timeout_s": 3})
         assert result.timed_out or result.exit_code != 0

@@ -64,7 +64,8 @@ def test_audit_flags_each_weakened_field():
     spec = Hardening(image="img")
     kwargs = spec.create_kwargs({"escrow.sandbox": "1", "escrow.run_id": "r"})
     inspect = {
-        "HostConfig": {"NetworkMode": kwargs["network_mode"], "CapDrop": ["ALL"], "CapAdd": list(spec.capabilities),
+        "HostConfig": {"Runtime": kwargs["runtime"], "NetworkMode": kwargs["network_mode"], "CapDrop": ["ALL"],
+                       "CapAdd": list(spec.capabilities),
                        "Privileged": False, "LogConfig": {"Type": "none"},
                        "SecurityOpt": ["no-new-privileges"], "ReadonlyRootfs": True, "Tmpfs": spec.tmpfs,
                        "PidsLimit": spec.pids, "Memory": spec.memory_bytes, "MemorySwap": spec.memory_bytes,
@@ -77,7 +78,9 @@ def test_audit_flags_each_weakened_field():
     inspect["HostConfig"]["MemorySwap"] = -1
     inspect["HostConfig"]["CapAdd"] = [*spec.capabilities, "SYS_PTRACE"]
     inspect["HostConfig"]["LogConfig"] = {"Type": "json-file"}
+    inspect["HostConfig"]["Runtime"] = "runc" if spec.runtime == "runsc" else "runsc"
     assert {f.field for f in audit(inspect, spec, "r") if not f.ok} == {
+        "HostConfig.Runtime",
         "HostConfig.NetworkMode",
         "HostConfig.MemorySwap",
         "HostConfig.CapAdd",

@@ -14,7 +14,8 @@ pytestmark = pytest.mark.docker
 LIMITS = ExecLimits(timeout_s=30, stdout_cap=8192, stderr_cap=4096)
 
 
-def test_the_verifiers_repo_is_the_starting_copy_and_is_made_once(docker_client, sandbox_image, tmp_path,
+def test_the_verifiers_repo_is_the_starting_copy_and_is_made_once(docker_client, sandbox_image, sandbox_runtime,
+        tmp_path,
                                                                    monkeypatch):
     (tmp_path / "calc.py").write_text("def add(a, b):\n    return a - b\n")
     (tmp_path / "pkg").mkdir()
@@ -23,7 +24,7 @@ def test_the_verifiers_repo_is_the_starting_copy_and_is_made_once(docker_client,
     real = container_module.starting_repo_tar
     monkeypatch.setattr(container_module, "starting_repo_tar", lambda git, base: made.append(base) or real(git, base))
     policy = default_policy()
-    with Sandbox.start(docker_client, sandbox_image, policy, tmp_path) as sandbox:
+    with Sandbox.start(docker_client, sandbox_image, policy, tmp_path, runtime=sandbox_runtime) as sandbox:
         sandbox.bash("sed -i 's/a - b/a + b/' calc.py && echo new > new.txt", LIMITS)
         patch = sandbox.patch()
         for _ in range(2):

@@ -1,0 +1,102 @@
+"""The sandbox's runtime: the choice (auto, runsc, runc), gVisor proven from
+inside by the doctor, and the statx shim that lets coreutils run under runsc.
+
+The rest of tests/sandbox runs under the runtimes in SUITE_RUNTIMES; this
+module checks what holds under runsc today, on a real dockerd with Debian's
+runsc registered (CI's set-up registers it; without it these fail in CI)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from policies import default_policy
+from sandbox import Sandbox
+from sandbox.doctor import run_doctor
+from sandbox.execution import ExecLimits
+from sandbox.runtime import choose_runtime, registered_runtimes
+from tests.conftest import require
+from tests.sandbox.conftest import assert_hardened
+
+pytestmark = [pytest.mark.docker]
+
+ESCROW = Path(sys.executable).parent / "escrow"
+LIMITS = ExecLimits(timeout_s=30, stdout_cap=8192, stderr_cap=4096)
+
+
+@pytest.fixture(scope="module")
+def runsc(docker_client) -> str:
+    require("runsc" in registered_runtimes(docker_client), "gVisor's runsc registered with dockerd")
+    return "runsc"
+
+
+def test_auto_takes_runsc_when_dockerd_has_it_and_says_why(docker_client, runsc):
+    choice = choose_runtime(docker_client, "auto")
+    assert (choice.name, choice.wanted) == ("runsc", "auto") and "gVisor" in choice.why
+    assert choose_runtime(docker_client, "runc").name == "runc"
+
+
+@pytest.mark.parametrize("runtime", ["runsc", "runc"])
+def test_coreutils_stat_and_ls_work_and_the_kernel_is_the_one_asked_for(docker_client, sandbox_image, runsc,
+                                                                         tmp_path, runtime):
+    # Without the image's statx shim, ls and stat fail under runsc ("Invalid argument").
+    (tmp_path / "a.txt").write_text("abc\n")
+    with Sandbox.start(docker_client, sandbox_image, default_policy(), tmp_path, runtime=runtime) as sandbox:
+        assert_hardened(docker_client, sandbox, default_policy())
+        result = sandbox.bash("ls -la a.txt && stat -c %s a.txt && cat /etc/ld.so.preload; "
+                              "dmesg 2>/dev/null | head -1", LIMITS)
+        out = result.stdout.text()
+    assert result.exit_code == 0, result.stderr.text()
+    assert "a.txt" in out and "\n4\n" in out and "statx_compat.so" in out
+    assert ("Starting gVisor" in out) == (runtime == "runsc")
+
+
+def test_the_doctor_proves_gvisor_from_inside_and_names_what_differs(docker_client, sandbox_image, runsc):
+    report = run_doctor(docker_client, sandbox_image, choose_runtime(docker_client, "runsc"))
+    checks = {check.name: check for check in report.checks}
+    assert checks["inside kernel"].ok and checks["inside kernel"].detail == "gVisor"
+    assert checks["inspect HostConfig.Runtime"].ok and "'runsc'" in checks["inspect HostConfig.Runtime"].detail
+    # gVisor lets another uid list the executor's descriptors (never open
+    # them, never read its memory): the doctor says so rather than pass it.
+    failed = {name for name, check in checks.items() if not check.ok}
+    assert failed == {"executor /proc"}
+    assert "fd directory: listed" in checks["executor /proc"].detail
+    assert "memory: refused" in checks["executor /proc"].detail
+
+
+def test_the_doctor_under_runc_sees_the_host_kernel_and_passes(docker_client, sandbox_image):
+    report = run_doctor(docker_client, sandbox_image, choose_runtime(docker_client, "runc"))
+    checks = {check.name: check for check in report.checks}
+    assert report.ok, [c for c in report.checks if not c.ok]
+    assert checks["inside kernel"].detail.startswith("host ")
+
+
+def test_the_cli_says_which_runtime_and_refuses_one_it_does_not_know(docker_client, sandbox_image, runsc, tmp_path):
+    env = {**os.environ, "ESCROW_HOME": str(tmp_path)}
+    shown = subprocess.run([str(ESCROW), "sandbox", "doctor", "--runtime", "runsc", "--json"], env=env,
+                           capture_output=True, text=True, timeout=300)
+    checks = {c["name"]: c for c in json.loads(shown.stdout)["checks"]}
+    assert checks["runtime"]["detail"].startswith("runsc") and checks["inside kernel"]["detail"] == "gVisor"
+    assert shown.returncode == 1  # the finding above
+    bad = subprocess.run([str(ESCROW), "run", "x", "--repo", str(tmp_path), "--verify", "true",
+                          "--runtime", "kata"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "sandbox_runtime" in bad.stderr and "runsc" in bad.stderr
+
+
+def test_the_verifiers_fresh_container_runs_under_the_same_runtime(docker_client, sandbox_image, runsc, tmp_path):
+    (tmp_path / "a.txt").write_text("a\n")
+    with Sandbox.start(docker_client, sandbox_image, default_policy(), tmp_path, runtime="runsc",
+                       run_id=f"rt-{uuid.uuid4().hex[:12]}") as sandbox:
+        sandbox.bash("echo b > a.txt", LIMITS)
+        with sandbox.fresh(sandbox.archive_of(sandbox.patch()), "verify") as verifier:
+            assert verifier.inspect()["HostConfig"]["Runtime"] == "runsc"
+            kernel = verifier.bash("dmesg | head -1; cat a.txt", LIMITS).stdout.text()
+    assert "Starting gVisor" in kernel and kernel.endswith("b\n")
