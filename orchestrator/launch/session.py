@@ -8,6 +8,7 @@ a verdict in the store.
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -74,6 +75,17 @@ class RunOutcome(Frozen):
     skipped: tuple[Skipped, ...] = ()
     flagged: tuple[Flag, ...] = ()
     apply_refused: str | None = None  # why --apply wrote nothing (ApplyRefused's message)
+
+
+def run_log() -> structlog.typing.FilteringBoundLogger:
+    """The run's logger. A library never writes logs to its caller's stdout:
+    the CLI configures structlog (stderr); a Python caller that has not gets
+    stderr too, where structlog's default would print to stdout."""
+    if structlog.is_configured():
+        return structlog.get_logger("escrow.run")
+    return structlog.wrap_logger(
+        structlog.PrintLogger(file=sys.stderr),
+        processors=[structlog.processors.add_log_level, structlog.dev.ConsoleRenderer(colors=False)])
 
 
 @contextmanager
@@ -166,10 +178,10 @@ def run_agent(
     docker_client = connect(settings.docker_host)
     require_image(docker_client, settings.sandbox_image)
     runtime = choose_runtime(docker_client, settings.sandbox_runtime)
-    structlog.get_logger("escrow.run").info("sandbox runtime", runtime=runtime.name, why=runtime.why)
+    run_log().info("sandbox runtime", runtime=runtime.name, why=runtime.why)
     price = load_price_table(settings.home).lookup(settings.model)
     if price is None:
-        structlog.get_logger("escrow.run").warning(
+        run_log().warning(
             "model has no price; its calls cost $0", model=settings.model, hint="escrow price set MODEL ...")
     store = open_store(settings)
     probe = ModelProbe(settings)

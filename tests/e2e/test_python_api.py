@@ -42,7 +42,10 @@ def test_the_readme_example_runs_one_recorded_run(tmp_path: Path, fault_server: 
     done = subprocess.run([sys.executable, "-c", code.replace(README_URL, fault_server.base_url)], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
+    # stdout holds only what the example prints; the run's log lines (the
+    # runtime it chose) go to stderr although the caller configured no logging.
     run_id, verdict = done.stdout.splitlines()[0].split()
+    assert "sandbox runtime" in done.stderr and "sandbox runtime" not in done.stdout
     assert verdict == "PASS" and "calc.py" in done.stdout  # the patch is printed
     with Store.open(f"sqlite:///{tmp_path / 'home' / 'escrow.db'}", readonly=True, create=False) as store:
         assert store.run(run_id).verdict == "PASS" and store.verify(run_id).ok
