@@ -25,7 +25,10 @@ from typing import Any, NoReturn, cast
 from orchestrator.contract import Frozen
 from sandbox.errors import ExecutorBroken
 
-SOURCE = resources.files("sandbox").joinpath("executor_script.py").read_text(encoding="utf-8")
+# The in-container script: the command filter's module, then the executor
+# (which calls its install_command_filter); both stdlib only.
+SOURCE = "\n".join(resources.files("sandbox").joinpath(name).read_text(encoding="utf-8")
+                   for name in ("command_seccomp.py", "executor_script.py"))
 COMMAND = ["/usr/bin/python3", "-I", "-S", "-c", SOURCE, "escrow-executor"]
 
 _HEADER = struct.Struct(">BI")

@@ -189,6 +189,7 @@ def spawn(argv, env, cwd):
         try:
             os.setsid()
             become_sandbox_user()
+            install_command_filter()  # noqa: F821 (sandbox/command_seccomp.py, joined before this script)
             os.dup2(fds[0][0], 0)
             os.dup2(fds[1][1], 1)
             os.dup2(fds[2][1], 2)

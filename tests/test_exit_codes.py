@@ -13,7 +13,8 @@ from orchestrator.errors import EscrowError
 from orchestrator.exit_codes import ExitCode, markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = {"sandbox.export_script", "sandbox.executor_script"}  # run inside the container, read stdin
+# Run inside the container, read stdin.
+SCRIPTS = {"sandbox.export_script", "sandbox.executor_script", "sandbox.command_seccomp"}
 
 
 def _all_error_classes() -> list[type[EscrowError]]:

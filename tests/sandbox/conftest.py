@@ -40,7 +40,16 @@ def assert_hardened(docker_client, sandbox: Sandbox, policy: Policy) -> None:
     assert f"size={r.tmp_mb * 2**20}" in host["Tmpfs"]["/tmp"]
     assert f"size={r.workspace_mb * 2**20}" in host["Tmpfs"]["/workspace"]
     assert set(host["Tmpfs"]) == {"/tmp", "/workspace"}
-    assert host["PidsLimit"] == r.pids
+    limits = {u["Name"]: (u["Soft"], u["Hard"]) for u in host["Ulimits"]}
+    assert limits["nofile"] == (1024, 1024) and limits["core"] == (0, 0)
+    if sandbox.spec.runtime == "runsc":
+        # gVisor's kernel holds the guest to r.pids processes (RLIMIT_NPROC);
+        # the cgroup counts its host tasks, about 8-11 a guest process.
+        assert limits["nproc"] == (r.pids, r.pids)
+        assert host["PidsLimit"] == r.pids * 16 + 128
+    else:
+        assert "nproc" not in limits
+        assert host["PidsLimit"] == r.pids
     assert host["Memory"] == r.memory_mb * 2**20
     assert host["MemorySwap"] == host["Memory"]
     assert host["NanoCpus"] == int(r.cpus * 1e9)

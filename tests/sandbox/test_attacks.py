@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 from collections import Counter
@@ -227,6 +228,35 @@ def test_contained_commands(toolbox, name):
     result = bash(toolbox, command)
     assert marker not in result.observation
     assert bash(toolbox, "echo alive").observation.endswith("alive\n")
+
+
+# No namespace by any path: the command filter (sandbox/command_seccomp.py),
+# which matters under gVisor, whose kernel gives the sandbox user a user
+# namespace. Each prints how it was refused, so a broken probe cannot pass.
+NAMESPACE_PROBES = {
+    "unshare-newuser": ("print(c.syscall(272, 0x10000000), ctypes.get_errno())", "-1 1"),
+    "unshare-newns": ("print(c.syscall(272, 0x00020000), ctypes.get_errno())", "-1 1"),
+    "clone-newuser": ("pid = c.syscall(56, 0x10000000 | 17, 0, 0, 0, 0)\nif pid == 0: os._exit(0)\n"
+                      "print(pid, ctypes.get_errno())", "-1 1"),
+    "clone-newpid": ("pid = c.syscall(56, 0x20000000 | 17, 0, 0, 0, 0)\nif pid == 0: os._exit(0)\n"
+                     "print(pid, ctypes.get_errno())", "-1 1"),
+    "clone3": ("print(c.syscall(435, 0, 0), ctypes.get_errno())", "-1 38"),  # ENOSYS: glibc falls back to clone
+}
+
+
+@pytest.mark.parametrize("name", sorted(NAMESPACE_PROBES))
+def test_no_namespace_by_any_path(toolbox, name):
+    probe, refused = NAMESPACE_PROBES[name]
+    code = f"import ctypes, os\nc = ctypes.CDLL(None, use_errno=True)\n{probe}"
+    assert bash(toolbox, f"python3 -c {shlex.quote(code)}").observation.endswith(f"]\n{refused}\n")
+
+
+def test_the_filter_refuses_only_namespaces(toolbox):
+    # A plain fork, threads and select(2) (bash's read -t) still work.
+    out = bash(toolbox, "echo hi | { read -t 5 x && echo \"read $x\"; }; python3 -c \"import os, threading; "
+                        "t = threading.Thread(target=print, args=('thread',)); t.start(); t.join(); "
+                        "pid = os.fork(); os._exit(0) if pid == 0 else print('fork', os.waitpid(pid, 0)[1])\"")
+    assert out.observation.endswith("]\nread hi\nthread\nfork 0\n")
 
 
 METACHAR_PATHS = ["$(touch /workspace/PWNED).txt", "`touch PWNED`", "x; touch PWNED", "a|touch PWNED", "*"]

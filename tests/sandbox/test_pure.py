@@ -60,6 +60,14 @@ def test_no_release_suite_is_a_clear_error():
         primary_source(parse_one_line("deb http://security.example/debian-security bookworm-security main\n"))
 
 
+def test_under_runsc_the_guest_is_held_by_nproc_and_the_cgroup_bounds_the_sandbox():
+    runc, runsc = Hardening(image="img", pids=100), Hardening(image="img", pids=100, runtime="runsc")
+    assert runc.create_kwargs({})["pids_limit"] == 100
+    assert "nproc" not in {u["Name"] for u in runc.create_kwargs({})["ulimits"]}
+    assert runsc.create_kwargs({})["pids_limit"] == 100 * 16 + 128
+    assert {"Name": "nproc", "Soft": 100, "Hard": 100} in runsc.create_kwargs({})["ulimits"]
+
+
 def test_audit_flags_each_weakened_field():
     spec = Hardening(image="img")
     kwargs = spec.create_kwargs({"escrow.sandbox": "1", "escrow.run_id": "r"})
@@ -68,7 +76,8 @@ def test_audit_flags_each_weakened_field():
                        "CapAdd": list(spec.capabilities),
                        "Privileged": False, "LogConfig": {"Type": "none"},
                        "SecurityOpt": ["no-new-privileges"], "ReadonlyRootfs": True, "Tmpfs": spec.tmpfs,
-                       "PidsLimit": spec.pids, "Memory": spec.memory_bytes, "MemorySwap": spec.memory_bytes,
+                       "PidsLimit": spec.pids, "Ulimits": kwargs["ulimits"],
+                       "Memory": spec.memory_bytes, "MemorySwap": spec.memory_bytes,
                        "NanoCpus": spec.nano_cpus, "Init": True, "Binds": None},
         "Config": {"User": spec.main_user, "Labels": kwargs["labels"]},
         "Mounts": [],
@@ -79,8 +88,10 @@ def test_audit_flags_each_weakened_field():
     inspect["HostConfig"]["CapAdd"] = [*spec.capabilities, "SYS_PTRACE"]
     inspect["HostConfig"]["LogConfig"] = {"Type": "json-file"}
     inspect["HostConfig"]["Runtime"] = "runc" if spec.runtime == "runsc" else "runsc"
+    inspect["HostConfig"]["Ulimits"] = [u for u in kwargs["ulimits"] if u["Name"] != "core"]
     assert {f.field for f in audit(inspect, spec, "r") if not f.ok} == {
         "HostConfig.Runtime",
+        "HostConfig.Ulimits",
         "HostConfig.NetworkMode",
         "HostConfig.MemorySwap",
         "HostConfig.CapAdd",
