@@ -24,6 +24,7 @@ import ctypes
 import errno
 import json
 import os
+import resource
 import select
 import signal
 import stat
@@ -43,6 +44,9 @@ PENDING_CAP = 4 << 20  # stdin held for a slow command before the host is read n
 SKIP_DIRS = {".git"}
 MAX_LINKS = 40
 
+# Each command's RLIMIT_AS in bytes, 0 for none: the host's one argument
+# (under gVisor, the policy's memory; sandbox/hardening.py says why).
+ADDRESS_SPACE = int(sys.argv[2]) if len(sys.argv) > 2 else 0
 _libc = ctypes.CDLL(None, use_errno=True)
 _out = sys.stdout.buffer.raw if hasattr(sys.stdout.buffer, "raw") else sys.stdout.buffer
 _in_fd = sys.stdin.fileno()
@@ -189,6 +193,8 @@ def spawn(argv, env, cwd):
         try:
             os.setsid()
             become_sandbox_user()
+            if ADDRESS_SPACE:
+                resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
             install_command_filter()  # noqa: F821 (sandbox/command_seccomp.py, joined before this script)
             os.dup2(fds[0][0], 0)
             os.dup2(fds[1][1], 1)

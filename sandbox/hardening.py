@@ -37,6 +37,14 @@ EXECUTOR_CAPABILITIES = ("KILL", "SETGID", "SETPCAP", "SETUID")
 # of uid 1000 on the host, across sandboxes: the cgroup is the guest's limit.
 RUNSC_HOST_TASKS_PER_PROCESS = 16
 RUNSC_HOST_TASKS_BASE = 128
+# Memory under gVisor: the cgroup holds the sandbox's kernel too, and a
+# guest over it would end the whole sandbox (the host's OOM killer takes the
+# kernel; gVisor has no OOM killer of its own). So each command is held to
+# the policy's memory by RLIMIT_AS (gVisor enforces it; not RLIMIT_DATA), and
+# the cgroup adds the kernel's share: a 128-process fork bomb of python3
+# peaked at about 420 MiB under a 256 MiB policy (3 MiB a process).
+RUNSC_HOST_MEMORY_PER_PROCESS = 4 * 2**20
+RUNSC_HOST_MEMORY_BASE = 128 * 2**20
 SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8",
                "PYTHONDONTWRITEBYTECODE": "1"}
 
@@ -74,6 +82,24 @@ class Hardening(Frozen):
         return self.pids
 
     @property
+    def host_memory_bytes(self) -> int:
+        """The container's memory cgroup limit (see RUNSC_HOST_MEMORY_PER_PROCESS)."""
+        if self.runtime == "runsc":
+            return self.memory_bytes + self.pids * RUNSC_HOST_MEMORY_PER_PROCESS + RUNSC_HOST_MEMORY_BASE
+        return self.memory_bytes
+
+    @property
+    def command_address_space(self) -> int:
+        """Each command's RLIMIT_AS, set by the executor; 0 for none (runc:
+        the cgroup holds the guest)."""
+        return self.memory_bytes if self.runtime == "runsc" else 0
+
+    @property
+    def main_command(self) -> list[str]:
+        """The executor and its one argument, the commands' address space."""
+        return [*self.command, str(self.command_address_space)]
+
+    @property
     def ulimits(self) -> list[dict[str, Any]]:
         limits = [{"Name": "nofile", "Soft": self.nofile, "Hard": self.nofile}, {"Name": "core", "Soft": 0, "Hard": 0}]
         if self.runtime == "runsc":
@@ -93,7 +119,7 @@ class Hardening(Frozen):
         return {
             "image": self.image,
             "runtime": self.runtime,
-            "command": list(self.command),
+            "command": self.main_command,
             "user": self.main_user,
             "working_dir": WORKSPACE,
             "environment": {},
@@ -106,8 +132,8 @@ class Hardening(Frozen):
             "read_only": True,
             "tmpfs": self.tmpfs,
             "pids_limit": self.host_pids,
-            "mem_limit": self.memory_bytes,
-            "memswap_limit": self.memory_bytes,
+            "mem_limit": self.host_memory_bytes,
+            "memswap_limit": self.host_memory_bytes,
             "nano_cpus": self.nano_cpus,
             "ulimits": self.ulimits,
             "init": True,
@@ -144,8 +170,9 @@ def audit(inspect: dict[str, Any], spec: Hardening, run_id: str | None = None) -
         ("HostConfig.Tmpfs", spec.tmpfs, host.get("Tmpfs")),
         ("HostConfig.PidsLimit", spec.host_pids, host.get("PidsLimit")),
         ("HostConfig.Ulimits", spec.ulimits, host.get("Ulimits")),
-        ("HostConfig.Memory", spec.memory_bytes, host.get("Memory")),
-        ("HostConfig.MemorySwap", spec.memory_bytes, host.get("MemorySwap")),
+        ("HostConfig.Memory", spec.host_memory_bytes, host.get("Memory")),
+        ("HostConfig.MemorySwap", spec.host_memory_bytes, host.get("MemorySwap")),
+        ("Config.Cmd", spec.main_command, config.get("Cmd")),
         ("HostConfig.NanoCpus", spec.nano_cpus, host.get("NanoCpus")),
         ("HostConfig.Init", True, host.get("Init")),
         ("HostConfig.Binds", None, host.get("Binds") or None),

@@ -316,6 +316,9 @@ BOMBS = {
     "python-fork-bomb": "python3 -c \"import os\nwhile True:\n    os.fork()\"",
     "python-memory-bomb": "python3 -c \"x = bytearray(4 * 1024**3)\"",
     "bash-memory-bomb": "x=aaaaaaaa; while true; do x=$x$x; done",
+    # Each process under the sandbox's memory, together well over it.
+    "memory-in-many-processes": "for i in $(seq 12); do python3 -c \"x = bytearray(100 * 2**20); "
+                                "import time; time.sleep(3)\" & done; wait",
     "ptrace-init": "python3 -c \"import ctypes; l = ctypes.CDLL(None); print(l.ptrace(16, 1, 0, 0))\"; sleep 0.5",
 }
 

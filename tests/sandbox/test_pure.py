@@ -66,6 +66,10 @@ def test_under_runsc_the_guest_is_held_by_nproc_and_the_cgroup_bounds_the_sandbo
     assert "nproc" not in {u["Name"] for u in runc.create_kwargs({})["ulimits"]}
     assert runsc.create_kwargs({})["pids_limit"] == 100 * 16 + 128
     assert {"Name": "nproc", "Soft": 100, "Hard": 100} in runsc.create_kwargs({})["ulimits"]
+    # Memory: each command's address space is the policy's; the cgroup adds gVisor's share.
+    assert runc.create_kwargs({})["command"][-1] == "0" and runc.create_kwargs({})["mem_limit"] == runc.memory_bytes
+    assert runsc.create_kwargs({})["command"][-1] == str(runsc.memory_bytes)
+    assert runsc.create_kwargs({})["mem_limit"] == runsc.memory_bytes + (100 * 4 + 128) * 2**20
 
 
 def test_audit_flags_each_weakened_field():
@@ -79,7 +83,7 @@ def test_audit_flags_each_weakened_field():
                        "PidsLimit": spec.pids, "Ulimits": kwargs["ulimits"],
                        "Memory": spec.memory_bytes, "MemorySwap": spec.memory_bytes,
                        "NanoCpus": spec.nano_cpus, "Init": True, "Binds": None},
-        "Config": {"User": spec.main_user, "Labels": kwargs["labels"]},
+        "Config": {"User": spec.main_user, "Labels": kwargs["labels"], "Cmd": kwargs["command"]},
         "Mounts": [],
     }
     assert all(f.ok for f in audit(inspect, spec, "r"))
