@@ -69,9 +69,10 @@ def timeline(db: Path, run_ids: list[str], t0: float) -> dict[str, float]:
     (batch start to the run recorded: a free worker, a start slot, the repo
     copied), start (to the sandbox up: the run's engine event), model (its
     calls' total time), tools and verify (submit runs the verifier), rest (the
-    orchestrator's own work: context, recording, parsing)."""
+    orchestrator's own work: context, recording, parsing). Also "turn": a
+    run's time from its sandbox up to its end over its model calls."""
     with sqlite3.connect(db) as con:
-        phases: dict[str, list[float]] = {name: [] for name in PHASES}
+        phases: dict[str, list[float]] = {name: [] for name in (*PHASES, "turn")}
         for run_id in run_ids:
             created, finished = con.execute("select created_at, finished_at from runs where id = ?",
                                             (run_id,)).fetchone()
@@ -85,19 +86,22 @@ def timeline(db: Path, run_ids: list[str], t0: float) -> dict[str, float]:
             spent = {"queued": created - t0, "start": up - created, "model": model, "tools": tools.get(0, 0.0),
                      "verify": tools.get(1, 0.0)}
             spent["rest"] = finished - up - model - spent["tools"] - spent["verify"]
-            for name in PHASES:
+            (calls,) = con.execute("select count(*) from model_responses where run_id = ?", (run_id,)).fetchone()
+            spent["turn"] = (finished - up) / max(calls, 1)
+            for name in phases:
                 phases[name].append(spent[name])
     return {name: statistics.median(values) for name, values in phases.items()}
 
 
-def one_pool(workers: int, n_tasks: int, scripts: dict[str, list], image: str) -> tuple[float, list, dict]:
+def one_pool(workers: int, n_tasks: int, scripts: dict[str, list], image: str,
+             runtime: str = "runc") -> tuple[float, list, dict]:
     task_file = load_task_file(EXAMPLES / "tasks.jsonl")
     chosen = task_file.model_copy(update={"tasks": task_file.tasks[:n_tasks]})
     with tempfile.TemporaryDirectory() as home, FaultServer() as server:
         for task in chosen.tasks:
             server.script_for(task.id, scripts[task.id])
         settings = load_settings(None, home=Path(home), sandbox_image=image, context_window=8192,
-                                 tokenizer="cl100k_base", model="fault-model", max_turns=30)
+                                 tokenizer="cl100k_base", model="fault-model", max_turns=30, sandbox_runtime=runtime)
         url = f"http://127.0.0.1:{server.port}/k/{{task_id}}/v1"
         with Store.open(settings.store_url) as store:
             plan = BatchPlan(tasks_dir=str(EXAMPLES), model_urls=(url,),

@@ -7,16 +7,21 @@ example repo's pytest, and a verification (the patch exported, a fresh
 container filled with it, the verifier run there). Prints the median of each
 and the ratio runsc/runc.
 
-Not measured here (issue 29 lists them): a whole turn with an instant model
-and a 13-task batch on 2 workers.
+Then whole runs, through the real loop against the fault server replying at
+once (an instant model): the example tasks as a batch on 2 workers (each
+task reads its file --explore-turns times, then writes its fix and submits),
+once per runtime. Printed: the batch's wall time, and a whole turn, the
+median over the runs of (run end - sandbox up) / turns, so the sandbox start
+and the verification's own container are in the batch row, not the turn.
 
-Usage: .venv/bin/python bench/bench_runtime.py [--n 10] [--image TAG]
+Usage: .venv/bin/python bench/bench_runtime.py [--n 10] [--tasks 13] [--image TAG]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +30,10 @@ from orchestrator.settings import DEFAULT_SANDBOX_IMAGE
 from orchestrator.toolset import ReadFileArgs
 from policies import default_policy
 from sandbox import ExecLimits, Sandbox, ToolBox, connect
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_batch import one_pool, paced_scripts  # noqa: E402  (one batch harness for both benches)
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "calculator"
 RUNTIMES = ("runc", "runsc")
@@ -58,6 +67,8 @@ def measure(sandbox: Sandbox) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--n", type=int, default=10, help="rounds (each runtime once per round)")
+    parser.add_argument("--tasks", type=int, default=13, help="example tasks in the batch (0: no batch rows)")
+    parser.add_argument("--explore-turns", type=int, default=4, help="reads before each task's fix")
     parser.add_argument("--image", default=DEFAULT_SANDBOX_IMAGE)
     opts = parser.parse_args()
     client, policy = connect(), default_policy()
@@ -84,6 +95,25 @@ def main() -> None:
         runc, runsc = (statistics.median(samples[(name, r)]) for r in RUNTIMES)
         label = "start + close" if name == "start" else name
         print(f"{label:<28}{runc:>10.3f}{runsc:>10.3f}{runsc / runc:>11.2f}x")
+    if opts.tasks:
+        batch_rows(opts.tasks, opts.explore_turns, opts.image)
+
+
+def batch_rows(tasks: int, explore: int, image: str) -> None:
+    """The example tasks on 2 workers under each runtime, an instant model."""
+    scripts = paced_scripts(tokens_per_s=1e9, ttft_s=0.0, reasoning_tokens=0, explore=explore)
+    walls: dict[str, float] = {}
+    turns: dict[str, float] = {}
+    passed: dict[str, int] = {}
+    for runtime in RUNTIMES:
+        wall, results, phases = one_pool(2, tasks, scripts, image, runtime)
+        walls[runtime], turns[runtime] = wall, phases["turn"]
+        passed[runtime] = sum(r.verdict == "PASS" for r in results)
+    print(f"{'whole turn (median of runs)':<28}{turns['runc']:>10.3f}{turns['runsc']:>10.3f}"
+          f"{turns['runsc'] / turns['runc']:>11.2f}x")
+    label = f"{tasks}-task batch, 2 workers"
+    print(f"{label:<28}{walls['runc']:>10.1f}{walls['runsc']:>10.1f}{walls['runsc'] / walls['runc']:>11.2f}x")
+    print(f"passed: runc {passed['runc']}/{tasks}, runsc {passed['runsc']}/{tasks}")
 
 
 if __name__ == "__main__":

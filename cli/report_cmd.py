@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.console import Console
 
+from cli.display.runtime_label import runtime_text
 from cli.display.table import ABSENT, Column, figure, prose, render, terminal_width
 from cli.spans import parse_since
 from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
@@ -29,6 +30,7 @@ from orchestrator.costing import (
     run_json,
     to_csv,
 )
+from orchestrator.costing.figures import ESCROW_SOURCE
 from orchestrator.errors import ConfigError
 from orchestrator.settings import load_settings
 from policies.price_table import PriceTable, load_price_table
@@ -73,6 +75,8 @@ def print_run(report: RunCost, *, wide: bool = False) -> None:
         lines += prose(f"crashed: its process is gone; last alive {when(report.last_alive_at)}", width)
     if report.engines:
         lines += prose(f"engine {'; '.join(report.engines)}", width)
+    if report.source == ESCROW_SOURCE:  # an imported run had no sandbox of Escrow's
+        lines += prose(f"sandbox {runtime_text(report.sandbox_runtime)}", width)
     lines += [line for warning in report.warnings for line in prose(f"warning: {warning}", width)]
     lines += [line for clamp in report.clamps for line in prose(clamp_note(clamp), width)]
     lines += ["", *render(TURN_COLUMNS, line_rows(report), width=width, wide=wide, title="cost per turn"), ""]

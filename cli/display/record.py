@@ -9,6 +9,7 @@ import json
 
 from cli.display.data import data_lines, scalar
 from cli.display.render import SOURCE_EXECUTED, seconds, timed
+from cli.display.runtime_label import runtime_text
 from cli.display.table import ABSENT, figure
 from orchestrator.canonical import text_bytes
 from orchestrator.envelope import reported
@@ -69,13 +70,6 @@ def trajectory_header(trajectory: Trajectory, *, full: bool = False) -> list[str
             figures = ", ".join(f"{name} {scalar(name, value)}" for name, value in counted.items() if value is not None)
             lines.append(f"  run-level (the source's own, given for no call; counted in its totals): {figures}")
     return lines
-
-
-def runtime_text(runtime: object) -> str:
-    """A run's sandbox runtime; absent for runs recorded before it was."""
-    if not isinstance(runtime, str):
-        return ABSENT
-    return flat(runtime, 40) + (" (gVisor)" if runtime == "runsc" else "")
 
 
 def task_lines(task: str, *, full: bool) -> list[str]:

@@ -95,6 +95,9 @@ class RunCost(Frozen):
     engines: tuple[str, ...] = ()
     last_alive_at: float | None = None
     """A crashed run's last heartbeat (its process is gone)."""
+    sandbox_runtime: str | None = None
+    """The OCI runtime its sandbox ran under (runc, runsc); None where the run
+    did not record one (an imported run, or one recorded before runs did)."""
     source: str = ESCROW_SOURCE
     cost_basis: str = "price table"
     """Where the dollars come from: "price table" (Escrow's, an imported run

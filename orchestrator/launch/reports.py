@@ -27,7 +27,9 @@ def trajectory_cost(trajectory: Trajectory, prices: PriceTable, reprice: bool = 
         calls=call_figures(calls), tools=tool_figures(tools), prices=prices.lookup, price_version=prices.version,
         source=source_of(trajectory), reprice=reprice, run_level=run_level, reported=reported,
     )
-    return cost.model_copy(update={"engines": engines_of(trajectory), "last_alive_at": run.last_alive_at})
+    runtime = run.config.get("sandbox_runtime")
+    return cost.model_copy(update={"engines": engines_of(trajectory), "last_alive_at": run.last_alive_at,
+                                   "sandbox_runtime": runtime if isinstance(runtime, str) else None})
 
 
 def report_run(store: Store, ref: str, prices: PriceTable, reprice: bool = False) -> RunCost:

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -20,6 +22,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.fault_server import FaultServer, Reply, ScriptedToolCall
 from store import Store
 from tests.batch.docker_proxy import StallingDockerProxy
+from tests.view.conftest import serving
 
 pytestmark = [pytest.mark.docker]
 
@@ -204,3 +207,14 @@ def test_a_run_under_a_runtime_passes_records_it_and_show_prints_it(tmp_path, re
     assert f"sandbox: {runtime}" in shown.stdout
     assert ("sandbox: runsc (gVisor)" in shown.stdout) == (runtime == "runsc")
     assert ("Starting gVisor" in shown.stdout) == (runtime == "runsc")  # the bash call's output, from inside
+    env = {**os.environ, "ESCROW_HOME": str(tmp_path / "home")}
+    report = subprocess.run([str(ESCROW), "report", run_id], capture_output=True, text=True, timeout=60, env=env)
+    assert report.returncode == 0, report.stderr
+    label = "runsc (gVisor)" if runtime == "runsc" else "runc"
+    assert f"\nsandbox {label}\n" in report.stdout
+    as_json = subprocess.run([str(ESCROW), "report", run_id, "--json"], capture_output=True, text=True, timeout=60,
+                             env=env)
+    assert json.loads(as_json.stdout)["sandbox_runtime"] == runtime
+    with serving(tmp_path / "home" / "escrow.db") as base:
+        page = httpx.get(f"{base}/run/{run_id}", timeout=30).text
+    assert re.search(rf'id="run-sandbox"><b>sandbox</b> {re.escape(label)}</span>', page), page[:2000]
