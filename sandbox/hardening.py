@@ -29,20 +29,21 @@ MAIN_USER = "0:0"
 EXECUTOR_CAPABILITIES = ("KILL", "SETGID", "SETPCAP", "SETUID")
 # Under gVisor the container's pids cgroup counts the sandbox kernel's host
 # tasks, not the guest's processes: on the ptrace platform a guest process
-# costs 8 to 11 host tasks (measured; a fork bomb held to 128 processes
-# peaked at 1,339), so a cgroup sized for the guest kills the whole sandbox
-# when its kernel cannot start one. There the guest's limit is RLIMIT_NPROC,
-# which gVisor's kernel enforces for the sandbox user, and the cgroup bounds
-# the sandbox as a whole. Under runc RLIMIT_NPROC would count every process
-# of uid 1000 on the host, across sandboxes: the cgroup is the guest's limit.
+# costs 8 to 11 host tasks (measured; bash and python3 fork bombs held to 128
+# processes peaked at about 1,000 to 1,400), so a cgroup sized for the guest
+# kills the whole sandbox when its kernel cannot start one. There the guest's
+# limit is RLIMIT_NPROC, which gVisor's kernel enforces for the sandbox user,
+# and the cgroup bounds the sandbox as a whole. Under runc RLIMIT_NPROC would
+# count every process of uid 1000 on the host, across sandboxes: the cgroup
+# is the guest's limit there.
 RUNSC_HOST_TASKS_PER_PROCESS = 16
 RUNSC_HOST_TASKS_BASE = 128
 # Memory under gVisor: the cgroup holds the sandbox's kernel too, and a
 # guest over it would end the whole sandbox (the host's OOM killer takes the
 # kernel; gVisor has no OOM killer of its own). So each command is held to
 # the policy's memory by RLIMIT_AS (gVisor enforces it; not RLIMIT_DATA), and
-# the cgroup adds the kernel's share: a 128-process fork bomb of python3
-# peaked at about 420 MiB under a 256 MiB policy (3 MiB a process).
+# the cgroup adds the kernel's share: a python3 fork bomb held to 128
+# processes peaked at about 400 MiB of cgroup memory (3 MiB a process).
 RUNSC_HOST_MEMORY_PER_PROCESS = 4 * 2**20
 RUNSC_HOST_MEMORY_BASE = 128 * 2**20
 SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8",
@@ -75,34 +76,32 @@ class Hardening(Frozen):
         )
 
     @property
+    def under_gvisor(self) -> bool:
+        """The limits below differ under runsc (see RUNSC_HOST_TASKS_PER_PROCESS)."""
+        return self.runtime == "runsc"
+
+    @property
     def host_pids(self) -> int:
-        """The container's pids cgroup limit (see RUNSC_HOST_TASKS_PER_PROCESS)."""
-        if self.runtime == "runsc":
-            return self.pids * RUNSC_HOST_TASKS_PER_PROCESS + RUNSC_HOST_TASKS_BASE
-        return self.pids
+        """The container's pids cgroup limit."""
+        return self.pids * RUNSC_HOST_TASKS_PER_PROCESS + RUNSC_HOST_TASKS_BASE if self.under_gvisor else self.pids
 
     @property
     def host_memory_bytes(self) -> int:
-        """The container's memory cgroup limit (see RUNSC_HOST_MEMORY_PER_PROCESS)."""
-        if self.runtime == "runsc":
+        """The container's memory cgroup limit."""
+        if self.under_gvisor:
             return self.memory_bytes + self.pids * RUNSC_HOST_MEMORY_PER_PROCESS + RUNSC_HOST_MEMORY_BASE
         return self.memory_bytes
 
     @property
-    def command_address_space(self) -> int:
-        """Each command's RLIMIT_AS, set by the executor; 0 for none (runc:
-        the cgroup holds the guest)."""
-        return self.memory_bytes if self.runtime == "runsc" else 0
-
-    @property
     def main_command(self) -> list[str]:
-        """The executor and its one argument, the commands' address space."""
-        return [*self.command, str(self.command_address_space)]
+        """The executor and its one argument: each command's RLIMIT_AS, 0 for
+        none (under runc the cgroup holds the guest)."""
+        return [*self.command, str(self.memory_bytes if self.under_gvisor else 0)]
 
     @property
     def ulimits(self) -> list[dict[str, Any]]:
         limits = [{"Name": "nofile", "Soft": self.nofile, "Hard": self.nofile}, {"Name": "core", "Soft": 0, "Hard": 0}]
-        if self.runtime == "runsc":
+        if self.under_gvisor:
             limits.append({"Name": "nproc", "Soft": self.pids, "Hard": self.pids})
         return limits
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import uuid
@@ -100,3 +101,23 @@ def test_the_verifiers_fresh_container_runs_under_the_same_runtime(docker_client
             assert verifier.inspect()["HostConfig"]["Runtime"] == "runsc"
             kernel = verifier.bash("dmesg | head -1; cat a.txt", LIMITS).stdout.text()
     assert "Starting gVisor" in kernel and kernel.endswith("b\n")
+
+
+@pytest.mark.parametrize("name", ["unshare-newuser", "clone-newuser", "unshare-cli"])
+def test_under_runsc_a_command_makes_no_user_namespace(docker_client, sandbox_image, runsc, tmp_path, name):
+    # gVisor's kernel gives an unprivileged user a user namespace (`unshare -r
+    # id` printed uid=0 before the command filter); only the filter stops it,
+    # so this fails under runsc if the executor stops installing it.
+    from tests.sandbox.test_attacks import NAMESPACE_PROBES
+
+    if name == "unshare-cli":
+        command, refused = "unshare -r id 2>&1; echo rc=$?", "rc=1"
+    else:
+        probe, refused = NAMESPACE_PROBES[name]
+        code = f"import ctypes, os\nc = ctypes.CDLL(None, use_errno=True)\n{probe}"
+        command = f"python3 -c {shlex.quote(code)}"
+    (tmp_path / "a.txt").write_text("a\n")
+    with Sandbox.start(docker_client, sandbox_image, default_policy(), tmp_path, runtime="runsc",
+                       run_id=f"rt-{uuid.uuid4().hex[:12]}") as sandbox:
+        out = sandbox.bash(command, LIMITS).stdout.text()
+    assert out.endswith(f"{refused}\n") and "uid=0" not in out, out
