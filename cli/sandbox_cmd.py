@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import textwrap
 from pathlib import Path
 
 import typer
@@ -69,12 +71,26 @@ def doctor(image: str | None = _IMAGE, docker_host: str | None = _HOST,
     if as_json:
         typer.echo(json.dumps(report.model_dump(mode="json"), sort_keys=True))
     else:
+        from cli.display.table import terminal_width
+
+        width = terminal_width()
         for check in report.checks:
             mark = "ok  " if check.ok else "FAIL"
-            typer.echo(f"{mark} {check.name}: {check.detail}")
+            typer.echo(_wrapped(f"{mark} {check.name}: {check.detail}", width))
     if not report.ok:
         image_missing = any(c.name == "image" and not c.ok for c in report.checks)
         raise typer.Exit(ExitCode.IMAGE_MISSING if image_missing else ExitCode.FINDING)
+
+
+def _wrapped(line: str, width: int) -> str:
+    """A long check wraps under its name at word breaks; an escrow command
+    in it (a hint to copy) stays on one line."""
+    kept = _COMMAND.sub(lambda m: m.group(0).replace(" ", "\xa0"), line)
+    return textwrap.fill(kept, width=width, subsequent_indent=" " * 5, break_long_words=True,
+                         break_on_hyphens=False).replace("\xa0", " ")
+
+
+_COMMAND = re.compile(r"escrow (sandbox|run|batch|show|report|runs|view)\b[^;,()]*")
 
 
 @sandbox_app.command("gc")

@@ -1,10 +1,12 @@
 """The sandbox's persistent executor. Runs INSIDE the container as its main
 process (``python3 -I -S -c``; stdlib only), as root with only KILL, SETUID,
-SETGID and SETPCAP, and talks to the host over the container's attached
-stdio, nothing else. Everything the model asks for runs as the sandbox user
-in a forked child that first gives up every capability, so a command can
-neither signal, trace nor read this process (another uid, no capability,
-no inherited descriptor).
+SETGID and SETPCAP (under gVisor also gVisor's SYS_ADMIN), and talks to the
+host over the container's attached stdio, nothing else. Everything the
+model asks for runs as the sandbox user in a forked child that first gives
+up every capability, so a command can neither signal, trace nor read this
+process (another uid, no capability, no inherited descriptor; under gVisor,
+whose /proc shows another uid more than Linux does, a PID namespace of its
+own: sandbox/command_namespace.py).
 
 Frames, both ways: one kind byte, a 4-byte big-endian length, the payload.
 Host to executor: R request (JSON), I stdin bytes and E end of stdin (each
@@ -44,9 +46,12 @@ PENDING_CAP = 4 << 20  # stdin held for a slow command before the host is read n
 SKIP_DIRS = {".git"}
 MAX_LINKS = 40
 
-# Each command's RLIMIT_AS in bytes, 0 for none: the host's one argument
-# (under gVisor, the policy's memory; sandbox/hardening.py says why).
+# The host's two arguments (sandbox/hardening.py says why each differs
+# under gVisor): each command's RLIMIT_AS in bytes, 0 for none, and "pidns"
+# to give each child a PID namespace and /proc of its own
+# (sandbox/command_namespace.py).
 ADDRESS_SPACE = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+OWN_PID_NAMESPACES = len(sys.argv) > 3 and sys.argv[3] == "pidns"
 _libc = ctypes.CDLL(None, use_errno=True)
 _out = sys.stdout.buffer.raw if hasattr(sys.stdout.buffer, "raw") else sys.stdout.buffer
 _in_fd = sys.stdin.fileno()
@@ -120,6 +125,14 @@ def become_sandbox_user():
     os.setresuid(UID, UID, UID)  # clears the permitted, effective and ambient sets
 
 
+def fork_child():
+    """os.fork, under gVisor into a new PID namespace. A failure ends the
+    executor (the host then reports it broken): no child runs unhidden."""
+    if OWN_PID_NAMESPACES:
+        next_child_in_new_pid_namespace(_libc)  # noqa: F821 (sandbox/command_namespace.py, joined before)
+    return os.fork()
+
+
 # -- reaping -----------------------------------------------------------------
 
 def others():
@@ -188,10 +201,13 @@ def child_status(pid):
 def spawn(argv, env, cwd):
     """Fork the command: its own session, the sandbox user, fds 0-2 only."""
     fds = [os.pipe(), os.pipe(), os.pipe()]
-    pid = os.fork()
+    pid = fork_child()
     if pid == 0:
         try:
             os.setsid()
+            if OWN_PID_NAMESPACES:
+                mount_own_proc(_libc)  # noqa: F821 (sandbox/command_namespace.py)
+                argv = [*INIT, *argv]  # noqa: F821
             become_sandbox_user()
             if ADDRESS_SPACE:
                 resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
@@ -517,7 +533,7 @@ def run_file_op(req, reader):
     host, whose verdict (the ACL, decided there) comes back before any change."""
     started = time.monotonic()
     up, down = os.pipe(), os.pipe()  # child to executor, executor to child
-    pid = os.fork()
+    pid = fork_child()
     if pid == 0:
         code = 0
         try:

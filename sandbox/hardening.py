@@ -4,6 +4,7 @@ field (used by ``escrow sandbox doctor`` and by the tests)."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from orchestrator.contract import Frozen
@@ -27,6 +28,11 @@ MAIN_USER = "0:0"
 # SETGID to become the sandbox user in each child, SETPCAP to empty that
 # child's bounding set first.
 EXECUTOR_CAPABILITIES = ("KILL", "SETGID", "SETPCAP", "SETUID")
+# Under gVisor the executor also holds SYS_ADMIN (gVisor's own, inside the
+# sandbox's kernel, not the host's), to give each child a PID namespace and
+# /proc of its own; a child gives it up with the rest before it runs
+# anything (sandbox/command_namespace.py says why).
+RUNSC_EXECUTOR_CAPABILITIES = ("SYS_ADMIN",)
 # Under gVisor the container's pids cgroup counts the sandbox kernel's host
 # tasks, not the guest's processes: on the ptrace platform a guest process
 # costs 8 to 11 host tasks (measured; bash and python3 fork bombs held to 128
@@ -94,9 +100,18 @@ class Hardening(Frozen):
 
     @property
     def main_command(self) -> list[str]:
-        """The executor and its one argument: each command's RLIMIT_AS, 0 for
-        none (under runc the cgroup holds the guest)."""
-        return [*self.command, str(self.memory_bytes if self.under_gvisor else 0)]
+        """The executor and its two arguments: each command's RLIMIT_AS, 0 for
+        none (under runc the cgroup holds the guest), and whether each child
+        gets a PID namespace (under runc Linux already refuses a command the
+        executor's /proc entries)."""
+        if self.under_gvisor:
+            return [*self.command, str(self.memory_bytes), "pidns"]
+        return [*self.command, "0", "-"]
+
+    @property
+    def start_capabilities(self) -> tuple[str, ...]:
+        """The capabilities the container's init and the executor hold."""
+        return (*self.capabilities, *(RUNSC_EXECUTOR_CAPABILITIES if self.under_gvisor else ()))
 
     @property
     def ulimits(self) -> list[dict[str, Any]]:
@@ -125,7 +140,7 @@ class Hardening(Frozen):
             "hostname": "sandbox",
             "network_mode": "bridge" if self.network else "none",
             "cap_drop": ["ALL"],
-            "cap_add": list(self.capabilities),
+            "cap_add": list(self.start_capabilities),
             "security_opt": ["no-new-privileges"],
             "privileged": False,
             "read_only": True,
@@ -160,7 +175,7 @@ def audit(inspect: dict[str, Any], spec: Hardening, run_id: str | None = None) -
         ("HostConfig.Runtime", spec.runtime, host.get("Runtime")),
         ("HostConfig.NetworkMode", "bridge" if spec.network else "none", host.get("NetworkMode")),
         ("HostConfig.CapDrop", ["ALL"], host.get("CapDrop")),
-        ("HostConfig.CapAdd", sorted(f"CAP_{c}" for c in spec.capabilities),
+        ("HostConfig.CapAdd", sorted(f"CAP_{c}" for c in spec.start_capabilities),
          sorted(c if c.startswith("CAP_") else f"CAP_{c}" for c in host.get("CapAdd") or [])),
         ("HostConfig.Privileged", False, host.get("Privileged")),
         ("HostConfig.SecurityOpt", ["no-new-privileges"], host.get("SecurityOpt")),
@@ -181,4 +196,13 @@ def audit(inspect: dict[str, Any], spec: Hardening, run_id: str | None = None) -
     ]
     if run_id is not None:
         checks.append(("Config.Labels." + LABEL_RUN, run_id, config.get("Labels", {}).get(LABEL_RUN)))
-    return [Finding(field=f, expected=repr(e), actual=repr(a), ok=e == a) for f, e, a in checks]
+    return [Finding(field=f, expected=_shown(e), actual=_shown(a), ok=e == a) for f, e, a in checks]
+
+
+def _shown(value: Any) -> str:
+    """repr, with a long argument (the executor's script) named by its size
+    and digest: a finding stays one readable line."""
+    if isinstance(value, list) and any(isinstance(v, str) and len(v) > 200 for v in value):
+        value = [f"<{len(v):,} characters, sha256 {hashlib.sha256(v.encode()).hexdigest()[:12]}>"
+                 if isinstance(v, str) and len(v) > 200 else v for v in value]
+    return repr(value)

@@ -84,13 +84,34 @@ escrow_setup_docker() {
     return 1
 }
 
-# gVisor's runsc, registered with dockerd as the runtime "runsc". Its network
-# is off (runsc refuses to start in the root network namespace here, and a
-# sandbox has no network anyway) and it runs on the ptrace platform (KVM hangs
-# here). daemon.json is merged, never overwritten, and dockerd reloads only
-# when it changed.
+# gVisor's runsc, registered with dockerd as the runtime "runsc": Debian's
+# package from bookworm-backports, pinned (bookworm's own 20221219 build was
+# about 20% slower a turn here and cannot give a command's mount namespace
+# a private root; sandbox/hardening.py says what that is for). Its network is
+# off (runsc refuses to start in the root network namespace here, and a
+# sandbox has no network anyway) and it runs on the ptrace platform: KVM
+# hangs here and systrap forks 2-3x slower (the executor forks a child per
+# tool call). daemon.json is merged, never overwritten, and dockerd reloads
+# only when it changed.
+RUNSC_VERSION="0.0~20240729.0-4~bpo12+2"
+escrow_setup_backports() {
+    local list=/etc/apt/sources.list.d/escrow-backports.sources uri
+    [ -f "$list" ] && return 0
+    uri="$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -n 1)"
+    printf 'Types: deb\nURIs: %s\nSuites: bookworm-backports\nComponents: main\nSigned-By: %s\n' \
+        "${uri:-http://deb.debian.org/debian}" /usr/share/keyrings/debian-archive-keyring.gpg > "$list"
+    _apt_updated=0
+}
+
 escrow_setup_runsc() {
-    apt_install runsc
+    if [ "$(dpkg-query -W -f='${Version}' runsc 2>/dev/null)" != "$RUNSC_VERSION" ]; then
+        escrow_setup_backports
+        say "apt-get update (bookworm-backports)"
+        apt-get update -qq
+        say "apt-get install runsc=$RUNSC_VERSION"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            "runsc=$RUNSC_VERSION" >/dev/null
+    fi
     local changed
     changed="$("$ESCROW_PY" - <<'PY'
 import json, pathlib

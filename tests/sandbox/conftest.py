@@ -30,7 +30,10 @@ def assert_hardened(docker_client, sandbox: Sandbox, policy: Policy) -> None:
     assert host["NetworkMode"] == "none"
     assert host["CapDrop"] == ["ALL"]
     # Only the executor's: kill(-1), becoming the sandbox user, emptying its bounding set.
-    assert sorted(host["CapAdd"]) == ["KILL", "SETGID", "SETPCAP", "SETUID"]
+    # Under gVisor the executor also holds gVisor's SYS_ADMIN, for its
+    # children's PID namespaces (sandbox/command_namespace.py).
+    extra = ["SYS_ADMIN"] if sandbox.spec.runtime == "runsc" else []
+    assert sorted(host["CapAdd"]) == sorted(["KILL", "SETGID", "SETPCAP", "SETUID", *extra])
     assert host["Privileged"] is False
     assert host["SecurityOpt"] == ["no-new-privileges"]
     assert config["User"] == "0:0"  # init and the executor; commands run as 1000:1000, without capabilities
@@ -50,7 +53,10 @@ def assert_hardened(docker_client, sandbox: Sandbox, policy: Policy) -> None:
     else:
         assert "nproc" not in limits
         assert host["PidsLimit"] == r.pids
-    command_memory = config["Cmd"][-1]  # the executor's argument: each command's RLIMIT_AS
+    # The executor's arguments: each command's RLIMIT_AS, and whether each
+    # child gets a PID namespace of its own.
+    command_memory, namespaces = config["Cmd"][-2:]
+    assert namespaces == ("pidns" if sandbox.spec.runtime == "runsc" else "-")
     if sandbox.spec.runtime == "runsc":
         # Each command is held to the policy's memory; the cgroup adds gVisor's
         # kernel share, 4 MiB a process and 128 MiB.

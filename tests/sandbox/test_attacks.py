@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -214,8 +215,9 @@ CONTAINED = {  # command -> marker that would prove an escape
     "chroot": ("chroot / true && echo ESCAPED", "ESCAPED"),
     "sysctl": ("echo 1 > /proc/sys/kernel/sysrq && echo ESCAPED", "ESCAPED"),
     # Root runs init and the executor only, and no process of the sandbox user holds a capability.
-    "root-process": ("ps -eo user=,pid= | awk '$1==\"root\" && $2!=1' | wc -l | grep -vx 1 && echo ESCAPED",
-                     "ESCAPED"),
+    # No root process but init and the executor (under gVisor a command sees neither).
+    "root-process": ("ps -eo user=,pid=,args= | awk '$1==\"root\" && $2!=1 && $0 !~ / escrow-executor [0-9]+ /' "
+                     "| grep -q . && echo ESCAPED", "ESCAPED"),
     "capable-process": ("grep -l '^Uid:.*1000' /proc/[0-9]*/status 2>/dev/null | xargs grep -h -E "
                         "'^Cap(Eff|Prm|Inh|Amb):' | grep -v 0000000000000000 && echo ESCAPED", "ESCAPED"),
     "caps": ("grep -E 'Cap(Eff|Prm|Bnd):' /proc/self/status | grep -v 0000000000000000 && echo ESCAPED", "ESCAPED"),
@@ -342,7 +344,10 @@ def _init_identity(docker_client, box: ToolBox) -> tuple[str, str, int]:
     """The container's start and restart count, and PID 1's start time: all
     unchanged only if init (and so the container) survived."""
     state = docker_client.api.inspect_container(box.sandbox.container.id)
-    started = bash(box, "cut -d' ' -f22 /proc/1/stat").observation.strip()
+    # As root by docker exec: under gVisor a command's pid 1 is its own init.
+    code, out = box.sandbox.container.exec_run(["cut", "-d", " ", "-f22", "/proc/1/stat"], user="0")
+    assert code == 0, out
+    started = out.decode().strip()
     return state["State"]["StartedAt"], started, state["RestartCount"]
 
 
@@ -388,7 +393,8 @@ def test_attack_count():
         text=True,
         timeout=120,
     )
-    ids = [line for line in collected.stdout.splitlines() if "::test_" in line]
+    # One attack per table entry, however many runtimes each runs under.
+    ids = {re.sub(r"\[(runc|runsc)-", "[", line) for line in collected.stdout.splitlines() if "::test_" in line}
     per_test = Counter(i.split("::", 1)[1].split("[", 1)[0] for i in ids)
     tables = {"test_acl_denies_before_docker": DENIED, "test_schema_rejects": SCHEMA,
               "test_planted_symlink_refused_inside": SYMLINK_PLANTS, "test_contained_commands": CONTAINED,

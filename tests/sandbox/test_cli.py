@@ -50,6 +50,19 @@ def test_doctor_json_reports_every_check_ok(sandbox_image):
 
 
 @pytest.mark.docker
+def test_doctor_reads_at_80_columns_in_a_pipe(sandbox_image):
+    """Piped, the report is 80 columns wide: long details (the executor's
+    argv, the tmpfs options) wrap whole, and the script is named by digest."""
+    proc = run_escrow("sandbox", "doctor", "--image", sandbox_image, COLUMNS="80")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80, [line for line in lines if len(line) > 80]
+    shown = " ".join(line.strip() for line in lines)
+    assert "characters, sha256" in shown and "import ctypes" not in shown
+    assert "/workspace':" in shown and "uid=1000,gid=1000,mode=0755'}" in shown
+
+
+@pytest.mark.docker
 def test_build_reuses_existing_image(sandbox_image):
     result = CliRunner().invoke(app, ["sandbox", "build", "--image", sandbox_image, "--json"])
     assert result.exit_code == 0, result.output

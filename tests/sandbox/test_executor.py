@@ -19,6 +19,7 @@ import pytest
 from orchestrator.toolset import TOOLS
 from policies import Effect, decide, default_policy
 from sandbox import ExecLimits, Sandbox, ToolBox
+from sandbox.doctor import executor_capability_mask
 from sandbox.errors import ExecutorBroken
 from sandbox.executor import ExecutorChannel
 from tests.sandbox.conftest import assert_hardened
@@ -58,14 +59,23 @@ def alive(box: ToolBox) -> bool:
     return box.sandbox.bash("echo alive", LIMITS).stdout.text() == "alive\n"
 
 
-def test_the_executor_is_root_with_only_its_capabilities_and_commands_hold_none(box):
+def as_root(box: ToolBox, command: str) -> str:
+    """``command`` by docker exec as root: outside every command's namespaces."""
+    code, out = box.sandbox.container.exec_run(["sh", "-c", command], user="0")
+    assert code == 0, out
+    return out.decode()
+
+
+def test_the_executor_is_root_with_only_its_capabilities_and_commands_hold_none(box, sandbox_runtime):
     pid = box.sandbox.channel.pid
-    shown = bash(box, f"grep -E '^(Uid|CapEff|CapBnd):' /proc/{pid}/status; echo --; "
-                      "grep -E '^(Uid|Cap[A-Za-z]+):' /proc/self/status")
-    executor, _, command = shown.partition("--")
+    executor = as_root(box, f"grep -E '^(Uid|CapEff|CapBnd):' /proc/{pid}/status")
+    command = bash(box, "grep -E '^(Uid|Cap[A-Za-z]+):' /proc/self/status")
     assert "Uid:\t0\t0\t0\t0" in executor
-    # KILL (5), SETGID (6), SETUID (7), SETPCAP (8): nothing else.
-    assert "CapEff:\t00000000000001e0" in executor and "CapBnd:\t00000000000001e0" in executor
+    # KILL (5), SETGID (6), SETUID (7), SETPCAP (8), and under gVisor
+    # SYS_ADMIN (21, gVisor's own, for the commands' PID namespaces): nothing else.
+    caps = "00000000002001e0" if sandbox_runtime == "runsc" else "00000000000001e0"
+    assert executor_capability_mask(box.sandbox.spec.start_capabilities) == caps
+    assert f"CapEff:\t{caps}" in executor and f"CapBnd:\t{caps}" in executor
     assert "Uid:\t1000\t1000\t1000\t1000" in command
     for line in [line for line in command.splitlines() if line.startswith("Cap")]:
         assert line.endswith("0000000000000000"), line
@@ -81,7 +91,7 @@ def test_a_command_cannot_signal_the_executor(box, attack):
     bash(box, attack.format(pid=pid))
     assert alive(box)
     assert box.sandbox.channel.pid == pid
-    assert f"{pid} " in bash(box, f"cat /proc/{pid}/stat")  # the same process, still there
+    assert f"{pid} " in as_root(box, f"cat /proc/{pid}/stat")  # the same process, still there
 
 
 PTRACE = ("python3 -c \"import ctypes,os,sys; libc=ctypes.CDLL(None, use_errno=True); "
@@ -99,15 +109,76 @@ def test_a_command_cannot_trace_the_executor(box, request_code):
 @pytest.mark.parametrize("path", ["fd/0", "fd/1", "mem", "environ", "maps", "root/proc/self/status", "cwd/.",
                                   "syscall", "stack", "pagemap"])
 def test_a_command_cannot_read_the_executors_proc_files(box, path):
-    pid = box.sandbox.channel.pid
-    shown = bash(box, f"head -c 64 /proc/{pid}/{path} >/dev/null 2>&1 && echo READ; true")
+    where = executor_seen_at(box)
+    if where is None:
+        return  # not in the command's /proc at all (test_no_process_a_command_sees_is_the_executor)
+    shown = bash(box, f"head -c 64 {where}/{path} >/dev/null 2>&1 && echo READ; true")
     assert "READ" not in shown
+
+
+# The executor's and init's entries by other names: gVisor's /proc reads
+# "0<pid>" as <pid> (Linux refuses a leading zero); threads have their own.
+# Under gVisor a command's /proc is its own namespace's, where the same
+# numbers name its own processes: so what it reads is compared with what the
+# executor's (or init's) entry holds, as root sees it from outside.
+PROC_VIEWS = {"environ": "cat {} | base64 -w0", "maps": "cat {} | base64 -w0",
+              "fd": "for f in {}/*; do readlink $f; done"}
+ALIASES = ["{pid}", "0{pid}", "00{pid}", "{pid}/task/{pid}", "self/../{pid}", "thread-self/../../{pid}"]
+
+
+# Init's maps are left out: under gVisor a command's pid 1 is its own tini,
+# the same binary as the container's init.
+REACHES = [(view, name) for view in sorted(PROC_VIEWS) for name in ALIASES] + [
+    (view, alias.replace("{pid}", "1")) for view in ("environ", "fd") for alias in ALIASES]
+
+
+@pytest.mark.parametrize(("view", "name"), REACHES)
+def test_a_command_cannot_reach_the_executors_proc_by_another_name(box, view, name):
+    pid = box.sandbox.channel.pid
+    target = "1" if "{pid}" not in name else str(pid)
+    held = as_root(box, PROC_VIEWS[view].format(f"/proc/{target}/{view}") + " 2>/dev/null; true")
+    assert held.strip()
+    reached = bash(box, PROC_VIEWS[view].format(f"/proc/{name.format(pid=pid)}/{view}") + " 2>/dev/null; true")
+    assert held.strip() not in reached
 
 
 @pytest.mark.parametrize("path", ["fd", "root/", "cwd/", "fdinfo", "map_files"])
 def test_a_command_cannot_list_the_executors_proc_directories(box, path):
+    where = executor_seen_at(box)
+    if where is None:
+        return  # not in the command's /proc at all (test_no_process_a_command_sees_is_the_executor)
+    assert "LISTED" not in bash(box, f"ls {where}/{path} >/dev/null 2>&1 && echo LISTED; true")
+
+
+def executor_seen_at(box: ToolBox) -> str | None:
+    """The executor's /proc directory as a command names it; None under
+    gVisor, where the command's PID namespace holds only its own processes
+    (and the executor's number may name one of them)."""
     pid = box.sandbox.channel.pid
-    assert "LISTED" not in bash(box, f"ls /proc/{pid}/{path} >/dev/null 2>&1 && echo LISTED; true")
+    if "IS-EXECUTOR" in bash(box, f"tr '\\0' '\\n' < /proc/{pid}/cmdline | grep -qx escrow-executor "
+                                  "&& echo IS-EXECUTOR"):
+        return f"/proc/{pid}"
+    assert box.sandbox.spec.runtime == "runsc"
+    return None
+
+
+def test_no_process_a_command_sees_is_the_executor_or_init(box, sandbox_runtime):
+    """Under gVisor a command's /proc is its own PID namespace's; under runc
+    it sees the container's (and Linux refuses it the entries tested above)."""
+    pid = box.sandbox.channel.pid
+    # Each process: its number, owner, whether its argv names the executor
+    # (init's holds the executor's too), its program.
+    shown = bash(box, "for d in /proc/[0-9]*; do echo \"${d#/proc/} $(stat -c %u $d) "
+                      "$(tr '\\0' '\\n' < $d/cmdline 2>/dev/null | grep -cx escrow-executor) "
+                      "$(tr '\\0' '\\n' < $d/cmdline 2>/dev/null | head -n 1)\"; done")
+    seen = {int(line.split()[0]): line for line in shown.splitlines() if line.split()[:1] and line.split()[0].isdigit()}
+    executor = [line for line in seen.values() if line.split()[2] == "1"]
+    root_owned = [line for line in seen.values() if line.split()[1] == "0"]
+    if sandbox_runtime == "runsc":
+        assert not executor and not root_owned, shown
+        assert "docker-init" in seen[1]  # the namespace's own init, the sandbox user's
+    else:
+        assert pid in seen and root_owned and f"{pid} 0 1 /usr/bin/python3" in executor
 
 
 @pytest.mark.parametrize("target", ["fd/0", "fd/1", "mem"])
@@ -125,7 +196,7 @@ def test_a_command_inherits_no_descriptor_of_the_executor(box, docker_client):
     code, out = box.sandbox.container.exec_run(["sh", "-c", f"for f in /proc/{pid}/fd/*; do readlink $f; done"],
                                                user="0")
     assert code == 0, out
-    executor_fds = {line for line in out.decode().splitlines() if line.startswith(("pipe:", "socket:"))}
+    executor_fds = {line for line in out.decode().splitlines() if line.startswith(("pipe:", "socket:", "host:"))}
     assert executor_fds
     shown = bash(box, "python3 -c \"import os; d='/proc/self/fd'; fds=sorted(int(f) for f in os.listdir(d)); "
                       "print(fds); [print(os.readlink(f'{d}/{f}')) for f in fds if f < 3]\"")
