@@ -12,7 +12,10 @@ once (an instant model): the example tasks as a batch on 2 workers (each
 task reads its file --explore-turns times, then writes its fix and submits),
 once per runtime. Printed: the batch's wall time, and a whole turn, the
 median over the runs of (run end - sandbox up) / turns, so the sandbox start
-and the verification's own container are in the batch row, not the turn.
+is in the batch row and the verification (its fresh container and the
+verifier) in the turn; then where a run's time goes: its tool calls, its
+verifier command, and the rest (the verifier's container, the patch's
+export, the orchestrator's own work).
 
 Usage: .venv/bin/python bench/bench_runtime.py [--n 10] [--tasks 13] [--image TAG]
 """
@@ -103,14 +106,18 @@ def batch_rows(tasks: int, explore: int, image: str) -> None:
     """The example tasks on 2 workers under each runtime, an instant model."""
     scripts = paced_scripts(tokens_per_s=1e9, ttft_s=0.0, reasoning_tokens=0, explore=explore)
     walls: dict[str, float] = {}
-    turns: dict[str, float] = {}
+    phases: dict[str, dict[str, float]] = {}
     passed: dict[str, int] = {}
     for runtime in RUNTIMES:
-        wall, results, phases = one_pool(2, tasks, scripts, image, runtime)
-        walls[runtime], turns[runtime] = wall, phases["turn"]
+        wall, results, phases[runtime] = one_pool(2, tasks, scripts, image, runtime)
+        walls[runtime] = wall
         passed[runtime] = sum(r.verdict == "PASS" for r in results)
-    print(f"{'whole turn (median of runs)':<28}{turns['runc']:>10.3f}{turns['runsc']:>10.3f}"
-          f"{turns['runsc'] / turns['runc']:>11.2f}x")
+    # Where a run's time goes (bench_batch.timeline's phases): the turn is
+    # (run end - sandbox up) / model calls, so its verification is in it.
+    for name, label in (("turn", "whole turn (median of runs)"), ("tools", "  a run's tool calls"),
+                        ("verify", "  a run's verifier command"), ("rest", "  a run's other work")):
+        runc, runsc = phases["runc"][name], phases["runsc"][name]
+        print(f"{label:<28}{runc:>10.3f}{runsc:>10.3f}{runsc / runc:>11.2f}x")
     label = f"{tasks}-task batch, 2 workers"
     print(f"{label:<28}{walls['runc']:>10.1f}{walls['runsc']:>10.1f}{walls['runsc'] / walls['runc']:>11.2f}x")
     print(f"passed: runc {passed['runc']}/{tasks}, runsc {passed['runsc']}/{tasks}")

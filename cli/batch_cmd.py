@@ -105,8 +105,8 @@ def batch(
                                  help="auto, server, or a tiktoken encoding such as cl100k_base."),
     stream: bool = typer.Option(None, "--stream/--no-stream", help="Stream responses (SSE) or not."),
     runtime: str = typer.Option(None, "--runtime", metavar=choices(RUNTIME_CHOICES),
-                                help="The sandbox's kernel: runc (the host's; the default), runsc "
-                                "(gVisor), or auto (runsc when dockerd has it)."),
+                                help="The sandbox's kernel: auto (the default: runsc when dockerd "
+                                "has it, else runc), runsc (gVisor) or runc (the host's)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
     html: Path = typer.Option(None, "--html", help="Also write the report as one self-contained HTML file."),
     wide: bool = typer.Option(False, "--wide", help="Show every column (tables stacked to fit the width)."),

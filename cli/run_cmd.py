@@ -71,8 +71,8 @@ def run(
                                  help="auto, server, or a tiktoken encoding such as cl100k_base."),
     stream: bool = typer.Option(None, "--stream/--no-stream", help="Stream responses (SSE) or not."),
     runtime: str = typer.Option(None, "--runtime", metavar=choices(RUNTIME_CHOICES),
-                                help="The sandbox's kernel: runc (the host's; the default), runsc "
-                                "(gVisor), or auto (runsc when dockerd has it)."),
+                                help="The sandbox's kernel: auto (the default: runsc when dockerd "
+                                "has it, else runc), runsc (gVisor) or runc (the host's)."),
     apply: bool = typer.Option(False, "--apply", help="Apply the patch to --repo when the verdict is PASS."),
     json_out: bool = typer.Option(False, "--json", help="Print the outcome as JSON on stdout."),
     plain: bool = typer.Option(False, "--plain", help="One line per event, even on a terminal."),

@@ -36,12 +36,11 @@ class Settings(BaseModel):
     api_key: str | None = None
     policy: Path | None = None
     sandbox_image: str = DEFAULT_SANDBOX_IMAGE
-    # runc stays the default until the executor's guarantees hold under runsc
-    # too (docs/SANDBOX.md, "gVisor": under runsc the executor dies in the
-    # attack suite, and a command can list its descriptors).
-    sandbox_runtime: RuntimeWanted = Field(default="runc", description=(
-        "The sandbox's OCI runtime: runc (the host's kernel; the default), runsc (gVisor's user-space kernel), "
-        "or auto: runsc when dockerd has it, else runc (ESCROW_SANDBOX_RUNTIME, --runtime)."))
+    # auto: gVisor wherever dockerd has it (scripts/setup.sh registers it), as
+    # the sandbox's guarantees hold under both (docs/SANDBOX.md, "Runtimes").
+    sandbox_runtime: RuntimeWanted = Field(default="auto", description=(
+        "The sandbox's OCI runtime: auto (the default: runsc when dockerd has it, else runc), runsc (gVisor's "
+        "user-space kernel) or runc (the host's kernel) (ESCROW_SANDBOX_RUNTIME, --runtime)."))
     docker_host: str | None = None
     tool_protocol: str = "native"
     system_role: str = "system"

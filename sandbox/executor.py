@@ -25,11 +25,13 @@ from typing import Any, NoReturn, cast
 from orchestrator.contract import Frozen
 from sandbox.errors import ExecutorBroken
 
-# The in-container script: the command filter's and the namespaces' modules,
-# then the executor (which calls their install_command_filter,
-# next_child_in_new_pid_namespace and mount_own_proc); all stdlib only.
+# The in-container script: the command filter's, the namespaces' and the
+# guest watch's modules, then the executor (which calls their
+# install_command_filter, next_child_in_new_pid_namespace, mount_own_proc,
+# over_memory and at_process_limit); all stdlib only.
 SOURCE = "\n".join(resources.files("sandbox").joinpath(name).read_text(encoding="utf-8")
-                   for name in ("command_seccomp.py", "command_namespace.py", "executor_script.py"))
+                   for name in ("command_seccomp.py", "command_namespace.py", "guest_watch.py",
+                                "executor_script.py"))
 COMMAND = ["/usr/bin/python3", "-I", "-S", "-c", SOURCE, "escrow-executor"]
 
 _HEADER = struct.Struct(">BI")

@@ -46,11 +46,17 @@ PENDING_CAP = 4 << 20  # stdin held for a slow command before the host is read n
 SKIP_DIRS = {".git"}
 MAX_LINKS = 40
 
-# The host's two arguments (sandbox/hardening.py says why each differs
-# under gVisor): each command's RLIMIT_AS in bytes, 0 for none, and "pidns"
-# to give each child a PID namespace and /proc of its own
-# (sandbox/command_namespace.py).
+# The host's arguments (sandbox/hardening.py says why each differs under
+# gVisor): the policy's memory in bytes, 0 for none (each command's
+# RLIMIT_AS, and the most the guest may use while a command runs: gVisor has
+# no OOM killer, and a guest over the cgroup ends the whole sandbox);
+# "pidns" to give each child a PID namespace and /proc of its own
+# (sandbox/command_namespace.py); and the policy's processes, 0 for none
+# (under gVisor a command that holds them all is a fork bomb whose churn of
+# host tasks would end the sandbox's kernel: it is killed).
 ADDRESS_SPACE = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+PROCESSES = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+WATCH_S = 0.02  # how often the guest's memory and processes are read while a command runs
 OWN_PID_NAMESPACES = len(sys.argv) > 3 and sys.argv[3] == "pidns"
 _libc = ctypes.CDLL(None, use_errno=True)
 _out = sys.stdout.buffer.raw if hasattr(sys.stdout.buffer, "raw") else sys.stdout.buffer
@@ -244,10 +250,24 @@ def run_command(req, reader):
     flood_bytes = int(req["flood_bytes"])
     produced = 0
     status = None
-    ending = None  # timeout | flood | cancel
+    ending = None  # timeout | flood | cancel | memory | processes
     kill_at = None
+    watched = started
     while readers or status is None:
         now = time.monotonic()
+        if ending is None and status is None and now - watched >= WATCH_S:
+            watched = now
+            # over_memory and at_process_limit: sandbox/guest_watch.py, joined before.
+            ending = ("memory" if over_memory(ADDRESS_SPACE) else  # noqa: F821
+                      "processes" if at_process_limit(PROCESSES) else None)  # noqa: F821
+            if ending is not None:
+                # As the OOM killer would under runc: the command's processes
+                # go (every one: kill(-1)), the sandbox stays.
+                reap_all()
+                spent = (f"memory ({ADDRESS_SPACE >> 20} MiB)" if ending == "memory"
+                         else f"processes ({PROCESSES})")
+                send("X", f"escrow: the sandbox's {spent} ran out; every process of this command was killed\n"
+                     .encode())
         if ending is None and now >= deadline:
             ending = "timeout"
             kill_at = now + TERM_GRACE_S
@@ -269,7 +289,7 @@ def run_command(req, reader):
             break
         waits = [reader.fd, *readers] if len(pending) < PENDING_CAP else list(readers)
         writes = [stdin_w] if stdin_w is not None and pending else []
-        timeout = 0.05 if status is None else 0.5
+        timeout = WATCH_S if status is None and ADDRESS_SPACE else 0.05 if status is None else 0.5
         if ending is None:
             timeout = min(timeout, max(deadline - now, 0))
         ready_r, ready_w, _ = select.select(waits, writes, [], timeout)
@@ -314,6 +334,8 @@ def run_command(req, reader):
         code = None
     elif ending == "timeout":
         code = 124
+    elif ending in ("memory", "processes"):
+        code = 137
     elif os.WIFSIGNALED(status):
         code = 128 + os.WTERMSIG(status)
     else:

@@ -35,14 +35,16 @@ EXECUTOR_CAPABILITIES = ("KILL", "SETGID", "SETPCAP", "SETUID")
 RUNSC_EXECUTOR_CAPABILITIES = ("SYS_ADMIN",)
 # Under gVisor the container's pids cgroup counts the sandbox kernel's host
 # tasks, not the guest's processes: on the ptrace platform a guest process
-# costs 8 to 11 host tasks (measured; bash and python3 fork bombs held to 128
-# processes peaked at about 1,000 to 1,400), so a cgroup sized for the guest
-# kills the whole sandbox when its kernel cannot start one. There the guest's
+# costs up to about 18 host tasks (measured under runsc 0.0~20240729: a bash
+# fork bomb held to 128 processes peaked at 1,500 to 2,260, and past 16 a
+# process the sandbox's kernel panicked, "error initializing first thread:
+# resource temporarily unavailable"), so a cgroup sized for the guest kills
+# the whole sandbox when its kernel cannot start one. There the guest's
 # limit is RLIMIT_NPROC, which gVisor's kernel enforces for the sandbox user,
 # and the cgroup bounds the sandbox as a whole. Under runc RLIMIT_NPROC would
 # count every process of uid 1000 on the host, across sandboxes: the cgroup
 # is the guest's limit there.
-RUNSC_HOST_TASKS_PER_PROCESS = 16
+RUNSC_HOST_TASKS_PER_PROCESS = 32
 RUNSC_HOST_TASKS_BASE = 128
 # Memory under gVisor: the cgroup holds the sandbox's kernel too, and a
 # guest over it would end the whole sandbox (the host's OOM killer takes the
@@ -100,13 +102,14 @@ class Hardening(Frozen):
 
     @property
     def main_command(self) -> list[str]:
-        """The executor and its two arguments: each command's RLIMIT_AS, 0 for
-        none (under runc the cgroup holds the guest), and whether each child
-        gets a PID namespace (under runc Linux already refuses a command the
+        """The executor and its arguments: the memory it holds each command and
+        the guest to, whether each child gets a PID namespace, and the
+        processes at which it kills a command; under runc none of them (the
+        cgroups hold the guest, and Linux already refuses a command the
         executor's /proc entries)."""
         if self.under_gvisor:
-            return [*self.command, str(self.memory_bytes), "pidns"]
-        return [*self.command, "0", "-"]
+            return [*self.command, str(self.memory_bytes), "pidns", str(self.pids)]
+        return [*self.command, "0", "-", "0"]
 
     @property
     def start_capabilities(self) -> tuple[str, ...]:

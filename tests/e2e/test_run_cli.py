@@ -187,15 +187,20 @@ def test_cli_apply_refuses_a_ci_patch_with_exit_77(tmp_path, repo, fault: FaultS
     assert (repo / "calc.py").read_text() == before and not (repo / ".github").exists()
 
 
-@pytest.mark.parametrize("runtime", ["runsc", "runc"])
+# None: no --runtime, so the default (auto), which is runsc wherever dockerd
+# has it, as in CI (the default_runtime fixture fails CI without it).
+@pytest.mark.parametrize("asked", ["runsc", "runc", None], ids=["runsc", "runc", "default"])
 def test_a_run_under_a_runtime_passes_records_it_and_show_prints_it(tmp_path, repo, fault: FaultServer,
-                                                                    sandbox_image, runtime):
+                                                                    sandbox_image, asked, default_runtime,
+                                                                    monkeypatch):
+    runtime = asked or default_runtime
     fault.script([
         tool("bash", command="dmesg | head -1"),
         tool("edit_file", path="calc.py", old="(len(values) + 1)", new="len(values)"),
         tool("submit", summary="fixed"),
     ])
-    proc = escrow_run(tmp_path / "home", repo, fault.base_url, "--runtime", runtime)
+    monkeypatch.delenv("ESCROW_SANDBOX_RUNTIME", raising=False)
+    proc = escrow_run(tmp_path / "home", repo, fault.base_url, *(("--runtime", asked) if asked else ()))
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err
     run_id = json.loads(out)["run_id"]

@@ -64,11 +64,11 @@ def test_under_runsc_the_guest_is_held_by_nproc_and_the_cgroup_bounds_the_sandbo
     runc, runsc = Hardening(image="img", pids=100), Hardening(image="img", pids=100, runtime="runsc")
     assert runc.create_kwargs({})["pids_limit"] == 100
     assert "nproc" not in {u["Name"] for u in runc.create_kwargs({})["ulimits"]}
-    assert runsc.create_kwargs({})["pids_limit"] == 100 * 16 + 128
+    assert runsc.create_kwargs({})["pids_limit"] == 100 * 32 + 128
     assert {"Name": "nproc", "Soft": 100, "Hard": 100} in runsc.create_kwargs({})["ulimits"]
     # Memory: each command's address space is the policy's; the cgroup adds gVisor's share.
-    assert runc.create_kwargs({})["command"][-2] == "0" and runc.create_kwargs({})["mem_limit"] == runc.memory_bytes
-    assert runsc.create_kwargs({})["command"][-2] == str(runsc.memory_bytes)
+    assert runc.create_kwargs({})["command"][-3] == "0" and runc.create_kwargs({})["mem_limit"] == runc.memory_bytes
+    assert runsc.create_kwargs({})["command"][-3] == str(runsc.memory_bytes)
     assert runsc.create_kwargs({})["mem_limit"] == runsc.memory_bytes + (100 * 4 + 128) * 2**20
 
 

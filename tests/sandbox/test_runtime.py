@@ -137,3 +137,33 @@ def test_dockerd_runs_the_pinned_runsc_on_the_ptrace_platform(docker_client, san
     assert b"Starting gVisor" in shown
     version = subprocess.run(["/usr/bin/runsc", "--version"], capture_output=True, text=True).stdout
     assert pinned.split("-")[0] in version  # 0.0~20240729.0
+
+
+# Processes that each stay under the policy's memory but together pass it:
+# under runc the cgroup's OOM killer takes one; gVisor has none, so the
+# executor watches the guest's own account and kills the command's processes
+# at the policy's memory, well before the cgroup (which adds gVisor's kernel
+# share) would end the whole sandbox.
+MANY = ("for i in $(seq {n}); do python3 -c \"x = bytearray({mb} * 2**20); import time; time.sleep(3)\" & done; "
+        "wait; echo finished")
+
+
+@pytest.mark.parametrize(("n", "mb"), [(12, 100), (3, 400)], ids=["12x100MB", "3x400MB"])
+def test_under_runsc_a_guest_over_the_memory_loses_its_command_not_the_sandbox(docker_client, sandbox_image, runsc,
+                                                                                tmp_path, n, mb):
+    (tmp_path / "a.txt").write_text("a\n")
+    with Sandbox.start(docker_client, sandbox_image, default_policy(), tmp_path, runtime="runsc",
+                       run_id=f"rt-{uuid.uuid4().hex[:12]}") as sandbox:
+        outcome = sandbox.bash(MANY.format(n=n, mb=mb), ExecLimits(timeout_s=30, stdout_cap=8192, stderr_cap=8192))
+        assert outcome.exit_code == 137 and "finished" not in outcome.stdout.text()
+        assert "memory (1024 MiB) ran out" in outcome.stderr.text()
+        assert sandbox.bash("echo alive", LIMITS).stdout.text() == "alive\n"
+        assert sandbox.inspect()["State"]["Running"] is True
+
+
+def test_under_runsc_a_command_under_the_memory_is_left_alone(docker_client, sandbox_image, runsc, tmp_path):
+    (tmp_path / "a.txt").write_text("a\n")
+    with Sandbox.start(docker_client, sandbox_image, default_policy(), tmp_path, runtime="runsc",
+                       run_id=f"rt-{uuid.uuid4().hex[:12]}") as sandbox:
+        outcome = sandbox.bash(MANY.format(n=3, mb=150), ExecLimits(timeout_s=30, stdout_cap=8192, stderr_cap=8192))
+        assert (outcome.exit_code, outcome.stdout.text()) == (0, "finished\n"), outcome.stderr.text()
