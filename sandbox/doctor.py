@@ -18,7 +18,8 @@ from sandbox.container import Sandbox
 from sandbox.daemon import require_image
 from sandbox.errors import SandboxError
 from sandbox.execution import ExecLimits
-from sandbox.hardening import audit
+from sandbox.executor import FIND_EXECUTOR
+from sandbox.hardening import audit, capability_mask
 from sandbox.runtime import RuntimeChoice
 from sandbox.toolbox import ToolBox
 from sandbox.workspace import repo_files
@@ -153,23 +154,10 @@ def exit_checks(sandbox: Sandbox) -> list[Check]:
     ]
 
 
-# The executor's capabilities by bit: KILL, SETGID, SETUID, SETPCAP, and
-# under gVisor SYS_ADMIN (sandbox/hardening.py); and no more.
-_CAP_BITS = {"KILL": 5, "SETGID": 6, "SETUID": 7, "SETPCAP": 8, "SYS_ADMIN": 21}
-
-
-def executor_capability_mask(capabilities: tuple[str, ...]) -> str:
-    """``/proc/PID/status``'s hex for exactly these capabilities."""
-    return f"{sum(1 << _CAP_BITS[name] for name in capabilities):016x}"
-
-
 # From a command. Under gVisor the command's PID namespace holds only its
 # own processes, where the executor's number may name one of them: so the
 # probe first finds the executor by its argv, and attacks it only there.
 _EXECUTOR_PROBE = r"""
-seen=$(for d in /proc/[0-9]*; do
-  tr '\0' '\n' < $d/cmdline 2>/dev/null | sed -n '1p;/^escrow-executor$/p' | tr '\n' ' ' \
-    | grep -qx '/usr/bin/python3 escrow-executor ' && echo ${{d#/proc/}}; done)
 echo "executor_seen=$(echo $seen)"
 if [ "$seen" = "{pid}" ]; then
 p={pid}
@@ -195,7 +183,7 @@ def _executor_checks(sandbox: Sandbox) -> list[Check]:
     (uid 1000, no capability) can neither signal, trace nor read it."""
     limits = ExecLimits(timeout_s=20, stdout_cap=4096, stderr_cap=1024)
     pid = sandbox.channel.pid
-    probe = sandbox.bash(_EXECUTOR_PROBE.format(pid=pid), limits)
+    probe = sandbox.bash(f"seen=$({FIND_EXECUTOR})" + _EXECUTOR_PROBE.format(pid=pid), limits)
     values = dict(line.split("=", 1) for line in probe.stdout.text().splitlines() if "=" in line)
     after = sandbox.bash("echo alive", limits).stdout.text() == "alive\n"
     # Its identity as root sees it, from outside the commands' namespaces.
@@ -203,7 +191,7 @@ def _executor_checks(sandbox: Sandbox) -> list[Check]:
         ["awk", '/^(Uid|CapEff|CapBnd):/ {printf "%s%s ", $1, $2}', f"/proc/{pid}/status"], user="0:0")
     status = shown.decode(errors="replace") or "<missing>"
     proc = tuple(values.get(f"executor_{name}") for name in ("fds", "mem", "environ", "maps"))
-    held = executor_capability_mask(sandbox.spec.start_capabilities)
+    held = capability_mask(sandbox.spec.start_capabilities)
     expected_status = f"Uid:0 CapEff:{held} CapBnd:{held} "
     fds = values.get("command_fds", "").split()
     return [

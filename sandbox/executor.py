@@ -33,6 +33,13 @@ SOURCE = "\n".join(resources.files("sandbox").joinpath(name).read_text(encoding=
                    for name in ("command_seccomp.py", "command_namespace.py", "guest_watch.py",
                                 "executor_script.py"))
 COMMAND = ["/usr/bin/python3", "-I", "-S", "-c", SOURCE, "escrow-executor"]
+# A shell loop that prints, one a line, the number of each process whose
+# argv is the executor's (its program and its last word): how a command
+# finds the executor, in the doctor's probe and the tests, rather than
+# trusting a number (under gVisor a command's PID namespace numbers its own).
+FIND_EXECUTOR = (r"for d in /proc/[0-9]*; do tr '\0' '\n' < $d/cmdline 2>/dev/null "
+                 rf"| sed -n '1p;/^{COMMAND[-1]}$/p' | tr '\n' ' ' "
+                 rf"| grep -qx '{COMMAND[0]} {COMMAND[-1]} ' && echo ${{d#/proc/}}; done")
 
 _HEADER = struct.Struct(">BI")
 _DOCKER_HEADER = struct.Struct(">BxxxI")

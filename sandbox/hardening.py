@@ -28,6 +28,14 @@ MAIN_USER = "0:0"
 # SETGID to become the sandbox user in each child, SETPCAP to empty that
 # child's bounding set first.
 EXECUTOR_CAPABILITIES = ("KILL", "SETGID", "SETPCAP", "SETUID")
+# Each capability's bit in /proc/PID/status's masks (linux/capability.h).
+CAPABILITY_BITS = {"KILL": 5, "SETGID": 6, "SETUID": 7, "SETPCAP": 8, "SYS_ADMIN": 21}
+
+
+def capability_mask(capabilities: tuple[str, ...]) -> str:
+    """``/proc/PID/status``'s hex for exactly these capabilities."""
+    return f"{sum(1 << CAPABILITY_BITS[name] for name in capabilities):016x}"
+
 # Under gVisor the executor also holds SYS_ADMIN (gVisor's own, inside the
 # sandbox's kernel, not the host's), to give each child a PID namespace and
 # /proc of its own; a child gives it up with the rest before it runs

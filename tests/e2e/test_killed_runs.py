@@ -33,6 +33,7 @@ from cli.view.app import create_app
 from orchestrator.fault_server import FaultServer, Reply
 from sandbox.hardening import LABEL_ROLE, LABEL_RUN
 from store import Store
+from tests.container_processes import commands_in
 from tests.replay.test_killed_run import EXAMPLE, tool
 
 pytestmark = [pytest.mark.docker]
@@ -108,14 +109,8 @@ def wait_until(proc: subprocess.Popen, reached: Callable[[], bool], what: str) -
 def container_runs(docker_client, text: str) -> Callable[[], bool]:
     """Whether a sandbox (of any owner: a batch's run may live in a Ray worker) runs ``text``."""
     def running() -> bool:
-        for container in docker_client.containers.list(filters={"label": f"{LABEL_ROLE}=1"}):
-            try:
-                processes = container.top().get("Processes") or []
-            except Exception:  # noqa: BLE001 - the container is still starting or already going
-                continue
-            if any(text in " ".join(p) for p in processes):
-                return True
-        return False
+        return any(text in command for container in docker_client.containers.list(filters={"label": f"{LABEL_ROLE}=1"})
+                   for command in commands_in(container))
     return running
 
 

@@ -18,6 +18,7 @@ from orchestrator.fault_server import Fault, FaultServer, Reply, ScriptedToolCal
 from orchestrator.terminal_text import printable
 from sandbox.hardening import LABEL_RUN
 from store import Store
+from tests.container_processes import commands_in
 from tests.display.hostile import PAYLOADS, squeezed
 from tests.display.test_terminal_text import assert_safe
 from tests.e2e.terminal import ESCROW, run_args, run_in_pty
@@ -214,14 +215,9 @@ def _sleeping(docker_client, home: Path) -> bool:
         return False
     if not runs:
         return False
-    for container in docker_client.containers.list(filters={"label": f"{LABEL_RUN}={runs[0].run.id}"}):
-        try:
-            top = container.top()
-        except Exception:  # the container went away meanwhile
-            continue
-        if any("sleep 60" in " ".join(proc) for proc in top.get("Processes") or []):
-            return True
-    return False
+    return any("sleep 60" in command
+               for container in docker_client.containers.list(filters={"label": f"{LABEL_RUN}={runs[0].run.id}"})
+               for command in commands_in(container))
 
 
 def test_repo_dot_in_a_deleted_directory_is_a_clear_error(tmp_path):

@@ -25,6 +25,7 @@ from orchestrator.fault_server import FaultServer, Reply, ScriptedToolCall
 from sandbox.hardening import LABEL_PID
 from sandbox.orphans import OWNER_FILE, claim_state_dir
 from store import Store
+from tests.container_processes import commands_in
 
 pytestmark = [pytest.mark.docker]
 
@@ -61,11 +62,7 @@ def kill_during_sleep(proc: subprocess.Popen, docker_client) -> None:
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
         for container in docker_client.containers.list(filters={"label": f"{LABEL_PID}={proc.pid}"}):
-            try:
-                processes = container.top().get("Processes") or []
-            except Exception:  # noqa: BLE001 - the container is still starting
-                continue
-            if any("sleep 8" in " ".join(p) for p in processes):
+            if any("sleep 8" in command for command in commands_in(container)):
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
                 return

@@ -24,6 +24,7 @@ import pytest
 from orchestrator.candidate import CandidateState, stage
 from orchestrator.contract import ToolCall
 from orchestrator.perimeter import acl_of, check_candidate
+from orchestrator.toolset import ToolArgs
 from policies import default_policy
 from sandbox import Sandbox, ToolBox
 from sandbox.hardening import LABEL_RUN
@@ -52,6 +53,7 @@ def call(toolbox: ToolBox, tool: str, args: dict | str) -> tuple[str, object]:
         assert checked.candidate.state is CandidateState.REJECTED
         _no_canary(checked.error)
         return ("acl" if checked.layer == "policy" else checked.layer), checked
+    assert isinstance(checked.args, ToolArgs)  # committed: validated against the tool's model
     result = toolbox.execute(tool, checked.args)
     _no_canary(result.observation)
     return "ran", result

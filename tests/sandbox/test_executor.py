@@ -19,9 +19,9 @@ import pytest
 from orchestrator.toolset import TOOLS
 from policies import Effect, decide, default_policy
 from sandbox import ExecLimits, Sandbox, ToolBox
-from sandbox.doctor import executor_capability_mask
 from sandbox.errors import ExecutorBroken
-from sandbox.executor import ExecutorChannel
+from sandbox.executor import FIND_EXECUTOR, ExecutorChannel
+from sandbox.hardening import capability_mask
 from tests.sandbox.conftest import assert_hardened
 
 pytestmark = pytest.mark.docker
@@ -74,7 +74,7 @@ def test_the_executor_is_root_with_only_its_capabilities_and_commands_hold_none(
     # KILL (5), SETGID (6), SETUID (7), SETPCAP (8), and under gVisor
     # SYS_ADMIN (21, gVisor's own, for the commands' PID namespaces): nothing else.
     caps = "00000000002001e0" if sandbox_runtime == "runsc" else "00000000000001e0"
-    assert executor_capability_mask(box.sandbox.spec.start_capabilities) == caps
+    assert capability_mask(box.sandbox.spec.start_capabilities) == caps
     assert f"CapEff:\t{caps}" in executor and f"CapBnd:\t{caps}" in executor
     assert "Uid:\t1000\t1000\t1000\t1000" in command
     for line in [line for line in command.splitlines() if line.startswith("Cap")]:
@@ -150,13 +150,18 @@ def test_a_command_cannot_list_the_executors_proc_directories(box, path):
     assert "LISTED" not in bash(box, f"ls {where}/{path} >/dev/null 2>&1 && echo LISTED; true")
 
 
+def executors_found(box: ToolBox) -> list[int]:
+    """The processes a command finds with the executor's argv."""
+    found = box.sandbox.bash(FIND_EXECUTOR, LIMITS)
+    return [int(line) for line in found.stdout.text().split()]
+
+
 def executor_seen_at(box: ToolBox) -> str | None:
     """The executor's /proc directory as a command names it; None under
     gVisor, where the command's PID namespace holds only its own processes
     (and the executor's number may name one of them)."""
     pid = box.sandbox.channel.pid
-    if "IS-EXECUTOR" in bash(box, f"tr '\\0' '\\n' < /proc/{pid}/cmdline | grep -qx escrow-executor "
-                                  "&& echo IS-EXECUTOR"):
+    if pid in executors_found(box):
         return f"/proc/{pid}"
     assert box.sandbox.spec.runtime == "runsc"
     return None
@@ -166,19 +171,18 @@ def test_no_process_a_command_sees_is_the_executor_or_init(box, sandbox_runtime)
     """Under gVisor a command's /proc is its own PID namespace's; under runc
     it sees the container's (and Linux refuses it the entries tested above)."""
     pid = box.sandbox.channel.pid
-    # Each process: its number, owner, whether its argv names the executor
-    # (init's holds the executor's too), its program.
+    # Each process: its number, owner and program; and which of them have
+    # the executor's argv.
     shown = bash(box, "for d in /proc/[0-9]*; do echo \"${d#/proc/} $(stat -c %u $d) "
-                      "$(tr '\\0' '\\n' < $d/cmdline 2>/dev/null | grep -cx escrow-executor) "
                       "$(tr '\\0' '\\n' < $d/cmdline 2>/dev/null | head -n 1)\"; done")
     seen = {int(line.split()[0]): line for line in shown.splitlines() if line.split()[:1] and line.split()[0].isdigit()}
-    executor = [line for line in seen.values() if line.split()[2] == "1"]
+    executor = executors_found(box)
     root_owned = [line for line in seen.values() if line.split()[1] == "0"]
     if sandbox_runtime == "runsc":
         assert not executor and not root_owned, shown
         assert "docker-init" in seen[1]  # the namespace's own init, the sandbox user's
     else:
-        assert pid in seen and root_owned and f"{pid} 0 1 /usr/bin/python3" in executor
+        assert executor == [pid] and root_owned and seen[pid] == f"{pid} 0 /usr/bin/python3"
 
 
 @pytest.mark.parametrize("target", ["fd/0", "fd/1", "mem"])

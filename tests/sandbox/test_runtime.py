@@ -124,8 +124,9 @@ def test_under_runsc_a_command_makes_no_user_namespace(docker_client, sandbox_im
 
 
 def test_dockerd_runs_the_pinned_runsc_on_the_ptrace_platform(docker_client, sandbox_image, runsc):
-    """What scripts/setup.sh pins (bookworm-backports' build) is what dockerd
-    starts: the version a container's kernel reports, and the platform."""
+    """What scripts/setup.sh pins (bookworm-backports' build) is the package
+    installed and the binary dockerd's runsc runtime runs, on the ptrace
+    platform, and a container under it boots gVisor."""
     setup = (Path(__file__).resolve().parents[2] / "scripts" / "setup.sh").read_text()
     pinned = next(line.split('"')[1] for line in setup.splitlines() if line.startswith("RUNSC_VERSION="))
     installed = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "runsc"], capture_output=True, text=True)
