@@ -1,6 +1,7 @@
 """structlog configuration for the CLI: human lines on stderr (no timestamps:
-a person reads them as they come), or JSON lines with ``--log-json``. Loggers
-are bound with run_id and turn by their callers."""
+a person reads them as they come), folded to the terminal's width (80 in a
+pipe), or JSON lines with ``--log-json``. Loggers are bound with run_id and
+turn by their callers."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 
 import structlog
 
+from cli.display.table import terminal_width, wrapped
 from orchestrator.terminal_text import printable
 
 
@@ -33,9 +35,13 @@ def configure_logging(*, json_lines: bool, level: int = logging.INFO) -> None:
 
 
 def _printable_console():
-    console = structlog.dev.ConsoleRenderer(colors=False)
+    # pad_event_to=0: the event's 30-column pad wastes a third of a pipe's width.
+    console = structlog.dev.ConsoleRenderer(colors=False, pad_event_to=0)
 
     def render(logger, name, event_dict):
-        return printable(console(logger, name, event_dict))
+        text = printable(console(logger, name, event_dict))
+        width = terminal_width()
+        return "\n".join(folded for line in text.splitlines()
+                         for folded in wrapped(line, width, indent="    "))
 
     return render
