@@ -6,12 +6,16 @@ The one tree (exit code in brackets)::
     EscrowError [USAGE 2]
     ├── ConfigError [2]              bad settings, policy or price file
     │   ├── PolicyError [65]         policies/loading.py: a policy file that does not validate
+    │   ├── PriceTableError [2]      policies/price_table.py: a price file or price edit
     │   └── ModelUnreachable [2]     the model URL is not http(s), or nothing answers there
     ├── ContractError [2]            a request violates its own contract (e.g. S + K_max > S_max)
     │   └── ReservedWireKey [2]      Sampling.extra names a key Escrow sets itself
     ├── TokenizerError [2]           no usable tokenizer
     ├── BudgetExhausted [2]          a run limit was reached (ends a run as a verdict, not an exit)
     ├── QuarantinedPayloadError [2]  a non-COMPLETED envelope was asked to leave escrow
+    ├── IllegalTransition [2]        orchestrator/candidate.py: a move the escrow's states forbid
+    ├── SSEError [2]                 orchestrator/model_client/sse.py: a byte stream that is not SSE
+    ├── FaultServerError [2]         orchestrator/fault_server: the test server did not start or stop
     ├── LoopAbort [2]                ends Agent.run itself (a replay's divergence)
     ├── ReportError [8]              a report or export cannot be produced
     │   ├── NothingToReport [8]
@@ -31,10 +35,12 @@ The one tree (exit code in brackets)::
     │   │   └── TtftRollupMismatch [4] TTFT rollups that do not add up to their runs' totals
     │   ├── SchemaTooNew, SchemaTooOld [5]
     │   ├── RunNotFound [6], RecordingError [7]
+    │   │   └── UnknownBatch [6]     cli/view/batches.py: no batch with that id (a 404 page)
     │   ├── StoreLost [3]            orchestrator/batch/errors.py: the store went away during a batch
     │   └── ChainBroken [1], BlobMissing [1]
     ├── SandboxError [71]            sandbox/errors.py
     │   ├── DaemonUnavailable [69], ImageMissing [67], RuntimeMissing [68], ImageBuildError [70]
+    │   ├── SandboxStartTimeout [71] orchestrator/batch/start_deadline.py: past --start-timeout
     │   ├── ExecError [71]: ExecutorBroken [71] (the sandbox's executor died or broke its protocol)
     │   └── WorkspaceError [71]: ExportRefused, GitTimeout [71], ApplyRefused [77]
     ├── TaskFileError, TaskRowError, RepoError, BatchNotFound, RayUnavailable [2]   orchestrator/batch/errors.py

@@ -54,3 +54,40 @@ def test_the_architecture_document_prints_the_table():
     text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
     printed = text.split("<!-- exit-codes:begin -->\n", 1)[1].split("\n<!-- exit-codes:end -->", 1)[0]
     assert printed == markdown_table()
+
+
+def _tree_codes() -> dict[str, set[int]]:
+    """Each class the docstring tree of ``orchestrator/errors.py`` names, with
+    the codes bracketed after it (``A, B [2]`` gives both A and B code 2)."""
+    import re
+
+    import orchestrator.errors as errors
+
+    doc = errors.__doc__ or ""
+    tree = doc.split("::", 1)[1].split("\n\n", 2)[1]
+    named: dict[str, set[int]] = {}
+    for line in tree.splitlines():
+        # The drawing and the note after two spaces are not names.
+        drawn = re.split(r"\s{2,}", line.lstrip(" │├└─"), maxsplit=1)[0]
+        pending: list[str] = []
+        for token in re.finditer(r"([A-Z][A-Za-z]+)|\[(?:[A-Z_]+ )?(\d+)\]", drawn):
+            if token[1]:
+                pending.append(token[1])
+            else:
+                for name in pending:
+                    named.setdefault(name, set()).add(int(token[2]))
+                pending = []
+    return named
+
+
+def test_the_error_tree_in_the_docstring_names_every_class_with_its_code():
+    """The tree drawn in orchestrator/errors.py is the exception reference, as
+    httpx's is: every class is in it, with the code it really exits with."""
+    drawn = _tree_codes()
+    classes = {cls.__name__: int(cls.exit_code) for cls in _all_error_classes()}
+    missing = sorted(set(classes) - set(drawn))
+    assert missing == [], f"error classes missing from the tree in orchestrator/errors.py: {missing}"
+    wrong = {name: (sorted(drawn[name]), code) for name, code in classes.items() if drawn[name] != {code}}
+    assert wrong == {}, "tree code(s) vs the class's exit_code"
+    stale = sorted(set(drawn) - set(classes))
+    assert stale == [], f"the tree names classes that do not exist: {stale}"
