@@ -30,7 +30,7 @@ from store import Recorder, Store  # noqa: E402
 
 
 def one_run(store: Store, url: str, turns: int, ready: threading.Barrier, out: list[dict[str, float]]) -> None:
-    with live_loop(connect(None), store, url, turns, Clock()) as (agent, tools, model, run_id):
+    with live_loop(connect(None), store, url, turns, Clock()) as (agent, tools, model, _, run_id):
         ready.wait()  # every sandbox is up: only the turns are timed, all at once
         for _ in range(turns):
             wall, envelope, tool_s = timed_step(agent, tools, model)
@@ -60,7 +60,7 @@ def main() -> None:
     parser.add_argument("--tokens-per-s", type=float, default=50.0)
     args = parser.parse_args()
     require_image(connect(None), IMAGE)
-    server, url = start_server(reply(args.tokens, args.tokens_per_s))
+    server, url = start_server(reply(args.tokens, args.tokens_per_s, "read_file"))
     try:
         with tempfile.TemporaryDirectory() as home:
             results = {n: measure(n, args.turns, url, Path(home)) for n in (1, args.runs)}
@@ -71,7 +71,7 @@ def main() -> None:
           f"a turn; {args.runs} runs at once vs one alone")
     print(f"{'runs':>5} {'turns':>6} {'wall ms':>9} {'model ms':>9} {'tool ms':>8} {'overhead ms':>12} "
           f"{'p95 ovh ms':>11} {'overhead share':>15}")
-    base = None
+    base: float | None = None
     for n, rows in results.items():
         med = {k: 1000 * statistics.median(r[k] for r in rows) for k in rows[0]}
         p95 = 1000 * sorted(r["overhead"] for r in rows)[int(0.95 * (len(rows) - 1))]
@@ -79,6 +79,7 @@ def main() -> None:
         base = base or med["overhead"]
         print(f"{n:>5} {len(rows):>6} {med['wall']:>9.1f} {med['model']:>9.1f} {med['tool']:>8.1f} "
               f"{med['overhead']:>12.1f} {p95:>11.1f} {100 * share:>14.1f}%")
+    assert base is not None
     print(f"median overhead per turn, {args.runs} at once / one alone: {med['overhead'] / base:.2f}x")
 
 

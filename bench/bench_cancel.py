@@ -17,6 +17,7 @@ import argparse
 import statistics
 import threading
 import time
+from typing import Any
 
 from orchestrator.contract import Message, ModelRequest
 from orchestrator.fault_server import FaultServer, Reply, ScriptedToolCall
@@ -29,7 +30,7 @@ BAD_AT = 200
 BOUND_S = 0.1
 
 
-def request(**fields: object) -> ModelRequest:
+def request(**fields: Any) -> ModelRequest:
     return ModelRequest(model="bench", messages=(Message(role="user", content="go"),), max_tokens=10_000,
                         deadline_s=60, **fields)
 

@@ -48,6 +48,7 @@ def start_server(reply: Reply) -> tuple[subprocess.Popen, str]:
     escrow = str(Path(sys.executable).with_name("escrow"))
     proc = subprocess.Popen([escrow, "fault-server", "--script", str(script), "--port", "0", "--json"],
                             stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
     return proc, json.loads(proc.stdout.readline())["base_url"]
 
 

@@ -131,7 +131,10 @@ def parity_cost(base: str, rounds: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "escrow.db"
         run_id = record_run(db, base, requests)
-        plain_s, parity_s, in_command_s, verdicts = [], [], [], {}
+        plain_s: list[float] = []
+        parity_s: list[float] = []
+        in_command_s: list[float] = []
+        verdicts: dict[str, int] = {}
         with ModelClient(base) as client:
             for _ in range(rounds):
                 plain_s += [sum(timed(lambda: [client.call(r) for r in requests], 1)) / len(requests)]

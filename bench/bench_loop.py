@@ -33,11 +33,17 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
+import docker
+
+from orchestrator.agent import Agent
 from orchestrator.context import TiktokenCounter
+from orchestrator.envelope import Envelope
 from orchestrator.fault_server import Reply, Script, ScriptedToolCall
 from orchestrator.model_client.client import ModelClient
 from orchestrator.perimeter import acl_of
+from orchestrator.ports import ToolOutcome
 from orchestrator.runspec import RunSpec, build_agent
 from orchestrator.settings import DEFAULT_SANDBOX_IMAGE
 from orchestrator.toolset import tool_specs
@@ -79,7 +85,7 @@ class TimedJournal:
 
 class TimedModel:
     def __init__(self, client: ModelClient, clock: Clock) -> None:
-        self.envelopes: list = []
+        self.envelopes: list[Envelope] = []
         self._call = clock.timed("model", client.call)
 
     def call(self, request, *, cancel=None):
@@ -92,7 +98,7 @@ class TimedTools:
     """Times only ``execute``: the ACL decision is orchestrator work (the loop's)."""
 
     def __init__(self, tools: SandboxTools, clock: Clock) -> None:
-        self.outcomes: list = []
+        self.outcomes: list[ToolOutcome] = []
         self._execute = clock.timed("tools", tools.execute)
         self.specs, self.arg_models = tools.specs, tools.arg_models
 
@@ -129,13 +135,24 @@ def start_server(step: Reply) -> tuple[subprocess.Popen, str]:
     escrow = str(Path(sys.executable).with_name("escrow"))
     proc = subprocess.Popen([escrow, "fault-server", "--script", str(script), "--port", "0", "--json",
                              "--model", "bench-model"], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
     return proc, json.loads(proc.stdout.readline())["base_url"]
 
 
+class LiveLoop(NamedTuple):
+    """One run's live loop, as ``live_loop`` yields it."""
+
+    agent: Agent
+    tools: "TimedTools"
+    model: "TimedModel"
+    sandbox: Sandbox
+    run_id: str
+
+
 @contextmanager
-def live_loop(docker_client, store: Store, url: str, turns: int, clock: Clock) -> Iterator[tuple]:
-    """One run's live loop (its own sandbox, client and recorder): yields
-    (agent, timed tools, timed model, run id)."""
+def live_loop(docker_client: docker.DockerClient, store: Store, url: str, turns: int,
+              clock: Clock) -> Iterator[LiveLoop]:
+    """One run's live loop (its own sandbox, client and recorder)."""
     policy = default_policy()
     policy = policy.model_copy(update={"limits": policy.limits.model_copy(update={"max_turns": turns + 1})})
     recorder = Recorder(store)
@@ -147,10 +164,10 @@ def live_loop(docker_client, store: Store, url: str, turns: int, clock: Clock) -
         model = TimedModel(client, clock)
         agent = build_agent(spec, counter=TiktokenCounter("cl100k_base"), model=model, tools=tools,
                             acl=acl_of(policy), journal=TimedJournal(RunJournal(recorder, run_id), clock))
-        yield agent, tools, model, sandbox
+        yield LiveLoop(agent, tools, model, sandbox, run_id)
 
 
-def timed_step(agent, tools: TimedTools, model: TimedModel) -> tuple[float, object, float]:
+def timed_step(agent: Agent, tools: TimedTools, model: TimedModel) -> tuple[float, Envelope, float]:
     """One turn: its wall time, its envelope, and the tool time inside it."""
     tools.outcomes.clear()
     model.envelopes.clear()
@@ -172,7 +189,7 @@ def measure(turns: int, tokens: int, tokens_per_s: float, tool: str) -> tuple[li
     rows: list[dict[str, float]] = []
     bare: list[float] = []
     try:
-        with live_loop(docker_client, store, url, turns, clock) as (agent, tools, model, sandbox):
+        with live_loop(docker_client, store, url, turns, clock) as (agent, tools, model, sandbox, _):
             for turn in range(turns):
                 if turn % 10 == 0:  # interleaved with the turns, so both see the same load
                     bare.append(bare_docker_exec_s(sandbox.container.id, 3))

@@ -50,7 +50,7 @@ def turn_messages(t: int) -> list[Message]:
 def run(http: httpx.Client, args, counter, nonce: str, timestamped: bool) -> dict:
     ctx = ContextAssembler(system=f"Session {nonce}.\n{PREAMBLE}", task="Make the test suite pass.", tools=(),
                   budget=Budget(s_max=args.n_ctx, k_max=8), counter=counter, system_role="user")
-    out = {"seconds": [], "prompt_tokens": [], "cached_tokens": [], "prompts": []}
+    out: dict[str, list] = {"seconds": [], "prompt_tokens": [], "cached_tokens": [], "prompts": []}
     for turn in range(args.turns):
         if turn:
             ctx.append(turn_messages(turn), turn=turn, elidable=[False, True])

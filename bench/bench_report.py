@@ -47,6 +47,7 @@ import time
 import types
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -141,8 +142,8 @@ def times(store: Store, newest: float, raw: bool, repeat: int) -> dict[tuple[str
     for label, days in WINDOWS:
         since = None if days is None else newest - days * 86400
         for by in BYS:
-            out[(label, by)] = timed(lambda since=since, by=by: report_runs(
-                store, by=by, since=since, until=None, prices=prices, raw=raw), repeat)
+            out[(label, by)] = timed(partial(report_runs, store, by=by, since=since, until=None, prices=prices,
+                                             raw=raw), repeat)
     return out
 
 
@@ -170,7 +171,7 @@ def released_times(store: Store, newest: float, repeat: int) -> dict[tuple[str, 
     for label, days in WINDOWS:
         since = None if days is None else newest - days * 86400
         for by in BYS:
-            out[(label, by)] = timed(lambda since=since, by=by: report(since, by), repeat)
+            out[(label, by)] = timed(partial(report, since, by), repeat)
     return out
 
 

@@ -30,10 +30,11 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from orchestrator.settings import DEFAULT_SANDBOX_IMAGE
-from orchestrator.toolset import BashArgs, EditFileArgs, ListFilesArgs, ReadFileArgs, WriteFileArgs
+from orchestrator.toolset import BashArgs, EditFileArgs, ListFilesArgs, ReadFileArgs, ToolArgs, WriteFileArgs
 from policies import default_policy
 from sandbox import ExecLimits, Sandbox, ToolBox, connect
 from sandbox.hardening import SANDBOX_ENV, WORKSPACE
@@ -71,7 +72,8 @@ class DockerExecPath:
         if stdin is None:
             out = self.api.exec_start(exec_id)
         else:
-            sock = self.api.exec_start(exec_id, socket=True)._sock
+            # docker-py's socket wrapper: its raw socket, for a half-close after stdin.
+            sock = self.api.exec_start(exec_id, socket=True)._sock  # type: ignore[union-attr]
             sock.sendall(stdin)
             sock.shutdown(1)
             chunks = []
@@ -161,7 +163,7 @@ def main() -> None:
                     "executor": lambda: box.execute("bash", BashArgs(command="true")),
                 },
             }
-            file_ops = {
+            file_ops: dict[str, tuple[ToolArgs, dict[str, object]]] = {
                 "read_file": (ReadFileArgs(path="f.txt"), {"op": "read", "path": "f.txt", "start_line": 1,
                                                            "max_lines": None}),
                 "write_file": (WriteFileArgs(path="d/w.txt", content="y\n"),
@@ -171,9 +173,9 @@ def main() -> None:
                 "list_files": (ListFilesArgs(path="."), {"op": "list", "path": ".", "depth": 2, "max_entries": 500}),
             }
             for name, (args, request) in file_ops.items():
-                paths: dict[str, Callable[[], object]] = {"executor": lambda a=args: box.execute(a.name, a)}
+                paths: dict[str, Callable[[], object]] = {"executor": partial(box.execute, args.name, args)}
                 if script is not None:
-                    paths = {"docker-exec path": lambda r=request: old.file_op(r), **paths}
+                    paths = {"docker-exec path": partial(old.file_op, request), **paths}
                 ops[name] = paths
             for op, paths in ops.items():
                 rows[op] = {path: timed(fn, opts.n) for path, fn in paths.items()}
@@ -181,8 +183,8 @@ def main() -> None:
             cpu["executor"] = cpu_per_call(lambda: sandbox.bash("true", limits), opts.n)
     bare = statistics.median(rows["true"]["docker exec (CLI)"])
     print(f"{'operation':11} {'path':19} {'n':>3} {'median ms':>10} {'p90 ms':>7} {'x docker exec':>14}")
-    for op, paths in rows.items():
-        for path, samples in paths.items():
+    for op, timings in rows.items():
+        for path, samples in timings.items():
             med = statistics.median(samples)
             p90 = sorted(samples)[int(0.9 * (len(samples) - 1))]
             print(f"{op:11} {path:19} {len(samples):>3} {med * 1e3:>10.2f} {p90 * 1e3:>7.2f} {med / bare:>14.3f}")

@@ -140,8 +140,8 @@ def main() -> None:
         for name, values in samples.items():
             ms = [v * 1000 for v in values]
             print(f"{name:>14} {percentile(ms, 0.5):>8.2f} {percentile(ms, 0.99):>8.2f} {statistics.mean(ms):>8.2f}")
-        inline, ref = (percentile(samples[n], 0.5) for n in ("inline", "by-reference"))
-        print(f"p50 ratio inline/by-reference: {inline / ref:.2f}x")
+        inline_p50, ref_p50 = (percentile(samples[n], 0.5) for n in ("inline", "by-reference"))
+        print(f"p50 ratio inline/by-reference: {inline_p50 / ref_p50:.2f}x")
 
 
 if __name__ == "__main__":

@@ -141,7 +141,8 @@ def generate(path: Path, *, copies: bool = True) -> None:
                 "verdict_detail": "generated",
                 "status": "finished",
             }
-            head, batch = genesis(run), {"model_calls": [], "model_responses": [], "call_attempts": [], "turns": []}
+            batch: dict[str, list] = {"model_calls": [], "model_responses": [], "call_attempts": [], "turns": []}
+            head = genesis(run)
             model = {COPY: run[COPY]}
             for turn in range(CALLS_PER_RUN):
                 call_id = f"{r:06d}{turn:04d}c{rng.getrandbits(64):016x}"
@@ -247,8 +248,9 @@ def main() -> None:
         print(f"   generated in {time.perf_counter() - started:.0f} s, {args.cache.stat().st_size / 1e6:.0f} MB")
     with Store.open(url, readonly=True) as store, store.read() as conn:
         calls = conn.exec_driver_sql("SELECT count(*) FROM model_calls").scalar()
-        runs = conn.exec_driver_sql("SELECT count(*) FROM runs").scalar()
-        sample = conn.exec_driver_sql(f"SELECT id FROM runs ORDER BY created_at LIMIT 1 OFFSET {runs // 2}").scalar()
+        runs = int(conn.exec_driver_sql("SELECT count(*) FROM runs").scalar() or 0)
+        sample = str(conn.exec_driver_sql(f"SELECT id FROM runs ORDER BY created_at LIMIT 1 OFFSET {runs // 2}")
+                     .scalar())
         print(f"\n2. store of {runs} runs and {calls} model calls ({args.cache.stat().st_size / 1e6:.0f} MB)")
         for name, sql in (
             ("runs", "SELECT * FROM runs ORDER BY created_at DESC LIMIT 50"),
