@@ -9,7 +9,7 @@ The same synthetic trajectory is sent twice, each run's turns back to back
 Each request asks for one output token, so its wall time is essentially
 prompt processing. Prints per-turn figures side by side, the totals, their
 ratio, the cached-token share where the server reports one, the byte-prefix
-share from the prefix report, and the chapter's accounting for this run.
+share from the prefix report, and the prefix-cache accounting for this run.
 
 Usage: .venv/bin/python bench/bench_prefix_cache.py [--url http://127.0.0.1:8088] [--turns 20]
 """

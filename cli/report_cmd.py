@@ -1,5 +1,5 @@
 """``escrow report``: what a run (or many runs) cost, turn by turn, and how
-much the prefix cache saved against the chapter's formulas."""
+much the prefix cache saved against the prefix-cache formulas."""
 
 from __future__ import annotations
 

@@ -97,6 +97,10 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
             values[name] = os.environ[var]
     values.update({k: v for k, v in overrides.items() if v is not None})
     values.setdefault("home", home)
+    # Docker's own variable, read here once like every other: past Settings,
+    # no component looks at the environment (sandbox.connect included).
+    if values.get("docker_host") is None and os.environ.get("DOCKER_HOST"):
+        values["docker_host"] = os.environ["DOCKER_HOST"]
     try:
         return Settings(**values)
     except ValidationError as exc:

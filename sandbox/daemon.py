@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import os
-
 import docker
 import docker.errors
 
 from sandbox.errors import DaemonUnavailable, ImageMissing
 
+DEFAULT_SOCKET = "unix:///var/run/docker.sock"
+
 
 def connect(docker_host: str | None = None, timeout: float = 30.0) -> docker.DockerClient:
-    """A pinged client for ``docker_host`` (or DOCKER_HOST / the default socket)."""
-    where = docker_host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    """A pinged client for ``docker_host``, or the local socket. DOCKER_HOST is
+    read once, into ``Settings.docker_host``; nothing here reads the environment."""
+    where = docker_host or DEFAULT_SOCKET
     try:
-        client = docker.DockerClient(base_url=docker_host, timeout=int(timeout)) if docker_host else docker.from_env(
-            timeout=int(timeout)
-        )
+        client = docker.DockerClient(base_url=where, timeout=int(timeout))
         client.ping()
     except docker.errors.DockerException as exc:
         raise DaemonUnavailable(

@@ -1,4 +1,4 @@
-"""Trajectory cost reports: per-turn and per-run cost lines, the chapter's
+"""Trajectory cost reports: per-turn and per-run cost lines, the prefix-cache
 cache comparison, aggregates over many runs, and their flat and HTML forms.
 Pure code: the store reads the figures (store.reports), the CLI prints."""
 
@@ -7,20 +7,20 @@ from orchestrator.costing.figures import GROUP_BY, CallFigures, PriceLookup, Run
 from orchestrator.costing.html import aggregate_html, run_html
 from orchestrator.costing.tabular import aggregate_json, aggregate_rows, comparison_lines, line_rows, run_json, to_csv
 from orchestrator.costing.trajectory import (
+    CacheComparison,
     CachedClamp,
-    ChapterComparison,
     CostLine,
     RunCost,
-    chapter_comparison,
+    cache_comparison,
     resent_per_call,
     run_cost,
 )
 from orchestrator.errors import NothingToReport, ReportError
 
 __all__ = [
-    "GROUP_BY", "AggregateReport", "CachedClamp", "CallFigures", "ChapterComparison", "CostLine", "GroupStats",
+    "GROUP_BY", "AggregateReport", "CachedClamp", "CallFigures", "CacheComparison", "CostLine", "GroupStats",
     "NothingToReport",
     "PriceLookup", "ReportError", "RunCost", "RunSlice", "Spread", "ToolFigures", "aggregate", "aggregate_html",
-    "aggregate_json", "aggregate_rows", "chapter_comparison", "comparison_lines", "line_rows", "percentile",
+    "aggregate_json", "aggregate_rows", "cache_comparison", "comparison_lines", "line_rows", "percentile",
     "resent_per_call", "run_cost", "run_html", "run_json", "to_csv",
 ]

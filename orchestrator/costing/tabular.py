@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from orchestrator.costing.aggregate import AggregateReport, GroupStats
-from orchestrator.costing.trajectory import ChapterComparison, CostLine, RunCost
+from orchestrator.costing.trajectory import CacheComparison, CostLine, RunCost
 
 
 def usd(value: float) -> float:
@@ -60,7 +60,7 @@ def line_rows(report: RunCost) -> list[dict[str, Any]]:
     return [line_row(line) for line in (*report.turns, report.total)]
 
 
-def comparison_dict(c: ChapterComparison) -> dict[str, Any]:
+def comparison_dict(c: CacheComparison) -> dict[str, Any]:
     return {
         **c.model_dump(),
         "saving_vs_no_cache": c.saving_vs_no_cache,
@@ -68,7 +68,7 @@ def comparison_dict(c: ChapterComparison) -> dict[str, Any]:
     }
 
 
-def comparison_lines(c: ChapterComparison) -> list[str]:
+def comparison_lines(c: CacheComparison) -> list[str]:
     # A share of each reference, not "0.87x fewer": the sentence reads the
     # same way whichever side is larger.
     of_ideal = "" if c.excess_over_ideal is None else f"; prefilled is {c.excess_over_ideal:.2f} times that"

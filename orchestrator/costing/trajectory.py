@@ -1,4 +1,4 @@
-"""The cost report of one run: per turn and in total, and the chapter's
+"""The cost report of one run: per turn and in total, and the prefix-cache
 comparison of actual prefill against the no-cache and ideal-cache formulas.
 
 Output sets latency (TTFT, decode), re-sent input sets cost: each call
@@ -55,7 +55,7 @@ class CostLine(Frozen):
         return ratio(self.cached_tokens, self.prompt_tokens)
 
 
-class ChapterComparison(Frozen):
+class CacheComparison(Frozen):
     """Actual prompt and prefill tokens beside N*S0 + delta*N(N-1)/2 (every
     prompt prefilled in full) and S0 + (N-1)*delta (an ideal prefix cache)."""
 
@@ -90,7 +90,7 @@ class RunCost(Frozen):
     price_version: str
     turns: tuple[CostLine, ...]
     total: CostLine
-    comparison: ChapterComparison | None
+    comparison: CacheComparison | None
     warnings: tuple[str, ...] = ()
     engines: tuple[str, ...] = ()
     last_alive_at: float | None = None
@@ -134,7 +134,7 @@ def resent_per_call(calls: Sequence[CallFigures]) -> list[int]:
     return out
 
 
-def chapter_comparison(calls: Sequence[CallFigures]) -> ChapterComparison | None:
+def cache_comparison(calls: Sequence[CallFigures]) -> CacheComparison | None:
     answered = [c for c in calls if c.has_usage]
     if not answered:
         return None
@@ -150,7 +150,7 @@ def chapter_comparison(calls: Sequence[CallFigures]) -> ChapterComparison | None
         f"{max(n - 1, 1)}"
         f" = {exact:.1f}, rounded{', clamped at 0: the prompt shrank' if exact < 0 else ''})"
     )
-    return ChapterComparison(
+    return CacheComparison(
         n=n, s0=s0, delta=delta, delta_exact=exact,
         sent_tokens=sum(c.prompt_tokens for c in answered),
         prefilled_tokens=None if all("cached_tokens" in c.absent for c in answered)
@@ -233,7 +233,7 @@ def run_cost(
                         "(--reprice prices its tokens with Escrow's price table)")
     return RunCost(
         run_id=run_id, model=model, status=status, verdict=verdict, price_version=price_version,
-        turns=tuple(lines), total=total, comparison=chapter_comparison(calls),
+        turns=tuple(lines), total=total, comparison=cache_comparison(calls),
         warnings=tuple(warnings), source=source, cost_basis=basis, run_level=extra,
         run_level_figures=None if run_level is None else {
             "prompt_tokens": run_level.prompt_tokens if run_level.prompt_source != "absent" else None,

@@ -3,7 +3,7 @@ import pytest
 from orchestrator.context import cache_saving_factor, prefill_tokens_ideal_cache, resent_tokens_no_cache
 
 
-def test_chapter_thirty_turn_trajectory():
+def test_thirty_turn_trajectory():
     assert resent_tokens_no_cache(8_000, 1_500, 30) == 892_500
     assert prefill_tokens_ideal_cache(8_000, 1_500, 30) == 51_500
     assert cache_saving_factor(8_000, 1_500, 30) == pytest.approx(17.33, abs=0.01)

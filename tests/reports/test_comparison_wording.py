@@ -5,11 +5,11 @@ figure is now a share of its reference, true whichever side is larger."""
 from __future__ import annotations
 
 from orchestrator.costing import comparison_lines
-from orchestrator.costing.trajectory import ChapterComparison
+from orchestrator.costing.trajectory import CacheComparison
 
 
-def comparison(prefilled: int, no_cache: int, ideal: int) -> ChapterComparison:
-    return ChapterComparison(n=4, s0=1000, delta=200, delta_exact=200.0, sent_tokens=no_cache,
+def comparison(prefilled: int, no_cache: int, ideal: int) -> CacheComparison:
+    return CacheComparison(n=4, s0=1000, delta=200, delta_exact=200.0, sent_tokens=no_cache,
                              prefilled_tokens=prefilled, no_cache_tokens=no_cache, ideal_cache_tokens=ideal,
                              derivation="N = 4")
 
@@ -30,17 +30,17 @@ def test_a_server_that_sends_no_cached_count_leaves_the_prefill_absent() -> None
     """llama-cpp-python sends no cached count: the prefill is not known, so
     the comparison says absent rather than prompt - 0, and gives no ratio."""
     from orchestrator.costing.figures import CallFigures
-    from orchestrator.costing.trajectory import chapter_comparison
+    from orchestrator.costing.trajectory import cache_comparison
 
     def call(prompt: int, cached_absent: bool) -> CallFigures:
         return CallFigures(turn=0, model="m", status="COMPLETED", prompt_tokens=prompt, prompt_source="server",
                            completion_tokens=10, absent=frozenset({"cached_tokens"}) if cached_absent else frozenset())
 
-    unknown = chapter_comparison([call(427, True), call(568, True)])
+    unknown = cache_comparison([call(427, True), call(568, True)])
     assert unknown is not None and unknown.prefilled_tokens is None
     assert unknown.saving_vs_no_cache is None and unknown.excess_over_ideal is None
     text = " ".join(comparison_lines(unknown))
     assert "Actually prefilled (prompt - cached): absent, as the server reported no cached count." in text
     assert "times that" not in text
-    known = chapter_comparison([call(427, True), call(568, False)])  # one call reported it (0): counted
+    known = cache_comparison([call(427, True), call(568, False)])  # one call reported it (0): counted
     assert known is not None and known.prefilled_tokens == 427 + 568

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.contract import Message, ModelRequest, Sampling
-from orchestrator.costing import CallFigures, chapter_comparison, run_cost
+from orchestrator.costing import CallFigures, cache_comparison, run_cost
 from orchestrator.envelope import Attempt, Envelope, ErrorDetail, Payload, Status, Timings, Usage
 from orchestrator.launch.reports import report_run, report_runs
 from policies.price_table import load_price_table, set_price
@@ -25,7 +25,7 @@ FAILED = CallFigures(turn=2, model="m", status="TRANSPORT_FAILURE", prompt_token
 
 def test_a_call_without_usage_is_left_out_of_the_cache_comparison() -> None:
     calls = [answered(0, 1000), answered(1, 1100), FAILED]
-    comparison = chapter_comparison(calls)
+    comparison = cache_comparison(calls)
     assert comparison is not None
     assert (comparison.n, comparison.s0, comparison.delta) == (2, 1000, 100)
     assert "shrank" not in comparison.derivation and "1 without usage left out" in comparison.derivation

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.contract import Message, ModelRequest
-from orchestrator.costing import CallFigures, chapter_comparison, resent_per_call
+from orchestrator.costing import CallFigures, cache_comparison, resent_per_call
 from orchestrator.launch.reports import report_run
 from policies.price_table import load_price_table, set_price
 from store import RunNotFound
@@ -52,7 +52,7 @@ def test_per_turn_figures_of_a_recorded_run(scripted, home: Path) -> None:
     assert report.verdict == "PASS" and report.warnings == ()
 
 
-def test_chapter_comparison_of_a_recorded_run(scripted, home: Path) -> None:
+def test_cache_comparison_of_a_recorded_run(scripted, home: Path) -> None:
     report = report_run(scripted.store, scripted.record(scripted.GROWING), load_price_table(home))
     c = report.comparison
     assert c is not None
@@ -63,7 +63,7 @@ def test_chapter_comparison_of_a_recorded_run(scripted, home: Path) -> None:
     assert "S0 = 1000, the first call's prompt tokens" in c.derivation and "mean growth" in c.derivation
 
 
-def test_chapter_figures_for_the_thirty_turn_trajectory() -> None:
+def test_cache_figures_for_the_thirty_turn_trajectory() -> None:
     figures = [
         CallFigures(
             turn=t,
@@ -76,7 +76,7 @@ def test_chapter_figures_for_the_thirty_turn_trajectory() -> None:
         )
         for t in range(30)
     ]
-    c = chapter_comparison(figures)
+    c = cache_comparison(figures)
     assert c is not None
     assert (c.no_cache_tokens, c.ideal_cache_tokens) == (892_500, 51_500)
     assert c.sent_tokens == 892_500 and c.prefilled_tokens == 51_500  # a perfect cache meets the ideal
@@ -89,7 +89,7 @@ def test_shrinking_prompt_clamps_delta_and_says_so() -> None:
         CallFigures(turn=t, model="m", status="COMPLETED", prompt_tokens=p, prompt_source="server")
         for t, p in enumerate([3000, 1000])
     ]
-    c = chapter_comparison(figures)
+    c = cache_comparison(figures)
     assert c is not None and c.delta == 0 and "clamped at 0" in c.derivation
 
 
