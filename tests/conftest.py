@@ -14,8 +14,15 @@ import pytest
 
 from orchestrator.fault_server import FaultServer
 from orchestrator.settings import DEFAULT_SANDBOX_IMAGE
+from tests.processes import HARNESS_VARIABLES
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
+
+# A person's own settings (ESCROW_DB_URL, ESCROW_HOME, ...) never reach a test
+# or a process it starts: a test reads and writes only the stores it made.
+# The suite's own variables (tests.processes.HARNESS_VARIABLES) stay.
+for _name in [n for n in os.environ if n.startswith("ESCROW_") and not n.startswith(HARNESS_VARIABLES)]:
+    del os.environ[_name]
 
 LLAMA_URL = os.environ.get("ESCROW_TEST_LLAMA_URL", "http://127.0.0.1:8088")
 SANDBOX_IMAGE = os.environ.get("ESCROW_TEST_SANDBOX_IMAGE", DEFAULT_SANDBOX_IMAGE)

@@ -6,10 +6,8 @@ task counted once."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,15 +17,14 @@ from orchestrator.batch.tasks import load_task_file
 from store import Store
 from store import batches as bstore
 from tests.batch.conftest import EXAMPLES
+from tests.processes import run_escrow, start_escrow
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-ESCROW = Path(sys.executable).parent / "escrow"
 
 
 def escrow(home: Path, *args: str) -> subprocess.Popen:
-    env = {**os.environ, "ESCROW_HOME": str(home)}
-    return subprocess.Popen([str(ESCROW), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return start_escrow(home, *args)
 
 
 def wait_for(predicate, what: str, timeout_s: float = 300.0, proc: subprocess.Popen | None = None):
@@ -82,8 +79,8 @@ def test_kill_9_of_the_driver_then_resume_counts_every_task_once(tmp_path, fault
         (batch_id,) = _batch_ids(store)
         # The dead driver's runs read as crashed once their lease lapsed, in `escrow runs` too.
         wait_for(lambda: in_flight <= bstore.crashed_runs(store), "leases to lapse", timeout_s=60)
-    listed = subprocess.run([str(ESCROW), "runs", "--json", "--limit", "100"], capture_output=True, text=True,
-                            env={**os.environ, "ESCROW_HOME": str(home)}, check=True)
+    listed = run_escrow(home, "runs", "--json", "--limit", "100")
+    assert listed.returncode == 0, listed.stderr
     assert in_flight <= {r["id"] for r in json.loads(listed.stdout) if r["status"] == "crashed"}
 
     done_before = {a.task_id for a in before if a.outcome == bstore.MODEL}
@@ -104,7 +101,6 @@ def test_kill_9_of_the_driver_then_resume_counts_every_task_once(tmp_path, fault
     with Store.open(f"sqlite:///{db}", readonly=True, create=False) as store:
         for attempt in model:
             assert store.run(attempt.run_id).verdict == "PASS" and store.verify(attempt.run_id).ok
-    status = subprocess.run([str(ESCROW), "batch", "status", batch_id, "--json"], capture_output=True, text=True,
-                            env={**os.environ, "ESCROW_HOME": str(home)})
+    status = run_escrow(home, "batch", "status", batch_id, "--json")
     assert status.returncode == 0 and json.loads(status.stdout)["passed"] == 13
-    subprocess.run([str(ESCROW), "sandbox", "gc"], capture_output=True, env={**os.environ, "ESCROW_HOME": str(home)})
+    run_escrow(home, "sandbox", "gc")

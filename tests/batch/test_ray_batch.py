@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -29,10 +28,10 @@ from store import batches as bstore
 from tests.batch.conftest import EXAMPLES, batch_settings, subset_task_file
 from tests.batch.pg_server import PostgresServer
 from tests.batch.ray_cluster import RayCluster
+from tests.processes import run_escrow, start_escrow
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-ESCROW = Path(sys.executable).parent / "escrow"
 CHOSEN = ("calc-mean", "roman-four", "kv-split-once", "leap-400")
 
 
@@ -75,8 +74,7 @@ def wait_for(predicate, what: str | Callable[[], str], proc: subprocess.Popen | 
 
 
 def escrow(home: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([str(ESCROW), *args], env={**os.environ, "ESCROW_HOME": str(home)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return start_escrow(home, *args)
 
 
 def model_attempts(store: Store, batch_id: str) -> list[bstore.AttemptView]:
@@ -166,10 +164,10 @@ def test_kill_9_of_the_worker_node_mid_batch_loses_and_double_counts_nothing(tmp
             assert store.run(attempt.run_id).verdict == "PASS" and store.verify(attempt.run_id).ok
         # The runs the dead node left read as crashed once their lease lapsed, in `escrow runs` too.
         wait_for(lambda: on_node <= bstore.crashed_runs(store), "leases to lapse", timeout_s=60)
-    listed = subprocess.run([str(ESCROW), "runs", "--json", "--limit", "100", "--db", postgres.url],
-                            capture_output=True, text=True, check=True)
+    listed = run_escrow(None, "runs", "--json", "--limit", "100", "--db", postgres.url)
+    assert listed.returncode == 0, listed.stderr
     assert on_node <= {r["id"] for r in json.loads(listed.stdout) if r["status"] == "crashed"}
-    subprocess.run([str(ESCROW), "sandbox", "gc"], capture_output=True)
+    run_escrow(None, "sandbox", "gc")
 
 
 def task_file(where: Path) -> Path:
@@ -231,7 +229,7 @@ def test_postgresql_stopped_mid_ray_batch_is_a_clean_error_then_resume_finishes(
         assert sorted(a.task_id for a in model) == sorted(CHOSEN)  # nothing counted twice
         for attempt in model:
             assert store.run(attempt.run_id).verdict == "PASS" and store.verify(attempt.run_id).ok
-    subprocess.run([str(ESCROW), "sandbox", "gc"], capture_output=True)
+    run_escrow(None, "sandbox", "gc")
 
 
 def _batch_ids(store: Store) -> list[str]:

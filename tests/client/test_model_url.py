@@ -6,11 +6,9 @@ down server started a sandbox and recorded a TRANSPORT_FAILURE run (exit 1)."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,8 +18,7 @@ from orchestrator.exit_codes import ExitCode
 from orchestrator.launch import RunRequest, run_agent
 from orchestrator.model_client.reach import require_http_url, require_reachable
 from orchestrator.settings import Settings
-
-ESCROW = Path(sys.executable).parent / "escrow"
+from tests.processes import run_escrow
 
 
 def closed_port() -> int:
@@ -32,9 +29,7 @@ def closed_port() -> int:
 
 
 def escrow(home: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "ESCROW_HOME": str(home)}
-    env.pop("ESCROW_DB_URL", None)
-    return subprocess.run([str(ESCROW), *argv], env=env, capture_output=True, text=True, timeout=120)
+    return run_escrow(home, *argv, timeout=120)
 
 
 @pytest.mark.parametrize("url", ["127.0.0.1:8088/v1", "localhost:8088/v1", "ftp://127.0.0.1/v1", "http:///v1",

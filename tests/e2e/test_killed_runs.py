@@ -11,12 +11,10 @@ batch runs, on the local pool and on Ray, at the same phases."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -34,6 +32,7 @@ from orchestrator.fault_server import FaultServer, Reply
 from sandbox.hardening import LABEL_ROLE, LABEL_RUN
 from store import Store
 from tests.container_processes import commands_in
+from tests.processes import IN_PROCESS, cli_env, start_escrow
 from tests.replay.test_killed_run import EXAMPLE, tool
 
 pytestmark = [pytest.mark.docker]
@@ -69,10 +68,7 @@ def home_for(tmp: Path, image: str) -> dict[str, str]:
     for folder in ("tmp", "home"):
         (tmp / folder).mkdir(exist_ok=True)
     (tmp / "home" / "config.toml").write_text(f'sandbox_image = "{image}"\n')
-    env = {**os.environ, "ESCROW_HOME": str(tmp / "home"), "TMPDIR": str(tmp / "tmp"),
-           "ESCROW_LEASE_S": str(LEASE_S)}
-    env.pop("ESCROW_DB_URL", None)
-    return env
+    return cli_env(tmp / "home", TMPDIR=str(tmp / "tmp"), ESCROW_LEASE_S=str(LEASE_S))
 
 
 def example_repo(tmp: Path) -> Path:
@@ -83,8 +79,7 @@ def example_repo(tmp: Path) -> Path:
 
 
 def escrow(env: dict[str, str], *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", "from cli.main import main; main()", *args],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return start_escrow(None, *args, env=env, entry=IN_PROCESS, merge_stderr=True)
 
 
 RUN_FLAGS = ("--tokenizer", "cl100k_base", "--context-window", "8192", "--max-tokens", "256", "--max-turns", "4")

@@ -8,11 +8,9 @@ state directory (and only dead runs' ones)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -26,6 +24,7 @@ from sandbox.hardening import LABEL_PID
 from sandbox.orphans import OWNER_FILE, claim_state_dir
 from store import Store
 from tests.container_processes import commands_in
+from tests.processes import IN_PROCESS, cli_env, start_escrow
 
 pytestmark = [pytest.mark.docker]
 
@@ -38,10 +37,8 @@ def tool(name: str, **args: object) -> Reply:
 
 
 def escrow(tmp: Path, *args: str) -> subprocess.Popen:
-    env = {**os.environ, "ESCROW_HOME": str(tmp / "home"), "TMPDIR": str(tmp / "tmp")}
-    env.pop("ESCROW_DB_URL", None)
-    return subprocess.Popen([sys.executable, "-c", "from cli.main import main; main()", *args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return start_escrow(None, *args, env=cli_env(tmp / "home", TMPDIR=str(tmp / "tmp")), entry=IN_PROCESS,
+                        merge_stderr=True)
 
 
 def start_run(tmp: Path, server: FaultServer, image: str) -> subprocess.Popen:

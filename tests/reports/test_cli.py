@@ -6,9 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,8 +14,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from store import Store
-
-ESCROW = str(Path(sys.executable).with_name("escrow"))
+from tests.processes import run_escrow
 
 
 def invoke(*args: str):
@@ -25,9 +22,7 @@ def invoke(*args: str):
 
 
 def escrow(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "ESCROW_HOME": str(home)}
-    env.pop("ESCROW_DB_URL", None)
-    return subprocess.run([ESCROW, *args], capture_output=True, text=True, env=env, timeout=120, check=False)
+    return run_escrow(home, *args, timeout=120)
 
 
 def test_run_report_in_every_format(scripted, home: Path, tmp_path: Path) -> None:

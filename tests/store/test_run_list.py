@@ -19,6 +19,7 @@ from store.batches import take_lease
 from store.run_list import ESCAPED_RUN_COLUMNS, RUN_FIELDS, RunLine, RunQuery, read_run_lines, sqlite_file
 from store.tables import Run, table_of
 from store.text_escape import EscapedString, EscapedText
+from tests.processes import run_escrow
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = 1_800_000_000.0
@@ -127,7 +128,7 @@ def escrow(*argv: str, code: str = "") -> subprocess.CompletedProcess[str]:
         "try:\n    main()\nfinally:\n"
         "    print('LOADED', 'sqlalchemy' in sys.modules, 'sqlmodel' in sys.modules, file=sys.stderr)\n"
     )
-    return subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True)
+    return run_escrow(None, entry=(sys.executable, "-c", probe), cwd=ROOT)
 
 
 def test_escrow_runs_on_a_sqlite_file_loads_no_sqlalchemy(varied: Path) -> None:

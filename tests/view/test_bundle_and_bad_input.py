@@ -6,19 +6,18 @@ from __future__ import annotations
 import re
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 from orchestrator.fault_server import FaultServer
 from store import Store
+from tests.processes import IN_PROCESS, run_escrow
 from tests.replay.recording import FIXED_MEAN
 from tests.view.conftest import serving
 from tests.view.recorded import ASSISTANT_TEXT, XSS, record_denial_run, record_fork, tamper
 
 
 def escrow(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", "from cli.main import main; main()", *args],
-                          capture_output=True, text=True, timeout=300)
+    return run_escrow(None, *args, entry=IN_PROCESS)
 
 
 def test_static_bundle_opens_from_file_urls(page, store: Store, db_path: Path, fault_server: FaultServer,
