@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from functools import cache
 from typing import Any, TypeVar
 
@@ -110,18 +111,59 @@ def _attrs(model: type[SQLModel]) -> dict[str, str]:
 
 
 def _constructed(view_cls: type[V], model: type, result: Any,
-                 extra: Callable[[dict[str, Any]], dict[str, Any]] = lambda _: {}) -> list[tuple[V, tuple[Any, ...]]]:
-    """Views of a result's rows, each with its raw row. Plain tuples are
-    read rather than SQLAlchemy's row mappings, which cost more than the
-    views' validation on a long run's ~2,500 rows."""
+                 extra: Callable[[dict[str, Any]], dict[str, Any]] = lambda _: {}) -> list[tuple[V, dict[str, Any]]]:
+    """Views of a result's rows, each with its row's values by column name.
+    Plain tuples are read rather than SQLAlchemy's row mappings, which cost
+    more than the views' validation on a long run's ~2,500 rows."""
     names = _attrs(model)
     keys = list(result.keys())
     pairs = [(i, names[k]) for i, k in enumerate(keys) if names.get(k) in view_cls.model_fields]
     out = []
     for row in result:
         values = {a: row[i] for i, a in pairs}
-        out.append((view_cls.model_validate({**values, **extra(values)}), tuple(row)))
+        out.append((view_cls.model_validate({**values, **extra(values)}), dict(zip(keys, row, strict=True))))
     return out
+
+
+@dataclass(frozen=True)
+class _SliceQuery:
+    """The rows of one run's turns ``first``..``last`` (or ``only`` those),
+    as ``turn_slice`` reads them table by table."""
+
+    conn: Connection
+    run_id: str
+    first: int | None
+    last: int | None
+    only: Collection[int] | None
+    detail: bool
+
+    def rows(self, model: type, *columns: Any, loose: bool = False) -> Any:
+        """The slice's rows of ``model``'s table (``loose``: run-level rows too)."""
+        t = _table(model)
+        stmt = select(*(columns or (t,))).where(t.c.run_id == self.run_id)
+        bounded: ColumnElement[bool] = t.c.turn.is_not(None)
+        if self.first is not None:
+            bounded = bounded & (t.c.turn >= self.first)
+        if self.last is not None:
+            bounded = bounded & (t.c.turn <= self.last)
+        if self.only is not None:
+            bounded = bounded & t.c.turn.in_(sorted(self.only))
+        stmt = stmt.where(bounded | t.c.turn.is_(None)) if loose else stmt.where(bounded)
+        if not self.detail and model in (CallAttempt, TransitionRow, EventRow):
+            stmt = stmt.where(literal(False))
+        return self.conn.execute(stmt.order_by(t.c.seq))
+
+    def views(self, view_cls: type[V], model: type, *columns: Any, loose: bool = False,
+              extra: Callable[[dict[str, Any]], dict[str, Any]] = lambda _: {}) -> list[V]:
+        return [view for view, _ in _constructed(view_cls, model, self.rows(model, *columns, loose=loose), extra)]
+
+    def grouped(self, view_cls: type[V], model: type, by: str) -> dict[str, list[V]]:
+        """The slice's views of ``model``, in order, grouped by the column ``by``
+        (a call's attempts by ``call_id``, a candidate's moves by ``candidate_id``)."""
+        groups: dict[str, list[V]] = defaultdict(list)
+        for view, row in _constructed(view_cls, model, self.rows(model)):
+            groups[row[by]].append(view)
+        return groups
 
 
 def turn_slice(conn: Connection, run_id: str, first: int | None = None, last: int | None = None, *,
@@ -133,62 +175,32 @@ def turn_slice(conn: Connection, run_id: str, first: int | None = None, last: in
     ``only`` reads just those turns (a search's), each with what the turn
     before it appended (``TurnSlice.appended``)."""
     run = get_run(conn, run_id)
-
-    def rows(model: type, *columns: Any, loose: bool = False) -> Any:
-        t = _table(model)
-        stmt = select(*(columns or (t,))).where(t.c.run_id == run_id)
-        bounded: ColumnElement[bool] = t.c.turn.is_not(None)
-        if first is not None:
-            bounded = bounded & (t.c.turn >= first)
-        if last is not None:
-            bounded = bounded & (t.c.turn <= last)
-        if only is not None:
-            bounded = bounded & t.c.turn.in_(sorted(only))
-        stmt = stmt.where(bounded | t.c.turn.is_(None)) if loose else stmt.where(bounded)
-        if not detail and model in (CallAttempt, TransitionRow, EventRow):
-            stmt = stmt.where(literal(False))
-        return conn.execute(stmt.order_by(t.c.seq))
-
-    def views(view_cls: type[V], model: type, *columns: Any, loose: bool = False,
-              extra: Callable[[dict[str, Any]], dict[str, Any]] = lambda _: {}) -> list[tuple[V, tuple[Any, ...]]]:
-        return _constructed(view_cls, model, rows(model, *columns, loose=loose), extra)
-
-    def by(model: type, name: str) -> int:
-        return [c.name for c in _table(model).c].index(name)
-
+    query = _SliceQuery(conn, run_id, first, last, only, detail)
     call_columns = [c for c in CALLS.c if c.name != "request_json"]
     if tails:
-        last_rows = list(last_messages(conn, [dict(r._mapping) for r in rows(ModelCall)]).items())
+        last_rows = list(last_messages(conn, [dict(r._mapping) for r in query.rows(ModelCall)]).items())
     first_row = conn.execute(select(CALLS).where(CALLS.c.run_id == run_id, CALLS.c.attempt_of.is_(None))
                              .order_by(CALLS.c.seq).limit(1)).first()
     first_text = request_texts(conn, [dict(first_row._mapping)]) if first_row is not None else {}
     first_call = next(((i, t) for i, t in first_text.items()), None)
-    response_call = by(ModelResponse, "call_id")
-    responses = {raw[response_call]: v for v, raw in views(ResponseView, ModelResponse)}
-    attempts: dict[str, list[AttemptView]] = defaultdict(list)
-    attempt_call = by(CallAttempt, "call_id")
-    for attempt, raw in views(AttemptView, CallAttempt):
-        attempts[raw[attempt_call]].append(attempt)
+    responses = {call_id: views[-1] for call_id, views in query.grouped(ResponseView, ModelResponse, "call_id").items()}
+    attempts = query.grouped(AttemptView, CallAttempt, "call_id")
 
     def call_parts(values: dict[str, Any]) -> dict[str, Any]:
         i = values["id"]
         return {
             "request_json": first_call[1] if first_call and i == first_call[0] else "",
             "response": responses.get(i),
-            "attempts": tuple(sorted(attempts[i], key=lambda a: a.number)),
+            "attempts": tuple(sorted(attempts.get(i, ()), key=lambda a: a.number)),
         }
 
-    calls = [c for c, _ in views(CallView, ModelCall, *call_columns, extra=call_parts)]
-    moves: dict[str, list[TransitionView]] = defaultdict(list)
-    move_candidate = by(TransitionRow, "candidate_id")
-    for move, raw in views(TransitionView, TransitionRow):
-        moves[raw[move_candidate]].append(move)
-    candidates = [
-        c for c, _ in views(CandidateView, CandidateRow, extra=lambda v: {"transitions": tuple(moves[v["id"]])})
-    ]
-    executions = [v for v, _ in views(ToolExecutionView, ToolExecution)]
-    events = [v for v, _ in views(EventView, EventRow, loose=True)]
-    committed = {v.turn: v for v, _ in views(TurnView, Turn)}
+    calls = query.views(CallView, ModelCall, *call_columns, extra=call_parts)
+    moves = query.grouped(TransitionView, TransitionRow, "candidate_id")
+    candidates = query.views(CandidateView, CandidateRow,
+                             extra=lambda v: {"transitions": tuple(moves.get(v["id"], ()))})
+    executions = query.views(ToolExecutionView, ToolExecution)
+    events = query.views(EventView, EventRow, loose=True)
+    committed = {v.turn: v for v in query.views(TurnView, Turn)}
     groups: dict[str, dict[int, list[Any]]] = {
         k: defaultdict(list) for k in ("calls", "candidates", "tool_executions", "events")
     }
