@@ -88,8 +88,7 @@ def explain(policy: Policy) -> list[str]:
         lines.append(f"verifier: ACCEPTS as the patch made them, past its allow-list: {', '.join(v.accept)} "
                      "(binaries, plugins, packages and test inputs there reach the verifier)")
     else:
-        lines.append("verifier: takes from the patch only UTF-8 text of the repo's kinds of file, under paths "
-                     "that make no new package, extension module, plugin, .pth, doctest or test config")
+        lines.append("verifier: takes only the patch's UTF-8 text of the repo's kinds (allow-list)")
     granted = policy.apply.allowed_reasons()
     refused = [r.value for r in FlagReason if r not in granted]
     lines.append("--apply: " + (f"refuses patches touching {', '.join(refused)}" if refused else "refuses no path"))

@@ -54,7 +54,7 @@ def test_apply_section_is_explained_and_strict(tmp_path):
 def test_verify_accept_is_explained_and_validated(tmp_path):
     result = CliRunner().invoke(app, ["policy", "check", str(DEFAULT)])
     text = " ".join(result.output.split())
-    assert "verifier: takes from the patch only UTF-8 text of the repo's kinds of file" in text
+    assert "verifier: takes only the patch's UTF-8 text of the repo's kinds (allow-list)" in text
     assert "not accepted for verification" in text  # --apply refuses what the allow-list left out
     wide = tmp_path / "wide.toml"
     wide.write_text(DEFAULT.read_text().replace("# accept = []", 'accept = ["assets/**", "tools/*.sh"]'))
