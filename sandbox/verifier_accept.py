@@ -78,8 +78,9 @@ def _stem(leaf: str) -> str:
 
 
 class AcceptRules:
-    """The path rules for one starting copy. ``protected`` is the policy's
-    protect matcher; ``installed`` the import names the image provides."""
+    """The path rules for one starting copy. ``protected`` matches the
+    policy's protected and hidden paths; ``installed`` the import names the
+    image provides."""
 
     def __init__(self, base: Entries, installed: frozenset[str], protected: Callable[[str], bool]) -> None:
         paths = [text(raw) for raw in base]

@@ -114,7 +114,7 @@ def plan_copy(base: Entries, after: Entries, verify: VerifyGrants, deny: tuple[s
     names = installed | ALWAYS_SHADOWED
     hidden, denied, readable, protected, accepted = (
         matcher(g) for g in (verify.hidden, deny, verify.reads, verify.protect, verify.accept))
-    rules = AcceptRules(base, names, protected)
+    rules = AcceptRules(base, names, lambda path: protected(path) or hidden(path))
     refused: dict[bytes, Refusal] = {}
     for raw, entry in after.items():
         if entry != base.get(raw) and not accepted(path := text(raw)):

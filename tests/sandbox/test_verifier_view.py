@@ -233,6 +233,14 @@ def test_a_new_init_beside_protected_tests_is_refused():
     assert "rule 'package'" in copy.flags[0].detail
 
 
+def test_a_new_init_beside_hidden_tests_is_refused():
+    base = {**BASE, **entries("checks/check_mean.py")}
+    verify = VerifyGrants(hidden=("checks/check_*.py",))
+    copy = plan_copy(base, {**base, **entries("checks/__init__.py", sha="b")}, verify, DENY, INSTALLED, plain_text)
+    assert reasons(copy) == [("checks/__init__.py", FlagReason.NOT_ACCEPTED.value)]
+    assert "changes how pytest imports its tests" in copy.flags[0].detail
+
+
 def test_a_refused_root_init_does_not_hide_a_shadowing_module():
     # with the root a package json.py would not shadow; the root __init__ is left out, so it would
     copy = plan({**BASE, **entries("__init__.py", "json.py", sha="b")})
