@@ -84,6 +84,11 @@ def explain(policy: Policy) -> list[str]:
         lines.append(f"verifier: hidden from the model, given only to the verifier: {', '.join(v.hidden)}")
     if v.reads:
         lines.append(f"verifier: MAY READ denied paths {', '.join(v.reads)} (exposed to code the model wrote)")
+    if v.accept:
+        lines.append(f"verifier: ACCEPTS as the patch made them, past its allow-list: {', '.join(v.accept)} "
+                     "(binaries, plugins, packages and test inputs there reach the verifier)")
+    else:
+        lines.append("verifier: takes only the patch's UTF-8 text of the repo's kinds (allow-list)")
     granted = policy.apply.allowed_reasons()
     refused = [r.value for r in FlagReason if r not in granted]
     lines.append("--apply: " + (f"refuses patches touching {', '.join(refused)}" if refused else "refuses no path"))

@@ -23,6 +23,7 @@ class FlagReason(str, Enum):
     HIDDEN = "hidden verifier input"
     SHADOWING = "shadows an installed module"
     BINARY_TEXT = "text that diffs as binary"
+    NOT_ACCEPTED = "not accepted for verification"
 
 
 class Flag(Frozen):
@@ -122,13 +123,14 @@ class ApplyGrants(Frozen):
     verifier_inputs: bool = False  # protected or hidden [verify] paths
     shadowing_modules: bool = False  # modules the verifier left out as shadowing installed ones
     binary_text: bool = True  # files that look like text but diff as binary (shown, flagged, written)
+    unaccepted_files: bool = False  # files the verifier's allow-list left out or took from the starting copy
 
     def allowed_reasons(self) -> frozenset[FlagReason]:
         """The flag reasons (``FlagReason``) granted."""
         grants = {FlagReason.GIT_METADATA: self.git_metadata, FlagReason.CI_CONFIG: self.ci_config,
                   FlagReason.OUTSIDE_REPO: self.outside_repo, FlagReason.PROTECTED: self.verifier_inputs,
                   FlagReason.HIDDEN: self.verifier_inputs, FlagReason.SHADOWING: self.shadowing_modules,
-                  FlagReason.BINARY_TEXT: self.binary_text}
+                  FlagReason.BINARY_TEXT: self.binary_text, FlagReason.NOT_ACCEPTED: self.unaccepted_files}
         return frozenset(reason for reason, granted in grants.items() if granted)
 
 
@@ -165,13 +167,17 @@ class VerifyGrants(Frozen):
     can neither read nor list them, and given only to the verifier.
     ``reads``: paths the policy denies to the model that the verifier may
     still hold; the verifier runs code the model wrote, so such a grant
-    exposes them to it."""
+    exposes them to it. ``accept``: paths the verifier takes as the patch
+    made them past its allow-list (``sandbox/verifier_accept.py``: text of
+    the starting copy's kinds, no new importable name, plugin or test input);
+    hidden, denied, protected and shadowing paths are still kept out."""
 
     protect: tuple[str, ...] = DEFAULT_PROTECT
     hidden: tuple[str, ...] = ()
     reads: tuple[str, ...] = ()
+    accept: tuple[str, ...] = ()
 
-    @field_validator("protect", "hidden", "reads")
+    @field_validator("protect", "hidden", "reads", "accept")
     @classmethod
     def _relative(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         return _workspace_globs(value)

@@ -39,7 +39,7 @@ from sandbox.verifier_view import (
     VerifierCopy,
     binary_text_flags,
     installed_modules,
-    plan_copy,
+    plan_from_git,
     stream_archive,
 )
 from sandbox.workspace import Patch, commit_export, diff_patch, snapshot, starting_repo_tar, tree_entries
@@ -266,7 +266,8 @@ class Sandbox:
         if self._base_entries is None:  # the starting copy never changes: listed once
             self._base_entries = tree_entries(self.git, self.base)
         after = tree_entries(self.git, patch.tree)
-        copy = plan_copy(self._base_entries, after, policy.verify, policy.paths.deny, self.installed_modules())
+        copy = plan_from_git(self.git, self._base_entries, after, policy.verify, policy.paths.deny,
+                             self.installed_modules())
         binary = binary_text_flags(self.git, self.base, patch.tree, after)
         return VerifierCopy(entries=copy.entries, flags=tuple(sorted((*copy.flags, *binary), key=lambda f: f.path)))
 

@@ -5,12 +5,19 @@ It is the starting copy with the patch applied, except where the policy says
 the patch may not decide (``[verify]``, ``[paths] deny``):
 
 - hidden and protected paths come from the starting copy, whatever the patch
-  did to them (added, changed or deleted);
+  did to them (added, changed or deleted); what the patch put in their place
+  or under them (a directory where a test file was) is dropped: they win
+  every path conflict;
 - paths denied to the model are left out, unless ``[verify] reads`` names
   them: the verifier runs code the model wrote, which could read them;
 - a module or distribution the patch adds where the verifier's interpreter
   would import it in place of an installed one (``pytest/__init__.py``,
-  ``json.py``, ``x.dist-info/entry_points.txt``) is left out.
+  ``json.py``) is left out;
+- anything else the patch adds or changes must pass the allow-list
+  (``sandbox.verifier_accept``: text of a kind the starting copy holds, under
+  a path that makes no new importable name, plugin or test input) unless
+  ``[verify] accept`` names it: an added file that fails is left out, a
+  changed one is verified as the starting copy had it.
 
 Each path the patch touched that is treated so becomes a ``Flag``. The copy is
 streamed as a tar, one blob at a time from the private git dir, so host
@@ -23,7 +30,7 @@ import json
 import re
 import tarfile
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from policies import Flag, FlagReason, VerifyGrants
@@ -31,9 +38,11 @@ from policies.paths import matcher
 from sandbox.errors import ExportRefused, WorkspaceError
 from sandbox.export_stream import LINK, text
 from sandbox.hostgit import PrivateGit
+from sandbox.verifier_accept import AcceptRules, Refusal, TextCheck
 from sandbox.workspace import tar_info
 
 Entries = Mapping[bytes, tuple[str, str]]  # path -> (git mode, blob sha)
+ContentCheck = Callable[[str, str], "Refusal | None"]  # (path, blob sha) -> why it is not acceptable text
 
 # A module file an ``import NAME`` finds in a sys.path directory (extension
 # modules carry an ABI tag: json.cpython-311-x86_64-linux-gnu.so).
@@ -96,13 +105,26 @@ def shadowed_name(path: str, entries: Entries, installed: frozenset[str]) -> str
 
 
 def plan_copy(base: Entries, after: Entries, verify: VerifyGrants, deny: tuple[str, ...],
-              installed: frozenset[str]) -> VerifierCopy:
+              installed: frozenset[str], content: ContentCheck) -> VerifierCopy:
     """The verifier's entries from the starting copy (``base``) and the
-    model's after-state, and a flag for each path the policy overrode."""
+    model's after-state, and a flag for each path the policy overrode.
+    ``content(path, sha)`` says why a blob is not acceptable text, or None;
+    it is asked only of files the patch added or changed that pass the path
+    rules."""
     names = installed | ALWAYS_SHADOWED
-    hidden, denied, readable, protected = (matcher(g) for g in (verify.hidden, deny, verify.reads, verify.protect))
+    hidden, denied, readable, protected, accepted = (
+        matcher(g) for g in (verify.hidden, deny, verify.reads, verify.protect, verify.accept))
+    rules = AcceptRules(base, names, lambda path: protected(path) or hidden(path))
+    refused: dict[bytes, Refusal] = {}
+    for raw, entry in after.items():
+        if entry != base.get(raw) and not accepted(path := text(raw)):
+            if (refusal := rules.path_refusal(path, entry[0])) is not None:
+                refused[raw] = refusal
+    # The packages the verifier's copy will have: a refused __init__ makes none.
+    view = {raw: entry for raw, entry in after.items() if raw not in refused}
     entries: dict[bytes, tuple[str, str]] = {}
     flags: list[Flag] = []
+    winners: dict[str, FlagReason] = {}  # restored protected and hidden files: they win a path conflict
     for raw in sorted(base.keys() | after.keys()):
         path, before, now = text(raw), base.get(raw), after.get(raw)
         changed = before != now
@@ -112,20 +134,63 @@ def plan_copy(base: Entries, after: Entries, verify: VerifyGrants, deny: tuple[s
             continue  # denied to the model: never given to code it wrote
         elif protected(path):
             chosen, reason = before, FlagReason.PROTECTED
-        elif before is None and (name := shadowed_name(path, after, names)):
+        elif before is None and (name := shadowed_name(path, view, names)):
             flags.append(Flag(path=path, reason=FlagReason.SHADOWING.value,
                               detail=f"added; would shadow the installed {name!r}; left out of verification"))
             continue
+        elif now is not None and changed and (refusal := refused.get(raw) or _content_refusal(
+                path, now, accepted, content)) is not None:
+            chosen, reason = before, FlagReason.NOT_ACCEPTED
+            kept = ("added; left out of verification" if before is None
+                    else "changed; the starting copy's version was verified")
+            flags.append(Flag(path=path, reason=reason.value, detail=f"{kept}: {refusal}"))
+            changed = False  # flagged here, with its rule
         else:
             chosen, reason = now, None
         if chosen is not None:
             entries[raw] = chosen
+            if reason in (FlagReason.HIDDEN, FlagReason.PROTECTED):
+                winners[path] = reason
         if reason is not None and changed:
             detail = ("added; left out of verification" if before is None
                       else "deleted; restored from the starting copy for verification" if now is None
                       else "changed; the starting copy's version was verified")
             flags.append(Flag(path=path, reason=reason.value, detail=detail))
+    flags += _drop_conflicts(entries, winners, base)
     return VerifierCopy(entries=entries, flags=tuple(flags))
+
+
+def _content_refusal(path: str, entry: tuple[str, str], accepted: Callable[[str], bool],
+                     content: ContentCheck) -> Refusal | None:
+    if accepted(path) or entry[0] == LINK:
+        return None
+    return content(path, entry[1])
+
+
+def _drop_conflicts(entries: dict[bytes, tuple[str, str]], winners: Mapping[str, FlagReason],
+                    base: Entries) -> list[Flag]:
+    """Protected and hidden files win a path conflict: what the patch put in
+    their place (a directory: ``test_calc.py/x``; a file or link where their
+    directory was) is dropped and flagged, so the copy is always a tree."""
+    if not winners:
+        return []
+    flags = []
+    above = {"/".join(p.split("/")[:depth]) for p in winners for depth in range(1, p.count("/") + 1)}
+    for raw in sorted(entries):
+        path = text(raw)
+        if path in winners or entries[raw] == base.get(raw):
+            continue
+        parts = path.split("/")
+        under = next((w for w in ("/".join(parts[:d]) for d in range(1, len(parts))) if w in winners), None)
+        if under is None and path not in above:
+            continue
+        del entries[raw]
+        owner = under or next(w for w in sorted(winners) if w.startswith(path + "/"))
+        what = "hidden file" if winners[owner] is FlagReason.HIDDEN else f"protected file {owner!r}"
+        where = "under" if under else "in the place of the directory of"
+        flags.append(Flag(path=path, reason=winners[owner].value,
+                          detail=f"{where} the {what}; left out of verification"))
+    return flags
 
 
 # Names that say "text": such a file that diffs as binary hides what it does
@@ -181,6 +246,16 @@ def _tar_header(path: str, mode: str, data: bytes) -> bytes:
     return tar_info(path, mode, data).tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
 
 
+def plan_from_git(git: PrivateGit, base: Entries, after: Entries, verify: VerifyGrants, deny: tuple[str, ...],
+                  installed: frozenset[str]) -> VerifierCopy:
+    """``plan_copy`` with the blobs' content read from the private git dir."""
+    reader = _BlobReader(git)
+    try:
+        return plan_copy(base, after, verify, deny, installed, reader.text_refusal)
+    finally:
+        reader.close()
+
+
 class _BlobReader:
     """One ``git cat-file --batch``: blobs read one at a time, so only the
     one being sent is in memory. Killed past its timeout."""
@@ -227,6 +302,16 @@ class _BlobReader:
             nuls, left = nuls + chunk.count(b"\0"), left - len(chunk)
         self._take(1)
         return size, head, nuls
+
+    def text_refusal(self, path: str, sha: str) -> Refusal | None:
+        """``TextCheck`` of a blob, read a chunk at a time."""
+        check, left = TextCheck(path), self._ask(sha)
+        while left:
+            chunk = self._take(min(left, 1 << 20))
+            check.feed(chunk)
+            left -= len(chunk)
+        self._take(1)
+        return check.result()
 
     def _ask(self, sha: str) -> int:
         stdin = self.proc.stdin

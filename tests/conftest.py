@@ -26,6 +26,11 @@ for _name in [n for n in os.environ if n.startswith("ESCROW_") and not n.startsw
 
 LLAMA_URL = os.environ.get("ESCROW_TEST_LLAMA_URL", "http://127.0.0.1:8088")
 SANDBOX_IMAGE = os.environ.get("ESCROW_TEST_SANDBOX_IMAGE", DEFAULT_SANDBOX_IMAGE)
+# The runtimes every sandbox test (attacks and containment first) and the
+# e2e attack tests run under: runsc, the default where dockerd has it, and
+# runc, which a machine without gVisor gets (ESCROW_TEST_SANDBOX_RUNTIMES=runc
+# for one of them).
+SUITE_RUNTIMES = tuple(os.environ.get("ESCROW_TEST_SANDBOX_RUNTIMES", "runsc,runc").split(","))
 
 
 def require(ok: bool, what: str) -> None:

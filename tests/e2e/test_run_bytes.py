@@ -37,6 +37,7 @@ BUGGY = "sum(values) / (len(values) + 1)"
 FIXED = "sum(values) / len(values)"
 TASK = "Fix the bug in mean() in calc.py so that the tests pass."
 LATIN1 = "caf\xe9 cr\xe8me br\xfbl\xe9e\n".encode("latin-1")
+DEFAULT_POLICY = Path(__file__).resolve().parents[2] / "policies" / "default.toml"
 
 
 def call(name: str, **args: object) -> ScriptedToolCall:
@@ -99,6 +100,14 @@ CASES = {
 }
 
 
+def granting_unaccepted_files(tmp_path: Path) -> Path:
+    policy = tmp_path / "unaccepted.toml"
+    text = DEFAULT_POLICY.read_text()
+    policy.write_text(text.replace("unaccepted_files = false", "unaccepted_files = true"))
+    assert policy.read_text() != text
+    return policy
+
+
 def seed(repo: Path, files: dict[bytes, bytes]) -> None:
     for name, data in files.items():
         host_path(repo, name).parent.mkdir(parents=True, exist_ok=True)
@@ -134,6 +143,10 @@ def test_a_correct_fix_beside_any_bytes_passes_and_applies_byte_for_byte(
     shutil.copytree(repo, pristine)
     calls = [EDIT, *([bash(case.command)] if case.command else []), SUBMIT]
     fault.script([answer(*calls)])
+    # Bytes that are not UTF-8 text, and kinds of file the repo lacks, are left
+    # out of verification and not applied by default (the verifier's
+    # allow-list, tests/e2e/test_run_allow_list.py); this grant writes them.
+    settings = settings.model_copy(update={"policy": granting_unaccepted_files(tmp_path)})
     outcome = run(settings, repo, apply=True)
 
     assert outcome.result.verdict is Verdict.PASS, outcome.result.detail

@@ -246,7 +246,8 @@ def test_a_text_file_that_diffs_as_binary_is_named_and_described(settings, repo,
     assert outcome.result.verdict is Verdict.PASS, outcome.result.detail  # the real fix, with pytest.ini restored
     flags = {(f.path, f.reason): f.detail for f in outcome.flagged}
     assert set(flags) == {("pytest.ini", FlagReason.PROTECTED.value), ("pytest.ini", FlagReason.BINARY_TEXT.value),
-                          ("notes.md", FlagReason.BINARY_TEXT.value)}
+                          ("notes.md", FlagReason.BINARY_TEXT.value), ("notes.md", FlagReason.NOT_ACCEPTED.value)}
+    assert "rule 'text': a NUL byte at offset 11" in flags[("notes.md", FlagReason.NOT_ACCEPTED.value)]
     assert f"{len(ini.encode()):,} bytes" in flags[("pytest.ini", FlagReason.BINARY_TEXT.value)]
     assert "1 NUL byte(s)" in flags[("notes.md", FlagReason.BINARY_TEXT.value)]
 

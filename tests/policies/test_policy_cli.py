@@ -49,3 +49,22 @@ def test_apply_section_is_explained_and_strict(tmp_path):
     typo.write_text(DEFAULT.read_text().replace("ci_config = false", "ci_configs = true"))
     result = CliRunner().invoke(app, ["policy", "check", str(typo)])
     assert getattr(result.exception, "exit_code", None) == 65 and "apply.ci_configs" in str(result.exception)
+
+
+def test_verify_accept_is_explained_and_validated(tmp_path):
+    result = CliRunner().invoke(app, ["policy", "check", str(DEFAULT)])
+    text = " ".join(result.output.split())
+    assert "verifier: takes only the patch's UTF-8 text of the repo's kinds (allow-list)" in text
+    assert "not accepted for verification" in text  # --apply refuses what the allow-list left out
+    wide = tmp_path / "wide.toml"
+    wide.write_text(DEFAULT.read_text().replace("# accept = []", 'accept = ["assets/**", "tools/*.sh"]'))
+    result = CliRunner().invoke(app, ["policy", "check", str(wide), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["policy"]["verify"]["accept"] == ["assets/**", "tools/*.sh"]
+    assert any(g.startswith("verifier: ACCEPTS as the patch made them, past its allow-list: assets/**, tools/*.sh")
+               for g in data["grants"])
+    bad = tmp_path / "bad.toml"
+    bad.write_text(DEFAULT.read_text().replace("# accept = []", 'accept = ["../outside/**"]'))
+    result = CliRunner().invoke(app, ["policy", "check", str(bad)])
+    assert getattr(result.exception, "exit_code", None) == 65 and "workspace-relative" in str(result.exception)

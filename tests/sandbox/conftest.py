@@ -15,7 +15,7 @@ import pytest
 
 from policies import Policy, default_policy
 from sandbox import Sandbox
-from tests.conftest import require
+from tests.conftest import SUITE_RUNTIMES, require
 
 CANARY_SECRET = "escrow-canary-7f3c9a1d5e"
 CANARY_ENV = "ESCROW_TEST_CANARY_SECRET"
@@ -88,11 +88,6 @@ def demo_repo(tmp_path: Path) -> Path:
     subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"], cwd=repo, check=True)
     return repo
 
-
-# The runtimes every sandbox test (attacks and containment first) runs
-# under: runsc, the default where dockerd has it, and runc, which a machine
-# without gVisor gets (ESCROW_TEST_SANDBOX_RUNTIMES=runc for one of them).
-SUITE_RUNTIMES = tuple(os.environ.get("ESCROW_TEST_SANDBOX_RUNTIMES", "runsc,runc").split(","))
 
 
 @pytest.fixture(scope="module", params=SUITE_RUNTIMES)

@@ -24,14 +24,15 @@ def test_the_verifiers_repo_is_the_starting_copy_and_is_made_once(docker_client,
     real = container_module.starting_repo_tar
     monkeypatch.setattr(container_module, "starting_repo_tar", lambda git, base: made.append(base) or real(git, base))
     policy = default_policy()
+    # new.py: a kind of file the starting copy holds, so the verifier's allow-list takes it
     with Sandbox.start(docker_client, sandbox_image, policy, tmp_path, runtime=sandbox_runtime) as sandbox:
-        sandbox.bash("sed -i 's/a - b/a + b/' calc.py && echo new > new.txt", LIMITS)
+        sandbox.bash("sed -i 's/a - b/a + b/' calc.py && echo Y = 2 > new.py", LIMITS)
         patch = sandbox.patch()
         for _ in range(2):
             with sandbox.fresh(sandbox.archive_for(sandbox.verifier_copy(patch, policy)), "verify") as verifier:
                 status = verifier.bash("git status --short; git log --format=%H; git diff --stat | tail -1",
                                        LIMITS).stdout.text().splitlines()
-                assert status[:2] == [" M calc.py", "?? new.txt"]
+                assert status[:2] == [" M calc.py", "?? new.py"]
                 assert status[2] == sandbox.base and "1 file changed, 1 insertion(+), 1 deletion(-)" in status[3]
                 owner = verifier.bash("stat -c %u .git/index .git/HEAD | sort -u", LIMITS).stdout.text()
                 assert owner == "1000\n"
