@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from enum import Enum
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -165,11 +166,16 @@ class VerifyGrants(Frozen):
     can neither read nor list them, and given only to the verifier.
     ``reads``: paths the policy denies to the model that the verifier may
     still hold; the verifier runs code the model wrote, so such a grant
-    exposes them to it."""
+    exposes them to it. ``verifier_output``: what a submit's observation
+    quotes of the verifier, ``summary`` (the verdict, the counts, the failed
+    required tests' ids, failure messages only of tests the model may read)
+    or ``full`` (its output as well); unset, ``summary`` when hidden or
+    reference tests exist, else ``full``."""
 
     protect: tuple[str, ...] = DEFAULT_PROTECT
     hidden: tuple[str, ...] = ()
     reads: tuple[str, ...] = ()
+    verifier_output: Literal["summary", "full"] | None = None
 
     @field_validator("protect", "hidden", "reads")
     @classmethod
