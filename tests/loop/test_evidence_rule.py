@@ -117,7 +117,7 @@ def test_the_pre_pass_lists_what_it_collected_and_notes_collection_errors():
 @pytest.mark.parametrize(("command", "pytest_"), [
     ("python3 -m pytest -q", True), ("pytest", True), ("cd sub && /usr/bin/pytest-3 -x", True),
     ("py.test tests", True), ("make test", False), ("python3 run_tests.py", False), ("echo pytest-like", False),
-    ("bash -c 'unbalanced", False),
+    ("bash -c 'unbalanced", False), ("bash -c 'cd src && python3 -m pytest -x'", True), ("x=1 pytest", True),
 ])
 def test_only_a_pytest_command_asks_for_evidence(command, pytest_):
     assert is_pytest_command(command) is pytest_
