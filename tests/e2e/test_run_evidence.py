@@ -196,14 +196,16 @@ def deny_secrets_policy(tmp_path: Path, *verify: str) -> Path:
     return path
 
 
+# Each reads into ``found`` at import; an atexit handler prints it once pytest
+# has let go of the output (what a module prints during collection is dropped).
 GIT_READS = {
-    "git-show": "print(subprocess.run(['git', 'show', 'HEAD:secrets/key.txt'], capture_output=True).stdout)\n",
-    "cat-file-all-objects": ("print(subprocess.run(['git', 'cat-file', '--batch-all-objects', '--batch'],\n"
-                             "                     capture_output=True).stdout)\n"),
+    "git-show": "found = subprocess.run(['git', 'show', 'HEAD:secrets/key.txt'], capture_output=True).stdout\n",
+    "cat-file-all-objects": ("found = subprocess.run(['git', 'cat-file', '--batch-all-objects', '--batch'],\n"
+                             "                       capture_output=True).stdout\n"),
     "packed-objects": (
-        "import glob, zlib\nfor pack in glob.glob('.git/objects/pack/*.pack'):\n"
+        "import glob, zlib\nfound = []\nfor pack in glob.glob('.git/objects/pack/*.pack'):\n"
         "    data = open(pack, 'rb').read()\n    for i in range(len(data)):\n"
-        "        try:\n            print(zlib.decompressobj().decompress(data[i:i + 4096]))\n"
+        "        try:\n            found.append(zlib.decompressobj().decompress(data[i:i + 4096]))\n"
         "        except zlib.error:\n            pass\n"),
 }
 
@@ -214,7 +216,8 @@ def test_a_denied_file_is_not_in_the_verifiers_repository(on, repo, fault, open_
     canary = "CANARY-5e1d77"
     (repo / "secrets").mkdir()
     (repo / "secrets" / "key.txt").write_text(canary + "\n")
-    submit_calc(fault, module("import subprocess\n" + GIT_READS[how], fixed=fixed))
+    submit_calc(fault, module("import atexit, subprocess\n" + GIT_READS[how] + "atexit.register(print, found)\n",
+                              fixed=fixed))
     outcome = run(on.model_copy(update={"policy": deny_secrets_policy(tmp_path), "max_turns": 1}), repo)
 
     assert (outcome.result.verdict is Verdict.PASS) is fixed, outcome.result.detail
@@ -228,7 +231,7 @@ def test_a_denied_file_is_not_in_the_verifiers_repository(on, repo, fault, open_
 HIDDEN_TEST_LINE = "assert mean([1, 2, 3, 4]) == 2.5"
 LEAKS = {
     "assertion-rewriting": "",  # pytest's own failure report quotes the hidden test's source
-    "printed-by-the-module": "print(open('test_calc.py').read())\n",
+    "printed-by-the-module": "import atexit\natexit.register(print, open('test_calc.py').read())\n",
     "raised-in-a-readable-test": "",  # add() raises the hidden file's text; test_add.py is readable
 }
 
@@ -246,9 +249,9 @@ def test_hidden_tests_are_never_quoted_back(on, repo, fault, open_store, tmp_pat
 
     fails = name == "raised-in-a-readable-test" or not fixed
     assert (outcome.result.verdict is Verdict.PASS) is not fails, outcome.result.detail
+    assert HIDDEN_TEST_LINE not in recorded_texts(open_store, outcome.run_id)
     (submit,) = submits(open_store, outcome.run_id)
     assert "verifier_output = \"summary\"" in submit.observation
-    assert HIDDEN_TEST_LINE not in recorded_texts(open_store, outcome.run_id)
     if fails:
         assert "test_calc.py::test_mean" in submit.observation or "test_add.py" in submit.observation
 
