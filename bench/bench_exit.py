@@ -26,6 +26,7 @@
 on examples/calculator and on a generated repo of 5,000 files.
 
 Usage: .venv/bin/python bench/bench_exit.py [--n 5] [--image TAG] [--old-attack] [--evidence-only]
+       [--runtime runc|runsc ...]
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from sandbox import ExecLimits, Sandbox, connect
 from sandbox.capture import BytesCapture
 from sandbox.errors import ExportRefused
 from sandbox.hostgit import PrivateGit
+from sandbox.runtime import RuntimeName
 from sandbox.verifier_view import stream_archive
 from sandbox.workspace import tree_entries
 
@@ -219,10 +221,10 @@ def bench_repo(client, image: str, repo: Path, n: int) -> dict[str, float]:
 EVIDENCE_COLLECT, EVIDENCE_RUN = "/tmp/escrow-evidence-collect.jsonl", "/tmp/escrow-evidence-run.jsonl"
 
 
-def bench_evidence(client, image: str, repo: Path, n: int) -> dict[str, float]:
+def bench_evidence(client, image: str, repo: Path, n: int, runtime: RuntimeName) -> dict[str, float]:
     """Verification with and without the evidence steps, as ToolBox.submit runs them."""
     policy = default_policy()
-    with Sandbox.start(client, image, policy, repo) as sandbox:
+    with Sandbox.start(client, image, policy, repo, runtime=runtime) as sandbox:
         sandbox.bash("sed -i 's/(len(values) + 1)/len(values)/' calc.py", LIMITS)
         copy = sandbox.verifier_copy(sandbox.patch(), policy)
         sandbox.archive_for(copy)  # the repository is made once per run, before the first verification
@@ -295,7 +297,10 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=5000)
     parser.add_argument("--old-attack", action="store_true")
     parser.add_argument("--evidence-only", action="store_true", help="only the evidence steps' side by side")
+    parser.add_argument("--runtime", action="append", choices=["runc", "runsc"],
+                        help="runtimes of the evidence side by side (repeatable; default runc)")
     opts = parser.parse_args()
+    opts.runtime = opts.runtime or ["runc"]
     client = connect()
     print(f"{'repo':14} {'step':33} {'median s':>9} {'new/old':>8}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -313,9 +318,11 @@ def main() -> None:
                     old = "(again, for + hidden)"
                 ratio = seconds / figures[f"{kind} old {old}"]
                 print(f"{name:14} {step:33} {seconds:9.3f} {ratio:8.2f}")
-        evidence = bench_evidence(client, opts.image, example, opts.n)
-        for step, seconds in evidence.items():
-            print(f"{'example':14} {step:33} {seconds:9.3f} {seconds / evidence['verify without evidence']:8.2f}")
+        for runtime in opts.runtime:
+            evidence = bench_evidence(client, opts.image, example, opts.n, runtime)
+            for step, seconds in evidence.items():
+                ratio = seconds / evidence["verify without evidence"]
+                print(f"{'example ' + runtime:14} {step:33} {seconds:9.3f} {ratio:8.2f}")
     if opts.evidence_only:
         return
     bench_attack(client, opts.image, opts.old_attack)

@@ -14,7 +14,9 @@ import json
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from cli.main import app
 from orchestrator.agent import Verdict
 from orchestrator.fault_server import Reply, ScriptedToolCall
 from orchestrator.launch import RunRequest, run_agent
@@ -159,6 +161,14 @@ def test_a_real_fix_passes_with_its_evidence_shown_and_recorded(on, repo, fault,
     evidence = json.loads(submit.detail_json or "{}")["evidence"]
     assert (evidence["required"], evidence["seen_passing"], evidence["source"]) == (2, 2, "collected")
     assert submit.observation.splitlines()[1] == "evidence: 2 of 2 required tests passed"
+    assert "evidence: 2 of 2 required tests passed" in shown(on, outcome.run_id)
+
+
+def shown(settings: Settings, run_id: str) -> str:
+    """``escrow show RUN`` as a person reads it."""
+    result = CliRunner().invoke(app, ["show", run_id, "--db", settings.store_url])
+    assert result.exit_code == 0, result.output
+    return " ".join(result.output.split())
 
 
 def test_a_verify_command_that_is_not_pytest_says_exit_code_only(on, repo, fault, open_store):
@@ -168,6 +178,7 @@ def test_a_verify_command_that_is_not_pytest_says_exit_code_only(on, repo, fault
     assert outcome.result.verdict is Verdict.PASS, outcome.result.detail
     (submit,) = submits(open_store, outcome.run_id)
     assert "evidence: exit code only (the verify command is not pytest)" in submit.observation
+    assert "evidence: exit code only" in shown(on, outcome.run_id)
 
 
 def test_named_tests_are_the_required_ones(on, repo, fault, open_store):
