@@ -178,9 +178,12 @@ def required_from_collection(channel: Channel) -> Required | None:
     on the starting copy (then the verdict can only be the exit code's)."""
     if channel.starts == 0:
         return None
-    note = ""
+    notes = []
     if channel.collect_errors:
-        note = f"{len(channel.collect_errors)} collection error(s) in the starting copy"
+        notes.append(f"{len(channel.collect_errors)} collection error(s) in the starting copy")
+    if channel.ends == 0 or channel.problems:
+        notes.append("the pre-pass did not end cleanly; its list may be short")
+    note = "; ".join(notes)
     return Required(ids=tuple(dict.fromkeys(channel.collected)), source="collected", note=note)
 
 
