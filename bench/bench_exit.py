@@ -12,13 +12,21 @@
           policy's copy (protected inputs restored, shadowing modules left
           out, hidden paths), planned and streamed a blob at a time; samples
           alternate between the two
+  evidence: a verification as before (fresh container, the verify command)
+          against one with the evidence steps: the first submit of a run
+          (the trusted pre-pass collecting the required tests from the
+          starting copy in the same container, the workspace refilled with
+          the patched copy, the verify command under the reporter, its
+          channel read back and judged) and a later one (the pre-pass is
+          cached: only the reporter and the channel); samples alternate
   attack: one 1 MB file hard-linked 600 times: host peak memory and time of
           the new export (refused at the patch cap); --old-attack also runs
           the previous path on it (hundreds of MB, GBs of memory: use with care)
 
 on examples/calculator and on a generated repo of 5,000 files.
 
-Usage: .venv/bin/python bench/bench_exit.py [--n 5] [--image TAG] [--old-attack]
+Usage: .venv/bin/python bench/bench_exit.py [--n 5] [--image TAG] [--old-attack] [--evidence-only]
+       [--runtime runc|runsc ...]
 """
 
 from __future__ import annotations
@@ -36,12 +44,21 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from orchestrator.evidence import (
+    MAX_CHANNEL_BYTES,
+    Required,
+    judge,
+    parse_channel,
+    reporter_env,
+    required_from_collection,
+)
 from orchestrator.settings import DEFAULT_SANDBOX_IMAGE
 from policies import Policy, default_policy
 from sandbox import ExecLimits, Sandbox, connect
 from sandbox.capture import BytesCapture
 from sandbox.errors import ExportRefused
 from sandbox.hostgit import PrivateGit
+from sandbox.runtime import RuntimeName
 from sandbox.verifier_view import stream_archive
 from sandbox.workspace import tree_entries
 
@@ -201,6 +218,51 @@ def bench_repo(client, image: str, repo: Path, n: int) -> dict[str, float]:
     return out
 
 
+EVIDENCE_COLLECT, EVIDENCE_RUN = "/tmp/escrow-evidence-collect.jsonl", "/tmp/escrow-evidence-run.jsonl"
+
+
+def bench_evidence(client, image: str, repo: Path, n: int, runtime: RuntimeName) -> dict[str, float]:
+    """Verification with and without the evidence steps, as ToolBox.submit runs them."""
+    policy = default_policy()
+    with Sandbox.start(client, image, policy, repo, runtime=runtime) as sandbox:
+        sandbox.bash("sed -i 's/(len(values) + 1)/len(values)/' calc.py", LIMITS)
+        copy = sandbox.verifier_copy(sandbox.patch(), policy)
+        sandbox.archive_for(copy)  # the repository is made once per run, before the first verification
+
+        def plain() -> None:
+            with sandbox.fresh(sandbox.archive_for(copy), "bench") as verifier:
+                assert verifier.bash(VERIFIER, LIMITS).exit_code == 0
+
+        def judged(verifier: Sandbox, required: Required) -> None:
+            outcome = verifier.bash(VERIFIER, LIMITS, env=reporter_env(EVIDENCE_RUN, "run"))
+            data, cut = verifier.read_file(EVIDENCE_RUN, MAX_CHANNEL_BYTES)
+            assert judge(outcome.exit_code, outcome.timed_out, parse_channel(data, truncated=cut), required).passed
+
+        def first_submit() -> None:
+            with sandbox.fresh(sandbox.starting_archive(copy), "bench") as verifier:
+                verifier.bash(VERIFIER, LIMITS, env=reporter_env(EVIDENCE_COLLECT, "collect"))
+                data, cut = verifier.read_file(EVIDENCE_COLLECT, MAX_CHANNEL_BYTES)
+                required = required_from_collection(parse_channel(data, truncated=cut))
+                assert required is not None and len(required.ids) == 2
+                verifier.refill(sandbox.archive_for(copy))
+                judged(verifier, required)
+
+        def later_submit() -> None:
+            with sandbox.fresh(sandbox.archive_for(copy), "bench") as verifier:
+                judged(verifier, Required(ids=("test_calc.py::test_add", "test_calc.py::test_mean")))
+
+        plain()  # warm-up, not counted
+        samples: tuple[list[float], list[float], list[float]] = ([], [], [])
+        for _ in range(n):
+            for fn, out in ((plain, samples[0]), (first_submit, samples[1]), (later_submit, samples[2])):
+                start = time.perf_counter()
+                fn()
+                out.append(time.perf_counter() - start)
+    return {"verify without evidence": statistics.median(samples[0]),
+            "verify + pre-pass + reporter (1st)": statistics.median(samples[1]),
+            "verify + reporter (later submits)": statistics.median(samples[2])}
+
+
 def bench_attack(client, image: str, old: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "repo"
@@ -234,13 +296,19 @@ def main() -> None:
     parser.add_argument("--image", default=DEFAULT_SANDBOX_IMAGE)
     parser.add_argument("--files", type=int, default=5000)
     parser.add_argument("--old-attack", action="store_true")
+    parser.add_argument("--evidence-only", action="store_true", help="only the evidence steps' side by side")
+    parser.add_argument("--runtime", action="append", choices=["runc", "runsc"],
+                        help="runtimes of the evidence side by side (repeatable; default runc)")
     opts = parser.parse_args()
+    opts.runtime = opts.runtime or ["runc"]
     client = connect()
     print(f"{'repo':14} {'step':33} {'median s':>9} {'new/old':>8}")
     with tempfile.TemporaryDirectory() as tmp:
         example = Path(tmp) / "calculator"
         shutil.copytree(EXAMPLE, example, ignore=shutil.ignore_patterns(".benchmarks", "__pycache__", ".pytest_cache"))
-        for name, repo in (("example", example), (f"{opts.files} files", generated_repo(Path(tmp), opts.files))):
+        repos = () if opts.evidence_only else (("example", example),
+                                                (f"{opts.files} files", generated_repo(Path(tmp), opts.files)))
+        for name, repo in repos:
             figures = bench_repo(client, opts.image, repo, opts.n)
             for step, seconds in figures.items():
                 kind = step.split()[0]
@@ -250,6 +318,13 @@ def main() -> None:
                     old = "(again, for + hidden)"
                 ratio = seconds / figures[f"{kind} old {old}"]
                 print(f"{name:14} {step:33} {seconds:9.3f} {ratio:8.2f}")
+        for runtime in opts.runtime:
+            evidence = bench_evidence(client, opts.image, example, opts.n, runtime)
+            for step, seconds in evidence.items():
+                ratio = seconds / evidence["verify without evidence"]
+                print(f"{'example ' + runtime:14} {step:33} {seconds:9.3f} {ratio:8.2f}")
+    if opts.evidence_only:
+        return
     bench_attack(client, opts.image, opts.old_attack)
 
 

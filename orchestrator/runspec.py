@@ -39,6 +39,7 @@ class RunSpec(Frozen):
     task: str
     verifier: str | None = None
     verifier_patch: str | None = None  # applied in the verifier's container only, never shown to the model
+    required_tests: tuple[str, ...] = ()  # the task's named tests; none: a pre-pass collects them (sandbox/toolbox.py)
     system: str = SYSTEM_PROMPT
     system_role: Role = "system"
     protocol: str = "native"

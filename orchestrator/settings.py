@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from orchestrator.errors import ConfigError
 
 ENV_PREFIX = "ESCROW_"
-DEFAULT_SANDBOX_IMAGE = "escrow-sandbox:bookworm-2"
+DEFAULT_SANDBOX_IMAGE = "escrow-sandbox:bookworm-3-evidence"
 # The sandbox's OCI runtime as asked for; sandbox.runtime turns it into the one used.
 RuntimeWanted = Literal["auto", "runsc", "runc"]
 RUNTIME_CHOICES: tuple[RuntimeWanted, ...] = ("auto", "runsc", "runc")

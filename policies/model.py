@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from enum import Enum
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -170,12 +171,18 @@ class VerifyGrants(Frozen):
     exposes them to it. ``accept``: paths the verifier takes as the patch
     made them past its allow-list (``sandbox/verifier_accept.py``: text of
     the starting copy's kinds, no new importable name, plugin or test input);
-    hidden, denied, protected and shadowing paths are still kept out."""
+    hidden, denied, protected and shadowing paths are still kept out.
+    ``verifier_output``: what a submit's observation quotes of the verifier,
+    ``summary`` (the verdict, the counts, the failed required tests' ids,
+    failure messages only of tests the model may read) or ``full`` (its
+    output as well); unset, ``summary`` when hidden or reference tests
+    exist, else ``full``."""
 
     protect: tuple[str, ...] = DEFAULT_PROTECT
     hidden: tuple[str, ...] = ()
     reads: tuple[str, ...] = ()
     accept: tuple[str, ...] = ()
+    verifier_output: Literal["summary", "full"] | None = None
 
     @field_validator("protect", "hidden", "reads", "accept")
     @classmethod

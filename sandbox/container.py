@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -24,12 +24,13 @@ import docker
 import docker.errors
 
 from policies import Policy
-from sandbox.capture import StreamCapture
+from policies.paths import first_match
+from sandbox.capture import BytesCapture, StreamCapture
 from sandbox.daemon import require_image
 from sandbox.errors import ExecError, ExecutorBroken, SandboxError, WorkspaceError
 from sandbox.execution import FLOOD_FACTOR, ExecLimits, ExecOutcome, FileOpOutcome
 from sandbox.executor import Ending, ExecutorChannel
-from sandbox.export_stream import ExportLimits, ExportParser, TreeBuilder
+from sandbox.export_stream import ExportLimits, ExportParser, TreeBuilder, text
 from sandbox.hardening import SANDBOX_ENV, WORKSPACE, Hardening
 from sandbox.hostgit import PrivateGit
 from sandbox.orphans import claim_state_dir, owner_labels, removal_under_way, remove_dead_state_dirs, remove_orphans
@@ -40,9 +41,18 @@ from sandbox.verifier_view import (
     binary_text_flags,
     installed_modules,
     plan_from_git,
+    starting_view,
     stream_archive,
 )
-from sandbox.workspace import Patch, commit_export, diff_patch, snapshot, starting_repo_tar, tree_entries
+from sandbox.workspace import (
+    Patch,
+    commit_export,
+    diff_patch,
+    snapshot,
+    starting_repo_tar,
+    tree_entries,
+    view_commit,
+)
 
 _SETUP_LIMITS = ExecLimits(timeout_s=120, stdout_cap=4096, stderr_cap=4096)
 _LISTING_LIMITS = ExecLimits(timeout_s=120, stdout_cap=1 << 20, stderr_cap=4096)
@@ -68,7 +78,7 @@ class Sandbox:
         self._exports = 0
         self._installed: frozenset[str] | None = None
         self._base_entries: dict[bytes, tuple[str, str]] | None = None
-        self._starting_repo: bytes | None = None
+        self._starting_repos: dict[int, bytes] = {}
         self.hidden: tuple[str, ...] = ()  # [verify] hidden: in the starting copy, not in this container
         self.channel: ExecutorChannel  # set by _start_executor
 
@@ -146,17 +156,19 @@ class Sandbox:
         self.close()
 
     def exec(self, argv: list[str], limits: ExecLimits, *, stdin: bytes | Iterable[bytes] | None = None,
-             stdout_capture: StreamCapture | None = None, cancel: threading.Event | None = None) -> ExecOutcome:
+             stdout_capture: StreamCapture | None = None, cancel: threading.Event | None = None,
+             env: Mapping[str, str] | None = None) -> ExecOutcome:
         """Run ``argv`` (no shell) through the executor, as the sandbox user
-        with an empty environment, under the per-command timeout. Whatever
+        with the sandbox's fixed environment (plus the host's ``env``), under
+        the per-command timeout. Whatever
         its ending, the executor answers only once every process it started
         is gone (``ExecutorBroken`` if any survived, or if it broke)."""
         if any("\x00" in a for a in argv):
             raise ExecError("argument contains a NUL byte", run_id=self.run_id)
         out, err = stdout_capture or StreamCapture(limits.stdout_cap), StreamCapture(limits.stderr_cap)
         flood = FLOOD_FACTOR * (limits.stdout_cap + limits.stderr_cap) + getattr(out, "limit", 0)
-        request = {"op": "exec", "argv": argv, "env": SANDBOX_ENV, "cwd": WORKSPACE, "timeout_s": limits.timeout_s,
-                   "stdin": stdin is not None, "flood_bytes": flood}
+        request = {"op": "exec", "argv": argv, "env": SANDBOX_ENV | dict(env or {}), "cwd": WORKSPACE,
+                   "timeout_s": limits.timeout_s, "stdin": stdin is not None, "flood_bytes": flood}
         ending = self._request(request, timeout_s=limits.timeout_s, stdin=stdin, cancel=cancel,
                                on_output=lambda kind, data: (out if kind == "O" else err).feed(data))
         result = ending.result
@@ -200,8 +212,26 @@ class Sandbox:
                                      f"{state.get('ExitCode')})", run_id=self.run_id) from exc
             raise
 
-    def bash(self, command: str, limits: ExecLimits, *, cancel: threading.Event | None = None) -> ExecOutcome:
-        return self.exec(["/bin/bash", "-c", command], limits, cancel=cancel)
+    def bash(self, command: str, limits: ExecLimits, *, cancel: threading.Event | None = None,
+             env: Mapping[str, str] | None = None) -> ExecOutcome:
+        return self.exec(["/bin/bash", "-c", command], limits, cancel=cancel, env=env)
+
+    def read_file(self, path: str, cap: int) -> tuple[bytes, bool]:
+        """At most ``cap`` bytes of a file in the container, read by the
+        sandbox user, and whether there was more (a missing file reads empty)."""
+        capture = BytesCapture(cap)
+        self.exec(["/bin/cat", "--", path], ExecLimits(timeout_s=60, stdout_cap=4096, stderr_cap=4096),
+                  stdout_capture=capture)
+        return bytes(capture.data[:cap]), capture.overflowed or capture.total > cap
+
+    def refill(self, archive: bytes | Iterable[bytes]) -> None:
+        """Empty the workspace and extract ``archive`` into it: a verifier's
+        container that first ran the trusted pre-pass on the starting copy."""
+        outcome = self.exec(["/bin/bash", "-c", "find /workspace -mindepth 1 -delete && tar -x -C /workspace -f -"],
+                            _SETUP_LIMITS, stdin=archive)
+        if outcome.exit_code != 0:
+            raise WorkspaceError(f"refilling the verifier's workspace failed: {outcome.stderr.text()[:500]}",
+                                 run_id=self.run_id)
 
     def _require_reaped(self, result: dict[str, Any]) -> None:
         if result.get("left"):
@@ -256,35 +286,66 @@ class Sandbox:
         if self.git is None or not patch.tree:
             raise WorkspaceError("the patch has no recorded state to verify", run_id=self.run_id)
         return stream_archive(self.git, tree_entries(self.git, patch.tree), self.spec.workspace_bytes,
-                              self.starting_repo())
+                              self.starting_repo(self._starting_entries()))
 
     def verifier_copy(self, patch: Patch, policy: Policy) -> VerifierCopy:
         """What the verifier's container holds for ``patch`` under ``policy``
         (``sandbox.verifier_view``): its entries and the patch's flags."""
         if self.git is None or not patch.tree:
             raise WorkspaceError("the patch has no recorded state to verify", run_id=self.run_id)
+        base = self._starting_entries()
+        after = tree_entries(self.git, patch.tree)
+        copy = plan_from_git(self.git, base, after, policy.verify, policy.paths.deny, self.installed_modules())
+        binary = binary_text_flags(self.git, self.base, patch.tree, after)
+        return VerifierCopy(entries=copy.entries, flags=tuple(sorted((*copy.flags, *binary), key=lambda f: f.path)),
+                            view=starting_view(base, policy.verify, policy.paths.deny))
+
+    def _starting_entries(self) -> dict[bytes, tuple[str, str]]:
+        if self.git is None:
+            raise WorkspaceError("this sandbox has no starting copy", run_id=self.run_id)
         if self._base_entries is None:  # the starting copy never changes: listed once
             self._base_entries = tree_entries(self.git, self.base)
-        after = tree_entries(self.git, patch.tree)
-        copy = plan_from_git(self.git, self._base_entries, after, policy.verify, policy.paths.deny,
-                             self.installed_modules())
-        binary = binary_text_flags(self.git, self.base, patch.tree, after)
-        return VerifierCopy(entries=copy.entries, flags=tuple(sorted((*copy.flags, *binary), key=lambda f: f.path)))
+        return self._base_entries
 
     def archive_for(self, copy: VerifierCopy) -> Iterator[bytes]:
         """``copy`` as a tar stream for ``fresh``."""
         if self.git is None:
             raise WorkspaceError("this sandbox has no private git dir to read the copy from", run_id=self.run_id)
-        return stream_archive(self.git, copy.entries, self.spec.workspace_bytes, self.starting_repo())
+        return stream_archive(self.git, copy.entries, self.spec.workspace_bytes, self.starting_repo(copy.view))
 
-    def starting_repo(self) -> bytes:
-        """The ``.git`` of the starting copy for a fresh container, made once
-        per run (``workspace.starting_repo_tar``)."""
+    def starting_archive(self, copy: VerifierCopy) -> Iterator[bytes]:
+        """The starting copy as ``copy``'s verifier may see it (its ``view``),
+        with its repository: what the trusted pre-pass collects tests from."""
+        if self.git is None:
+            raise WorkspaceError("this sandbox has no private git dir to read the copy from", run_id=self.run_id)
+        return stream_archive(self.git, copy.view, self.spec.workspace_bytes, self.starting_repo(copy.view))
+
+    def starting_repo(self, view: Mapping[bytes, tuple[str, str]] | None = None) -> bytes:
+        """The ``.git`` for a fresh container: one parentless commit of
+        ``view`` (the starting copy as the verifier may see it; all of it
+        when None), so it holds no object of a path the view leaves out.
+        Made once per run and view (``workspace.starting_repo_tar``)."""
         if self.git is None:
             raise WorkspaceError("this sandbox has no starting copy", run_id=self.run_id)
-        if self._starting_repo is None:
-            self._starting_repo = starting_repo_tar(self.git, self.base)
-        return self._starting_repo
+        entries = self._starting_entries() if view is None else view
+        key = hash(tuple(sorted(entries.items())))
+        if key not in self._starting_repos:
+            commit = self.base if entries == self._starting_entries() else view_commit(self.git, entries)
+            self._starting_repos[key] = starting_repo_tar(self.git, commit)
+        return self._starting_repos[key]
+
+    def starting_texts(self, globs: tuple[str, ...], cap: int = 8 << 20) -> list[str]:
+        """The text of the starting copy's files under ``globs`` (the hidden
+        tests), up to ``cap`` bytes in all, read from the private git dir."""
+        if self.git is None or not globs:
+            return []
+        texts, left = [], cap
+        for path, (_mode, sha) in sorted(self._starting_entries().items()):
+            if left > 0 and first_match(globs, text(path)):
+                data = self.git.run("cat-file", "blob", sha).stdout[:left]
+                texts.append(data.decode("utf-8", errors="replace"))
+                left -= len(data)
+        return texts
 
     def installed_modules(self) -> frozenset[str]:
         """The import names the image's interpreter finds before any workspace

@@ -28,12 +28,16 @@ from sandbox.errors import ImageBuildError
 from sandbox.mirror import AptSource, configured_sources, primary_source
 
 PACKAGES = ("bash", "coreutils", "python3", "python3-pytest", "git", "patch", "grep", "sed", "procps")
-RECIPE_VERSION = "2"
+RECIPE_VERSION = "3"
 SANDBOX_UID = 1000
 SANDBOX_USER_NAME = "agent"
 DEFAULT_CACHE = Path("/var/cache/escrow/sandbox")
 SHIM_SOURCE = resources.files("sandbox").joinpath("statx_compat.c").read_text(encoding="utf-8")
 SHIM_PATH = "usr/lib/escrow/statx_compat.so"
+# The trusted pytest reporter (orchestrator/evidence.py reads what it writes),
+# importable from the read-only root as ``escrow_evidence``.
+REPORTER_SOURCE = resources.files("sandbox").joinpath("evidence_plugin.py").read_text(encoding="utf-8")
+REPORTER_PATH = "usr/lib/python3/dist-packages/escrow_evidence.py"
 
 Progress = Callable[[str], None]
 
@@ -52,7 +56,7 @@ def recipe_digest(source: AptSource) -> str:
     """Identifies what a rootfs tarball was built from (mirror, suite, packages, user)."""
     text = "|".join(
         [RECIPE_VERSION, source.uri, source.suite, ",".join(PACKAGES), f"{SANDBOX_USER_NAME}:{SANDBOX_UID}",
-         hashlib.sha256(SHIM_SOURCE.encode()).hexdigest()]
+         hashlib.sha256(SHIM_SOURCE.encode()).hexdigest(), hashlib.sha256(REPORTER_SOURCE.encode()).hexdigest()]
     )
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -117,6 +121,7 @@ def _make_rootfs_tarball(source: AptSource, tarball: Path, cache_dir: Path, prog
     _run_streaming(command, progress)
     _add_user(rootfs)
     _add_statx_shim(rootfs)
+    _add_reporter(rootfs)
     _trim(rootfs)
     partial = tarball.with_suffix(".tar.partial")
     progress(f"packing rootfs into {tarball}")
@@ -171,6 +176,15 @@ def _add_statx_shim(rootfs: Path) -> None:
         raise ImageBuildError(f"compiling the statx shim failed: {proc.stderr.strip()[-500:]}", command=command)
     target.chmod(0o755)
     (rootfs / "etc" / "ld.so.preload").write_text("/" + SHIM_PATH + "\n", encoding="utf-8")
+
+
+def _add_reporter(rootfs: Path) -> None:
+    """The evidence reporter, root-owned on the read-only root: nothing run
+    in the sandbox can change it before pytest loads it."""
+    target = rootfs / REPORTER_PATH
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(REPORTER_SOURCE, encoding="utf-8")
+    target.chmod(0o644)
 
 
 def _trim(rootfs: Path) -> None:

@@ -30,6 +30,8 @@ def outcome_of(result: ToolResult) -> ToolOutcome:
         detail["stdout"] = result.stdout.model_dump()
     if result.stderr is not None:
         detail["stderr"] = result.stderr.model_dump()
+    if result.evidence is not None:
+        detail["evidence"] = result.evidence.model_dump(mode="json")
     if result.patch is not None:
         detail["patch_sha256"] = result.patch.sha256
         detail["patch_files"] = list(result.patch.files)

@@ -20,6 +20,21 @@ import threading
 
 from orchestrator.canonical import readable_text
 from orchestrator.contract import Frozen, ToolSpec
+from orchestrator.evidence import (
+    MAX_CHANNEL_BYTES,
+    Channel,
+    Evidence,
+    Required,
+    exit_code_only,
+    is_pytest_command,
+    judge,
+    parse_channel,
+    quotes_any,
+    reporter_env,
+    required_from_collection,
+    secret_lines,
+    summary_lines,
+)
 from orchestrator.toolset import FileToolArgs, ToolArgs, tool_specs
 from policies import Decision, Effect, Policy, decide
 from policies.paths import first_match
@@ -28,9 +43,13 @@ from sandbox.container import Sandbox
 from sandbox.errors import ExportRefused
 from sandbox.execution import ExecLimits, ExecOutcome, FileOpOutcome
 from sandbox.verifier_view import VerifierCopy
-from sandbox.workspace import Patch
+from sandbox.workspace import Patch, patch_paths
 
 _MIN_TIMEOUT_S = 0.05
+# The reporter's channels in the verifier's /tmp (fresh per container), read
+# back by the host after each command under MAX_CHANNEL_BYTES.
+_COLLECT_CHANNEL = "/tmp/escrow-evidence-collect.jsonl"
+_RUN_CHANNEL = "/tmp/escrow-evidence-run.jsonl"
 
 
 class ToolResult(Frozen):
@@ -44,6 +63,7 @@ class ToolResult(Frozen):
     timed_out: bool = False
     canceled: bool = False
     verifier_passed: bool | None = None
+    evidence: Evidence | None = None  # what a submit's verdict rests on
     patch: Patch | None = None
     resolved_path: str | None = None  # a file tool's path after symlinks, as the ACL judged it
     resolved_rule: str | None = None
@@ -53,13 +73,20 @@ class ToolBox:
     """The tools of one run, bound to its sandbox, policy and verifier command."""
 
     def __init__(self, sandbox: Sandbox, policy: Policy, verifier_command: str | None = None,
-                 cancel: threading.Event | None = None, verifier_patch: str | None = None) -> None:
+                 cancel: threading.Event | None = None, verifier_patch: str | None = None,
+                 required_tests: tuple[str, ...] = ()) -> None:
         self.sandbox = sandbox
         self.policy = policy
         self.verifier_command = verifier_command
         self.verifier_patch = verifier_patch  # the reference tests, applied in the verifier's container only
         self.submitted: Patch | None = None  # the patch of the last passing submit
         self.cancel = cancel  # set (Ctrl-C): the running command is killed at once
+        # The tests a PASS needs: the task's named ones, else the pre-pass's
+        # (run once, at the first submit); None once known to be exit code only.
+        self._required: Required | None = Required(ids=required_tests, source="named") if required_tests else None
+        self._required_known = bool(required_tests)
+        self._reference_paths: tuple[str, ...] | None = None
+        self._secret_lines: frozenset[str] = frozenset()
 
     def specs(self) -> tuple[ToolSpec, ...]:
         return tool_specs(self.policy.tools.allowed)
@@ -100,22 +127,93 @@ class ToolBox:
                               observation="no verifier is configured for this task; submit cannot be judged")
         try:
             patch, copy = self._verifier_copy(self.sandbox.patch())
-            with self.sandbox.fresh(self.sandbox.archive_for(copy), "verify") as verifier:
+            evidence_wanted = is_pytest_command(self.verifier_command)
+            first = self.sandbox.starting_archive(copy) if self._needs_pre_pass(evidence_wanted) else None
+            with self.sandbox.fresh(first or self.sandbox.archive_for(copy), "verify") as verifier:
+                if first is not None:
+                    self._collect_required(verifier, self.verifier_command)
+                    verifier.refill(self.sandbox.archive_for(copy))
+                env = reporter_env(_RUN_CHANNEL, "run") if evidence_wanted else None
                 outcome = self._apply_verifier_patch(verifier) or verifier.bash(
-                    self.verifier_command, self.limits(), cancel=self.cancel)
+                    self.verifier_command, self.limits(), cancel=self.cancel, env=env)
+                channel = _read_channel(verifier, _RUN_CHANNEL) if env else Channel()
         except ExportRefused as exc:
             return ToolResult(tool="submit", ok=False, exit_code=None, duration_s=0.0, verifier_passed=False,
                               observation=f"submit refused, the verifier did not run: {exc}")
-        passed = outcome.exit_code == 0 and not outcome.timed_out
-        if passed:
+        evidence = self._evidence(outcome, channel, evidence_wanted)
+        if evidence.passed:
             self.submitted = patch
         result = _from_outcome("submit", outcome)
-        verdict = "verifier PASSED" if passed else "verifier FAILED"
+        return result.model_copy(update={"verifier_passed": evidence.passed, "ok": evidence.passed, "patch": patch,
+                                         "evidence": evidence,
+                                         "observation": self._submit_observation(patch, evidence, channel, result)})
+
+    def _needs_pre_pass(self, evidence_wanted: bool) -> bool:
+        """Whether this submit first collects the required tests from the
+        starting copy: a pytest verifier with no named tests, once a run."""
+        return evidence_wanted and not self._required_known
+
+    def _collect_required(self, verifier: Sandbox, command: str) -> None:
+        """The trusted pre-pass: the verify command itself, collect-only,
+        with the reporter, on the starting copy (hidden tests and reference
+        tests included), in the verifier's container before the patch is laid
+        over it. No code of the model's has run there yet."""
+        self._required_known = True
+        applied = self._apply_verifier_patch(verifier)
+        if applied is not None:
+            self._required = None
+            return
+        verifier.bash(command, self.limits(), cancel=self.cancel, env=reporter_env(_COLLECT_CHANNEL, "collect"))
+        self._required = required_from_collection(_read_channel(verifier, _COLLECT_CHANNEL))
+
+    def _evidence(self, outcome: ExecOutcome, channel: Channel, evidence_wanted: bool) -> Evidence:
+        """The evidence rule (``orchestrator.evidence.judge``), or the exit
+        code alone for a verifier that is not pytest (or whose reporter did
+        not run on the starting copy)."""
+        if not evidence_wanted:
+            return exit_code_only(outcome.exit_code, outcome.timed_out, "the verify command is not pytest")
+        if self._required is None:
+            return exit_code_only(outcome.exit_code, outcome.timed_out,
+                                  "the reporter did not run on the starting copy")
+        return judge(outcome.exit_code, outcome.timed_out, channel, self._required)
+
+    @property
+    def verifier_output(self) -> str:
+        """``summary`` or ``full``: the policy's, else summary when hidden or
+        reference tests exist (they are never quoted back)."""
+        chosen = self.policy.verify.verifier_output
+        if chosen is not None:
+            return chosen
+        return "summary" if self.policy.verify.hidden or self.verifier_patch else "full"
+
+    def _quotable(self, path: str, message: str) -> bool:
+        """Whether a failed test's message may be quoted: its file is one
+        the model may read (not hidden, not a reference test, not denied),
+        and it quotes no line of a hidden or reference test (code under
+        test can read those in the verifier and raise them as a message)."""
+        if self._reference_paths is None:
+            self._reference_paths = patch_paths(self.verifier_patch) if self.verifier_patch else ()
+            added = "\n".join(line[1:] for line in (self.verifier_patch or "").splitlines()
+                              if line.startswith("+") and not line.startswith("+++"))
+            hidden = self.sandbox.starting_texts(self.policy.verify.hidden)
+            self._secret_lines = secret_lines("\n".join((added, *hidden)))
+        return (path not in self._reference_paths and first_match(self.policy.verify.hidden, path) is None
+                and first_match(self.policy.paths.deny, path) is None and not quotes_any(message, self._secret_lines))
+
+    def _submit_observation(self, patch: Patch, evidence: Evidence, channel: Channel, result: ToolResult) -> str:
+        """The verdict, the patch it is about, what was left out, the
+        evidence; the verifier's own output only under ``full``."""
+        verdict = "verifier PASSED" if evidence.passed else "verifier FAILED"
         about = f"on the submitted patch (sha256 {patch.sha256[:16]}, {len(patch.files)} files) in a fresh sandbox"
         skipped = "".join(f"\nnot exported: {s.path} ({s.reason})" for s in patch.skipped[:20])
         flagged = "".join(f"\nflagged: {f.path} ({f.reason}; {f.detail})" for f in patch.flagged[:20] if f.detail)
-        return result.model_copy(update={"verifier_passed": passed, "ok": passed, "patch": patch,
-                                         "observation": f"{verdict} {about}{skipped}{flagged}\n{result.observation}"})
+        if self.verifier_output == "full":
+            lines = summary_lines(evidence, channel)
+            return f"{verdict} {about}{skipped}{flagged}\n" + "\n".join(lines) + f"\n{result.observation}"
+        lines = summary_lines(evidence, channel, self._quotable)
+        code = f"exit code {result.exit_code}" + (" (killed: timeout)" if result.timed_out else "")
+        withheld = "(the verifier's output is withheld: [verify] verifier_output = \"summary\")"
+        return f"{verdict} {about}{skipped}{flagged}\n" + "\n".join([*lines, code, withheld])
 
     def _apply_verifier_patch(self, verifier: Sandbox) -> ExecOutcome | None:
         """Apply the task's reference tests after the model's patch, as
@@ -175,6 +273,13 @@ class ToolBox:
             reply = _without_denied(reply, str(resolved), self.policy)
         return _fileop_result(args, outcome, reply).model_copy(
             update={"resolved_path": resolved if isinstance(resolved, str) else None, "resolved_rule": rule})
+
+
+def _read_channel(verifier: Sandbox, path: str) -> Channel:
+    """The reporter's channel, read after the command (every process of it
+    is gone by then) under the channel's cap."""
+    data, truncated = verifier.read_file(path, MAX_CHANNEL_BYTES)
+    return parse_channel(data, truncated=truncated)
 
 
 def _fileop_result(args: FileToolArgs, outcome: FileOpOutcome, reply: dict | None) -> ToolResult:

@@ -31,7 +31,7 @@ import re
 import tarfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from policies import Flag, FlagReason, VerifyGrants
 from policies.paths import matcher
@@ -52,7 +52,8 @@ _MODULE_FILE = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:\.py|\.pyw|(?:\.[
 _DISTRIBUTION = re.compile(r".+\.(?:dist-info|egg-info)")
 # Imported at interpreter start or by the verifier itself, whatever the
 # installed set says.
-ALWAYS_SHADOWED = frozenset({"sitecustomize", "usercustomize", "pytest", "_pytest", "unittest", "pluggy", "py"})
+ALWAYS_SHADOWED = frozenset({"sitecustomize", "usercustomize", "pytest", "_pytest", "unittest", "pluggy", "py",
+                             "escrow_evidence"})
 
 # Listed with -I (no cwd, no user site, no PYTHON* variables) from the image's
 # own read-only root: what the verifier's interpreter can import before any
@@ -67,10 +68,13 @@ INSTALLED_MODULES_SCRIPT = (
 
 @dataclass(frozen=True)
 class VerifierCopy:
-    """The verifier's files and what the policy changed in them."""
+    """The verifier's files and what the policy changed in them; ``view``:
+    the starting copy as the verifier may see it (its repository's HEAD,
+    and what the trusted pre-pass collects the required tests from)."""
 
     entries: Entries
     flags: tuple[Flag, ...]
+    view: Entries = field(default_factory=dict)
 
 
 def _path_dir(entries: Entries, parts: list[str]) -> bool:
@@ -191,6 +195,10 @@ def _drop_conflicts(entries: dict[bytes, tuple[str, str]], winners: Mapping[str,
         flags.append(Flag(path=path, reason=winners[owner].value,
                           detail=f"{where} the {what}; left out of verification"))
     return flags
+def starting_view(base: Entries, verify: VerifyGrants, deny: tuple[str, ...]) -> Entries:
+    """The starting copy less the paths denied to the model that ``reads``
+    does not grant: what the verifier's repository and pre-pass hold."""
+    return plan_copy(base, base, verify, deny, frozenset(), lambda _path, _sha: None).entries
 
 
 # Names that say "text": such a file that diffs as binary hides what it does

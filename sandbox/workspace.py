@@ -187,9 +187,24 @@ def snapshot(repo: Path, git: PrivateGit, max_bytes: int, hidden: tuple[str, ...
     return buffer.getvalue(), base
 
 
+def view_commit(git: PrivateGit, entries: Mapping[bytes, tuple[str, str]],
+                ref: str = "refs/heads/verifier-view") -> str:
+    """A parentless commit of ``entries`` (their blobs already in ``git``):
+    the verifier's history, with nothing of what the entries leave out."""
+    tree = TreeBuilder(git)
+    try:
+        for path, (mode, sha) in entries.items():
+            tree.put(path, mode, sha)
+        return tree.commit(ref)
+    finally:
+        tree.abort()
+
+
 def starting_repo_tar(git: PrivateGit, base: str) -> bytes:
     """Tar members (without the end-of-archive blocks) of a ``.git`` whose
-    HEAD is the starting copy ``base``: one pack of its objects and an index.
+    HEAD is ``base`` (the starting copy as the verifier may see it:
+    ``view_commit``): one pack of the objects reachable from it, nothing
+    else, and an index.
     Made once per run on the host, so that a verifier's container gets its
     repository by extraction alone instead of hashing every file again."""
     target = git.root / "starting-repo.git"

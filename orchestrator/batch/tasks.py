@@ -81,6 +81,7 @@ class BatchTask(Frozen):
     form: str
     image_name: str | None = None
     verify_patch: str | None = None  # applied in the verifier's container only (SWE-bench's test_patch)
+    required_tests: tuple[str, ...] = ()  # SWE-bench's FAIL_TO_PASS and PASS_TO_PASS: each must be seen passing
     overrides: TaskOverrides = TaskOverrides()
 
 
@@ -106,7 +107,8 @@ def parse_row(raw: Any, line: int) -> BatchTask:
             swe = SweBenchRow.model_validate(raw)
             return BatchTask(id=swe.instance_id, line=line, repo=swe.repo, commit=swe.base_commit,
                              task=swe.problem_statement, verify=swebench_verifier(swe), form="swebench",
-                             image_name=swe.image_name, verify_patch=swe.test_patch or None)
+                             image_name=swe.image_name, verify_patch=swe.test_patch or None,
+                             required_tests=(*swe.FAIL_TO_PASS, *swe.PASS_TO_PASS))
         if "id" in raw:
             row = EscrowRow.model_validate(raw)
             overrides = TaskOverrides.model_validate(row.model_dump(include=set(TaskOverrides.model_fields)))

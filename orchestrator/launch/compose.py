@@ -83,7 +83,7 @@ class ModelProbe:
 
 def make_spec(
     settings: Settings, policy: Policy, *, task: str, verifier: str | None, tool_specs: tuple[ToolSpec, ...],
-    probe: ModelProbe, verifier_patch: str | None = None,
+    probe: ModelProbe, verifier_patch: str | None = None, required_tests: tuple[str, ...] = (),
 ) -> RunSpec:
     if settings.system_role not in ("system", "user"):
         raise ConfigError(f"system_role must be 'system' or 'user', not {settings.system_role!r}")
@@ -95,6 +95,7 @@ def make_spec(
         task=task,
         verifier=verifier,
         verifier_patch=verifier_patch,
+        required_tests=required_tests,
         system_role=role,
         protocol=settings.tool_protocol,
         tool_specs=tool_specs,

@@ -62,7 +62,8 @@ def sandbox_tools_for(recorded: RecordedRun, *, image: str, docker_host: str | N
     def tools_for(run_id: str) -> Iterator[SandboxTools]:
         with Sandbox.start(client, image, recorded.policy, repo, run_id=run_id, runtime=runtime) as sandbox:
             yield WorkspaceTools(sandbox, ToolBox(sandbox, recorded.policy, verifier_command=recorded.spec.verifier,
-                                                     verifier_patch=recorded.spec.verifier_patch),
+                                                     verifier_patch=recorded.spec.verifier_patch,
+                                                     required_tests=recorded.spec.required_tests),
                                  recorded.policy)
 
     return tools_for

@@ -57,6 +57,7 @@ class RunRequest(Frozen):
     apply: bool = False
     hidden: tuple[str, ...] = ()  # added to the policy's [verify] hidden (a batch task's own)
     verify_patch: str | None = None  # applied after the model's patch, in the verifier's container only
+    required_tests: tuple[str, ...] = ()  # a PASS needs each seen passing (SWE-bench's FAIL_TO_PASS, PASS_TO_PASS)
     workspace_sha256: str | None = None  # ``repo`` is a kept workspace of this digest (a batch's): replays check it
 
 
@@ -193,7 +194,7 @@ def run_agent(
         recorder = Recorder(store)
         spec = make_spec(
             settings, policy, task=task, verifier=verifier, tool_specs=tool_specs(policy.tools.allowed), probe=probe,
-            verifier_patch=request.verify_patch,
+            verifier_patch=request.verify_patch, required_tests=request.required_tests,
         )
         run_id = recorder.start_run(
             task=task, repo=str(repo_path), model=settings.model, policy=policy.model_dump(mode="json"),
@@ -223,7 +224,7 @@ def run_agent(
                 recorder.record_event(run_id, None, "engine", client.engine_info().model_dump(mode="json"))
                 with verdict_on_failure(recorder, run_id):
                     toolbox = ToolBox(sandbox, policy, verifier_command=verifier, cancel=cancel,
-                                      verifier_patch=request.verify_patch)
+                                      verifier_patch=request.verify_patch, required_tests=request.required_tests)
                     tools = SandboxTools(toolbox, policy)
                     model, counter = around_model(client, probe.counter)
                     agent = build_agent(
