@@ -23,6 +23,7 @@ class FlagReason(str, Enum):
     HIDDEN = "hidden verifier input"
     SHADOWING = "shadows an installed module"
     BINARY_TEXT = "text that diffs as binary"
+    NOT_ACCEPTED = "not accepted for verification"
 
 
 class Flag(Frozen):

@@ -20,6 +20,7 @@ import threading
 
 from orchestrator.canonical import readable_text
 from orchestrator.contract import Frozen, ToolSpec
+from orchestrator.suspect import SuspectReason
 from orchestrator.toolset import FileToolArgs, ToolArgs, tool_specs
 from policies import Decision, Effect, Policy, decide
 from policies.paths import first_match
@@ -27,6 +28,7 @@ from sandbox.capture import CappedOutput
 from sandbox.container import Sandbox
 from sandbox.errors import ExportRefused
 from sandbox.execution import ExecLimits, ExecOutcome, FileOpOutcome
+from sandbox.patch_scan import suspect_reasons
 from sandbox.verifier_view import VerifierCopy
 from sandbox.workspace import Patch
 
@@ -45,6 +47,7 @@ class ToolResult(Frozen):
     canceled: bool = False
     verifier_passed: bool | None = None
     patch: Patch | None = None
+    suspect: tuple[SuspectReason, ...] = ()  # why a passing submit cannot be trusted as PASS (orchestrator.suspect)
     resolved_path: str | None = None  # a file tool's path after symlinks, as the ACL judged it
     resolved_rule: str | None = None
 
@@ -114,8 +117,9 @@ class ToolBox:
         about = f"on the submitted patch (sha256 {patch.sha256[:16]}, {len(patch.files)} files) in a fresh sandbox"
         skipped = "".join(f"\nnot exported: {s.path} ({s.reason})" for s in patch.skipped[:20])
         flagged = "".join(f"\nflagged: {f.path} ({f.reason}; {f.detail})" for f in patch.flagged[:20] if f.detail)
-        return result.model_copy(update={"verifier_passed": passed, "ok": passed, "patch": patch,
-                                         "observation": f"{verdict} {about}{skipped}{flagged}\n{result.observation}"})
+        return _with_suspect(self.sandbox, result.model_copy(update={
+            "verifier_passed": passed, "ok": passed, "patch": patch,
+            "observation": f"{verdict} {about}{skipped}{flagged}\n{result.observation}"}))
 
     def _apply_verifier_patch(self, verifier: Sandbox) -> ExecOutcome | None:
         """Apply the task's reference tests after the model's patch, as
@@ -217,3 +221,12 @@ def _from_outcome(tool: str, outcome: ExecOutcome) -> ToolResult:
     return ToolResult(tool=tool, ok=outcome.exit_code == 0 and not outcome.timed_out, exit_code=outcome.exit_code,
                       observation=text, stdout=outcome.stdout, stderr=outcome.stderr,
                       duration_s=outcome.duration_s, timed_out=outcome.timed_out, canceled=outcome.canceled)
+
+
+def _with_suspect(sandbox: Sandbox, result: ToolResult) -> ToolResult:
+    """A passing submit with the reasons its patch is SUSPECT, if any
+    (``sandbox.patch_scan``: what the patch added to the machinery of
+    verification, what the verifier's copy left out)."""
+    if not result.verifier_passed or result.patch is None:
+        return result
+    return result.model_copy(update={"suspect": suspect_reasons(sandbox.git, sandbox.base, result.patch)})
