@@ -494,3 +494,27 @@ class _Scanner:
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
             return f"{self.aliases.get(func.value.id, func.value.id)}.{func.attr}"
         return None
+
+
+# The verdicts that say nothing of the model's patch: no reward either way.
+_NO_REWARD = frozenset({"SUSPECT", "INFRA_ERROR", "CANCELED", "IMPORTED"})
+
+
+def reward_fields(verdict: str | None, reasons: Iterable[object] = ()) -> dict[str, object]:
+    """What every export writes of a run's verdict as a reward: ``reward``
+    1.0 for PASS, 0.0 for a failing model verdict, null where the verdict
+    says nothing of the patch (SUSPECT, INFRA_ERROR, CANCELED, an imported or
+    unfinished run); ``suspect`` true for SUSPECT, with ``suspect_reasons``
+    (each ``code path:line: text``), so a SUSPECT run is never a pass and
+    never silently a failure."""
+    reward = None if verdict is None or verdict in _NO_REWARD else 1.0 if verdict == "PASS" else 0.0
+    fields: dict[str, object] = {"reward": reward, "suspect": verdict == "SUSPECT"}
+    if verdict == "SUSPECT":
+        shown = []
+        for item in reasons:
+            try:
+                shown.append(SuspectReason.model_validate(item).shown())
+            except ValueError:  # a malformed recorded reason is still named, as recorded
+                shown.append(str(item)[:200])
+        fields["suspect_reasons"] = shown
+    return fields

@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 from orchestrator.suspect import SCAN_MAX_BYTES, SuspectReason, flag_reasons, scan_changes, scanned, unscanned
+from policies import FlagReason
 from sandbox.hostgit import PrivateGit
 from sandbox.verifier_view import _BlobReader
 from sandbox.workspace import Patch, tree_entries
 
 _FILE_MODES = ("100644", "100755")
+# Verified as the starting copy had them, whatever the patch did: not read.
+_NOT_VERIFIED = frozenset({FlagReason.PROTECTED.value, FlagReason.HIDDEN.value})
 TOTAL_MAX_BYTES = 64 * 1024 * 1024  # read for one submit, all files together; past it a file is ``unscanned``
 
 
@@ -27,14 +30,16 @@ class _CappedReader(_BlobReader):
 
 def suspect_reasons(git: PrivateGit | None, base: str, patch: Patch) -> tuple[SuspectReason, ...]:
     """Why ``patch``, which passed, is SUSPECT: what it added to the files
-    ``orchestrator.suspect`` reads, and what the verifier's copy left out."""
+    ``orchestrator.suspect`` reads (those the verifier ran: a protected or
+    hidden path is verified as it was), and what the verifier's copy left out."""
     left_out = flag_reasons(patch.flagged)
+    kept = {f.path for f in patch.flagged if f.reason in _NOT_VERIFIED}
     if git is None or not patch.tree:
         return left_out
     before, after = tree_entries(git, base), tree_entries(git, patch.tree)
     changed = sorted(p for p, (mode, sha) in after.items()
                      if mode in _FILE_MODES and before.get(p) != (mode, sha)
-                     and scanned(p.decode("utf-8", "surrogateescape")))
+                     and scanned(name := p.decode("utf-8", "surrogateescape")) and name not in kept)
     changes: dict[str, tuple[bytes | None, bytes | None]] = {}
     over: list[SuspectReason] = []
     budget = TOTAL_MAX_BYTES
