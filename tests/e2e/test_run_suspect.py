@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from cli.view.export import export_bundle
 from orchestrator.fault_server import FaultServer, Reply, ScriptedToolCall
 from orchestrator.launch.replay import ReplayRequest, replay_run
 from orchestrator.settings import load_settings
@@ -91,6 +92,9 @@ def test_a_fix_with_an_atexit_handler_is_suspect_everywhere(tmp_path, repo, faul
         (verdict,) = store.events(run_id, "verdict")
         assert verdict.data["patch_sha256"] == shown["patch_sha256"]
         assert [r["code"] for r in verdict.data["suspect"]] == ["atexit", "atexit"]
+        export_bundle(store, tmp_path / "bundle", [run_id])
+    page = (tmp_path / "bundle" / f"run-{run_id}.html").read_text()
+    assert '<span class="badge warn">SUSPECT</span>' in page and "atexit calc.py:2" in page
 
     # The human box says SUSPECT; its exit code is a finding, not 0.
     script_fix_with_atexit(fault)
