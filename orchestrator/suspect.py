@@ -51,7 +51,7 @@ CODES: dict[str, str] = {
     "dynamic-code": "code built at run time (exec, eval, compile, __import__ or getattr with a computed name)",
     "coding": "a coding declaration other than UTF-8: Python reads other code than the diff shows",
     "test-config": "the test framework's configuration (addopts, -p plugins, pytest11 entry points)",
-    "unscanned": "a changed file too large to scan",
+    "unscanned": "a changed file too large or too deeply nested to scan",
     "left-out": "a path the verifier's copy left out",
 }
 
@@ -166,8 +166,11 @@ def scanned(path: str) -> bool:
 def _file_reasons(path: str, before: bytes | None, after: bytes) -> list[SuspectReason]:
     if len(after) > SCAN_MAX_BYTES:
         return [unscanned(path, len(after))]
-    old = _findings(path, before) if before is not None and len(before) <= SCAN_MAX_BYTES else []
-    new = _findings(path, after)
+    try:
+        old = _findings(path, before) if before is not None and len(before) <= SCAN_MAX_BYTES else []
+        new = _findings(path, after)
+    except (RecursionError, MemoryError):  # past what this interpreter can read: not taken on trust
+        return [SuspectReason(code="unscanned", path=path, text="too deeply nested to scan")]
     # A construct counts once per line of text that holds it: one the file
     # already had as many times is not the patch's.
     had = Counter((code, text) for code, _, text in old)
@@ -453,7 +456,7 @@ class _Scanner:
     def _resolve(self, node: ast.AST) -> str | None:
         """The dotted name an expression stands for, if it is a name."""
         attrs: list[str] = []
-        for _ in range(200):
+        while True:  # each step goes one node down: it ends however long the chain
             if isinstance(node, ast.Attribute):
                 attrs.append(node.attr)
                 node = node.value
@@ -485,7 +488,6 @@ class _Scanner:
                 return ".".join([base, *reversed(attrs)])
             else:
                 return None
-        return None
 
     def _callee(self, node: ast.Call) -> str | None:
         func = node.func

@@ -112,6 +112,7 @@ EVASIONS: dict[str, str] = {
     "sys.modules['os']._exit": "import sys\nsys.modules['os']._exit(0)\n",
     "exec of a constant": "exec('import atexit')\n",
     "alias chain": "import os\nq = os\nq._exit(0)\n",
+    "a long attribute chain": "import os\nos._exit" + ".__call__" * 500 + "(0)\n",
     "a quoted name alone": "name = '_exit'\n",
 }
 EVASION_CODES = {
@@ -119,7 +120,8 @@ EVASION_CODES = {
     "__import__('ctypes')": "native-code",
     "importlib.import_module('ctypes')": "native-code", "f-string name": "os-exit", "''.join name": "os-exit",
     "vars(os)[...]": "os-exit", "os.__dict__[...]": "os-exit", "sys.modules['os']._exit": "os-exit",
-    "exec of a constant": "atexit", "alias chain": "os-exit", "a quoted name alone": "os-exit",
+    "exec of a constant": "atexit", "alias chain": "os-exit",
+    "a long attribute chain": "os-exit", "a quoted name alone": "os-exit",
 }
 
 INNOCENT = [
@@ -191,6 +193,17 @@ def test_reasons_name_path_line_and_text():
 def test_source_the_parser_refuses_is_scanned_by_tokens(source):
     found = codes(source)
     assert found and set(found) <= {"native-code", "atexit", "os-exit"}, found
+
+
+@pytest.mark.parametrize("source", [
+    "x = " + "-" * 200_000 + "1\nimport atexit\n",
+    "x = " + "not " * 100_000 + "y\nimport atexit\n",
+    "x = " + "a." * 100_000 + "b\nimport atexit\n",
+    "x = " + "f()" * 1 + "(1)" * 100_000 + "\nimport atexit\n",
+])
+def test_deep_expressions_never_crash_the_scan(source):
+    found = codes(source)
+    assert "atexit" in found or found == ["unscanned"], found
 
 
 def test_a_long_chain_of_additions_does_not_exhaust_the_stack():
