@@ -87,6 +87,9 @@ def test_a_fix_with_an_atexit_handler_is_suspect_everywhere(tmp_path, repo, faul
     assert [r["id"] for r in json.loads(listed.output)] == [run_id]
     assert json.loads(runner.invoke(app, ["runs", "--verdict", "PASS", "--json", "--db", db]).output) == []
 
+    by_verdict = json.loads(runner.invoke(app, ["report", "--by", "verdict", "--json", "--db", db]).stdout)
+    assert {g["verdict"]: g["runs"] for g in by_verdict["groups"]} == {"SUSPECT": 1}
+
     # The verdict event records the reasons and the patch's digest.
     with Store.open(db, readonly=True, create=False) as store:
         (verdict,) = store.events(run_id, "verdict")
