@@ -174,7 +174,6 @@ def print_outcome(out: Console, outcome: RunOutcome, notes: Console) -> None:
     colour = "green" if result.verdict is Verdict.PASS else "yellow" if result.verdict is Verdict.SUSPECT else "red"
     body = Text(result.verdict.value, style=f"bold {colour}")
     body.append(f" — {printable(result.detail)}\n")
-
     body.append(f"turns {result.turns} · tokens {result.tokens:,} · ${result.cost_usd:.4f}"
                 + (" · patch applied" if outcome.applied else ""))
     notes.print(Panel.fit(body, title=f"run {outcome.run_id}"))

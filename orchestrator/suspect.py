@@ -134,9 +134,9 @@ def scan_changes(changes: Changes) -> tuple[SuspectReason, ...]:
     return tuple(reasons)
 
 
-def unscanned(path: str, size: int) -> SuspectReason:
+def unscanned(path: str, size: int, cap: int = SCAN_MAX_BYTES) -> SuspectReason:
     """A changed file too large to read: it is not taken on trust."""
-    return SuspectReason(code="unscanned", path=path, text=f"{size:,} bytes, over the scan's {SCAN_MAX_BYTES:,}")
+    return SuspectReason(code="unscanned", path=path, text=f"{size:,} bytes, past the {cap:,} bytes the scan reads")
 
 
 def flag_reasons(flags: Iterable[Flag]) -> tuple[SuspectReason, ...]:

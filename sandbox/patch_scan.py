@@ -47,9 +47,10 @@ def suspect_reasons(git: PrivateGit | None, base: str, patch: Patch) -> tuple[Su
     try:
         for raw in changed:
             path = raw.decode("utf-8", "surrogateescape")
-            size, new = reader.read(after[raw][1], min(SCAN_MAX_BYTES, budget))
+            cap = min(SCAN_MAX_BYTES, budget)
+            size, new = reader.read(after[raw][1], cap)
             if new is None:
-                over.append(unscanned(path, size))
+                over.append(unscanned(path, size, cap))
                 continue
             budget -= size
             old = None
