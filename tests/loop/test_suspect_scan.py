@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.suspect import AST_MAX_BYTES, CODES, SCAN_MAX_BYTES, flag_reasons, scan_changes, summary
+from orchestrator.suspect import (
+    AST_MAX_BYTES,
+    CODES,
+    SCAN_MAX_BYTES,
+    flag_reasons,
+    reward_fields,
+    scan_changes,
+    summary,
+)
 from policies import Flag, FlagReason
 
 # code -> sources that each must give that code (added to a new calc.py)
@@ -262,3 +270,14 @@ def test_the_summary_names_the_first_reasons():
     reasons = scan_changes({f"m{i}.py": (None, b"import atexit\n") for i in range(7)})
     text = summary(reasons)
     assert "atexit m0.py:1" in text and "and 2 more" in text
+
+
+def test_the_reward_marks_suspect_apart():
+    reason = {"code": "atexit", "path": "calc.py", "line": 2, "text": "atexit handler: import atexit"}
+    assert reward_fields("PASS") == {"reward": 1.0, "suspect": False}
+    assert reward_fields("BUDGET_EXHAUSTED") == {"reward": 0.0, "suspect": False}
+    assert reward_fields("SUSPECT", [reason, "garbled"]) == {
+        "reward": None, "suspect": True,
+        "suspect_reasons": ["atexit calc.py:2: atexit handler: import atexit", "garbled"]}
+    for silent in ("INFRA_ERROR", "CANCELED", "IMPORTED", None):
+        assert reward_fields(silent) == {"reward": None, "suspect": False}
