@@ -222,7 +222,8 @@ def _report(store: Store, batch_id: str) -> BatchReport:
 
 BATCH_COLUMNS = (
     Column("batch_id", "batch", "text", rank=0), Column("n_tasks", "tasks"), Column("done", "done"),
-    Column("passed", "passed"), Column("pass_rate", "pass", "ratio"), Column("cost_usd", "$", "usd"),
+    Column("passed", "passed"), Column("pass_rate", "pass", "ratio"), Column("suspect", "suspect", rank=1),
+    Column("cost_usd", "$", "usd"),
     Column("task_errors", "task errors", rank=2), Column("infra_failures", "infra", rank=2),
     Column("task_file", "task file", "text", flex=True),
 )
@@ -272,6 +273,7 @@ def _render(report: BatchReport, as_json: bool, *, full: bool = True, wide: bool
     width = terminal_width()
     rate = "n/a" if report.pass_rate is None else f"{report.pass_rate:.0%}"
     facts = [f"tasks {report.n_tasks}", f"done {report.done}", f"passed {report.passed} ({rate})",
+             *([f"suspect {report.suspect} (not passes)"] if report.suspect else []),
              f"running {report.running}", f"not started {report.not_started}",
              f"infrastructure failures {report.infra_failures} (sandbox start timeouts {report.start_timeouts})",
              f"task errors {report.task_errors}"]

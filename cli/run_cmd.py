@@ -74,6 +74,8 @@ def run(
                                 help="The sandbox's kernel: auto (the default: runsc when dockerd "
                                 "has it, else runc), runsc (gVisor) or runc (the host's)."),
     apply: bool = typer.Option(False, "--apply", help="Apply the patch to --repo when the verdict is PASS."),
+    accept_suspect: bool = typer.Option(False, "--accept-suspect",
+                                        help="With --apply, apply a SUSPECT patch too (its verifier passed)."),
     json_out: bool = typer.Option(False, "--json", help="Print the outcome as JSON on stdout."),
     plain: bool = typer.Option(False, "--plain", help="One line per event, even on a terminal."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the outcome."),
@@ -85,8 +87,9 @@ def run(
     In a pipe or a file, stdout is the patch alone, byte for byte (escrow run ... > fix.patch), and the
     verdict goes to stderr.
 
-    Exit code: 0 when the verifier passed, 1 for any other verdict, 2 for a usage or set-up error,
-    77 when --apply refused the patch (flagged paths the policy's [apply] section does not allow)."""
+    Exit code: 0 when the verifier passed, 1 for any other verdict (SUSPECT included), 2 for a usage or
+    set-up error, 77 when --apply refused the patch (flagged paths the policy's [apply] section does not
+    allow, or a SUSPECT patch without --accept-suspect)."""
     settings = load_settings(
         config,
         model_url=model_url,
@@ -125,7 +128,8 @@ def run(
                  cost_usd=round(tally.cost_usd, 6), elapsed_s=round(tally.elapsed_s, 1))
 
     with screen if isinstance(screen, LiveScreen) else nullcontext():
-        outcome = run_agent(settings, RunRequest(task=task, repo=repo, verify=verify, apply=apply), progress=progress,
+        outcome = run_agent(settings, RunRequest(task=task, repo=repo, verify=verify, apply=apply,
+                                                 accept_suspect=accept_suspect), progress=progress,
                               observer=display)
     result = outcome.result
     if json_out:
@@ -167,7 +171,7 @@ def print_outcome(out: Console, outcome: RunOutcome, notes: Console) -> None:
     for flag in outcome.flagged:
         notes.print(Text("flagged ", style="bold red") + Text(f"{printable(flag.path)} — {flag.reason}"
                                                               + (f"; {flag.detail}" if flag.detail else "")))
-    colour = "green" if result.verdict is Verdict.PASS else "red"
+    colour = "green" if result.verdict is Verdict.PASS else "yellow" if result.verdict is Verdict.SUSPECT else "red"
     body = Text(result.verdict.value, style=f"bold {colour}")
     body.append(f" — {printable(result.detail)}\n")
     body.append(f"turns {result.turns} · tokens {result.tokens:,} · ${result.cost_usd:.4f}"

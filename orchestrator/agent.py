@@ -25,6 +25,7 @@ from orchestrator.limits import Tally
 from orchestrator.observations import no_tool_call, perimeter_rejection, stream_rejection, truncation_notice
 from orchestrator.perimeter import Approve, Decide, check_candidate, deny_all_asks
 from orchestrator.ports import Context, Journal, Model, ToolOutcome, Tools
+from orchestrator.suspect import SuspectReason, summary
 from orchestrator.tool_protocols import NativeProtocol, ToolProtocol
 from policies.model import RunLimits
 from policies.routing import Action, route
@@ -32,6 +33,9 @@ from policies.routing import Action, route
 
 class Verdict(str, Enum):
     PASS = "PASS"
+    # The verifier passed, but the patch touches the machinery of verification
+    # (orchestrator.suspect): not a pass, never applied without --accept-suspect.
+    SUSPECT = "SUSPECT"
     BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"
     REFUSED = "REFUSED"
     TRANSPORT_FAILURE = "TRANSPORT_FAILURE"
@@ -42,6 +46,9 @@ class Verdict(str, Enum):
     INFRA_ERROR = "INFRA_ERROR"
 
 
+VERIFIED = frozenset({Verdict.PASS, Verdict.SUSPECT})  # the verifier passed the patch
+
+
 class RunResult(Frozen):
     verdict: Verdict
     detail: str
@@ -49,7 +56,8 @@ class RunResult(Frozen):
     tokens: int
     cost_usd: float
     verifier_runs: int = 0
-    patch_sha256: str | None = None  # of the patch that passed (PASS only)
+    patch_sha256: str | None = None  # of the patch that passed (PASS and SUSPECT)
+    suspect: tuple[SuspectReason, ...] = ()  # why it is SUSPECT (SUSPECT only)
 
 
 class RunEnded(Exception):
@@ -102,6 +110,7 @@ class Agent:
         self.on_turn = on_turn
         self.verifier_runs = 0
         self.passed_patch: str | None = None
+        self.suspect: tuple[SuspectReason, ...] = ()
 
     def run(self, before_verdict: Callable[[RunResult], None] | None = None) -> RunResult:
         """Step until the trajectory ends; ``before_verdict`` may record more
@@ -135,13 +144,16 @@ class Agent:
         data: dict[str, object] = {"verdict": verdict.value, "detail": detail}
         if result.patch_sha256 is not None:
             data["patch_sha256"] = result.patch_sha256
+        if result.suspect:
+            data["suspect"] = [r.model_dump() for r in result.suspect]
         self.journal.event(None, "verdict", data)
         return result
 
     def _result(self, verdict: Verdict, detail: str) -> RunResult:
         return RunResult(verdict=verdict, detail=detail, turns=self.tally.turns, tokens=self.tally.tokens,
                          cost_usd=self.tally.cost_usd, verifier_runs=self.verifier_runs,
-                         patch_sha256=self.passed_patch if verdict is Verdict.PASS else None)
+                         patch_sha256=self.passed_patch if verdict in VERIFIED else None,
+                         suspect=self.suspect if verdict is Verdict.SUSPECT else ())
 
     def _infra_error(self, exc: Exception, where: str) -> tuple[Verdict, str]:
         error: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)[:2000], "where": where,
@@ -223,6 +235,9 @@ class Agent:
                     passed = True
                     sha = outcome.detail.get("patch_sha256")
                     self.passed_patch = sha if isinstance(sha, str) else None
+                    self.suspect = outcome.suspect
+        if passed and self.suspect:  # passed, by a patch that reaches for the verification itself
+            raise RunEnded(Verdict.SUSPECT, summary(self.suspect))
         if passed:  # a verified patch stands even if Ctrl-C came after its verifier
             raise RunEnded(Verdict.PASS, "the verifier passed")
         if self.cancel.is_set():

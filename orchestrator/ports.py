@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from orchestrator.candidate import Transition
 from orchestrator.contract import Frozen, Message, ModelRequest, ToolCall, ToolSpec
 from orchestrator.envelope import Envelope
+from orchestrator.suspect import SuspectReason
 
 
 class DecisionLike(Protocol):
@@ -41,6 +42,7 @@ class ToolOutcome(Frozen):
     exit_code: int | None = None
     duration_s: float = 0.0
     verifier_passed: bool | None = None
+    suspect: tuple[SuspectReason, ...] = ()  # a passing submit's reasons for SUSPECT (orchestrator.suspect)
     detail: dict[str, Any] = {}
 
 

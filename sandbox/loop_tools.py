@@ -41,6 +41,7 @@ def outcome_of(result: ToolResult) -> ToolOutcome:
         exit_code=result.exit_code,
         duration_s=result.duration_s,
         verifier_passed=result.verifier_passed,
+        suspect=result.suspect,
         detail=detail,
     )
 

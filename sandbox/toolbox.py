@@ -35,6 +35,7 @@ from orchestrator.evidence import (
     secret_lines,
     summary_lines,
 )
+from orchestrator.suspect import SuspectReason
 from orchestrator.toolset import FileToolArgs, ToolArgs, tool_specs
 from policies import Decision, Effect, Policy, decide
 from policies.paths import first_match
@@ -42,6 +43,7 @@ from sandbox.capture import CappedOutput
 from sandbox.container import Sandbox
 from sandbox.errors import ExportRefused
 from sandbox.execution import ExecLimits, ExecOutcome, FileOpOutcome
+from sandbox.patch_scan import suspect_reasons
 from sandbox.verifier_view import VerifierCopy
 from sandbox.workspace import Patch, patch_paths
 
@@ -65,6 +67,7 @@ class ToolResult(Frozen):
     verifier_passed: bool | None = None
     evidence: Evidence | None = None  # what a submit's verdict rests on
     patch: Patch | None = None
+    suspect: tuple[SuspectReason, ...] = ()  # why a passing submit cannot be trusted as PASS (orchestrator.suspect)
     resolved_path: str | None = None  # a file tool's path after symlinks, as the ACL judged it
     resolved_rule: str | None = None
 
@@ -144,9 +147,9 @@ class ToolBox:
         if evidence.passed:
             self.submitted = patch
         result = _from_outcome("submit", outcome)
-        return result.model_copy(update={"verifier_passed": evidence.passed, "ok": evidence.passed, "patch": patch,
-                                         "evidence": evidence,
-                                         "observation": self._submit_observation(patch, evidence, channel, result)})
+        return _with_suspect(self.sandbox, result.model_copy(update={
+            "verifier_passed": evidence.passed, "ok": evidence.passed, "patch": patch, "evidence": evidence,
+            "observation": self._submit_observation(patch, evidence, channel, result)}))
 
     def _needs_pre_pass(self, evidence_wanted: bool) -> bool:
         """Whether this submit first collects the required tests from the
@@ -322,3 +325,12 @@ def _from_outcome(tool: str, outcome: ExecOutcome) -> ToolResult:
     return ToolResult(tool=tool, ok=outcome.exit_code == 0 and not outcome.timed_out, exit_code=outcome.exit_code,
                       observation=text, stdout=outcome.stdout, stderr=outcome.stderr,
                       duration_s=outcome.duration_s, timed_out=outcome.timed_out, canceled=outcome.canceled)
+
+
+def _with_suspect(sandbox: Sandbox, result: ToolResult) -> ToolResult:
+    """A passing submit with the reasons its patch is SUSPECT, if any
+    (``sandbox.patch_scan``: what the patch added to the machinery of
+    verification, what the verifier's copy left out)."""
+    if not result.verifier_passed or result.patch is None:
+        return result
+    return result.model_copy(update={"suspect": suspect_reasons(sandbox.git, sandbox.base, result.patch)})

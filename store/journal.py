@@ -61,6 +61,8 @@ class RunJournal:
         streams = {key: _output(detail.pop(key, None)) for key in OUTPUT_KEYS}
         if outcome.verifier_passed is not None:
             detail["verifier_passed"] = outcome.verifier_passed
+        if outcome.suspect:
+            detail["suspect"] = [r.model_dump() for r in outcome.suspect]
         self.open.tool_execution(
             str(candidate_ref), tool=name, arguments_json=args, decision=decision.effect if decision else None,
             rule=decision.rule if decision else None, reason=decision.reason if decision else None,

@@ -13,7 +13,7 @@ body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:72em;color:#2
 h1{font-size:1.4em}h2{font-size:1.1em;margin-top:1.6em}
 table{border-collapse:collapse;width:100%}th,td{border-bottom:1px solid #ddd;padding:.3em .5em;text-align:left}
 th{background:#f4f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}
-.PASS{color:#176b2c;font-weight:600}.fail{color:#9b1c1c;font-weight:600}.infra{color:#8a5a00}
+.PASS{color:#176b2c;font-weight:600}.SUSPECT{color:#8a5a00;font-weight:600}.fail{color:#9b1c1c;font-weight:600}.infra{color:#8a5a00}
 dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{color:#555}dd{margin:0}
 td.err{font-family:monospace;font-size:.85em;white-space:pre-wrap;word-break:break-all;max-width:30em}
 """
@@ -33,6 +33,7 @@ def batch_html(report: BatchReport) -> str:
     summary = [
         ("Task file", e(report.task_file)), ("Tasks", str(report.n_tasks)),
         ("Done (model verdict)", str(report.done)), ("Passed", f"{report.passed}"),
+        ("Suspect (not passes)", f'<span id="suspect">{report.suspect}</span>'),
         ("Pass rate", f'<span id="pass-rate">{rate}</span>'), ("Running", str(report.running)),
         ("Not started", str(report.not_started)), ("Infrastructure failures", str(report.infra_failures)),
         ("of which sandbox start timeouts", str(report.start_timeouts)), ("Task errors", str(report.task_errors)),
@@ -42,7 +43,8 @@ def batch_html(report: BatchReport) -> str:
     verdicts = "".join(_row([("", e(k or "-")), ("n", str(v))]) for k, v in sorted(report.verdicts.items()))
     tasks = "".join(_row([
         ("", e(t.task_id)), ("", e(t.outcome)),
-        ("PASS" if t.verdict == "PASS" else "infra" if t.outcome == "infrastructure" else "fail", e(t.verdict or "-")),
+        (t.verdict if t.verdict in ("PASS", "SUSPECT") else "infra" if t.outcome == "infrastructure" else "fail",
+         e(t.verdict or "-")),
         ("n", str(t.attempts)), ("n", str(t.infra_failures)), ("n", _seconds(t.seconds)), ("n", f"{t.tokens:,}"),
         ("n", f"${t.cost_usd:.4f}"), ("", e(t.replica or "-")), ("", e((t.run_id or "-")[:12])),
         ("err", e(t.error or "")),

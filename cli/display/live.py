@@ -139,7 +139,7 @@ class RunDisplay:
             state=last.to_state.value if last else "STAGED", layer=last.layer if last else None,
             reason=last.reason if last else "", decision=decision.effect if decision else None,
             rule=decision.rule if decision else None, exit_code=outcome.exit_code, duration_s=outcome.duration_s,
-            output_bytes=_output_bytes(outcome), observation=outcome.observation,
+            output_bytes=_output_bytes(outcome), observation=_shown_observation(outcome),
         ))
 
     def event(self, turn: int | None, kind: str, data: dict[str, Any]) -> None:
@@ -152,6 +152,15 @@ class RunDisplay:
     def on_turn(self, turn: int, envelope: Envelope, tally: Tally) -> None:
         self.turns, self.tokens, self.cost_usd = tally.turns, tally.tokens, tally.cost_usd
         self.screen.budget(self.budget(), turn_over=True)
+
+
+def _shown_observation(outcome: ToolOutcome) -> str:
+    """A SUSPECT submit says so first (the model's observation is unchanged)."""
+    if not outcome.suspect:
+        return outcome.observation
+    named = "; ".join(r.shown() for r in outcome.suspect[:3])
+    more = f"; and {len(outcome.suspect) - 3} more" if len(outcome.suspect) > 3 else ""
+    return f"SUSPECT: the verifier passed, but the patch touches its machinery: {named}{more}\n{outcome.observation}"
 
 
 def _output_bytes(outcome: ToolOutcome) -> int:

@@ -107,13 +107,15 @@ def size(n: int | None) -> str:
 GOOD = frozenset({"COMPLETED", "PASS", "finished", "COMMITTED", "allow", "verified"})
 NEUTRAL = frozenset({"IMPORTED"})
 """Neither a pass nor a failure: an imported run was never verified here."""
+WARN = frozenset({"SUSPECT"})
+"""The verifier passed, but the patch reached for the verification: never a pass."""
 LONG_CHARS = 600
 LONG_LINES = 12
 MARK = "<mark>"
 
 
 def badge(status: str | None) -> Markup:
-    kind = "ok" if status in GOOD else "neutral" if status in NEUTRAL else "bad"
+    kind = "ok" if status in GOOD else "neutral" if status in NEUTRAL else "warn" if status in WARN else "bad"
     return Markup(f'<span class="badge {kind}">{escape(status or "-")}</span>')
 
 

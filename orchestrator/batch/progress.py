@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from orchestrator.batch.report import start_timed_out
+from orchestrator.batch.report import PASS, SUSPECT, start_timed_out
 from orchestrator.batch.runner import AttemptResult
 from store.batches import INFRASTRUCTURE, INTERRUPTED, MODEL
 
@@ -14,15 +14,17 @@ class BatchProgress:
     def __init__(self, total: int, *, clock=time.monotonic) -> None:
         self.total, self.clock = total, clock
         self.started = clock()
-        self.passed = self.failed = self.infra = self.start_timeouts = self.task_errors = 0
+        self.passed = self.suspect = self.failed = self.infra = self.start_timeouts = self.task_errors = 0
         self.cost_usd = 0.0
         self.lock = threading.Lock()
 
     def attempt(self, result: AttemptResult) -> None:
         with self.lock:
             if result.outcome == MODEL:
-                self.passed += result.verdict == "PASS"
-                self.failed += result.verdict != "PASS"
+                # SUSPECT is its own count: its verifier passed, but it is never a pass.
+                self.passed += result.verdict == PASS
+                self.suspect += result.verdict == SUSPECT
+                self.failed += result.verdict not in (PASS, SUSPECT)
                 self.cost_usd += result.cost_usd
             elif result.outcome == INFRASTRUCTURE:
                 self.infra += 1
@@ -32,7 +34,7 @@ class BatchProgress:
 
     @property
     def finished(self) -> int:
-        return self.passed + self.failed + self.task_errors
+        return self.passed + self.suspect + self.failed + self.task_errors
 
     def eta_s(self) -> float | None:
         elapsed = self.clock() - self.started
@@ -45,7 +47,7 @@ class BatchProgress:
         that are zero and say nothing (no infrastructure failure) are left out."""
         eta = self.eta_s()
         parts = [f"{self.finished}/{self.total} done", f"running {running}", f"passed {self.passed}",
-                 f"failed {self.failed}"]
+                 *([f"suspect {self.suspect}"] if self.suspect else []), f"failed {self.failed}"]
         if self.infra:
             parts.append(f"infra errors {self.infra} (start timeouts {self.start_timeouts})")
         parts.append(f"${self.cost_usd:.4f}")

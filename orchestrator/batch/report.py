@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from orchestrator.agent import Verdict
 from orchestrator.contract import Frozen
 from orchestrator.trajectory import RunSummary
 from store.batches import INFRASTRUCTURE, INTERRUPTED, MODEL, STARTED, BatchView
@@ -33,6 +34,8 @@ class TaskLine(Frozen):
     replica: str | None
     error: str | None
 
+PASS, SUSPECT = Verdict.PASS.value, Verdict.SUSPECT.value
+
 
 class BatchReport(Frozen):
     batch_id: str
@@ -40,7 +43,8 @@ class BatchReport(Frozen):
     n_tasks: int
     done: int
     passed: int
-    pass_rate: float | None
+    pass_rate: float | None  # PASS over the tasks with a model verdict: SUSPECT is in ``done``, never a pass
+    suspect: int = 0  # tasks whose latest verdict is SUSPECT (the verifier passed a patch that reached for it)
     running: int
     not_started: int
     infra_failures: int
@@ -93,11 +97,11 @@ def batch_report(
             error=last.error if last else None,
         ))
     done = [line for line in lines if line.outcome == MODEL]
-    passed = sum(line.verdict == "PASS" for line in done)
+    passed = sum(line.verdict == PASS for line in done)
     times = [line.seconds for line in done if line.seconds is not None]
     return BatchReport(
         batch_id=view.id, task_file=view.task_file, n_tasks=len(lines), done=len(done), passed=passed,
-        pass_rate=passed / len(done) if done else None,
+        suspect=sum(line.verdict == SUSPECT for line in done), pass_rate=passed / len(done) if done else None,
         running=sum(line.outcome == STARTED for line in lines),
         not_started=sum(line.outcome == "not started" for line in lines),
         infra_failures=sum(line.infra_failures for line in lines),

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import structlog
 
-from orchestrator.agent import RunResult, Verdict
+from orchestrator.agent import VERIFIED, RunResult, Verdict
 from orchestrator.canonical import shown_text
 from orchestrator.context.tokenizer import TokenCounter
 from orchestrator.contract import Frozen
@@ -55,6 +55,7 @@ class RunRequest(Frozen):
     repo: Path
     verify: str
     apply: bool = False
+    accept_suspect: bool = False  # --apply writes a SUSPECT patch too (else it is refused with its reasons)
     hidden: tuple[str, ...] = ()  # added to the policy's [verify] hidden (a batch task's own)
     verify_patch: str | None = None  # applied after the model's patch, in the verifier's container only
     required_tests: tuple[str, ...] = ()  # a PASS needs each seen passing (SWE-bench's FAIL_TO_PASS, PASS_TO_PASS)
@@ -145,7 +146,7 @@ class PatchRecorder:
 
     def record(self, result: RunResult) -> None:
         data: dict[str, object]
-        if result.verdict is Verdict.PASS and self.toolbox.submitted is not None:
+        if result.verdict in VERIFIED and self.toolbox.submitted is not None:
             self.patch = self.toolbox.submitted
             data = {**self.patch.record(), "verified": True}
         else:
@@ -155,6 +156,14 @@ class PatchRecorder:
             except ExportRefused as exc:
                 data = {**self.patch.record(), "verified": False, "error": str(exc)}
         self.recorder.record_event(self.run_id, None, "patch", data)
+
+
+def suspect_refusal(result: RunResult) -> str:
+    """Why ``--apply`` wrote nothing of a SUSPECT patch, its reasons named."""
+    named = "; ".join(r.shown() for r in result.suspect[:5])
+    more = f"; and {len(result.suspect) - 5} more" if len(result.suspect) > 5 else ""
+    return (f"the run is SUSPECT: its patch touches the machinery of verification ({named}{more}); nothing "
+            "was written (look at the patch, then --accept-suspect to apply it)")
 
 
 def run_agent(
@@ -236,7 +245,9 @@ def run_agent(
                     result = agent.run(before_verdict=patches.record)
         patch = patches.patch
         applied, refused = False, None
-        if apply and result.verdict is Verdict.PASS and not patch.empty:
+        if apply and result.verdict is Verdict.SUSPECT and not request.accept_suspect and not patch.empty:
+            refused = suspect_refusal(result)
+        elif apply and result.verdict in VERIFIED and not patch.empty:
             try:
                 apply_patch(patch, repo_path, expected_sha256=result.patch_sha256 or "",
                             allow=policy.apply.allowed_reasons())

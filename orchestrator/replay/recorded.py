@@ -17,6 +17,7 @@ from orchestrator.contract import Frozen
 from orchestrator.ports import ToolOutcome
 from orchestrator.replay.errors import RecordingUnusable
 from orchestrator.runspec import RunSpec
+from orchestrator.suspect import SuspectReason
 from orchestrator.trajectory import ToolExecutionView, Trajectory
 from policies import Policy
 
@@ -89,6 +90,7 @@ class RecordedRun(Frozen):
 def _outcome(row: ToolExecutionView) -> ToolOutcome:
     detail: dict[str, Any] = json.loads(row.detail_json) if row.detail_json else {}
     verifier_passed = detail.pop("verifier_passed", None)
+    suspect = tuple(SuspectReason.model_validate(r) for r in detail.pop("suspect", None) or ())
     for stream in ("stdout", "stderr"):
         text = getattr(row, stream)
         if text or getattr(row, f"{stream}_bytes"):
@@ -99,7 +101,8 @@ def _outcome(row: ToolExecutionView) -> ToolOutcome:
                 "truncated": False,
             }
     return ToolOutcome(observation=row.observation, ok=bool(row.ok), exit_code=row.exit_code,
-                       duration_s=row.duration_s or 0.0, verifier_passed=verifier_passed, detail=detail)
+                       duration_s=row.duration_s or 0.0, verifier_passed=verifier_passed, suspect=suspect,
+                       detail=detail)
 
 
 def _turn(record: Any) -> RecordedTurn:

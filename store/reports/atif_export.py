@@ -23,7 +23,7 @@ from orchestrator import __version__
 from orchestrator.contract import Message
 from orchestrator.interop import atif_schema as schema
 from orchestrator.trajectory import CallView, ToolExecutionView, Trajectory
-from store.reports.export import ExportError
+from store.reports.export import ExportError, run_reward
 from store.reports.run_report import counted_of
 
 AGENT_NAME = "escrow"
@@ -183,6 +183,7 @@ def to_atif(trajectory: Trajectory) -> dict[str, Any]:
                 "mode": run.mode,
                 "status": run.status,
                 "verdict": run.verdict,
+                **run_reward(trajectory),
                 "task": run.task,
                 "import": run.config.get("import"),
             }

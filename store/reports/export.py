@@ -20,6 +20,7 @@ from orchestrator.context.layout import TailFormat
 from orchestrator.contract import Message
 from orchestrator.errors import ReportError
 from orchestrator.interop.records import IMPORT_MODE
+from orchestrator.suspect import reward_fields
 from orchestrator.trajectory import CallView, Trajectory
 from store.tables import Run, table_of
 
@@ -128,6 +129,7 @@ def conversation(trajectory: Trajectory, *, reasoning: bool = False) -> dict[str
         "run_id": run.id,
         "model": request.model,
         "verdict": run.verdict,
+        **run_reward(trajectory),
         "tokenizer": tokenizer,
         "tokenizer_source": tokenizer_source,
         "truncated_completions": sum(
@@ -169,6 +171,17 @@ def event_lines(trajectory: Trajectory) -> Iterator[dict[str, Any]]:
             rows.append((event.seq, {"type": "event", **event.model_dump(mode="json")}))
     for _, row in sorted(rows, key=lambda item: item[0]):
         yield row if "run_id" in row else {"run_id": trajectory.run.id, **row}
+
+
+def run_reward(trajectory: Trajectory) -> dict[str, Any]:
+    """The run's verdict as every export writes it as a reward
+    (``orchestrator.suspect.reward_fields``), the reasons from its verdict event."""
+    reasons: list[object] = []
+    for event in trajectory.run_events:
+        if event.kind == "verdict":
+            found = event.data.get("suspect")
+            reasons = list(found) if isinstance(found, list) else []
+    return reward_fields(trajectory.run.verdict, reasons)
 
 
 def is_verified_pass(trajectory: Trajectory) -> bool:

@@ -23,11 +23,24 @@ from typing import Any
 
 from orchestrator.errors import ConfigError
 from orchestrator.trajectory import CallView, ToolExecutionView, Trajectory
+from store.reports.export import run_reward
 from store.reports.run_report import counted_of
 
 NS = 1_000_000_000
 SERVICE = "escrow"
 FAILED = {"TRANSPORT_FAILURE", "REJECTED", "CANCELED", "FAULTED", "REFUSED"}
+
+
+def reward_attributes(trajectory: Trajectory) -> dict[str, Any]:
+    """``run_reward`` as span attributes: an absent reward is left out (an
+    attribute has no null), a SUSPECT run's reasons are a list of strings."""
+    fields = run_reward(trajectory)
+    out: dict[str, Any] = {"escrow.run.suspect": bool(fields["suspect"])}
+    if fields["reward"] is not None:
+        out["escrow.run.reward"] = fields["reward"]
+    if fields.get("suspect_reasons"):
+        out["escrow.run.suspect_reasons"] = [str(r) for r in fields["suspect_reasons"]]
+    return out
 
 
 def sdk() -> Any:
@@ -151,6 +164,7 @@ def run_spans(trajectory: Trajectory, tracer: Any) -> int:
             "escrow.run.mode": run.mode,
             "escrow.run.status": run.status,
             "escrow.run.verdict": run.verdict or "",
+            **reward_attributes(trajectory),
             "openinference.span.kind": "AGENT",
             **run_level_attributes(trajectory),
         },

@@ -11,9 +11,11 @@ from typing import Any
 
 from orchestrator.logprobs import read_logprobs
 from orchestrator.trajectory import Trajectory
+from store.reports.export import run_reward
 
 
 def token_lines(trajectory: Trajectory) -> Iterator[dict[str, Any]]:
+    reward = run_reward(trajectory)  # the run's verdict on every line: a SUSPECT run is never a pass
     for record in trajectory.turns:
         for call in record.calls:
             if call.response is None:
@@ -41,4 +43,6 @@ def token_lines(trajectory: Trajectory) -> Iterator[dict[str, Any]]:
                 "top_k": envelope.top_logprobs,
                 "logprobs_mode": envelope.logprobs_mode,
                 "token_faithful": completion_ids is not None,
+                "verdict": trajectory.run.verdict,
+                **reward,
             }

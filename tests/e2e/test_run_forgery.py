@@ -110,8 +110,11 @@ def test_a_real_fix_beside_a_forgery_passes_with_the_forgery_flagged_and_not_app
     script(fault, EDIT, *(write(p, c) for p, c in files), SUBMIT)
     outcome = run(settings, repo, apply=True)
 
-    assert outcome.result.verdict is Verdict.PASS, outcome.result.detail
     reasons = {f.path: f.reason for f in outcome.flagged}
+    # A path the verifier's copy left out (shadowing) makes the pass SUSPECT; a restored one (protected) does not.
+    left_out = FlagReason.SHADOWING.value in reasons.values()
+    assert outcome.result.verdict is (Verdict.SUSPECT if left_out else Verdict.PASS), outcome.result.detail
+    assert left_out == (name in ("shadow-pytest-package", "entry-point-plugin"))
     for path, _ in files:
         if path not in ("helper.py", "forge_plugin.py"):  # ordinary modules, harmless once the rest is out
             assert reasons.get(path) in (FlagReason.PROTECTED.value, FlagReason.SHADOWING.value), (path, reasons)
@@ -255,7 +258,8 @@ def test_a_text_file_that_diffs_as_binary_is_named_and_described(settings, repo,
 def test_the_viewer_and_the_patch_event_name_each_flag_with_its_reason(settings, repo, fault, open_store, tmp_path):
     script(fault, EDIT, write("conftest.py", PASS_EVERY_REPORT), write("inspect.py", EXIT_ZERO), SUBMIT)
     outcome = run(settings, repo)
-    assert outcome.result.verdict is Verdict.PASS, outcome.result.detail
+    assert outcome.result.verdict is Verdict.SUSPECT, outcome.result.detail  # inspect.py was left out
+    assert {(r.code, r.path) for r in outcome.result.suspect} == {("left-out", "inspect.py"), ("os-exit", "inspect.py")}
     store = open_store()
     (patch,) = store.events(outcome.run_id, "patch")
     assert {(f["path"], f["reason"]) for f in patch.data["flagged"]} == {

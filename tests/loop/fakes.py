@@ -26,6 +26,7 @@ from orchestrator.envelope import Envelope, ErrorDetail, FigureSource, Payload, 
 from orchestrator.perimeter import Approve, Decide, acl_of, deny_all_asks
 from orchestrator.ports import DecisionLike, Journal, Model, ToolOutcome, Tools
 from orchestrator.runspec import RunSpec, build_agent
+from orchestrator.suspect import SuspectReason
 from orchestrator.toolset import TOOLS, ReadFileArgs, SubmitArgs, ToolArgs, WriteFileArgs
 from policies import Policy, RunLimits
 
@@ -112,8 +113,10 @@ class MemoryTools:
         verifier: Callable[[Mapping[str, str]], bool] = lambda files: False,
         bash_output: str = "ok",
         broken: Exception | None = None,
+        suspect: tuple[SuspectReason, ...] = (),
     ) -> None:
         self.policy = policy
+        self.suspect = suspect  # a passing submit's reasons for SUSPECT (what the sandbox's scan would find)
         self.broken = broken  # raised by every execute: a sandbox that died under the run
         self.files = dict(files or {})
         self.verifier = verifier
@@ -153,7 +156,8 @@ class MemoryTools:
         if isinstance(args, SubmitArgs):
             passed = self.verifier(self.files)
             return ToolOutcome(observation=f"verifier {'passed' if passed else 'failed'}", ok=passed,
-                               exit_code=0 if passed else 1, verifier_passed=passed)
+                               exit_code=0 if passed else 1, verifier_passed=passed,
+                               suspect=self.suspect if passed else ())
         return ToolOutcome(observation=self.bash_output, ok=True, exit_code=0)
 
 

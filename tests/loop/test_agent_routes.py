@@ -11,6 +11,7 @@ import pytest
 from orchestrator.agent import Verdict
 from orchestrator.candidate import CandidateState
 from orchestrator.envelope import Status
+from orchestrator.suspect import SuspectReason, summary
 from policies import RunLimits, default_policy
 from policies.routing import ROUTES, Action
 from tests.loop.fakes import Loop, MemoryTools, build, call, completed, envelope
@@ -118,7 +119,10 @@ def _interrupt(request):
     raise KeyboardInterrupt
 
 
+ATEXIT = SuspectReason(code="atexit", path="src/a.py", line=1, text="atexit handler: import atexit")
 VERDICTS = {
+    Verdict.SUSPECT: (lambda: build([completed(FIX, call("submit", {}))], policy=POLICY, tools=MemoryTools(
+        POLICY, verifier=lambda files: files.get("src/a.py") == "fixed", suspect=(ATEXIT,))), summary((ATEXIT,))),
     Verdict.PASS: (lambda: build([completed(FIX, call("submit", {}))], policy=POLICY, tools=_passing()),
                    "the verifier passed"),
     Verdict.BUDGET_EXHAUSTED: (lambda: build([completed(call("bash", {"command": "ls"}))], policy=POLICY,
@@ -144,7 +148,9 @@ def test_each_verdict_is_reached_and_recorded_once_and_last(verdict):
     seen = []
     result = loop.agent.run(before_verdict=lambda r: seen.append((r.verdict, list(loop.journal.log))))
     assert (result.verdict, result.detail) == (verdict, detail)
-    assert loop.journal.verdict == {"verdict": verdict.value, "detail": detail}
+    suspect = {"suspect": [ATEXIT.model_dump()]} if verdict is Verdict.SUSPECT else {}
+    assert loop.journal.verdict == {"verdict": verdict.value, "detail": detail, **suspect}
+    assert result.suspect == ((ATEXIT,) if verdict is Verdict.SUSPECT else ())
     assert loop.journal.log[-1] == "event verdict"
     assert seen == [(verdict, loop.journal.log[:-1])]  # before_verdict runs just before it
 
