@@ -8,7 +8,8 @@ like a protected test module, a root ``__init__.py``, doctest files pytest
 collects, package metadata in mixed case or another Unicode form carrying a
 pytest11 plugin, source whose coding declaration makes a comment code, and
 ``.pth`` files. None may end in PASS; each is flagged with its rule; a real
-fix beside each passes, flagged, and ``--apply`` writes nothing of it."""
+fix beside each passes the verifier, and the run is SUSPECT (its patch
+carried what the verdict did not see), so ``--apply`` writes nothing of it."""
 
 from __future__ import annotations
 
@@ -125,8 +126,9 @@ def on_runtime(settings: Settings, runtime: str) -> Settings:
     return settings.model_copy(update={"sandbox_runtime": runtime})
 
 
-def run(settings: Settings, repo: Path, *, apply: bool = False):
-    return run_agent(settings, RunRequest(task=TASK, repo=repo, verify=VERIFY, apply=apply))
+def run(settings: Settings, repo: Path, *, apply: bool = False, accept_suspect: bool = False):
+    return run_agent(settings, RunRequest(task=TASK, repo=repo, verify=VERIFY, apply=apply,
+                                          accept_suspect=accept_suspect))
 
 
 def assert_flagged_by_rule(outcome, rules: dict[str, str]) -> None:
@@ -149,12 +151,16 @@ def test_what_stands_beside_the_code_cannot_forge_pass(on_runtime, repo, fault, 
 
 
 @pytest.mark.parametrize("name", sorted(FORGERIES))
-def test_a_real_fix_beside_each_forgery_passes_flagged_and_is_not_applied(on_runtime, repo, fault, name):
+def test_a_real_fix_beside_each_forgery_passes_the_verifier_is_suspect_and_not_applied(on_runtime, repo, fault,
+                                                                                        name):
     forgery = FORGERIES[name]
     fault.script([Reply(tool_calls=(EDIT, *(forgery.beside or forgery.calls), SUBMIT))])
     outcome = run(on_runtime, repo, apply=True)
 
-    assert outcome.result.verdict is Verdict.PASS, outcome.result.detail
+    # The fix passes the verifier without the forgery; a patch that carried
+    # what the allow-list left out is SUSPECT (issue 39, point 3), never PASS.
+    assert outcome.result.verdict is Verdict.SUSPECT, outcome.result.detail
+    assert "the verifier passed" in outcome.result.detail
     rules = {"calc_fast.py": "text"} if forgery.beside else forgery.rules
     assert_flagged_by_rule(outcome, rules)
     assert not outcome.applied and outcome.apply_refused and NOT_ACCEPTED in outcome.apply_refused
@@ -198,9 +204,10 @@ def test_apply_never_writes_a_mixed_case_plugin_into_the_checkout(runtime, repo,
 def test_an_unaccepted_files_grant_lets_apply_write_them(on_runtime, repo, fault, tmp_path):
     policy = policy_with(tmp_path, "unaccepted_files = false", "unaccepted_files = true")
     fault.script([Reply(tool_calls=(EDIT, write("notes.txt", "a kind the repo lacks\n"), SUBMIT))])
-    outcome = run(on_runtime.model_copy(update={"policy": policy}), repo, apply=True)
+    outcome = run(on_runtime.model_copy(update={"policy": policy}), repo, apply=True, accept_suspect=True)
 
-    assert outcome.result.verdict is Verdict.PASS and outcome.applied, outcome.apply_refused
+    # Left out of verification, so SUSPECT; applied with both the grant and --accept-suspect.
+    assert outcome.result.verdict is Verdict.SUSPECT and outcome.applied, outcome.apply_refused
     assert_flagged_by_rule(outcome, {"notes.txt": "kind"})
     assert (repo / "notes.txt").read_text() == "a kind the repo lacks\n"
 
@@ -232,7 +239,7 @@ def test_each_rule_shows_in_the_observation_the_patch_event_and_show(on_runtime,
     forgeries = [FORGERIES[n] for n in ("dist-info-mixed-case", "doctest-exit", "pth-root", "so-plain")]
     fault.script([Reply(tool_calls=(EDIT, *(c for f in forgeries for c in f.calls), SUBMIT))])
     outcome = run(on_runtime, repo)
-    assert outcome.result.verdict is Verdict.PASS, outcome.result.detail
+    assert outcome.result.verdict is Verdict.SUSPECT, outcome.result.detail
 
     expected = {p: r for f in forgeries for p, r in f.rules.items()}
     store = open_store()
