@@ -62,6 +62,14 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
         "Import trajectories recorded by other agents as runs (mode import), one transaction per file, for `escrow "
         "report`, `show` and `export`.",
     ),
+    (
+        "tokens",
+        "tokens_cmd",
+        "Classify each model call of RUN against the one before it: CLEAN (its prompt ids extend the last prompt and "
+        "sampled ids), REALIGN (they differ only in the end-of-turn tokens), FORK (history rewritten) or ABSENT (no "
+        "ids); check the ids against the call's usage and logprobs. Exits 1 when recorded ids contradict the run's "
+        "own figures.",
+    ),
     ("replay", "replay_cmd", "Replay RUN through today's loop and report the first divergence."),
     (
         "parity",
