@@ -141,9 +141,9 @@ class Envelope(Frozen):
         "What the logprobs are taken from (`orchestrator.logprobs.logprobs_mode`), e.g. `raw (engine)`."))
     prompt_token_ids: tuple[int, ...] | None = None
     completion_token_ids: tuple[int, ...] | None = None
-    prompt_token_ids_delta: TokenDelta | None = Field(default=None, exclude_if=lambda value: value is None, description=(
-        "The prompt ids as stored: set (and prompt_token_ids None) only in a stored envelope the reader "
-        "could not expand."))
+    prompt_token_ids_delta: TokenDelta | None = Field(
+        default=None, exclude_if=lambda value: value is None,
+        description="The prompt ids as stored: set (prompt_token_ids None) only where the reader could not expand it.")
     error: ErrorDetail | None = None
     attempts: tuple[Attempt, ...] = ()
     request_sha256: str | None = None
