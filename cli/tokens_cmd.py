@@ -12,7 +12,7 @@ from cli.store_cmd import open_store
 from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
 from orchestrator.exit_codes import ExitCode
 from orchestrator.terminal_text import printable
-from orchestrator.token_drift import CallCheck, Decode, RunTokens, TokenClass, check_trajectory
+from orchestrator.token_drift import CallCheck, RunTokens, TokenClass
 
 COLUMNS = (
     Column("n", "#", rank=0),
@@ -75,18 +75,17 @@ def tokens(
     only in the end-of-turn tokens), FORK (history rewritten) or ABSENT (no
     ids); check the ids against the call's usage and logprobs. Exits 1 when
     recorded ids contradict the run's own figures."""
-    with open_store(db, config) as store:
-        trajectory = store.trajectory(run)
-    decode: Decode | None = None
     vocab_size: int | None = None
-    if model_url is not None:
-        from orchestrator.model_client.token_endpoints import EngineTokens
+    with open_store(db, config) as store:
+        run_id = store.run(run).id
+        if model_url is None:
+            report = store.run_tokens(run_id)
+        else:
+            from orchestrator.model_client.token_endpoints import EngineTokens
 
-        with EngineTokens(model_url) as engine:
-            vocab_size = engine.vocab_size()
-            report = check_trajectory(trajectory, decode=engine.detokenize, vocab_size=vocab_size)
-    else:
-        report = check_trajectory(trajectory, decode=decode, vocab_size=vocab_size)
+            with EngineTokens(model_url) as engine:
+                vocab_size = engine.vocab_size()
+                report = store.run_tokens(run_id, decode=engine.detokenize, vocab_size=vocab_size)
     if as_json:
         emit_json({**report.model_dump(mode="json"), "summary": report.summary(),
                    "counts": {k.value: report.count(k) for k in TokenClass}, "vocab_size": vocab_size})

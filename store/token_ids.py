@@ -12,7 +12,7 @@ a delta whose base is missing is left as it is, and its ids read as absent.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from orchestrator.canonical import canonical_json
@@ -74,7 +74,7 @@ def _valid(delta: Mapping[str, Any], previous: list[Any]) -> bool:
     return isinstance(keep, int) and 0 <= keep <= len(previous) and isinstance(ids, list)
 
 
-def expand_rows(rows: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def expand_rows(rows: Sequence[Mapping[Any, Any]]) -> list[dict[Any, Any]]:
     """Response rows (one run's, any order) with their envelopes expanded; in seq order."""
     ordered = sorted(rows, key=lambda r: r["seq"])
     texts = expanded(r["envelope_json"] for r in ordered)

@@ -161,3 +161,28 @@ def test_an_unknown_run_is_a_clear_error(tmp_path):
     Store.open(f"sqlite:///{db}").close()
     result, _ = tokens_cli(db, "nope")
     assert result.exit_code != 0 and "Traceback" not in result.output
+
+
+def test_show_report_and_the_viewer_say_how_many_calls_are_clean(srv, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    from tests.view.conftest import serving
+    from tests.view.test_transcript import get
+
+    replies = growing(3)
+    replies[2] = replies[2].model_copy(update={"prompt_token_ids": [2, 5, 1000, 999]})
+    srv.script(replies)
+    db = tmp_path / "escrow.db"
+    run_id, _ = record(db, srv.base_url, 3)
+    shown = CliRunner().invoke(app, ["show", run_id, "--db", f"sqlite:///{db}"])
+    assert "  tokens:  2 of 3 calls CLEAN (1 FORK) (escrow tokens)" in shown.stdout
+    report = CliRunner().invoke(app, ["report", run_id, "--db", f"sqlite:///{db}"])
+    assert "tokens 2 of 3 calls CLEAN (1 FORK) (escrow tokens)" in report.stdout
+    data = json.loads(CliRunner().invoke(app, ["report", run_id, "--db", f"sqlite:///{db}", "--json"]).stdout)
+    assert (data["tokens"]["clean"], data["tokens"]["calls"], data["tokens"]["fork"]) == (2, 3, 1)
+    with serving(db) as base:
+        status, html = get(f"{base}/run/{run_id}")
+    assert status == 200 and '<b>token ids</b> 2 of 3 calls CLEAN (1 FORK)' in html
