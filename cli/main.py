@@ -54,7 +54,9 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
         "Export runs as JSON lines. messages-jsonl: one TRL conversational example per run (messages, tools, tool-call "
         "arguments as objects, truncation flags, tokenizer id), verified-PASS runs only unless --include-unverified. "
         "events-jsonl: every recorded row, in chain order. atif: an ATIF-v1.6 trajectory (one JSON document; JSON "
-        "lines with --all). otel: OpenTelemetry GenAI spans as OTLP JSON, or sent to --otlp-endpoint.",
+        "lines with --all). otel: OpenTelemetry GenAI spans as OTLP JSON, or sent to --otlp-endpoint. rollout: one "
+        "training sequence a row (token ids, loss mask, logprobs, the verifier's reward, provenance); a run without "
+        "exact ids is refused.",
     ),
     (
         "import",
