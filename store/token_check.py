@@ -15,7 +15,7 @@ from orchestrator.envelope import Envelope
 from orchestrator.token_drift import Decode, RunTokens, call_ids, check_envelopes, length_problems
 from store.chain import ChainRow
 from store.tables import ModelResponse, table_of
-from store.token_ids import expand_rows
+from store.token_ids import envelopes_in_order, expand_rows
 
 RESPONSES = ModelResponse.__tablename__
 
@@ -48,10 +48,7 @@ def run_tokens(conn: Connection, run_id: str, *, decode: Decode | None = None,
     rows = [dict(r) for r in conn.execute(
         select(t.c.id, t.c.call_id, t.c.turn, t.c.seq, t.c.envelope_json).where(t.c.run_id == run_id)
         .order_by(t.c.seq)).mappings()]
-    calls = []
-    for row in expand_rows(rows):
-        try:
-            calls.append((str(row["call_id"]), row["turn"], Envelope.model_validate_json(row["envelope_json"])))
-        except ValueError:
-            continue  # verify reports an envelope that does not parse
+    calls = [(str(row["call_id"]), row["turn"], envelope)
+             for row, envelope in zip(rows, envelopes_in_order(r["envelope_json"] for r in rows), strict=True)
+             if envelope is not None]  # verify reports an envelope that does not parse
     return check_envelopes(run_id, calls, decode=decode, vocab_size=vocab_size)

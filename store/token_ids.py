@@ -48,28 +48,46 @@ def compact(envelope: Envelope, previous: tuple[int, ...] | None) -> Envelope:
                                        DELTA_KEY: TokenDelta(keep=keep, ids=ids[keep:])})
 
 
-def expanded(envelope_jsons: Iterable[str]) -> list[str]:
-    """Stored envelope texts, in chain order, with every delta whose base is
-    known put back as whole ``prompt_token_ids``; other texts unchanged."""
-    out: list[str] = []
-    previous: list[Any] | None = None
+def parsed_in_order(envelope_jsons: Iterable[str]) -> list[tuple[dict[str, Any] | None, tuple[int, ...] | None]]:
+    """Each stored envelope text, in chain order, as (its JSON object with
+    the prompt-id fields taken out, its whole prompt ids); (None, None) for a
+    text that holds no ids (left to the caller as it is). A delta whose base
+    is unknown stays in the object, and its ids are None."""
+    out: list[tuple[dict[str, Any] | None, tuple[int, ...] | None]] = []
+    previous: tuple[int, ...] | None = None
     for text in envelope_jsons:
         if DELTA_KEY not in text and '"prompt_token_ids":[' not in text:
-            out.append(text)
+            out.append((None, None))
             continue
         data = json.loads(text)
+        ids: tuple[int, ...] | None = None
         delta = data.get(DELTA_KEY)
         if isinstance(delta, Mapping) and previous is not None and _valid(delta, previous):
-            data["prompt_token_ids"] = previous[: delta["keep"]] + list(delta["ids"])
+            ids = previous[: delta["keep"]] + tuple(delta["ids"])
             del data[DELTA_KEY]
-            text = canonical_json(data)
-        if isinstance(data.get("prompt_token_ids"), list):
-            previous = data["prompt_token_ids"]
-        out.append(text)
+        elif isinstance(data.get("prompt_token_ids"), list):
+            ids = tuple(data["prompt_token_ids"])
+        if ids is not None:
+            data["prompt_token_ids"] = None
+            previous = ids
+        out.append((data, ids))
     return out
 
 
-def _valid(delta: Mapping[str, Any], previous: list[Any]) -> bool:
+def expanded(envelope_jsons: Iterable[str]) -> list[str]:
+    """Stored envelope texts, in chain order, with every delta whose base is
+    known put back as whole ``prompt_token_ids``; other texts unchanged."""
+    texts = list(envelope_jsons)
+    out = []
+    for text, (data, ids) in zip(texts, parsed_in_order(texts), strict=True):
+        if data is None or ids is None:
+            out.append(text)
+        else:
+            out.append(canonical_json({**data, "prompt_token_ids": list(ids)}))
+    return out
+
+
+def _valid(delta: Mapping[str, Any], previous: tuple[int, ...]) -> bool:
     keep, ids = delta.get("keep"), delta.get("ids")
     return isinstance(keep, int) and 0 <= keep <= len(previous) and isinstance(ids, list)
 
@@ -79,3 +97,19 @@ def expand_rows(rows: Sequence[Mapping[Any, Any]]) -> list[dict[Any, Any]]:
     ordered = sorted(rows, key=lambda r: r["seq"])
     texts = expanded(r["envelope_json"] for r in ordered)
     return [{**r, "envelope_json": t} for r, t in zip(ordered, texts, strict=True)]
+
+
+def envelopes_in_order(envelope_jsons: Iterable[str]) -> list[Envelope | None]:
+    """Stored envelope texts, in chain order, as envelopes with whole prompt
+    ids, without writing the ids out as JSON again (``escrow tokens`` on a
+    long run); None for a text that does not parse."""
+    texts = list(envelope_jsons)
+    out: list[Envelope | None] = []
+    for text, (data, ids) in zip(texts, parsed_in_order(texts), strict=True):
+        try:
+            envelope = Envelope.model_validate_json(text) if data is None else Envelope.model_validate(data)
+        except ValueError:
+            out.append(None)
+            continue
+        out.append(envelope if ids is None else envelope.model_copy(update={"prompt_token_ids": ids}))
+    return out
