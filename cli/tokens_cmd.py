@@ -84,6 +84,7 @@ def tokens(
             from orchestrator.model_client.token_endpoints import EngineTokens
 
             with EngineTokens(model_url) as engine:
+                engine.detokenize([])  # a server that cannot decode is an error now, not text missing later
                 vocab_size = engine.vocab_size()
                 report = store.run_tokens(run_id, decode=engine.detokenize, vocab_size=vocab_size)
     if as_json:

@@ -186,3 +186,38 @@ def test_show_report_and_the_viewer_say_how_many_calls_are_clean(srv, tmp_path):
     with serving(db) as base:
         status, html = get(f"{base}/run/{run_id}")
     assert status == 200 and '<b>token ids</b> 2 of 3 calls CLEAN (1 FORK)' in html
+
+
+def test_with_a_tokenizer_at_hand_drifts_are_decoded_and_ids_checked_against_the_vocabulary(tmp_path):
+    """``--model-url`` of a server posing as llama-server: ``/detokenize``
+    gives the text on both sides, ``/v1/models`` the vocabulary size."""
+    from orchestrator.fault_server import FaultServer
+
+    posing = {"/detokenize": {"content": "<decoded>"},
+              "/v1/models": {"object": "list", "data": [{"id": "m", "meta": {"n_vocab": 1005}}]}}
+    with FaultServer(endpoints=posing) as server:
+        replies = growing(2)
+        replies[1] = replies[1].model_copy(update={"prompt_token_ids": [2, 5, 1000, 77, EOT, NL]})
+        server.script(replies)
+        db = tmp_path / "escrow.db"
+        run_id, _ = record(db, server.base_url, 2)
+        result, data = tokens_cli(db, run_id, "--json", "--model-url", server.base_url)
+        text, _ = tokens_cli(db, run_id, "--model-url", server.base_url)
+    assert data["vocab_size"] == 1005
+    drift = data["calls"][1]["drift"]
+    assert (drift["expected_text"], drift["got_text"]) == ("<decoded>", "<decoded>")
+    # Turn 1's sampled ids 1010, 1011 are past the vocabulary of 1005: a problem, exit 1.
+    assert data["calls"][1]["problems"] == ["sampled id 1010 at position 0 is out of the vocabulary (1005)"]
+    assert result.exit_code == 1 and "'<decoded>'" in text.stdout
+
+
+def test_an_unreachable_tokenizer_is_a_clear_error(srv, tmp_path):
+    srv.script(growing(1))
+    db = tmp_path / "escrow.db"
+    run_id, _ = record(db, srv.base_url, 1)
+    from tests.llama_server import free_port
+
+    result, _ = tokens_cli(db, run_id, "--model-url", f"http://127.0.0.1:{free_port()}/v1")
+    from orchestrator.errors import TokenizerError
+
+    assert isinstance(result.exception, TokenizerError) and "/detokenize unreachable" in result.exception.message
