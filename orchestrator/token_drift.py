@@ -45,6 +45,9 @@ KEPT_STATUSES = frozenset({Status.COMPLETED.value})
 other (truncated, refused, faulted...) is quarantined, so the next prompt may
 continue from its prompt alone."""
 
+LLAMA_CPP = "llama.cpp"
+"""How a llama-server's envelopes name it (``Envelope.engine``, from ``/props``)."""
+
 Decode = Callable[[Sequence[int]], str]
 
 
@@ -71,6 +74,9 @@ class CallIds(Frozen):
     usage_completion: int | None = None
     sampled_tokens: tuple[str, ...] | None = None
     """The sampled tokens' text, from the logprob entries, when recorded."""
+    unsent_end: bool = False
+    """The engine counts an end-of-generation token it does not send (quirk
+    ``unsent_end_of_generation``): one sampled id fewer than its count is no contradiction."""
 
 
 class Drift(Frozen):
@@ -140,6 +146,7 @@ def call_ids(call_id: str, turn: int | None, envelope: Envelope) -> CallIds:
         usage_prompt=usage.prompt_tokens if usage.prompt_source == "server" else None,
         usage_completion=usage.completion_tokens if usage.completion_source == "server" else None,
         sampled_tokens=tokens,
+        unsent_end=(envelope.engine or "").startswith(LLAMA_CPP) and envelope.finish_reason == "stop",
     )
 
 
@@ -174,7 +181,8 @@ def length_problems(call: CallIds, vocab_size: int | None = None) -> tuple[str, 
     if call.prompt_ids is not None and call.usage_prompt is not None and len(call.prompt_ids) != call.usage_prompt:
         out.append(f"{len(call.prompt_ids)} prompt ids, usage.prompt_tokens {call.usage_prompt}")
     sampled = call.sampled_ids
-    if sampled is not None and call.usage_completion is not None and len(sampled) != call.usage_completion:
+    allowed = {len(sampled or ()), len(sampled or ()) + 1} if call.unsent_end else {len(sampled or ())}
+    if sampled is not None and call.usage_completion is not None and call.usage_completion not in allowed:
         out.append(f"{len(sampled)} sampled ids, usage.completion_tokens {call.usage_completion}")
     if sampled is not None and call.logprobs is not None and call.logprobs != len(sampled):
         out.append(f"{call.logprobs} logprobs for {len(sampled)} sampled ids")
