@@ -131,3 +131,43 @@ def test_the_reward_is_the_verifiers_verdict_only():
     assert [reward_of(v) for v in ("BUDGET_EXHAUSTED", "REFUSED", "FAULTED", "TRANSPORT_FAILURE")] == [0.0] * 4
     # No verdict on the answer, or a pass held back: no reward, never a 0 that reads as a failure.
     assert [reward_of(v) for v in ("INFRA_ERROR", "CANCELED", "SUSPECT", None)] == [None] * 4
+
+
+def test_a_batch_exports_its_runs_and_names_the_refused_one(srv, tmp_path):
+    from store.batches import MODEL, create_batch, finish_attempt, start_attempt
+    from store.store import Store
+
+    srv.script([*growing(2), Reply(text="no ids")])
+    db = tmp_path / "e.db"
+    exact, _ = record(db, srv.base_url, 2)
+    blind, _ = record(db, srv.base_url, 1)
+    with Store.open(f"sqlite:///{db}") as store:
+        batch = create_batch(store, task_file="tasks.jsonl", tasks={"a": (1, {}), "b": (2, {})}, settings={})
+        for task, run_id in (("a", exact), ("b", blind)):
+            attempt = start_attempt(store, batch, task)
+            finish_attempt(store, attempt, outcome=MODEL, run_id=run_id, verdict="PASS")
+    result = export(db, "--batch", batch[:8])
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line)["run_id"] for line in result.stdout.splitlines()] == [exact]
+    assert f"refused 1: run {blind}: call 1" in " ".join(result.stderr.split())
+
+
+@pytest.mark.parametrize("argv", [("--all", "--batch", "x"), ("--shape", "nope", "--all"), ()])
+def test_rollout_misuse_is_a_clear_error(tmp_path, argv):
+    from orchestrator.errors import ConfigError
+    from store.store import Store
+
+    db = tmp_path / "e.db"
+    Store.open(f"sqlite:///{db}").close()
+    result = export(db, *argv)
+    assert isinstance(result.exception, ConfigError)
+
+
+def test_shape_and_batch_belong_to_rollout(tmp_path):
+    from orchestrator.errors import ConfigError
+    from store.store import Store
+
+    db = tmp_path / "e.db"
+    Store.open(f"sqlite:///{db}").close()
+    result = CliRunner().invoke(app, ["export", "--all", "--shape", "trl", "--db", f"sqlite:///{db}"])
+    assert isinstance(result.exception, ConfigError) and "rollout only" in result.exception.message

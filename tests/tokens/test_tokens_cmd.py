@@ -221,3 +221,22 @@ def test_an_unreachable_tokenizer_is_a_clear_error(srv, tmp_path):
     from orchestrator.errors import TokenizerError
 
     assert isinstance(result.exception, TokenizerError) and "/detokenize unreachable" in result.exception.message
+
+
+def test_hostile_decoded_text_is_escaped_and_folded_to_80_columns(tmp_path):
+    from orchestrator.fault_server import FaultServer
+
+    hostile = "\x1b[31mred\x1b[0m\r\n" + "x" * 300 + " /a/very/long/path" * 10
+    posing = {"/detokenize": {"content": hostile}}
+    with FaultServer(endpoints=posing) as server:
+        replies = growing(2)
+        replies[1] = replies[1].model_copy(update={"prompt_token_ids": [2, 5, 999]})
+        server.script(replies)
+        db = tmp_path / "escrow.db"
+        run_id, _ = record(db, server.base_url, 2)
+        result, _ = tokens_cli(db, run_id, "--model-url", server.base_url)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert "\x1b" not in result.stdout and "\r" not in result.stdout
+    assert "#2 FORK at prompt position 2:" in result.stdout
