@@ -18,6 +18,7 @@ from cli.usage import choices
 from orchestrator.canonical import readable_text
 from orchestrator.costing import NothingToReport
 from orchestrator.errors import ConfigError
+from orchestrator.rollout import SHAPES
 from store import Store
 from store.reports import FORMATS, ExportError, conversation, event_lines, is_verified_pass, run_ids
 from store.reports.atif_export import to_atif
@@ -91,7 +92,14 @@ def export(
         "--reasoning",
         help="messages-jsonl: add the recorded reasoning to assistant messages as reasoning_content.",
     ),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
+    shape: str = typer.Option(
+        "flat", "--shape", metavar=choices(SHAPES),
+        help="rollout: the columns: flat (input_ids, loss_mask, logprobs), trl, verl, or atif step metrics.",
+    ),
+    batch: str | None = typer.Option(None, "--batch", help="rollout: every run of this batch."),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="Write to this file instead of stdout (rollout: .parquet writes Parquet)."
+    ),
     otlp_endpoint: str | None = typer.Option(
         None, "--otlp-endpoint", help="otel: send to this OTLP/HTTP traces URL instead of writing JSON."
     ),
@@ -106,9 +114,16 @@ def export(
     truncation flags, tokenizer id), verified-PASS runs only unless
     --include-unverified. events-jsonl: every recorded row, in chain order.
     atif: an ATIF-v1.6 trajectory (one JSON document; JSON lines with --all).
-    otel: OpenTelemetry GenAI spans as OTLP JSON, or sent to --otlp-endpoint."""
+    otel: OpenTelemetry GenAI spans as OTLP JSON, or sent to --otlp-endpoint.
+    rollout: one training sequence a row (token ids, loss mask, logprobs,
+    the verifier's reward, provenance); a run without exact ids is refused."""
     if fmt not in FORMATS:
         raise ConfigError(f"--format takes one of {', '.join(FORMATS)}, not {fmt!r}")
+    if fmt == "rollout":
+        export_rollout(run, all_runs, batch, shape, output, db, config)
+        return
+    if batch is not None or shape != "flat":
+        raise ConfigError("--batch and --shape apply to --format rollout only")
     if all_runs == (run is not None):
         raise ConfigError("give a run id or --all (not both)")
     if tokens and fmt != "messages-jsonl":
@@ -138,6 +153,53 @@ def export(
     )
     if written == 0:
         raise NothingToReport("nothing exported: no verified-PASS runs (--include-unverified exports the others)")
+
+
+def export_rollout(run: str | None, all_runs: bool, batch: str | None, shape: str, output: Path | None,
+                   db: str | None, config: Path | None) -> None:
+    from orchestrator.rollout import RolloutRefused
+    from store.reports.rollout_export import rollout_rows, write_parquet
+
+    if shape not in SHAPES:
+        raise ConfigError(f"--shape takes one of {', '.join(SHAPES)}, not {shape!r}")
+    if sum((run is not None, all_runs, batch is not None)) != 1:
+        raise ConfigError("give one of a run id, --all or --batch")
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    with open_store(db, config) as store:
+        if batch is not None:
+            ids = batch_run_ids(store, batch)
+        else:
+            ids = run_ids_for(store) if all_runs else [store.resolve(run or "")]
+        rows: list[dict[str, Any]] = []
+        skipped: list[str] = []
+        for run_id in ids:
+            try:
+                rows += rollout_rows(store.trajectory(run_id), shape)
+            except RolloutRefused as exc:
+                if run is not None:
+                    raise ExportError(f"run {run_id} cannot be exported as rollout: {exc.message}",
+                                      run_id=run_id) from None
+                skipped.append(f"run {run_id}: {exc.message}")
+    if output is not None and output.suffix == ".parquet":
+        write_parquet(output, rows)
+    else:
+        with sink(output) as out:
+            for line in rows:
+                write_line(out, line)
+    err.print(f"exported {len(rows)} sequence(s) of {len(ids) - len(skipped)} run(s) as rollout ({shape})"
+              + (f"; refused {len(skipped)}: {skipped[0]}{' ...' if len(skipped) > 1 else ''}" if skipped else ""))
+    if not rows:
+        raise NothingToReport("nothing exported: no run has exact token ids")
+
+
+def batch_run_ids(store: Store, ref: str) -> list[str]:
+    from store.batches import load_batch, resolve_batch
+
+    batch_id = resolve_batch(store, ref)
+    view = load_batch(store, batch_id) if batch_id is not None else None
+    if view is None:
+        raise ConfigError(f"no batch matches {ref!r}", batch=ref)
+    return [a.run_id for a in view.attempts if a.run_id is not None]
 
 
 def export_otel(

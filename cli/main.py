@@ -54,13 +54,23 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
         "Export runs as JSON lines. messages-jsonl: one TRL conversational example per run (messages, tools, tool-call "
         "arguments as objects, truncation flags, tokenizer id), verified-PASS runs only unless --include-unverified. "
         "events-jsonl: every recorded row, in chain order. atif: an ATIF-v1.6 trajectory (one JSON document; JSON "
-        "lines with --all). otel: OpenTelemetry GenAI spans as OTLP JSON, or sent to --otlp-endpoint.",
+        "lines with --all). otel: OpenTelemetry GenAI spans as OTLP JSON, or sent to --otlp-endpoint. rollout: one "
+        "training sequence a row (token ids, loss mask, logprobs, the verifier's reward, provenance); a run without "
+        "exact ids is refused.",
     ),
     (
         "import",
         "import_cmd",
         "Import trajectories recorded by other agents as runs (mode import), one transaction per file, for `escrow "
         "report`, `show` and `export`.",
+    ),
+    (
+        "tokens",
+        "tokens_cmd",
+        "Classify each model call of RUN against the one before it: CLEAN (its prompt ids extend the last prompt and "
+        "sampled ids), REALIGN (they differ only in the end-of-turn tokens), FORK (history rewritten) or ABSENT (no "
+        "ids); check the ids against the call's usage and logprobs. Exits 1 when recorded ids contradict the run's "
+        "own figures.",
     ),
     ("replay", "replay_cmd", "Replay RUN through today's loop and report the first divergence."),
     (

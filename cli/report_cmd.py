@@ -33,6 +33,7 @@ from orchestrator.costing import (
 from orchestrator.costing.figures import ESCROW_SOURCE
 from orchestrator.errors import ConfigError
 from orchestrator.settings import load_settings
+from orchestrator.token_drift import TokenClass
 from policies.price_table import PriceTable, load_price_table
 from store.run_list import when
 
@@ -67,7 +68,7 @@ def say(lines: list[str]) -> None:
     typer.echo("\n".join(lines))
 
 
-def print_run(report: RunCost, *, wide: bool = False) -> None:
+def print_run(report: RunCost, *, wide: bool = False, tokens: str | None = None) -> None:
     width = terminal_width()
     lines = prose(f"run {report.run_id}  model {report.model}  status {report.status}  verdict "
                   f"{report.verdict or ABSENT}  price table {report.price_version}", width)
@@ -77,6 +78,8 @@ def print_run(report: RunCost, *, wide: bool = False) -> None:
         lines += prose(f"engine {'; '.join(report.engines)}", width)
     if report.source == ESCROW_SOURCE:  # an imported run had no sandbox of Escrow's
         lines += prose(f"sandbox {runtime_text(report.sandbox_runtime)}", width)
+    if tokens is not None:
+        lines += prose(f"tokens {tokens} (escrow tokens)", width)
     lines += [line for warning in report.warnings for line in prose(f"warning: {warning}", width)]
     lines += [line for clamp in report.clamps for line in prose(clamp_note(clamp), width)]
     lines += ["", *render(TURN_COLUMNS, line_rows(report), width=width, wide=wide, title="cost per turn"), ""]
@@ -193,7 +196,11 @@ def report(
     with store:
         if run is not None:
             single = report_run(store, run, prices, reprice)
-            emit(single, run_json(single), line_rows(single), as_json, as_csv, wide)
+            tokens = store.run_tokens(single.run_id)
+            summary = {"clean": tokens.clean, "calls": len(tokens.calls), "summary": tokens.summary(),
+                       **{k.value.lower(): tokens.count(k) for k in TokenClass}}
+            emit(single, {**run_json(single), "tokens": summary}, line_rows(single), as_json, as_csv, wide,
+                 tokens=tokens.summary() if tokens.calls else None)
             if html:
                 write_html(html, run_html(single))
             return
@@ -209,14 +216,14 @@ def report(
 
 def emit(
     report: RunCost | AggregateReport, as_dict: dict[str, Any], rows: list[dict[str, Any]], as_json: bool,
-    as_csv: bool, wide: bool = False,
+    as_csv: bool, wide: bool = False, tokens: str | None = None,
 ) -> None:
     if as_json:
         emit_json(as_dict)
     elif as_csv:
         typer.echo(to_csv(rows), nl=False)
     elif isinstance(report, RunCost):
-        print_run(report, wide=wide)
+        print_run(report, wide=wide, tokens=tokens)
     else:
         print_aggregate(report, wide=wide)
 

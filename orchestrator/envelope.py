@@ -111,6 +111,16 @@ class Payload(Frozen):
     reasoning: str | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
+class TokenDelta(Frozen):
+    """How the store keeps a prompt's ids: the first ``keep`` ids of the
+    run's previous recorded prompt ids, then ``ids``. A prompt is mostly the
+    last prompt, so a run's stored ids grow with what each turn adds, not
+    with the whole history again (``store/token_ids.py`` writes and expands it)."""
+
+    keep: int = Field(ge=0)
+    ids: tuple[int, ...]
+
+
 class Envelope(Frozen):
     """Everything one model call produced, whatever happened: its ``status``,
     the ``payload`` (held in escrow until released), usage, timings, attempts
@@ -131,6 +141,9 @@ class Envelope(Frozen):
         "What the logprobs are taken from (`orchestrator.logprobs.logprobs_mode`), e.g. `raw (engine)`."))
     prompt_token_ids: tuple[int, ...] | None = None
     completion_token_ids: tuple[int, ...] | None = None
+    prompt_token_ids_delta: TokenDelta | None = Field(
+        default=None, exclude_if=lambda value: value is None,
+        description="The prompt ids as stored: set (prompt_token_ids None) only where the reader could not expand it.")
     error: ErrorDetail | None = None
     attempts: tuple[Attempt, ...] = ()
     request_sha256: str | None = None

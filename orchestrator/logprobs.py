@@ -111,3 +111,14 @@ def token_ids(tokens: Sequence[TokenLogprob]) -> list[int] | None:
     """Completion token ids, when every token carries one."""
     ids = [t.token_id for t in tokens if t.token_id is not None]
     return ids if ids and len(ids) == len(tokens) else None
+
+
+def int_ids(value: object) -> tuple[int, ...] | None:
+    """A list of ids as the engine sent it, or None when it is not one
+    (a field of another type, or an element that is not an integer): never
+    repaired, never guessed."""
+    if not isinstance(value, (list, tuple)):
+        return None
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return None
+    return tuple(value)

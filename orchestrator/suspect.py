@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 
 from orchestrator.contract import Frozen
+from orchestrator.rollout import reward_of
 from policies.model import Flag, FlagReason
 
 
@@ -498,10 +499,6 @@ class _Scanner:
         return None
 
 
-# The verdicts that say nothing of the model's patch: no reward either way.
-_NO_REWARD = frozenset({"SUSPECT", "INFRA_ERROR", "CANCELED", "IMPORTED"})
-
-
 def reward_fields(verdict: str | None, reasons: Iterable[object] = ()) -> dict[str, object]:
     """What every export writes of a run's verdict as a reward: ``reward``
     1.0 for PASS, 0.0 for a failing model verdict, null where the verdict
@@ -509,8 +506,7 @@ def reward_fields(verdict: str | None, reasons: Iterable[object] = ()) -> dict[s
     unfinished run); ``suspect`` true for SUSPECT, with ``suspect_reasons``
     (each ``code path:line: text``), so a SUSPECT run is never a pass and
     never silently a failure."""
-    reward = None if verdict is None or verdict in _NO_REWARD else 1.0 if verdict == "PASS" else 0.0
-    fields: dict[str, object] = {"reward": reward, "suspect": verdict == "SUSPECT"}
+    fields: dict[str, object] = {"reward": reward_of(verdict), "suspect": verdict == "SUSPECT"}
     if verdict == "SUSPECT":
         shown = []
         for item in reasons:

@@ -29,7 +29,7 @@ from orchestrator.trajectory import (
     TurnRecord,
     TurnView,
 )
-from store import blobs, liveness
+from store import blobs, liveness, token_ids
 from store.cells import check_numbers, check_row
 from store.errors import RunNotFound
 from store.tables import (
@@ -157,7 +157,9 @@ def turns(conn: Connection, run_id: str) -> list[TurnView]:
 
 
 def calls(conn: Connection, run_id: str) -> list[CallView]:
-    responses = {row["call_id"]: view(ResponseView, ModelResponse, row) for row in _rows(conn, ModelResponse, run_id)}
+    # Prompt ids are stored as what each prompt adds (store/token_ids.py): put back whole, in chain order.
+    responses = {row["call_id"]: view(ResponseView, ModelResponse, row)
+                 for row in token_ids.expand_rows(list(_rows(conn, ModelResponse, run_id)))}
     attempts: dict[str, list[AttemptView]] = defaultdict(list)
     for row in _rows(conn, CallAttempt, run_id):
         attempts[row["call_id"]].append(view(AttemptView, CallAttempt, row))

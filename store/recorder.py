@@ -20,6 +20,7 @@ from orchestrator import __version__
 from orchestrator.contract import Message, ModelRequest
 from orchestrator.envelope import Envelope
 from store import rows as build
+from store import token_ids
 from store.batches import LeaseClaim, claim_run
 from store.blobs import History
 from store.blobs import put as put_blobs
@@ -50,6 +51,16 @@ class Recorder:
         self.output_cap_bytes = output_cap_bytes
         # Each run's last message list, so the next request stores only what it adds.
         self.histories: dict[str, History] = {}
+        # Each run's last recorded prompt ids, so the next envelope stores only what its prompt adds.
+        self.prompt_ids: dict[str, tuple[int, ...]] = {}
+
+    def stored_envelope(self, run_id: str, envelope: Envelope) -> Envelope:
+        return token_ids.compact(envelope, self.prompt_ids.get(run_id))
+
+    def remember_prompt(self, run_id: str, envelope: Envelope) -> None:
+        """Only once committed: a delta must never refer to ids the store lacks."""
+        if envelope.prompt_token_ids is not None:
+            self.prompt_ids[run_id] = envelope.prompt_token_ids
 
     def start_run(
         self, *, task: str, repo: str, config: Mapping[str, Any], policy: Mapping[str, Any], model: str,
@@ -83,7 +94,9 @@ class Recorder:
     def record_envelope(self, call_id: str, envelope: Envelope, cost_usd: float | None = None) -> None:
         with self.store.write() as conn:
             run_id, turn = _owner(conn, ModelCall, call_id)
-            append(conn, run_id, build.response_rows(call_id, run_id, turn, envelope, cost_usd, self.clock()))
+            stored = self.stored_envelope(run_id, envelope)
+            append(conn, run_id, build.response_rows(call_id, run_id, turn, stored, cost_usd, self.clock()))
+        self.remember_prompt(run_id, envelope)
 
     def record_candidate(
         self, run_id: str, turn: int | None, call_id: str, candidate_index: int, tool_call_json: Any
@@ -242,8 +255,10 @@ class TurnWriter:
             raise RecordingError(
                 f"turn {self.turn} of run {self.run_id} did not make call {call_id}", call_id=call_id
             )
-        rows = build.response_rows(call_id, self.run_id, self.turn, envelope, cost_usd, self.recorder.clock())
+        stored = self.recorder.stored_envelope(self.run_id, envelope)
+        rows = build.response_rows(call_id, self.run_id, self.turn, stored, cost_usd, self.recorder.clock())
         self.recorder._commit(self.run_id, [*self.pending, *rows])
+        self.recorder.remember_prompt(self.run_id, envelope)
         self.early_rows += len(self.pending) + len(rows)
         self.pending.clear()
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy import exc as sa_exc
 
-from store import browse, migrations, reader, request_texts, run_totals, turn_browse, verify
+from store import browse, migrations, reader, request_texts, run_totals, token_check, turn_browse, verify
 from store.browse import ChainPosition, Facets
 from store.chain import ChainCheck
 from store.engine import ensure_parent, make_engine, parse_url, probe_file, sqlite_path, use_wal
@@ -33,6 +33,7 @@ from store.turn_browse import TurnIndexEntry, TurnSlice
 
 if TYPE_CHECKING:
     from store.recorder import Recorder
+from orchestrator.token_drift import Decode, RunTokens
 from orchestrator.trajectory import (
     CallView,
     CandidateView,
@@ -183,6 +184,11 @@ class Store:
     def trajectory(self, ref: str) -> Trajectory:
         with self.read() as conn:
             return reader.trajectory(conn, reader.resolve_run_id(conn, ref))
+
+    def run_tokens(self, run_id: str, *, decode: Decode | None = None, vocab_size: int | None = None) -> RunTokens:
+        """The drift check of a run's token ids (``escrow tokens``), from its responses alone."""
+        with self.read() as conn:
+            return token_check.run_tokens(conn, run_id, decode=decode, vocab_size=vocab_size)
 
     def check_totals(self, run_id: str) -> None:
         """Raise RollupMismatch when the run's stored totals (what aggregate

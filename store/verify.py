@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, select
 
-from store import blob_check, model_column, run_totals, ttft_days
+from store import blob_check, model_column, run_totals, token_check, ttft_days
 from store.cells import check_row
 from store.chain import ChainCheck, ChainRow, check_chain
 from store.recorder import VERDICT_EVENT
@@ -108,8 +108,13 @@ def _checked(conn: Connection, run_rows: list[dict[str, Any]], rows: list[ChainR
     checks = blob_check.flag(check_records(run_rows, hashed), blob_problems)
     totals = run_totals.problems(conn, run_id)
     days = ttft_days.problems(conn, run_id, explained=totals)
+    tokens = token_check.problems(rows)
 
     def derived(c: ChainCheck) -> ChainCheck:
+        if c.ok and c.run_id in tokens and c.run_id not in totals and c.run_id not in days:
+            row_id, problem = tokens[c.run_id]
+            return c.model_copy(update={"ok": False, "table": token_check.RESPONSES, "row_id": row_id,
+                                        "problem": problem})
         if not c.ok or (c.run_id not in totals and c.run_id not in days):
             return c
         if c.run_id in totals:

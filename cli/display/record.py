@@ -16,6 +16,7 @@ from orchestrator.envelope import reported
 from orchestrator.interop.records import IMPORT_MODE
 from orchestrator.source_figures import IMPORT_EVENT, counted_run_level
 from orchestrator.terminal_text import one_line, printable
+from orchestrator.token_drift import check_trajectory
 from orchestrator.trajectory import CallView, EventView, ResponseView, Trajectory, TurnRecord
 from store.chain import GENESIS_EVENT
 from store.liveness import CRASHED, RUNNING
@@ -46,6 +47,9 @@ def trajectory_header(trajectory: Trajectory, *, full: bool = False) -> list[str
              f"  model:   {flat(r.request_model, cut)}",
              *([f"  sandbox: {runtime_text(r.config.get('sandbox_runtime'))}"] if r.mode != IMPORT_MODE else []),
              f"  started: {when(r.created_at)}   finished: {when(r.finished_at)}"]
+    tokens = check_trajectory(trajectory)
+    if tokens.calls:
+        lines.append(f"  tokens:  {tokens.summary()} (escrow tokens)")
     if r.parent_run_id:
         lines.append(
             f"  forked from {r.parent_run_id} at turn {r.forked_at_turn}" if r.forked_at_turn is not None

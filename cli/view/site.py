@@ -195,6 +195,7 @@ class Site:
             query=query or "",
             check=self.known_check(run.id, run.chain_seq, run.chain_head),
             totals=totals,
+            token_check=self.store.run_tokens(run.id),
             index=index,
             pages=[] if search else pages,
             page=page,

@@ -94,14 +94,16 @@ def opens_conversation(body: dict[str, Any]) -> bool:
 
 
 class FaultApp:
-    """``endpoints`` maps extra GET paths to the JSON they answer, so a test
-    can pose as an engine (vLLM ``/version``, llama.cpp ``/props``...)."""
+    """``endpoints`` maps extra paths to the JSON they answer (to GET and
+    POST alike), so a test can pose as an engine (vLLM ``/version``,
+    llama.cpp ``/props``, its ``/detokenize``...); one given for
+    ``/v1/models`` replaces the built-in listing."""
 
     def __init__(self, state: FaultState, model: str, endpoints: dict[str, Any] | None = None) -> None:
         self.state = state
         self.model = model
-        extra = [Route(path, _fixed(value)) for path, value in (endpoints or {}).items()]
-        self.routes = Starlette(routes=[Route("/v1/models", self._models), Route("/health", self._health), *extra])
+        extra = [Route(path, _fixed(value), methods=["GET", "POST"]) for path, value in (endpoints or {}).items()]
+        self.routes = Starlette(routes=[*extra, Route("/v1/models", self._models), Route("/health", self._health)])
 
     async def _models(self, request: Request) -> JSONResponse:
         return JSONResponse(

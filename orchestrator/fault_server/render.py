@@ -37,7 +37,9 @@ def usage_for(reply: Reply, body: dict[str, Any], completion_tokens: int) -> dic
         return None
     if isinstance(reply.usage, dict):
         return dict(reply.usage)
-    prompt = prompt_words(body)
+    prompt = prompt_words(body) if reply.prompt_token_ids is None else len(reply.prompt_token_ids)
+    if reply.completion_token_ids is not None:
+        completion_tokens = len(reply.completion_token_ids)
     usage: dict[str, Any] = {
         "prompt_tokens": prompt,
         "completion_tokens": completion_tokens,
@@ -58,13 +60,32 @@ def _envelope(reply: Reply, body: dict[str, Any], index: int, obj: str) -> dict[
     }
 
 
-def _logprobs(piece: str, k: int) -> dict[str, Any]:
-    """One entry per chunk, with ``k`` alternatives (the token itself first)."""
+def _entry(piece: str, k: int, token_id: Any = None) -> dict[str, Any]:
     top = [
         {"token": piece if i == 0 else f"{piece}~{i}", "logprob": -0.25 - i, "bytes": list(piece.encode())}
         for i in range(k)
     ]
-    return {"content": [{"token": piece, "logprob": -0.25, "bytes": list(piece.encode()), "top_logprobs": top}]}
+    entry = {"token": piece, "logprob": -0.25, "bytes": list(piece.encode()), "top_logprobs": top}
+    return entry if token_id is None else {"id": token_id, **entry}
+
+
+def _logprobs(piece: str, k: int, ids: list[Any] | None = None) -> dict[str, Any]:
+    """One entry per chunk, with ``k`` alternatives (the token itself first);
+    with ``ids`` (llama.cpp), one entry per id, each carrying its ``id``."""
+    if ids is None:
+        return {"content": [_entry(piece, k)]}
+    return {"content": [_entry(piece if n == 0 else "", k, token_id) for n, token_id in enumerate(ids)]}
+
+
+def _id_shares(reply: Reply, pieces: int) -> list[list[Any] | None]:
+    """The completion ids each of ``pieces`` text chunks carries, plus one
+    share for the finishing chunk: one id a chunk, the ids left over on the
+    finishing chunk, and chunks past the last id with none."""
+    ids = reply.completion_token_ids
+    if ids is None:
+        return [None] * (pieces + 1)
+    shares: list[list[Any] | None] = [ids[n:n + 1] for n in range(pieces)]
+    return [*shares, ids[pieces:]]
 
 
 def stream_plan(reply: Reply, body: dict[str, Any], index: int) -> list[Step]:
@@ -74,18 +95,34 @@ def stream_plan(reply: Reply, body: dict[str, Any], index: int) -> list[Step]:
     requested_top = body.get("top_logprobs")
     top_k = requested_top if isinstance(requested_top, int) else 0
 
-    def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
+    vllm_ids = reply.token_ids_as == "vllm"
+    texts = _pieces(reply.text, reply.chunk_chars)
+    shares = _id_shares(reply, len(texts))
+    first = [True]
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: Any = None, ids: Any = None) -> bytes:
         choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
         if logprobs is not None:
             choice["logprobs"] = logprobs
-        return sse(_dumps({**head, "choices": [choice]}))
+        if ids is not None and vllm_ids:
+            choice["token_ids"] = ids
+        top = {}
+        if first[0] and vllm_ids and reply.prompt_token_ids is not None:
+            top = {"prompt_token_ids": reply.prompt_token_ids}  # vLLM: on the first chunk only
+        first[0] = False
+        return sse(_dumps({**head, **top, "choices": [choice]}))
+
+    def entries(piece: str, share: list[Any] | None) -> Any:
+        if not want_logprobs:
+            return None
+        return _logprobs(piece, top_k, None if vllm_ids else share)
 
     payload: list[bytes] = [
         chunk({"reasoning_content": piece}) for piece in _pieces(reply.reasoning, reply.chunk_chars)
     ]
-    for n, piece in enumerate(_pieces(reply.text, reply.chunk_chars)):
+    for n, piece in enumerate(texts):
         delta = {"role": "assistant", "content": piece} if n == 0 else {"content": piece}
-        payload.append(chunk(delta, logprobs=_logprobs(piece, top_k) if want_logprobs else None))
+        payload.append(chunk(delta, logprobs=entries(piece, shares[n]), ids=shares[n]))
     if reply.refusal:
         payload.append(chunk({"role": "assistant", "refusal": reply.refusal}))
     for i, call in enumerate(reply.tool_calls):
@@ -103,7 +140,9 @@ def stream_plan(reply: Reply, body: dict[str, Any], index: int) -> list[Step]:
                 steps.append(_fault_step(fault, head))
         if n < len(payload):
             steps.append(("chunk", payload[n]))
-    steps.append(("chunk", chunk({}, reply.effective_finish_reason)))
+    rest = shares[-1]
+    steps.append(("chunk", chunk({}, reply.effective_finish_reason, ids=rest or None,
+                                 logprobs=entries("", rest) if rest and not vllm_ids else None)))
     options = body.get("stream_options") or {}
     usage = usage_for(reply, body, len(payload))
     if usage is not None and isinstance(options, dict) and options.get("include_usage"):
@@ -145,10 +184,19 @@ def whole_body(reply: Reply, body: dict[str, Any], index: int) -> tuple[bytes, i
     tokens = len(_pieces(reply.text, reply.chunk_chars)) + sum(
         1 + len(_pieces(c.arguments, reply.chunk_chars)) for c in reply.tool_calls
     )
-    out = {
-        **_envelope(reply, body, index, "chat.completion"),
-        "choices": [{"index": 0, "message": message, "finish_reason": reply.effective_finish_reason}],
-    }
+    choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": reply.effective_finish_reason}
+    ids = reply.completion_token_ids
+    requested_top = body.get("top_logprobs")
+    k = requested_top if isinstance(requested_top, int) else 0
+    if ids is not None and reply.token_ids_as == "vllm":
+        choice["token_ids"] = ids
+    if ids is not None and reply.token_ids_as == "llama.cpp" and body.get("logprobs"):
+        choice["logprobs"] = {"content": [_entry(reply.text if n == 0 else "", k, i) for n, i in enumerate(ids)]}
+    elif body.get("logprobs"):
+        choice["logprobs"] = {"content": [_entry(p, k) for p in _pieces(reply.text, reply.chunk_chars)]}
+    top = {"prompt_token_ids": reply.prompt_token_ids} if reply.prompt_token_ids is not None and (
+        reply.token_ids_as == "vllm") else {}
+    out = {**_envelope(reply, body, index, "chat.completion"), **top, "choices": [choice]}
     usage = usage_for(reply, body, tokens)
     if usage is not None:
         out["usage"] = usage

@@ -76,6 +76,14 @@ class Reply(Frozen):
     headers: dict[str, str] = Field(default_factory=dict)
     faults: tuple[StreamFault, ...] = ()
     send_done: bool = True
+    # Token ids, sent in the fields of the engine ``token_ids_as`` names:
+    # vLLM's top-level ``prompt_token_ids`` and each choice's ``token_ids``
+    # (``return_token_ids``); llama.cpp's ``id`` on each logprob entry (its
+    # chat endpoint sends no prompt ids). Elements are Any so that a script
+    # can send what no engine should (a string, a float); None sends no field.
+    prompt_token_ids: list[Any] | None = None
+    completion_token_ids: list[Any] | None = None
+    token_ids_as: Literal["vllm", "llama.cpp"] = "vllm"
 
     @property
     def effective_finish_reason(self) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 
 from orchestrator.contract import ToolCall
 from orchestrator.envelope import Payload
+from orchestrator.logprobs import int_ids
 from orchestrator.model_client.monitor import StreamMonitor, Trip
 from orchestrator.model_client.wire import WireCompletion, WireMessage, WireTimings, WireUsage
 from orchestrator.observer import StreamObserver
@@ -50,6 +51,7 @@ class ResponseAccumulator:
         self.logprobs: list[Any] | None = [] if keep_logprobs else None
         self.prompt_token_ids: list[int] | None = None
         self.token_ids: list[int] | None = None
+        self.bad_token_ids = False
         self.trip: Trip | None = None
         self.chunks = 0
 
@@ -64,9 +66,12 @@ class ResponseAccumulator:
             self.usage = body.usage
         if body.timings is not None:
             self.timings = body.timings
-        prompt_ids = (body.model_extra or {}).get("prompt_token_ids")
-        if isinstance(prompt_ids, list):
-            self.prompt_token_ids = prompt_ids  # vLLM return_token_ids
+        extra = body.model_extra or {}
+        if "prompt_token_ids" in extra:
+            # vLLM return_token_ids. Anything but a list of integers is not
+            # read (no id is coerced from a string); the raw response keeps it.
+            prompt_ids = int_ids(extra["prompt_token_ids"])
+            self.prompt_token_ids = None if prompt_ids is None else list(prompt_ids)
         got_payload = False
         for choice in body.choices:
             if choice.index != 0:
@@ -78,9 +83,12 @@ class ResponseAccumulator:
                 self.finish_reason = choice.finish_reason
             if self.logprobs is not None and choice.logprobs is not None and choice.logprobs.content:
                 self.logprobs.extend(choice.logprobs.content)
-            ids = (choice.model_extra or {}).get("token_ids")
-            if isinstance(ids, list):
-                self.token_ids = (self.token_ids or []) + ids
+            if "token_ids" in (choice.model_extra or {}) and not self.bad_token_ids:
+                ids = int_ids((choice.model_extra or {})["token_ids"])
+                if ids is None:  # one unreadable piece: the whole sequence is unknown, not shortened
+                    self.bad_token_ids, self.token_ids = True, None
+                else:
+                    self.token_ids = (self.token_ids or []) + list(ids)
         return got_payload
 
     def _message(self, message: WireMessage) -> bool:

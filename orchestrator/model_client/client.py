@@ -213,7 +213,10 @@ class ModelClient:
 
 
 def _completion_ids(acc: ResponseAccumulator) -> tuple[int, ...] | None:
-    """The choice's ``token_ids`` if sent, else the ids on the logprob entries."""
+    """The choice's ``token_ids`` if sent, else the ids on the logprob entries;
+    none when the choice's were unreadable (the two may not be the same tokens)."""
+    if acc.bad_token_ids:
+        return None
     ids = (
         acc.token_ids if acc.token_ids is not None else token_ids(read_logprobs(acc.logprobs)) if acc.logprobs else None
     )

@@ -66,6 +66,10 @@ QUIRKS: tuple[Quirk, ...] = (
     Quirk("json_object_schema", ("llama-cpp-python",),
           "structured output constrained by `response_format: {type: json_object, schema}`, not OpenAI's `json_schema`",
           "engines.response_format: `--schema-style json_object` sends that shape"),
+    Quirk("unsent_end_of_generation", ("llama.cpp",),
+          "`usage.completion_tokens` (predicted_n) counts the end-of-generation token it sampled, which has no "
+          "logprob entry and so no id",
+          "token_drift.length_problems: an answer that stopped may have one id fewer than completion_tokens"),
     Quirk("no_system_turn", ("llama.cpp", "llama-cpp-python"),
           "a chat template without a system turn (Gemma) silently drops system messages",
           "settings `system_role = \"user\"`: the context sends the system prompt as the first user message"),

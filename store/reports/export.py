@@ -27,7 +27,7 @@ from store.tables import Run, table_of
 TAIL = TailFormat()
 """The tail every Escrow run's requests end with (``orchestrator.runspec``)."""
 
-FORMATS = ("messages-jsonl", "events-jsonl", "atif", "otel")
+FORMATS = ("messages-jsonl", "events-jsonl", "atif", "otel", "rollout")
 TRUNCATED_STATUSES = ("TRUNCATED",)
 
 

@@ -136,6 +136,22 @@ def test_quirk_no_system_turn():
     assert "system" not in roles and roles[0] == "user"
 
 
+def test_quirk_unsent_end_of_generation():
+    from orchestrator.envelope import Envelope, Status, Usage
+    from orchestrator.token_drift import call_ids, length_problems
+
+    def problems(engine: str, finish: str, completion: int) -> tuple[str, ...]:
+        envelope = Envelope(status=Status.COMPLETED, finish_reason=finish, engine=engine,
+                            usage=Usage(completion_tokens=completion, completion_source="server"),
+                            completion_token_ids=(5, 6))
+        return length_problems(call_ids("c", 0, envelope))
+
+    assert problems("llama.cpp b11434-1", "stop", 3) == ()  # the end token it sampled and did not send
+    assert problems("llama.cpp b11434-1", "stop", 4) == ("2 sampled ids, usage.completion_tokens 4",)
+    assert problems("llama.cpp b11434-1", "length", 3) == ("2 sampled ids, usage.completion_tokens 3",)
+    assert problems("vllm 0.10.1", "stop", 3) == ("2 sampled ids, usage.completion_tokens 3",)
+
+
 def test_the_engines_doc_shows_the_table():
     from pathlib import Path
 

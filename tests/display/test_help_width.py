@@ -113,7 +113,8 @@ def test_usage_lines_read_in_the_conventional_forms(path):
 @pytest.mark.parametrize(("path", "option", "shown"), [
     (("report",), "--by", "<model|day|status|verdict|engine|source|batch>"),
     (("runs",), "--status", "<running|crashed|finished>"),
-    (("export",), "--format", "<messages-jsonl|events-jsonl|atif|otel>"),
+    (("export",), "--format", "<messages-jsonl|events-jsonl|atif|otel|rollout>"),
+    (("export",), "--shape", "<flat|trl|verl|atif>"),
     (("batch",), "--executor", "<local|ray>"),
     (("run",), "--tool-protocol", "<native|text>"),
 ])

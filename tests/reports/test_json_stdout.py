@@ -104,6 +104,7 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     ("report", ("report", "{run}", "--json")),
     ("report", ("report", "--json")),
     ("show", ("show", "{run}", "--json")),
+    ("tokens", ("tokens", "{run}", "--json")),
     ("verify", ("verify", "{run}", "--json")),
     ("gc", ("gc", "--older-than", "3650d", "--json")),
     ("price show", ("price", "show", "--json")),

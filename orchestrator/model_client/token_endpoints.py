@@ -1,0 +1,95 @@
+"""An engine's own tokenizer and chat template, over HTTP, for the token
+checks and the token-exact loop.
+
+llama.cpp's ``llama-server``: ``POST /tokenize {"content", "add_special",
+"parse_special"}`` -> ``{"tokens": [...]}``, ``POST /detokenize {"tokens"}``
+-> ``{"content"}``, ``POST /apply-template {"messages"}`` -> ``{"prompt"}``;
+``/v1/models`` carries ``meta.n_vocab``. vLLM: ``POST /detokenize {"model",
+"tokens"}`` -> ``{"prompt"}`` and ``/tokenize`` at the server root. Each
+answer is read strictly: anything else is a ``TokenizerError``, never a guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from orchestrator.errors import TokenizerError
+from orchestrator.model_client.server_tokenizer import server_root
+
+
+class EngineTokens:
+    """The tokenizer endpoints of the server at ``base_url`` (with or without ``/v1``)."""
+
+    def __init__(self, base_url: str, *, http: httpx.Client | None = None, model: str | None = None,
+                 timeout_s: float = 30.0) -> None:
+        self.root = server_root(base_url)
+        self.model = model
+        self._own = http is None
+        self._http = http or httpx.Client(timeout=timeout_s)
+
+    def __enter__(self) -> "EngineTokens":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._own:
+            self._http.close()
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        url = self.root + path
+        try:
+            response = self._http.post(url, json=body)
+        except httpx.HTTPError as exc:
+            raise TokenizerError(f"{url} unreachable: {exc}", url=url) from exc
+        if response.status_code != 200:
+            raise TokenizerError(f"{url} answered HTTP {response.status_code}", url=url, status=response.status_code)
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise TokenizerError(f"{url} answered with something that is not JSON", url=url) from exc
+        if not isinstance(data, dict):
+            raise TokenizerError(f"{url} answered with a JSON {type(data).__name__}, not an object", url=url)
+        return data
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        body: dict[str, Any] = {"tokens": list(ids)}
+        if self.model is not None:
+            body["model"] = self.model
+        data = self._post("/detokenize", body)
+        text = data.get("content", data.get("prompt"))
+        if not isinstance(text, str):
+            raise TokenizerError(f"{self.root}/detokenize gave no text", url=self.root)
+        return text
+
+    def tokenize(self, text: str, *, special: bool = True) -> tuple[int, ...]:
+        """Ids of ``text``; with ``special``, special tokens written in it
+        (``<start_of_turn>``) are read as themselves and no BOS is added: a
+        rendered template already holds its own."""
+        data = self._post("/tokenize", {"content": text, "add_special": False, "parse_special": special})
+        tokens = data.get("tokens")
+        if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+            raise TokenizerError(f"{self.root}/tokenize gave no list of ids", url=self.root)
+        return tuple(tokens)
+
+    def apply_template(self, messages: Sequence[dict[str, Any]]) -> str:
+        data = self._post("/apply-template", {"messages": list(messages)})
+        prompt = data.get("prompt")
+        if not isinstance(prompt, str):
+            raise TokenizerError(f"{self.root}/apply-template gave no prompt", url=self.root)
+        return prompt
+
+    def vocab_size(self) -> int | None:
+        """``n_vocab`` where the server reports it (llama-server's ``/v1/models``), else None."""
+        try:
+            response = self._http.get(self.root + "/v1/models")
+            data = response.json() if response.status_code == 200 else {}
+        except (httpx.HTTPError, ValueError):
+            return None
+        for entry in data.get("data") or () if isinstance(data, dict) else ():
+            meta = entry.get("meta") if isinstance(entry, dict) else None
+            size = meta.get("n_vocab") if isinstance(meta, dict) else None
+            if isinstance(size, int) and size > 0:
+                return size
+        return None
