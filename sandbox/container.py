@@ -26,10 +26,10 @@ import docker.errors
 from policies import Policy
 from sandbox.capture import StreamCapture
 from sandbox.daemon import require_image
-from sandbox.errors import ExecError, ExecutorBroken, SandboxError, WorkspaceError
+from sandbox.errors import ExecError, ExecutorBroken, ExportRefused, SandboxError, WorkspaceError
 from sandbox.execution import FLOOD_FACTOR, ExecLimits, ExecOutcome, FileOpOutcome
 from sandbox.executor import Ending, ExecutorChannel
-from sandbox.export_stream import ExportLimits, ExportParser, TreeBuilder
+from sandbox.export_stream import PAGE, ExportLimits, ExportParser, TreeBuilder
 from sandbox.hardening import SANDBOX_ENV, WORKSPACE, Hardening
 from sandbox.hostgit import PrivateGit
 from sandbox.orphans import claim_state_dir, owner_labels, removal_under_way, remove_dead_state_dirs, remove_orphans
@@ -42,7 +42,15 @@ from sandbox.verifier_view import (
     plan_copy,
     stream_archive,
 )
-from sandbox.workspace import Patch, commit_export, diff_patch, snapshot, starting_repo_tar, tree_entries
+from sandbox.workspace import (
+    Patch,
+    commit_export,
+    copy_bytes,
+    diff_patch,
+    snapshot,
+    starting_repo_tar,
+    tree_entries,
+)
 
 _SETUP_LIMITS = ExecLimits(timeout_s=120, stdout_cap=4096, stderr_cap=4096)
 _LISTING_LIMITS = ExecLimits(timeout_s=120, stdout_cap=1 << 20, stderr_cap=4096)
@@ -236,20 +244,51 @@ class Sandbox:
         host and fed into the private git dir as blobs (never extracted)."""
         if self.git is None:
             raise WorkspaceError("this sandbox has no starting copy to diff against", run_id=self.run_id)
-        limits = self.export_limits
         self._exports += 1
         tree = TreeBuilder(self.git)
-        parser = ExportParser(limits, tree)
         try:
-            outcome = self.exec(["/usr/bin/python3", "-I", "-S", "-c", _EXPORT], _SETUP_LIMITS,
-                                stdin=limits.script_input(), stdout_capture=parser)
-            if outcome.exit_code != 0 or outcome.timed_out:
-                raise WorkspaceError(f"could not export the workspace (exit {outcome.exit_code}): "
-                                     f"{outcome.stderr.text()[:500]}", run_id=self.run_id)
+            parser = self._export(self, tree)
             after = commit_export(parser, self.git, self.base, f"refs/heads/export-{self._exports}", self.hidden)
         finally:
             tree.abort()
-        return diff_patch(self.git, self.base, after, tuple(parser.skipped), limits)
+        return diff_patch(self.git, self.base, after, tuple(parser.skipped), self.export_limits)
+
+    def _export(self, source: "Sandbox", tree: TreeBuilder) -> ExportParser:
+        """Run the export script in ``source``'s workspace, parsed into ``tree``."""
+        limits = self.export_limits
+        parser = ExportParser(limits, tree)
+        outcome = source.exec(["/usr/bin/python3", "-I", "-S", "-c", _EXPORT], _SETUP_LIMITS,
+                              stdin=limits.script_input(), stdout_capture=parser)
+        if outcome.exit_code != 0 or outcome.timed_out:
+            raise WorkspaceError(f"could not export the workspace (exit {outcome.exit_code}"
+                                 f"{', killed: timeout' if outcome.timed_out else ''}): "
+                                 f"{outcome.stderr.text()[:500]}", run_id=self.run_id)
+        return parser
+
+    def export_canary(self) -> None:
+        """The export, with the same script and limits, of the starting copy
+        alone in a fresh container: raises what that export raises (nothing
+        is kept). Run only after the workspace's export failed."""
+        with self.fresh(self.archive_for(self.starting_copy()), "canary") as canary:
+            tree = TreeBuilder(self._private())
+            try:
+                self._export(canary, tree).finish()
+            finally:
+                tree.abort()
+
+    def starting_copy(self) -> VerifierCopy:
+        """The starting copy as the verifier's copy of an empty patch."""
+        return VerifierCopy(entries=self._starting_entries(), flags=())
+
+    def _starting_entries(self) -> dict[bytes, tuple[str, str]]:
+        if self._base_entries is None:  # the starting copy never changes: listed once
+            self._base_entries = tree_entries(self._private(), self.base)
+        return self._base_entries
+
+    def _private(self) -> PrivateGit:
+        if self.git is None:
+            raise WorkspaceError("this sandbox has no starting copy", run_id=self.run_id)
+        return self.git
 
     def archive_of(self, patch: Patch) -> Iterator[bytes]:
         """The starting copy with ``patch`` applied, as a tar stream for ``fresh``."""
@@ -263,17 +302,23 @@ class Sandbox:
         (``sandbox.verifier_view``): its entries and the patch's flags."""
         if self.git is None or not patch.tree:
             raise WorkspaceError("the patch has no recorded state to verify", run_id=self.run_id)
-        if self._base_entries is None:  # the starting copy never changes: listed once
-            self._base_entries = tree_entries(self.git, self.base)
         after = tree_entries(self.git, patch.tree)
-        copy = plan_copy(self._base_entries, after, policy.verify, policy.paths.deny, self.installed_modules())
+        copy = plan_copy(self._starting_entries(), after, policy.verify, policy.paths.deny, self.installed_modules())
         binary = binary_text_flags(self.git, self.base, patch.tree, after)
         return VerifierCopy(entries=copy.entries, flags=tuple(sorted((*copy.flags, *binary), key=lambda f: f.path)))
 
     def archive_for(self, copy: VerifierCopy) -> Iterator[bytes]:
-        """``copy`` as a tar stream for ``fresh``."""
+        """``copy`` as a tar stream for ``fresh``; ExportRefused, before any
+        container starts, when the copy would not fit the fresh workspace as
+        it really takes it (``copy_bytes``)."""
         if self.git is None:
             raise WorkspaceError("this sandbox has no private git dir to read the copy from", run_id=self.run_id)
+        needs = copy_bytes(self.git, copy.entries) + len(self.starting_repo())
+        if needs > self.spec.workspace_bytes:
+            room = self.spec.workspace_bytes
+            raise ExportRefused(f"the verifier's copy would take {needs} bytes of its {room}-byte workspace "
+                                f"({len(copy.entries)} files, each whole, in {PAGE}-byte pages, with the starting "
+                                "copy's .git)", needs=needs, workspace_bytes=room)
         return stream_archive(self.git, copy.entries, self.spec.workspace_bytes, self.starting_repo())
 
     def starting_repo(self) -> bytes:

@@ -17,6 +17,10 @@ protected and hidden inputs, denied paths, shadowing modules), each flagged.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import NoReturn
+
+import docker.errors
 
 from orchestrator.canonical import readable_text
 from orchestrator.contract import Frozen, ToolSpec
@@ -25,7 +29,7 @@ from policies import Decision, Effect, Policy, decide
 from policies.paths import first_match
 from sandbox.capture import CappedOutput
 from sandbox.container import Sandbox
-from sandbox.errors import ExportRefused
+from sandbox.errors import ExportRefused, InfraFailure, SandboxError, WorkspaceFault
 from sandbox.execution import ExecLimits, ExecOutcome, FileOpOutcome
 from sandbox.verifier_view import VerifierCopy
 from sandbox.workspace import Patch
@@ -99,10 +103,11 @@ class ToolBox:
             return ToolResult(tool="submit", ok=False, exit_code=None, duration_s=0.0, verifier_passed=False,
                               observation="no verifier is configured for this task; submit cannot be judged")
         try:
-            patch, copy = self._verifier_copy(self.sandbox.patch())
-            with self.sandbox.fresh(self.sandbox.archive_for(copy), "verify") as verifier:
-                outcome = self._apply_verifier_patch(verifier) or verifier.bash(
-                    self.verifier_command, self.limits(), cancel=self.cancel)
+            patch, copy = self._verifier_copy(self.workspace_patch())
+            outcome = self._verify_blaming(copy)
+        except WorkspaceFault as exc:
+            return ToolResult(tool="submit", ok=False, exit_code=None, duration_s=0.0, verifier_passed=False,
+                              observation=f"verifier FAILED: {exc}")
         except ExportRefused as exc:
             return ToolResult(tool="submit", ok=False, exit_code=None, duration_s=0.0, verifier_passed=False,
                               observation=f"submit refused, the verifier did not run: {exc}")
@@ -116,6 +121,35 @@ class ToolBox:
         flagged = "".join(f"\nflagged: {f.path} ({f.reason}; {f.detail})" for f in patch.flagged[:20] if f.detail)
         return result.model_copy(update={"verifier_passed": passed, "ok": passed, "patch": patch,
                                          "observation": f"{verdict} {about}{skipped}{flagged}\n{result.observation}"})
+
+    def workspace_patch(self) -> Patch:
+        """The workspace as a patch. An export that fails where the same
+        export of the starting copy alone succeeds (the canary) fails by the
+        workspace's content: WorkspaceFault, the model's verdict; if the
+        canary fails too, InfraFailure (INFRA_ERROR)."""
+        try:
+            return self.sandbox.patch()
+        except ExportRefused:
+            raise
+        except INFRA_SUSPECTS as exc:
+            blame("the export of the workspace", exc, self.sandbox.export_canary)
+
+    def _verify_blaming(self, copy: VerifierCopy) -> ExecOutcome:
+        """The verifier on ``copy``; a failure of its sandbox is judged by the
+        same step on the starting copy alone (``blame``)."""
+        try:
+            return self._verify(copy)
+        except ExportRefused:
+            raise
+        except INFRA_SUSPECTS as exc:
+            blame("the verifier", exc, lambda: self._verify(self.sandbox.starting_copy()))
+
+    def _verify(self, copy: VerifierCopy) -> ExecOutcome:
+        """The task's reference tests and verify command on ``copy``, in a
+        fresh container, under the run's limits."""
+        with self.sandbox.fresh(self.sandbox.archive_for(copy), "verify") as verifier:
+            return self._apply_verifier_patch(verifier) or verifier.bash(
+                self.verifier_command or "", self.limits(), cancel=self.cancel)
 
     def _apply_verifier_patch(self, verifier: Sandbox) -> ExecOutcome | None:
         """Apply the task's reference tests after the model's patch, as
@@ -175,6 +209,28 @@ class ToolBox:
             reply = _without_denied(reply, str(resolved), self.policy)
         return _fileop_result(args, outcome, reply).model_copy(
             update={"resolved_path": resolved if isinstance(resolved, str) else None, "resolved_rule": rule})
+
+
+# What a failing sandbox, export or verifier raises when the fault may be
+# either the workspace's or the infrastructure's; the canary tells which.
+INFRA_SUSPECTS: tuple[type[Exception], ...] = (SandboxError, docker.errors.DockerException, OSError)
+
+
+def blame(step: str, failure: Exception, canary: Callable[[], object]) -> NoReturn:
+    """Run ``canary`` (``step`` on the starting copy alone, in a fresh
+    container) after ``step`` failed with ``failure``: WorkspaceFault when it
+    succeeds (the workspace's doing), InfraFailure with both failures when it
+    fails too (a dead daemon, a broken runtime)."""
+    cause = f"{type(failure).__name__}: {failure}"
+    try:
+        canary()
+    except INFRA_SUSPECTS as again:
+        raise InfraFailure(f"{step} failed ({cause[:1000]}), and so did the same step on the starting copy alone "
+                           f"(the canary: {type(again).__name__}: {str(again)[:1000]})",
+                           step=step, failure=cause, canary=f"{type(again).__name__}: {again}") from failure
+    raise WorkspaceFault(f"{step} failed on this workspace ({cause[:1000]}), while the same step on the starting "
+                         "copy alone succeeded (the canary): the workspace's content caused it",
+                         step=step, failure=cause) from failure
 
 
 def _fileop_result(args: FileToolArgs, outcome: FileOpOutcome, reply: dict | None) -> ToolResult:
