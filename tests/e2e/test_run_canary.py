@@ -11,6 +11,7 @@ stops starting containers is still INFRA_ERROR, with both failures."""
 from __future__ import annotations
 
 import json
+import shlex
 import socket
 from pathlib import Path
 
@@ -40,7 +41,7 @@ def bash(command: str) -> ScriptedToolCall:
 
 
 def python(code: str) -> ScriptedToolCall:
-    return bash(f"python3 -c {json.dumps(code)}")
+    return bash(f"python3 -c {shlex.quote(code)}")
 
 
 SUBMIT = call("submit", summary="done")
