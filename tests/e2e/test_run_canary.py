@@ -91,12 +91,12 @@ def assert_models_verdict(outcome, open_store, *shown: str) -> str:
 @pytest.mark.parametrize("hostile", [
     "rm test_calc.py && mkdir test_calc.py && echo 'x = 1' > test_calc.py/mod.py",
     "mkdir -p test_hidden.py/deep && echo 'x = 1' > test_hidden.py/deep/mod.py",
-    "mkdir -p tests && mv test_calc.py tests/ && rm -rf tests && echo 'not a directory' > tests",
-], ids=["protected-file-to-dir", "hidden-file-to-dir", "protected-dir-to-file"])
+    "rm pkg/test_pkg.py && mkdir -p pkg/test_pkg.py/x && echo 'x = 1' > pkg/test_pkg.py/x/mod.py",
+], ids=["protected-file-to-dir", "hidden-file-to-dir", "nested-protected-file-to-dir"])
 def test_a_path_conflict_with_a_protected_or_hidden_file_is_the_models_verdict(on, repo, fault, open_store, hostile):
     (repo / "test_hidden.py").write_text(HIDDEN_TEST)
-    (repo / "tests").mkdir()
-    (repo / "tests" / "test_more.py").write_text("def test_more():\n    pass\n")
+    (repo / "pkg").mkdir()
+    (repo / "pkg" / "test_pkg.py").write_text("def test_pkg():\n    pass\n")
     outcome = run_hostile(fault, on, repo, bash(hostile), hidden=("test_hidden.py",))
     assert_models_verdict(outcome, open_store)
 
