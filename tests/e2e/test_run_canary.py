@@ -127,6 +127,25 @@ def test_many_empty_directories_are_the_models_verdict(on, repo, fault, open_sto
     assert_models_verdict(outcome, open_store, "more than 50000 files and directories")
 
 
+# -- a file operation on a huge sparse file ---------------------------------
+
+EDIT = call("edit_file", path="calc.py", old="sum(values) / (len(values) + 1)", new="sum(values) / len(values)")
+
+
+@pytest.mark.parametrize("op", [
+    call("read_file", path="big.bin"),
+    call("read_file", path="big.bin", start_line=2, max_lines=5),
+    call("edit_file", path="big.bin", old="x", new="y"),
+], ids=["read-whole", "read-window", "edit"])
+def test_a_file_op_on_a_huge_sparse_file_leaves_the_sandbox_alive(on, repo, fault, open_store, op):
+    """Under runsc a read_file of a 3 GB sparse file ended the sandbox (the
+    op had no memory limit): the run ended INFRA_ERROR. Now the op is bounded
+    and the same answer's fix is still made and passes."""
+    outcome = run_hostile(fault, on, repo, bash("truncate -s 3G big.bin"), op, bash("rm big.bin"), EDIT)
+    assert outcome.result.verdict is Verdict.PASS, outcome.result.detail
+    assert open_store().events(outcome.run_id, "infra_error") == []
+
+
 # -- a fork bomb in the code under test --------------------------------------
 
 FORK_LOOP = "import os\nwhile True:\n    os.fork()\n"

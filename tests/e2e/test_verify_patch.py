@@ -21,6 +21,7 @@ from orchestrator.exit_codes import ExitCode
 from orchestrator.fault_server import Reply, ScriptedToolCall
 from orchestrator.launch import RunRequest, run_agent
 from orchestrator.settings import Settings
+from policies import FlagReason
 
 pytestmark = [pytest.mark.docker]
 
@@ -84,7 +85,7 @@ def test_a_forgery_is_flagged_with_why_and_fails(on, repo, fault):
     (row,) = [line for line in lines if line.startswith("conftest.py")]
     assert "protected" in row
     shown = json.loads(escrow(on, run_id, "--json").stdout)
-    assert [(f["path"], f["reason"]) for f in shown["flagged"]] == [("conftest.py", "protected")]
+    assert [(f["path"], f["reason"]) for f in shown["flagged"]] == [("conftest.py", FlagReason.PROTECTED.value)]
 
 
 def test_flags_only_does_not_run_the_verifier(on, repo, fault):
