@@ -101,6 +101,20 @@ def test_hard_linked_content_is_sent_once_and_counted_as_the_copy_takes_it(priva
         tree.abort()
 
 
+def test_a_diff_over_the_patch_cap_is_refused_not_built(private):
+    git, base = private
+    limits = ExportLimits(max_patch_bytes=2**20)
+    tree = TreeBuilder(git)
+    parser = ExportParser(limits, tree)
+    try:
+        parser.feed(stream(ATTRS, CALC_FIXED, frame(b"F", b"big.txt", b"line\n" * 2**19)))
+        after = commit_export(parser, git, base, "refs/heads/after")
+    finally:
+        tree.abort()
+    with pytest.raises(ExportRefused, match="patch is larger than the cap"):
+        diff_patch(git, base, after, (), limits)
+
+
 def test_a_hard_link_within_the_cap_is_exported(private):
     links = [frame(b"H", b"l%d" % i, b"small") for i in range(3)]
     patch = export(private, stream(ATTRS, CALC_FIXED, frame(b"F", b"small", b"abc"), *links))
