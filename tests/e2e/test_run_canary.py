@@ -146,6 +146,25 @@ def test_a_file_op_on_a_huge_sparse_file_leaves_the_sandbox_alive(on, repo, faul
     assert open_store().events(outcome.run_id, "infra_error") == []
 
 
+# -- after a refused submit the run goes on ----------------------------------
+
+@pytest.mark.parametrize("hostile, cleanup", [
+    ("import os; open('f', 'w').write('x'); [os.link('f', 'l%d' % i) for i in range(5000)]", "rm -f f l*"),
+    ("import os; [os.mkdir('e%d' % i) for i in range(60000)]", "rm -rf e*"),
+], ids=["hard-links", "empty-dirs"])
+def test_after_a_refused_submit_the_sandbox_answers_and_a_fix_passes(on, repo, fault, open_store, tmp_path,
+                                                                       hostile, cleanup):
+    """The cap broke while the export was read: the export's command is
+    stopped and its result read before the next request (it was left to the
+    next command, whose channel then failed: INFRA_ERROR)."""
+    fault.script([Reply(tool_calls=(python(hostile), SUBMIT)), Reply(tool_calls=(bash(cleanup), EDIT, SUBMIT))])
+    settings = on.model_copy(update={"policy": small_workspace(tmp_path), "max_turns": 2})
+    outcome = run_agent(settings, RunRequest(task=TASK, repo=repo, verify=VERIFY))
+    assert outcome.result.verdict is Verdict.PASS, outcome.result.detail
+    refused, passed = submits(open_store, outcome.run_id)
+    assert refused.startswith("submit refused") and passed.startswith("verifier PASSED")
+
+
 # -- a fork bomb in the code under test --------------------------------------
 
 FORK_LOOP = "import os\nwhile True:\n    os.fork()\n"
