@@ -73,6 +73,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
         "own figures.",
     ),
     ("replay", "replay_cmd", "Replay RUN through today's loop and report the first divergence."),
+    ("verify-patch", "verify_patch_cmd", "Re-verify RUN's recorded patch under today's rules."),
     (
         "parity",
         "parity_cmd",

@@ -19,7 +19,8 @@ The one tree (exit code in brackets)::
     ├── LoopAbort [2]                ends Agent.run itself (a replay's divergence)
     ├── ReportError [8]              a report or export cannot be produced
     │   ├── NothingToReport [8]
-    │   └── ExportError [8]          store/reports/export.py
+    │   ├── ExportError [8]          store/reports/export.py
+    │   └── RolloutRefused [8]       orchestrator/rollout.py: no exact ids for a training sequence
     ├── ReplayError [2]              orchestrator/replay/errors.py: an unusable recording
     │   ├── RecordingUnusable, ChainRefused, WorkspaceGone, WorkspaceChanged [2]
     │   └── Divergence [1]           the replay differs from the recording
@@ -42,7 +43,9 @@ The one tree (exit code in brackets)::
     │   ├── DaemonUnavailable [69], ImageMissing [67], RuntimeMissing [68], ImageBuildError [70]
     │   ├── SandboxStartTimeout [71] orchestrator/batch/start_deadline.py: past --start-timeout
     │   ├── ExecError [71]: ExecutorBroken [71] (the sandbox's executor died or broke its protocol)
+    │   ├── InfraFailure [71]        a failed step whose canary on the starting copy failed too
     │   └── WorkspaceError [71]: ExportRefused, GitTimeout [71], ApplyRefused [77]
+    │       └── WorkspaceFault [71]  (an ExportRefused) the step failed on this workspace alone
     ├── TaskFileError, TaskRowError, RepoError, BatchNotFound, RayUnavailable [2]   orchestrator/batch/errors.py
     └── BatchInterrupted [130]       orchestrator/batch/errors.py: Ctrl-C stopped a batch
 

@@ -27,10 +27,10 @@ from policies import Policy
 from policies.paths import first_match
 from sandbox.capture import BytesCapture, StreamCapture
 from sandbox.daemon import require_image
-from sandbox.errors import ExecError, ExecutorBroken, SandboxError, WorkspaceError
+from sandbox.errors import ExecError, ExecutorBroken, ExportRefused, SandboxError, WorkspaceError
 from sandbox.execution import FLOOD_FACTOR, ExecLimits, ExecOutcome, FileOpOutcome
 from sandbox.executor import Ending, ExecutorChannel
-from sandbox.export_stream import ExportLimits, ExportParser, TreeBuilder, text
+from sandbox.export_stream import PAGE, ExportLimits, ExportParser, TreeBuilder, text
 from sandbox.hardening import SANDBOX_ENV, WORKSPACE, Hardening
 from sandbox.hostgit import PrivateGit
 from sandbox.orphans import claim_state_dir, owner_labels, removal_under_way, remove_dead_state_dirs, remove_orphans
@@ -47,6 +47,7 @@ from sandbox.verifier_view import (
 from sandbox.workspace import (
     Patch,
     commit_export,
+    copy_bytes,
     diff_patch,
     snapshot,
     starting_repo_tar,
@@ -266,20 +267,52 @@ class Sandbox:
         host and fed into the private git dir as blobs (never extracted)."""
         if self.git is None:
             raise WorkspaceError("this sandbox has no starting copy to diff against", run_id=self.run_id)
-        limits = self.export_limits
         self._exports += 1
         tree = TreeBuilder(self.git)
-        parser = ExportParser(limits, tree)
         try:
-            outcome = self.exec(["/usr/bin/python3", "-I", "-S", "-c", _EXPORT], _SETUP_LIMITS,
-                                stdin=limits.script_input(), stdout_capture=parser)
-            if outcome.exit_code != 0 or outcome.timed_out:
-                raise WorkspaceError(f"could not export the workspace (exit {outcome.exit_code}): "
-                                     f"{outcome.stderr.text()[:500]}", run_id=self.run_id)
+            parser = self._export(self, tree)
             after = commit_export(parser, self.git, self.base, f"refs/heads/export-{self._exports}", self.hidden)
         finally:
             tree.abort()
-        return diff_patch(self.git, self.base, after, tuple(parser.skipped), limits)
+        return diff_patch(self.git, self.base, after, tuple(parser.skipped), self.export_limits)
+
+    def _export(self, source: "Sandbox", tree: TreeBuilder) -> ExportParser:
+        """Run the export script in ``source``'s workspace, parsed into ``tree``."""
+        limits = self.export_limits
+        parser = ExportParser(limits, tree)
+        outcome = source.exec(["/usr/bin/python3", "-I", "-S", "-c", _EXPORT], _SETUP_LIMITS,
+                              stdin=limits.script_input(), stdout_capture=parser)
+        if outcome.exit_code != 0 or outcome.timed_out:
+            raise WorkspaceError(f"could not export the workspace (exit {outcome.exit_code}"
+                                 f"{', killed: timeout' if outcome.timed_out else ''}): "
+                                 f"{outcome.stderr.text()[:500]}", run_id=self.run_id)
+        return parser
+
+    def export_canary(self) -> None:
+        """The export, with the same script and limits, of the starting copy
+        alone in a fresh container: raises what that export raises (nothing
+        is kept). Run only after the workspace's export failed."""
+        with self.fresh(self.archive_for(self.starting_copy()), "canary") as canary:
+            tree = TreeBuilder(self._private())
+            try:
+                self._export(canary, tree).finish()
+            finally:
+                tree.abort()
+
+    def starting_copy(self) -> VerifierCopy:
+        """The starting copy as the verifier's copy of an empty patch."""
+        starting = self._starting_entries()
+        return VerifierCopy(entries=starting, flags=(), view=starting)
+
+    def _starting_entries(self) -> dict[bytes, tuple[str, str]]:
+        if self._base_entries is None:  # the starting copy never changes: listed once
+            self._base_entries = tree_entries(self._private(), self.base)
+        return self._base_entries
+
+    def _private(self) -> PrivateGit:
+        if self.git is None:
+            raise WorkspaceError("this sandbox has no starting copy", run_id=self.run_id)
+        return self.git
 
     def archive_of(self, patch: Patch) -> Iterator[bytes]:
         """The starting copy with ``patch`` applied, as a tar stream for ``fresh``."""
@@ -300,18 +333,20 @@ class Sandbox:
         return VerifierCopy(entries=copy.entries, flags=tuple(sorted((*copy.flags, *binary), key=lambda f: f.path)),
                             view=starting_view(base, policy.verify, policy.paths.deny))
 
-    def _starting_entries(self) -> dict[bytes, tuple[str, str]]:
-        if self.git is None:
-            raise WorkspaceError("this sandbox has no starting copy", run_id=self.run_id)
-        if self._base_entries is None:  # the starting copy never changes: listed once
-            self._base_entries = tree_entries(self.git, self.base)
-        return self._base_entries
-
     def archive_for(self, copy: VerifierCopy) -> Iterator[bytes]:
-        """``copy`` as a tar stream for ``fresh``."""
+        """``copy`` as a tar stream for ``fresh``; ExportRefused, before any
+        container starts, when the copy would not fit the fresh workspace as
+        it really takes it (``copy_bytes``)."""
         if self.git is None:
             raise WorkspaceError("this sandbox has no private git dir to read the copy from", run_id=self.run_id)
-        return stream_archive(self.git, copy.entries, self.spec.workspace_bytes, self.starting_repo(copy.view))
+        repo = self.starting_repo(copy.view)
+        needs = copy_bytes(self.git, copy.entries) + len(repo)
+        if needs > self.spec.workspace_bytes:
+            room = self.spec.workspace_bytes
+            raise ExportRefused(f"the verifier's copy would take {needs} bytes of its {room}-byte workspace "
+                                f"({len(copy.entries)} files, each whole, in {PAGE}-byte pages, with the starting "
+                                "copy's .git)", needs=needs, workspace_bytes=room)
+        return stream_archive(self.git, copy.entries, self.spec.workspace_bytes, repo)
 
     def starting_archive(self, copy: VerifierCopy) -> Iterator[bytes]:
         """The starting copy as ``copy``'s verifier may see it (its ``view``),

@@ -56,6 +56,18 @@ class ExportRefused(WorkspaceError):
     failed submit; nothing of the export reached the host as a path."""
 
 
+class WorkspaceFault(ExportRefused):
+    """The export or the verifier failed on the workspace while the same step
+    on the starting copy alone (the canary) succeeded: the workspace's
+    content caused it, so it is the model's verdict, never INFRA_ERROR."""
+
+
+class InfraFailure(SandboxError):
+    """The export or the verifier failed and so did its canary on the
+    starting copy alone: the infrastructure is at fault (INFRA_ERROR, with
+    both failures in the message and the context)."""
+
+
 class GitTimeout(WorkspaceError):
     """A host git call ran past its timeout (and was killed)."""
 

@@ -128,7 +128,11 @@ class ExecutorChannel:
             if kind == "":
                 continue  # the cancel event fired while waiting
             if kind in ("O", "X"):
-                on_output(kind, payload)
+                try:
+                    on_output(kind, payload)
+                except Exception:  # e.g. an export cap broken while reading: the command is stopped first
+                    self._abandon(ident)
+                    raise
             elif kind == "P" and on_resolved is not None:
                 resolved = self._json(payload).get("resolved")
                 if not isinstance(resolved, str):
@@ -142,6 +146,21 @@ class ExecutorChannel:
                 return Ending(result=result, canceled_by_host=canceled)
             else:
                 self._fail(f"an unexpected {kind!r} frame")
+
+    def _abandon(self, ident: int) -> None:
+        """Kill request ``ident`` and read up to its result, its output
+        dropped, so the next request starts in step (a refused export left
+        its result to the next command, and the sandbox was lost)."""
+        self._send("K", b"")
+        deadline = time.monotonic() + GRACE_S
+        while True:
+            kind, payload = self._next_frame(deadline)
+            if kind == "D":
+                if self._json(payload).get("id") != ident:
+                    self._fail("a result for another request while one was abandoned")
+                return
+            if kind not in ("O", "X"):
+                self._fail(f"an unexpected {kind!r} frame while a request was abandoned")
 
     # -- framing ----------------------------------------------------------------
 

@@ -56,6 +56,7 @@ MAX_LINKS = 40
 # host tasks would end the sandbox's kernel: it is killed).
 ADDRESS_SPACE = int(sys.argv[2]) if len(sys.argv) > 2 else 0
 PROCESSES = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+WHOLE_READ = 16 << 20  # a file up to this is read whole; a larger one a chunk at a time (read_window)
 WATCH_S = 0.02  # how often the guest's memory and processes are read while a command runs
 OWN_PID_NAMESPACES = len(sys.argv) > 3 and sys.argv[3] == "pidns"
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -454,7 +455,10 @@ def open_final(where, flags, create=False):
 
 def op_read(req, where):
     with os.fdopen(open_final(where, os.O_RDONLY), "rb") as fh:
-        data = fh.read()
+        data = fh.read(WHOLE_READ + 1) if os.fstat(fh.fileno()).st_size <= WHOLE_READ else b""
+        if not data or len(data) > WHOLE_READ:  # large (or grown since): streamed, never held whole
+            fh.seek(0)
+            return read_window(fh, req)
     text = data.decode("utf-8", errors="replace")
     lines = text.splitlines(keepends=True)
     start = max(req.get("start_line", 1), 1) - 1
@@ -463,6 +467,37 @@ def op_read(req, where):
     cap = req["max_bytes"]
     return {"content": raw[:cap].decode("utf-8", errors="ignore"), "truncated": len(raw) > cap,
             "total_bytes": len(data), "total_lines": len(lines), "start_line": start + 1}
+
+
+def read_window(fh, req):
+    """A file over WHOLE_READ, read a chunk at a time: only the lines asked
+    for are kept, up to the byte cap, the rest only counted (lines end at
+    \n here). A 3 GB sparse file read whole held it several times over."""
+    cap = req["max_bytes"]
+    start = max(req.get("start_line", 1), 1) - 1
+    stop = start + req["max_lines"] if req.get("max_lines") else None
+    kept = bytearray()
+    line = total = 0
+    last = b"\n"
+    while chunk := fh.read(1 << 20):
+        total += len(chunk)
+        last = chunk[-1:]
+        pos = 0
+        while pos < len(chunk):
+            if (stop is not None and line >= stop) or len(kept) > cap:
+                line += chunk.count(b"\n", pos)  # past the window: counted only
+                break
+            nl = chunk.find(b"\n", pos)
+            end = len(chunk) if nl < 0 else nl + 1
+            if line >= start:
+                kept += chunk[pos:min(end, pos + cap + 1 - len(kept))]
+            if nl < 0:
+                break
+            line += 1
+            pos = end
+    lines = line + (1 if total and last != b"\n" else 0)
+    return {"content": bytes(kept[:cap]).decode("utf-8", errors="ignore"), "truncated": len(kept) > cap,
+            "total_bytes": total, "total_lines": lines, "start_line": start + 1}
 
 
 def op_write(req, where):
@@ -525,6 +560,8 @@ def file_child(req, to_parent, from_parent):
         return {"ok": True, **FILE_OPS[req["op"]](req, where)}
     except Refused as exc:
         return {"ok": False, "error": str(exc)}
+    except MemoryError:
+        return {"ok": False, "error": "the operation needs more memory than the policy's limit allows"}
     except OSError as exc:
         return {"ok": False, "error": f"{exc.strerror or exc}"}
 
@@ -562,6 +599,8 @@ def run_file_op(req, reader):
             os.close(up[0])
             os.close(down[1])
             become_sandbox_user()
+            if ADDRESS_SPACE:  # the command's memory limit: gVisor has no OOM killer to stop a huge read
+                resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
             put(up[1], file_child(req["file"], up[1], down[0]))
         except BaseException:
             code = 1

@@ -11,8 +11,11 @@ Record: kind (1 byte) | path length (u32 BE) | path | data length (u64 BE) | dat
   H hard link to an earlier F/X record        data = that record's path
   L symlink                                   data = its target
   S skipped                                   data = the reason (UTF-8)
+  D directory (counted against the entry cap)  empty data
   E end                                       empty path, data = record count (ASCII)
-Hard-linked content is sent once, keyed by (st_dev, st_ino).
+Hard-linked content is sent once, keyed by (st_dev, st_ino). Directories are
+records too, so a million empty ones meet the entry cap in a moment instead
+of running the export past its timeout.
 """
 
 import json
@@ -105,6 +108,7 @@ def main():
             except OSError as exc:
                 record(b"S", path, ("unreadable directory: %s" % exc.strerror).encode())
                 continue
+            record(b"D", path, b"")
             stack.append([child, path + b"/", listing(child, path)])
     end = str(count[0]).encode()
     out.write(b"E" + struct.pack(">I", 0) + struct.pack(">Q", len(end)) + end)

@@ -26,8 +26,18 @@ _SMALL = 4096  # cap on a path, a link target, a reason
 _BUILD_ARTEFACTS = (b"__pycache__", b".pytest_cache")
 
 
+PAGE = 4096  # a tmpfs page: the least a non-empty file takes in a copy
+
+
+def copy_cost(size: int) -> int:
+    """What a file of ``size`` bytes takes on the copy's tmpfs (whole pages)."""
+    return -(-size // PAGE) * PAGE
+
+
 class ExportLimits(Frozen):
-    """Caps on what may leave a sandbox. Hard-linked content counts once."""
+    """Caps on what may leave a sandbox. Every entry counts, directories
+    included (``max_files``); content counts as the verifier's copy will take
+    it: each hard link as a whole file, in whole pages (``copy_cost``)."""
 
     max_files: int = 50_000
     max_file_bytes: int = 32 * 2**20
@@ -176,8 +186,10 @@ class ExportParser(StreamCapture):
         self.skipped: list[Skipped] = []
         self.records = 0
         self.content_bytes = 0
+        self.copy_bytes = 0  # what the content takes in the verifier's copy
         self.ended = False
         self._blobs: dict[bytes, tuple[str, str]] = {}
+        self._sizes: dict[bytes, int] = {}
         self._seen: set[bytes] = set()
         self._buf = bytearray()
         self._magic = False
@@ -210,7 +222,7 @@ class ExportParser(StreamCapture):
             return False
         kind = bytes(buf[:1])
         (plen,) = struct.unpack(">I", buf[1:5])
-        if kind not in (b"F", b"X", b"H", b"L", b"S", b"E") or plen > _SMALL:
+        if kind not in (b"F", b"X", b"H", b"L", b"S", b"D", b"E") or plen > _SMALL:
             raise ExportRefused(f"export stream record is malformed (kind {kind!r}, path length {plen})")
         if len(buf) < 13 + plen:
             return False
@@ -234,7 +246,8 @@ class ExportParser(StreamCapture):
         self.records += 1
         if self.records > self.limits.max_files:
             raise ExportRefused(
-                f"the workspace has more than {self.limits.max_files} files", max_files=self.limits.max_files
+                f"the workspace has more than {self.limits.max_files} files and directories",
+                max_files=self.limits.max_files,
             )
         if path in self._seen:
             raise ExportRefused(f"export stream names {path[:200]!r} twice")
@@ -248,6 +261,8 @@ class ExportParser(StreamCapture):
         if self.content_bytes > self.limits.max_total_bytes:
             raise ExportRefused(f"the workspace holds more than {self.limits.max_total_bytes} bytes of content",
                                 max_total_bytes=self.limits.max_total_bytes)
+        self._add_copy_cost(size)
+        self._sizes[path] = size
         ref = self.tree.begin_blob(size)
         mode = EXEC if kind == b"X" else FILE
         self._blobs[path] = (mode, ref)
@@ -257,6 +272,14 @@ class ExportParser(StreamCapture):
         self._pending = (kind, path, size)
         if self._keep:
             self.tree.put(path, mode, ref)
+
+    def _add_copy_cost(self, size: int) -> None:
+        self.copy_bytes += copy_cost(size)
+        if self.copy_bytes > self.limits.max_total_bytes:
+            raise ExportRefused(
+                f"the workspace holds more than {self.limits.max_total_bytes} bytes of content as the verifier's "
+                f"copy takes it (each hard link a whole file, each file whole {PAGE}-byte pages)",
+                max_total_bytes=self.limits.max_total_bytes)
 
     def _stream_content(self) -> bool:
         assert self._pending is not None
@@ -292,9 +315,12 @@ class ExportParser(StreamCapture):
                 self.skipped.append(
                     Skipped(path=text(path), reason=f"symlink to {text(data)!r} points outside the repo")
                 )
-        else:  # H: the same content as an earlier file, sent once
+        elif kind == b"D":
+            return  # a directory: counted, never in the tree (git holds no empty ones)
+        else:  # H: the same content as an earlier file, sent once, a whole file again in the copy
             if data not in self._blobs:
                 raise ExportRefused(f"hard link {path[:200]!r} refers to content not exported before it")
+            self._add_copy_cost(self._sizes[data])
             if not is_build_artefact(path):
                 self.tree.put(path, *self._blobs[data])
 

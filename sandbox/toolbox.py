@@ -17,6 +17,10 @@ protected and hidden inputs, denied paths, shadowing modules), each flagged.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import NoReturn
+
+import docker.errors
 
 from orchestrator.canonical import readable_text
 from orchestrator.contract import Frozen, ToolSpec
@@ -41,7 +45,7 @@ from policies import Decision, Effect, Policy, decide
 from policies.paths import first_match
 from sandbox.capture import CappedOutput
 from sandbox.container import Sandbox
-from sandbox.errors import ExportRefused
+from sandbox.errors import ExportRefused, InfraFailure, SandboxError, WorkspaceFault
 from sandbox.execution import ExecLimits, ExecOutcome, FileOpOutcome
 from sandbox.patch_scan import suspect_reasons
 from sandbox.verifier_view import VerifierCopy
@@ -129,17 +133,12 @@ class ToolBox:
             return ToolResult(tool="submit", ok=False, exit_code=None, duration_s=0.0, verifier_passed=False,
                               observation="no verifier is configured for this task; submit cannot be judged")
         try:
-            patch, copy = self._verifier_copy(self.sandbox.patch())
+            patch, copy = self._verifier_copy(self.workspace_patch())
             evidence_wanted = is_pytest_command(self.verifier_command)
-            first = self.sandbox.starting_archive(copy) if self._needs_pre_pass(evidence_wanted) else None
-            with self.sandbox.fresh(first or self.sandbox.archive_for(copy), "verify") as verifier:
-                if first is not None:
-                    self._collect_required(verifier, self.verifier_command)
-                    verifier.refill(self.sandbox.archive_for(copy))
-                env = reporter_env(_RUN_CHANNEL, "run") if evidence_wanted else None
-                outcome = self._apply_verifier_patch(verifier) or verifier.bash(
-                    self.verifier_command, self.limits(), cancel=self.cancel, env=env)
-                channel = _read_channel(verifier, _RUN_CHANNEL) if env else Channel()
+            outcome, channel = self._verify_blaming(copy, evidence_wanted)
+        except WorkspaceFault as exc:
+            return ToolResult(tool="submit", ok=False, exit_code=None, duration_s=0.0, verifier_passed=False,
+                              observation=f"verifier FAILED: {exc}")
         except ExportRefused as exc:
             return ToolResult(tool="submit", ok=False, exit_code=None, duration_s=0.0, verifier_passed=False,
                               observation=f"submit refused, the verifier did not run: {exc}")
@@ -218,6 +217,47 @@ class ToolBox:
         withheld = "(the verifier's output is withheld: [verify] verifier_output = \"summary\")"
         return f"{verdict} {about}{skipped}{flagged}\n" + "\n".join([*lines, code, withheld])
 
+    def workspace_patch(self) -> Patch:
+        """The workspace as a patch. An export that fails where the same
+        export of the starting copy alone succeeds (the canary) fails by the
+        workspace's content: WorkspaceFault, the model's verdict; if the
+        canary fails too, InfraFailure (INFRA_ERROR)."""
+        try:
+            return self.sandbox.patch()
+        except ExportRefused:
+            raise
+        except INFRA_SUSPECTS as exc:
+            blame("the export of the workspace", exc, self.sandbox.export_canary)
+
+    def _verify_blaming(self, copy: VerifierCopy, evidence_wanted: bool) -> tuple[ExecOutcome, Channel]:
+        """The verifier on ``copy``; a failure of its sandbox is judged by the
+        same step on the starting copy alone (``blame``)."""
+        try:
+            return self._verify(copy, evidence_wanted)
+        except ExportRefused:
+            raise
+        except INFRA_SUSPECTS as exc:
+            blame("the verifier", exc, lambda: self._verify(self.sandbox.starting_copy(), evidence_wanted,
+                                                            canary=True))
+
+    def _verify(self, copy: VerifierCopy, evidence_wanted: bool, *,
+                canary: bool = False) -> tuple[ExecOutcome, Channel]:
+        """The task's reference tests and verify command on ``copy``, in a
+        fresh container, under the run's limits, with the trusted reporter
+        when the verifier is pytest; the first submit of a run first collects
+        the required tests from the starting copy there (never the canary's)."""
+        pre_pass = not canary and self._needs_pre_pass(evidence_wanted)
+        first = self.sandbox.starting_archive(copy) if pre_pass else None
+        with self.sandbox.fresh(first or self.sandbox.archive_for(copy), "verify") as verifier:
+            if first is not None:
+                self._collect_required(verifier, self.verifier_command or "")
+                verifier.refill(self.sandbox.archive_for(copy))
+            env = reporter_env(_RUN_CHANNEL, "run") if evidence_wanted else None
+            outcome = self._apply_verifier_patch(verifier) or verifier.bash(
+                self.verifier_command or "", self.limits(), cancel=self.cancel, env=env)
+            channel = _read_channel(verifier, _RUN_CHANNEL) if env else Channel()
+        return outcome, channel
+
     def _apply_verifier_patch(self, verifier: Sandbox) -> ExecOutcome | None:
         """Apply the task's reference tests after the model's patch, as
         SWE-bench's harness does; the outcome only when they do not apply
@@ -283,6 +323,27 @@ def _read_channel(verifier: Sandbox, path: str) -> Channel:
     is gone by then) under the channel's cap."""
     data, truncated = verifier.read_file(path, MAX_CHANNEL_BYTES)
     return parse_channel(data, truncated=truncated)
+
+# What a failing sandbox, export or verifier raises when the fault may be
+# either the workspace's or the infrastructure's; the canary tells which.
+INFRA_SUSPECTS: tuple[type[Exception], ...] = (SandboxError, docker.errors.DockerException, OSError)
+
+
+def blame(step: str, failure: Exception, canary: Callable[[], object]) -> NoReturn:
+    """Run ``canary`` (``step`` on the starting copy alone, in a fresh
+    container) after ``step`` failed with ``failure``: WorkspaceFault when it
+    succeeds (the workspace's doing), InfraFailure with both failures when it
+    fails too (a dead daemon, a broken runtime)."""
+    cause = f"{type(failure).__name__}: {failure}"
+    try:
+        canary()
+    except INFRA_SUSPECTS as again:
+        raise InfraFailure(f"{step} failed ({cause[:1000]}), and so did the same step on the starting copy alone "
+                           f"(the canary: {type(again).__name__}: {str(again)[:1000]})",
+                           step=step, failure=cause, canary=f"{type(again).__name__}: {again}") from failure
+    raise WorkspaceFault(f"{step} failed on this workspace ({cause[:1000]}), while the same step on the starting "
+                         "copy alone succeeded (the canary): the workspace's content caused it",
+                         step=step, failure=cause) from failure
 
 
 def _fileop_result(args: FileToolArgs, outcome: FileOpOutcome, reply: dict | None) -> ToolResult:

@@ -35,6 +35,7 @@ from sandbox.export_stream import (
     ExportParser,
     Skipped,
     TreeBuilder,
+    copy_cost,
     is_build_artefact,
     is_git_metadata,
     text,
@@ -235,6 +236,17 @@ def tree_entries(git: PrivateGit, commit: str) -> dict[bytes, tuple[str, str]]:
             mode, _kind, sha = meta.split(b" ")
             entries[path] = (mode.decode(), sha.decode())
     return entries
+
+
+def copy_bytes(git: PrivateGit, entries: Mapping[bytes, tuple[str, str]]) -> int:
+    """What ``entries`` take on a tmpfs: every file whole (a blob shared by
+    many paths, as hard links were, counts at each), in whole pages."""
+    shas = sorted({sha for _, sha in entries.values()})
+    if not shas:
+        return 0
+    out = git.run("cat-file", "--batch-check=%(objectname) %(objectsize)", input="\n".join(shas).encode()).stdout
+    sizes = dict(line.split(b" ") for line in out.splitlines())
+    return sum(copy_cost(int(sizes[sha.encode()])) for _, sha in entries.values())
 
 
 def commit_export(parser: ExportParser, git: PrivateGit, base: str, ref: str, hidden: tuple[str, ...] = ()) -> str:

@@ -151,7 +151,7 @@ class PatchRecorder:
             data = {**self.patch.record(), "verified": True}
         else:
             try:
-                self.patch = self.toolbox.flagged(self.sandbox.patch())
+                self.patch = self.toolbox.flagged(self.toolbox.workspace_patch())
                 data = {**self.patch.record(), "verified": False}
             except ExportRefused as exc:
                 data = {**self.patch.record(), "verified": False, "error": str(exc)}

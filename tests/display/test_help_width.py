@@ -70,7 +70,8 @@ def test_the_measure_catches_a_squeezed_column():
 
 def test_every_command_is_measured():
     names = {" ".join(p) for p in ALL}
-    assert {"", "run", "show", "runs", "replay", "report", "sandbox build", "sandbox doctor"} <= names
+    assert {"", "run", "show", "runs", "replay", "verify-patch", "report", "sandbox build",
+            "sandbox doctor"} <= names
     assert len(ALL) >= 15
 
 

@@ -50,6 +50,7 @@ ELSEWHERE = {
     "run": "a sandbox: tests/e2e/test_run_cli.py parses its --json stdout, with the real no-price warning",
     "parity": "a run recorded by the loop (a run spec), re-sent to a model",
     "replay": "a run recorded by the loop (a run spec); a scripted run is refused with exit 2",
+    "verify-patch": "a sandbox: tests/e2e/test_verify_patch.py parses its --json stdout",
     "sandbox build": "builds an image",
     "sandbox gc": "a Docker daemon",
     "sandbox doctor": "a Docker daemon",

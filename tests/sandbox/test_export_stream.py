@@ -83,29 +83,65 @@ def test_model_written_gitattributes_and_diff_driver_do_not_hide_content(private
     assert "GIT binary patch" not in patch.text
 
 
-def test_hard_linked_content_counts_once(private):
+def test_hard_linked_content_is_sent_once_and_counted_as_the_copy_takes_it(private):
+    """The export carries linked content once, but the verifier's copy (a tar
+    from git) writes every link as a whole file: 600 links to 1 MB take
+    600 MB there, so a 2 MB cap refuses them while reading."""
     one_mb = b"x" * 2**20
     links = [frame(b"H", b"l%03d" % i, b"big") for i in range(600)]
     limits = ExportLimits(max_total_bytes=2 * 2**20, max_patch_bytes=8 * 2**20)
-    git, base = private
+    git, _ = private
     tree = TreeBuilder(git)
     parser = ExportParser(limits, tree)
     try:
-        parser.feed(stream(ATTRS, CALC_FIXED, frame(b"F", b"big", one_mb), *links))
-        assert parser.content_bytes < 2**20 + 100, "600 links to 1 MB are 1 MB of content, not 600"
+        with pytest.raises(ExportRefused, match="each hard link a whole file"):
+            parser.feed(stream(ATTRS, CALC_FIXED, frame(b"F", b"big", one_mb), *links))
+        assert parser.content_bytes < 2**20 + 100, "linked content crosses once"
+    finally:
+        tree.abort()
+
+
+def test_a_diff_over_the_patch_cap_is_refused_not_built(private):
+    git, base = private
+    limits = ExportLimits(max_patch_bytes=2**20)
+    tree = TreeBuilder(git)
+    parser = ExportParser(limits, tree)
+    try:
+        parser.feed(stream(ATTRS, CALC_FIXED, frame(b"F", b"big.txt", b"line\n" * 2**19)))
         after = commit_export(parser, git, base, "refs/heads/after")
     finally:
         tree.abort()
-    assert len(tree_entries(git, after)) == 604
     with pytest.raises(ExportRefused, match="patch is larger than the cap"):
-        diff_patch(git, base, after, (), limits)  # 600 MB of diff is refused at the cap, not built
+        diff_patch(git, base, after, (), limits)
+
+
+def test_a_hard_link_within_the_cap_is_exported(private):
+    links = [frame(b"H", b"l%d" % i, b"small") for i in range(3)]
+    patch = export(private, stream(ATTRS, CALC_FIXED, frame(b"F", b"small", b"abc"), *links))
+    assert {"small", "l0", "l1", "l2"} <= set(patch.files)
+
+
+def test_tiny_files_count_whole_pages(private):
+    """1,000 one-byte files are 1,000 bytes of content but 4 MB of tmpfs."""
+    tiny = [frame(b"F", b"t%04d" % i, b"x") for i in range(1000)]
+    with pytest.raises(ExportRefused, match="4096-byte pages"):
+        export(private, stream(*tiny), ExportLimits(max_total_bytes=2 * 2**20))
+
+
+def test_directories_count_against_the_entry_cap(private):
+    dirs = [frame(b"D", b"d%d" % i) for i in range(6)]
+    with pytest.raises(ExportRefused, match="more than 5 files and directories"):
+        export(private, stream(*dirs), ExportLimits(max_files=5))
+    patch = export(private, stream(frame(b"D", b"empty"), CALC_FIXED))  # a directory adds nothing to the tree
+    assert "empty" not in patch.files
 
 
 @pytest.mark.parametrize("records, match", [
     ([frame(b"F", b"a", b"x" * 11)], "per-file cap"),
     ([frame(b"F", b"a", b"x" * 8), frame(b"F", b"b", b"y" * 8)], "bytes of content"),
+    ([frame(b"F", b"a", b"x" * 8)], "bytes of content as the verifier's copy takes it"),
     ([frame(b"F", b"f%d" % i, b"") for i in range(6)], "more than 5 files"),
-], ids=["per-file", "total", "count"])
+], ids=["per-file", "total", "page", "count"])
 def test_caps_refuse_while_reading(private, records, match):
     limits = ExportLimits(max_file_bytes=10, max_total_bytes=12, max_files=5)
     with pytest.raises(ExportRefused, match=match):
