@@ -17,7 +17,7 @@ from sqlalchemy import Connection, delete, func, insert, inspect, select, update
 from orchestrator.contract import Frozen
 from store import liveness
 from store.batch_tables import BatchAttemptRow, BatchRow, BatchTaskRow, RunLease
-from store.tables import Run, table_of
+from store.tables import EventRow, Run, table_of
 
 if TYPE_CHECKING:  # the Recorder takes a lease with a new run (claim_run): store.store imports it
     from store.store import Store
@@ -32,6 +32,10 @@ BT = table_of(BatchTaskRow)
 BA = table_of(BatchAttemptRow)
 RL = table_of(RunLease)
 R = table_of(Run)
+E = table_of(EventRow)
+VERDICT_EVENT = "verdict"  # store.recorder's (it imports this module)
+INFRA_ERROR = "INFRA_ERROR"  # the run-level verdict of an infrastructure failure
+CANCELED = "CANCELED"
 
 
 class AttemptView(Frozen):
@@ -232,7 +236,8 @@ def settle_lost(store: Store, batch_id: str, task_id: str, *, after: int, verdic
                                            outcome=INFRASTRUCTURE, verdict=verdict, error=error, replica=replica,
                                            started_at=now, finished_at=now))
         elif row["outcome"] == STARTED:
-            conn.execute(update(BA).where(BA.c.id == row["id"]).values(
+            _settle_from_verdicts(conn, [row])
+            conn.execute(update(BA).where((BA.c.id == row["id"]) & (BA.c.outcome == STARTED)).values(
                 outcome=INFRASTRUCTURE, verdict=verdict, error=error, finished_at=now))
         row = conn.execute(latest).mappings().one()
     return AttemptView(**{k: row[k] for k in AttemptView.model_fields})
@@ -243,8 +248,56 @@ def abandon_started(store: Store, batch_id: str, *, verdict: str | None, error: 
     """Attempts a driver left ``started`` when it died become infrastructure
     failures before ``--resume`` (or ``interrupted`` ones, when Ctrl-C stopped
     it): fenced, so a worker of that driver still running cannot later record
-    a second verdict for its task."""
+    a second verdict for its task. One whose run committed its verdict first
+    stands on it (``_settle_from_verdicts``): its task is not run again."""
     with store.write() as conn:
+        started = conn.execute(select(BA).where((BA.c.batch_id == batch_id) & (BA.c.outcome == STARTED))
+                               ).mappings().all()
+        stood = _settle_from_verdicts(conn, started, interrupted=outcome == INTERRUPTED)
         done = conn.execute(update(BA).where((BA.c.batch_id == batch_id) & (BA.c.outcome == STARTED)).values(
             outcome=outcome, verdict=verdict, error=error, finished_at=time.time()))
-    return int(done.rowcount)
+    return int(done.rowcount) + stood
+
+
+def chained_verdicts(conn: Connection, run_ids: list[str]) -> dict[str, tuple[str, str, float]]:
+    """Per run, (verdict, detail, at) of its chained verdict event (the last,
+    as verify reads it): what the run itself recorded, not the run row's copy."""
+    if not run_ids:
+        return {}
+    rows = conn.execute(select(E.c.run_id, E.c.seq, E.c.data_json, E.c.at)
+                        .where(E.c.run_id.in_(run_ids), E.c.kind == VERDICT_EVENT)).all()
+    out: dict[str, tuple[int, tuple[str, str, float]]] = {}
+    for run_id, seq, data_json, at in rows:
+        try:
+            data = json.loads(data_json)
+        except (TypeError, ValueError):
+            continue  # a damaged event vouches for nothing: the attempt is settled as lost
+        if not isinstance(data, dict) or not isinstance(data.get("verdict"), str):
+            continue
+        if run_id not in out or seq > out[run_id][0]:
+            out[run_id] = (seq, (data["verdict"], str(data.get("detail") or ""), at))
+    return {run_id: found for run_id, (_, found) in out.items()}
+
+
+def outcome_of(verdict: str, *, interrupted: bool = False) -> str:
+    """The attempt outcome of a run's verdict, as ``runner.run_attempt`` sorts it."""
+    if interrupted and verdict in (CANCELED, INFRA_ERROR):
+        return INTERRUPTED
+    return INFRASTRUCTURE if verdict == INFRA_ERROR else MODEL
+
+
+def _settle_from_verdicts(conn: Connection, started: Any, *, interrupted: bool = False) -> int:
+    """Attempts still ``started`` whose run committed its verdict (its driver
+    or worker died after the verdict, before the attempt's outcome) get the
+    outcome that verdict gives: the attempt stands and the task is not rerun."""
+    verdicts = chained_verdicts(conn, [r["run_id"] for r in started if r["run_id"] is not None])
+    stood = 0
+    for row in started:
+        found = verdicts.get(row["run_id"])
+        if found is None:
+            continue
+        verdict, detail, at = found
+        ended = outcome_of(verdict, interrupted=interrupted)
+        stood += conn.execute(update(BA).where((BA.c.id == row["id"]) & (BA.c.outcome == STARTED)).values(
+            outcome=ended, verdict=verdict, error=None if ended == MODEL else detail, finished_at=at)).rowcount
+    return stood
