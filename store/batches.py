@@ -73,6 +73,13 @@ class BatchView(Frozen):
         return [t for t in self.tasks if t not in latest or latest[t].outcome != MODEL]
 
 
+def batch_note(batch_id: str, task_id: str) -> dict[str, str]:
+    """What a batch attempt's run records in its config (chained with its
+    genesis): the batch and task it was run for, which ``escrow report --by
+    batch`` checks the batch tables against (they are outside the chain)."""
+    return {"id": batch_id, "task_id": task_id}
+
+
 def create_batch(store: Store, *, task_file: str, tasks: Mapping[str, tuple[int, dict[str, Any]]],
                  settings: Mapping[str, Any]) -> str:
     batch_id = uuid.uuid4().hex

@@ -112,7 +112,8 @@ def run_attempt(
                     outcome = run_agent(task_settings(settings, task, model_url),
                                         RunRequest(task=task.task, repo=kept.path, verify=task.verify,
                                                    hidden=task.overrides.hidden or (),
-                                                   verify_patch=task.verify_patch, workspace_sha256=kept.sha256),
+                                                   verify_patch=task.verify_patch, workspace_sha256=kept.sha256,
+                                                   batch=bstore.batch_note(batch_id, task.id)),
                                         cancel=cancel, on_start=heartbeat.started, lease=heartbeat.claim(attempt_id),
                                         start_sandbox=start_sandbox,
                                         around_model=around_model)

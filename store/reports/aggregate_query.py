@@ -51,7 +51,7 @@ from store import run_totals
 from store.batch_tables import BatchAttemptRow
 from store.cells import check_numbers, check_row
 from store.engine import driver_rows
-from store.errors import RollupMismatch, StoreDamaged, TtftRollupMismatch
+from store.errors import BatchAttributionMismatch, RollupMismatch, StoreDamaged, TtftRollupMismatch
 from store.liveness import CRASHED, RUNNING, lapsed, now_or, status_sql
 from store.run_totals import RUNS, TOOLS, TOTALS, TTFT_CHECK_MODULUS, TTFTS, Key, Totals, bucket_seconds
 from store.store import Store
@@ -90,6 +90,43 @@ def source_sql(dialect: str) -> Any:
     else:
         fmt = cast(RUNS.c.config_json, JSON)["import"]["format"].as_string()
     return case((RUNS.c.mode == IMPORT_MODE, func.coalesce(fmt, IMPORT_MODE)), else_=ESCROW_SOURCE)
+
+
+def batch_note_sql(dialect: str, key: str) -> Any:
+    """The batch or task a run's config names (``batches.batch_note``), NULL for a run outside a batch."""
+    if dialect == "sqlite":
+        return func.json_extract(RUNS.c.config_json, f"$.batch.{key}")
+    return cast(RUNS.c.config_json, JSON)["batch"][key].as_string()
+
+
+def check_attribution(conn: Connection, runs: Any) -> None:
+    """Raise BatchAttributionMismatch for the runs ``runs`` selects whose
+    batch attempts (batch, task) are not the one their own config names: an
+    attempt's batch, task or run edited. A run that names none, attributed
+    to a batch whose other runs name theirs, is blamed too (an attempt
+    pointed at a plain run); in a batch none of whose runs names one (runs
+    recorded before they did) there is nothing to check against."""
+    dialect = conn.dialect.name
+    noted = {run_id: (batch, task) for run_id, batch, task in driver_rows(conn, select(
+        RUNS.c.id, batch_note_sql(dialect, "id"), batch_note_sql(dialect, "task_id")).where(runs))}
+    attributed: dict[str, set[tuple[Any, Any]]] = defaultdict(set)
+    for run_id, batch, task in conn.execute(select(BATCH_ATTEMPTS.c.run_id, BATCH_ATTEMPTS.c.batch_id,
+                                                   BATCH_ATTEMPTS.c.task_id)
+                                            .where(BATCH_ATTEMPTS.c.run_id.in_(list(noted)))):
+        attributed[run_id].add((batch, task))
+    noting = {batch for batch, _ in noted.values() if batch is not None}
+    noting |= {batch for run_id, pairs in attributed.items() for batch, _ in pairs if noted[run_id][0] is not None}
+    bad: dict[str, str] = {}
+    for run_id, note in sorted(noted.items()):
+        got = attributed.get(run_id, set())
+        if note[0] is None:
+            if any(batch in noting for batch, _ in got):
+                bad[run_id] = f"run {run_id} names no batch, an attempt of batch {sorted(got)[0][0]} names it"
+        elif got != {note}:
+            said = ", ".join(f"batch {b} task {t}" for b, t in sorted(got, key=repr)) or "no attempt"
+            bad[run_id] = f"run {run_id} recorded batch {note[0]} task {note[1]}, the attempts say {said}"
+    if bad:
+        raise BatchAttributionMismatch(sorted(bad), detail=next(iter(bad.values())))
 
 
 RUN_COLUMNS = ("created_at", "status", "verdict", "source")
@@ -298,6 +335,8 @@ def _run_slices(conn: Connection, since: float | None, until: float | None, by: 
         totals.update(_from_rows(conn, rest, include_replays))
     gone = lapsed(conn, [run_id for run_id, cells in runs.items() if cells[1] == RUNNING], now)
     runs.update({run_id: (cells[0], CRASHED, *cells[2:]) for run_id, cells in runs.items() if run_id in gone})
+    if by == "batch":
+        check_attribution(conn, window(since, until, include_replays))
     batch_of: dict[str, str] = dict(conn.execute(select(BATCH_ATTEMPTS.c.run_id, BATCH_ATTEMPTS.c.batch_id)
                                  .where(BATCH_ATTEMPTS.c.run_id.is_not(None))).all())
     pieces, checks = slices(totals, runs, by == "engine", batch_of)
