@@ -17,6 +17,8 @@ from sqlalchemy import Connection, delete, func, insert, inspect, select, update
 from orchestrator.contract import Frozen
 from store import liveness
 from store.batch_tables import BatchAttemptRow, BatchRow, BatchTaskRow, RunLease
+from store.cells import check_row
+from store.errors import StoreDamaged
 from store.tables import EventRow, Run, table_of
 
 if TYPE_CHECKING:  # the Recorder takes a lease with a new run (claim_run): store.store imports it
@@ -106,12 +108,26 @@ def load_batch(store: Store, batch_id: str) -> BatchView | None:
             return None
         tasks = conn.execute(select(BT).where(BT.c.batch_id == batch_id).order_by(BT.c.line)).mappings().all()
         attempts = conn.execute(select(BA).where(BA.c.batch_id == batch_id).order_by(BA.c.started_at)).mappings().all()
+    # Outside the chain and read into typed views: a cell of the wrong type is named, not a traceback.
+    check_row(B, row)
+    for task in tasks:
+        check_row(BT, {**task, "id": f"{task['batch_id']!r}/{task['task_id']!r}"})
+    for attempt in attempts:
+        check_row(BA, attempt)
     return BatchView(
         id=row["id"], created_at=row["created_at"], task_file=row["task_file"], n_tasks=row["n_tasks"],
-        settings=json.loads(row["settings_json"]),
-        tasks={t["task_id"]: json.loads(t["task_json"]) for t in tasks},
+        settings=_json(B, row["id"], "settings_json", row["settings_json"]),
+        tasks={t["task_id"]: _json(BT, f"{t['batch_id']}/{t['task_id']}", "task_json", t["task_json"]) for t in tasks},
         attempts=tuple(AttemptView(**{k: a[k] for k in AttemptView.model_fields}) for a in attempts),
     )
+
+
+def _json(table: Any, row_id: str, column: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise StoreDamaged(f"damaged store: {table.name} row {row_id} column {column} holds text that is not JSON",
+                           table=table.name, row_id=row_id, column=column) from None
 
 
 def start_attempt(store: Store, batch_id: str, task_id: str, *, replica: str | None = None) -> str:
