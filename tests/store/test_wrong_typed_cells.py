@@ -102,7 +102,7 @@ def test_every_wrong_typed_cell_is_the_damaged_store_error_for_every_reader(pris
                                       "batch_tasks", "batch_attempts", "run_leases", "deletions", "blobs"}
     tracebacks, misnamed, damaged = [], [], 0
     for table, rowid, column, sql_type in found:
-        copy = tmp_path / "copy.db"
+        copy = tmp_path / f"{table}.{column}.db"  # a file of its own: no WAL of another cell's copy applies
         shutil.copyfile(path, copy)
         with closing(sqlite3.connect(copy)) as conn, conn:
             conn.execute(f'UPDATE "{table}" SET "{column}" = {wrong(sql_type)} WHERE rowid = ?', (rowid,))
