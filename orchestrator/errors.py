@@ -33,7 +33,9 @@ The one tree (exit code in brackets)::
     │   ├── StoreNotFound [3]
     │   ├── NotAStore [4], StoreDamaged [4]
     │   │   ├── RollupMismatch [4]   stored per-run totals that are stale or altered
-    │   │   └── TtftRollupMismatch [4] TTFT rollups that do not add up to their runs' totals
+    │   │   ├── TtftRollupMismatch [4] TTFT rollups that do not add up to their runs' totals
+    │   │   ├── UncheckedRows [4]    an unfinished run's rows, summed by a report, whose chain fails
+    │   │   └── BatchAttributionMismatch [4]  batch tables that disagree with a run's chain
     │   ├── SchemaTooNew, SchemaTooOld [5]
     │   ├── RunNotFound [6], RecordingError [7]
     │   │   └── UnknownBatch [6]     cli/view/batches.py: no batch with that id (a 404 page)

@@ -10,6 +10,8 @@ import os
 import shutil
 import socket
 import tempfile
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import docker
@@ -51,6 +53,32 @@ def owner_alive(labels: dict[str, str]) -> bool:
     return start is not None and start == labels.get(LABEL_PID_START)
 
 
+_abandoned: set[str] = set()
+_abandoned_lock = threading.Lock()
+
+
+def abandon_run(run_id: str) -> None:
+    """A start of ``run_id`` was given up on in this process (its deadline
+    passed): a container of it that lands later, however late, is an orphan
+    although its owner lives (``remove_orphans``, ``remove_abandoned``)."""
+    with _abandoned_lock:
+        _abandoned.add(run_id)
+
+
+def abandoned(labels: dict[str, str]) -> bool:
+    """A container of a run whose start this process abandoned."""
+    if labels.get(LABEL_PID) != str(os.getpid()) or labels.get(LABEL_HOST) != socket.gethostname():
+        return False
+    with _abandoned_lock:
+        return labels.get(LABEL_RUN) in _abandoned
+
+
+def remove_abandoned(client: docker.DockerClient, run_id: str) -> list[str]:
+    """Remove the containers of ``run_id`` (a start this process abandoned) that exist now."""
+    return _remove(client, client.api.containers(all=True, filters={"label": f"{LABEL_RUN}={run_id}"}),
+                   lambda labels: abandoned(labels))
+
+
 def removal_under_way(exc: docker.errors.APIError) -> bool:
     """dockerd's 409 for a container another caller is already removing."""
     return exc.status_code == 409 and "already in progress" in str(exc)
@@ -59,11 +87,16 @@ def removal_under_way(exc: docker.errors.APIError) -> bool:
 def remove_orphans(client: docker.DockerClient, *, include_live: bool = False) -> list[str]:
     """Remove sandbox containers whose owner is gone (or all with ``include_live``);
     returns their names."""
-    removed: list[str] = []
     # The low-level listing carries the labels: no inspect per container,
     # which races with another process removing one meanwhile.
-    for found in client.api.containers(all=True, filters={"label": f"{LABEL_ROLE}=1"}):
-        if include_live or not owner_alive(found.get("Labels") or {}):
+    return _remove(client, client.api.containers(all=True, filters={"label": f"{LABEL_ROLE}=1"}),
+                   lambda labels: include_live or not owner_alive(labels) or abandoned(labels))
+
+
+def _remove(client: docker.DockerClient, listed: list[dict], dead: Callable[[dict[str, str]], bool]) -> list[str]:
+    removed: list[str] = []
+    for found in listed:
+        if dead(found.get("Labels") or {}):
             try:
                 client.api.remove_container(found["Id"], force=True)
             except docker.errors.NotFound:

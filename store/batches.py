@@ -17,7 +17,9 @@ from sqlalchemy import Connection, delete, func, insert, inspect, select, update
 from orchestrator.contract import Frozen
 from store import liveness
 from store.batch_tables import BatchAttemptRow, BatchRow, BatchTaskRow, RunLease
-from store.tables import Run, table_of
+from store.cells import check_row
+from store.errors import StoreDamaged
+from store.tables import EventRow, Run, table_of
 
 if TYPE_CHECKING:  # the Recorder takes a lease with a new run (claim_run): store.store imports it
     from store.store import Store
@@ -32,6 +34,10 @@ BT = table_of(BatchTaskRow)
 BA = table_of(BatchAttemptRow)
 RL = table_of(RunLease)
 R = table_of(Run)
+E = table_of(EventRow)
+VERDICT_EVENT = "verdict"  # store.recorder's (it imports this module)
+INFRA_ERROR = "INFRA_ERROR"  # the run-level verdict of an infrastructure failure
+CANCELED = "CANCELED"
 
 
 class AttemptView(Frozen):
@@ -69,6 +75,13 @@ class BatchView(Frozen):
         return [t for t in self.tasks if t not in latest or latest[t].outcome != MODEL]
 
 
+def batch_note(batch_id: str, task_id: str) -> dict[str, str]:
+    """What a batch attempt's run records in its config (chained with its
+    genesis): the batch and task it was run for, which ``escrow report --by
+    batch`` checks the batch tables against (they are outside the chain)."""
+    return {"id": batch_id, "task_id": task_id}
+
+
 def create_batch(store: Store, *, task_file: str, tasks: Mapping[str, tuple[int, dict[str, Any]]],
                  settings: Mapping[str, Any]) -> str:
     batch_id = uuid.uuid4().hex
@@ -95,12 +108,26 @@ def load_batch(store: Store, batch_id: str) -> BatchView | None:
             return None
         tasks = conn.execute(select(BT).where(BT.c.batch_id == batch_id).order_by(BT.c.line)).mappings().all()
         attempts = conn.execute(select(BA).where(BA.c.batch_id == batch_id).order_by(BA.c.started_at)).mappings().all()
+    # Outside the chain and read into typed views: a cell of the wrong type is named, not a traceback.
+    check_row(B, row)
+    for task in tasks:
+        check_row(BT, {**task, "id": f"{task['batch_id']!r}/{task['task_id']!r}"})
+    for attempt in attempts:
+        check_row(BA, attempt)
     return BatchView(
         id=row["id"], created_at=row["created_at"], task_file=row["task_file"], n_tasks=row["n_tasks"],
-        settings=json.loads(row["settings_json"]),
-        tasks={t["task_id"]: json.loads(t["task_json"]) for t in tasks},
+        settings=_json(B, row["id"], "settings_json", row["settings_json"]),
+        tasks={t["task_id"]: _json(BT, f"{t['batch_id']}/{t['task_id']}", "task_json", t["task_json"]) for t in tasks},
         attempts=tuple(AttemptView(**{k: a[k] for k in AttemptView.model_fields}) for a in attempts),
     )
+
+
+def _json(table: Any, row_id: str, column: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise StoreDamaged(f"damaged store: {table.name} row {row_id} column {column} holds text that is not JSON",
+                           table=table.name, row_id=row_id, column=column) from None
 
 
 def start_attempt(store: Store, batch_id: str, task_id: str, *, replica: str | None = None) -> str:
@@ -232,7 +259,8 @@ def settle_lost(store: Store, batch_id: str, task_id: str, *, after: int, verdic
                                            outcome=INFRASTRUCTURE, verdict=verdict, error=error, replica=replica,
                                            started_at=now, finished_at=now))
         elif row["outcome"] == STARTED:
-            conn.execute(update(BA).where(BA.c.id == row["id"]).values(
+            _settle_from_verdicts(conn, [row])
+            conn.execute(update(BA).where((BA.c.id == row["id"]) & (BA.c.outcome == STARTED)).values(
                 outcome=INFRASTRUCTURE, verdict=verdict, error=error, finished_at=now))
         row = conn.execute(latest).mappings().one()
     return AttemptView(**{k: row[k] for k in AttemptView.model_fields})
@@ -243,8 +271,56 @@ def abandon_started(store: Store, batch_id: str, *, verdict: str | None, error: 
     """Attempts a driver left ``started`` when it died become infrastructure
     failures before ``--resume`` (or ``interrupted`` ones, when Ctrl-C stopped
     it): fenced, so a worker of that driver still running cannot later record
-    a second verdict for its task."""
+    a second verdict for its task. One whose run committed its verdict first
+    stands on it (``_settle_from_verdicts``): its task is not run again."""
     with store.write() as conn:
+        started = conn.execute(select(BA).where((BA.c.batch_id == batch_id) & (BA.c.outcome == STARTED))
+                               ).mappings().all()
+        stood = _settle_from_verdicts(conn, started, interrupted=outcome == INTERRUPTED)
         done = conn.execute(update(BA).where((BA.c.batch_id == batch_id) & (BA.c.outcome == STARTED)).values(
             outcome=outcome, verdict=verdict, error=error, finished_at=time.time()))
-    return int(done.rowcount)
+    return int(done.rowcount) + stood
+
+
+def chained_verdicts(conn: Connection, run_ids: list[str]) -> dict[str, tuple[str, str, float]]:
+    """Per run, (verdict, detail, at) of its chained verdict event (the last,
+    as verify reads it): what the run itself recorded, not the run row's copy."""
+    if not run_ids:
+        return {}
+    rows = conn.execute(select(E.c.run_id, E.c.seq, E.c.data_json, E.c.at)
+                        .where(E.c.run_id.in_(run_ids), E.c.kind == VERDICT_EVENT)).all()
+    out: dict[str, tuple[int, tuple[str, str, float]]] = {}
+    for run_id, seq, data_json, at in rows:
+        try:
+            data = json.loads(data_json)
+        except (TypeError, ValueError):
+            continue  # a damaged event vouches for nothing: the attempt is settled as lost
+        if not isinstance(data, dict) or not isinstance(data.get("verdict"), str):
+            continue
+        if run_id not in out or seq > out[run_id][0]:
+            out[run_id] = (seq, (data["verdict"], str(data.get("detail") or ""), at))
+    return {run_id: found for run_id, (_, found) in out.items()}
+
+
+def outcome_of(verdict: str, *, interrupted: bool = False) -> str:
+    """The attempt outcome of a run's verdict, as ``runner.run_attempt`` sorts it."""
+    if interrupted and verdict in (CANCELED, INFRA_ERROR):
+        return INTERRUPTED
+    return INFRASTRUCTURE if verdict == INFRA_ERROR else MODEL
+
+
+def _settle_from_verdicts(conn: Connection, started: Any, *, interrupted: bool = False) -> int:
+    """Attempts still ``started`` whose run committed its verdict (its driver
+    or worker died after the verdict, before the attempt's outcome) get the
+    outcome that verdict gives: the attempt stands and the task is not rerun."""
+    verdicts = chained_verdicts(conn, [r["run_id"] for r in started if r["run_id"] is not None])
+    stood = 0
+    for row in started:
+        found = verdicts.get(row["run_id"])
+        if found is None:
+            continue
+        verdict, detail, at = found
+        ended = outcome_of(verdict, interrupted=interrupted)
+        stood += conn.execute(update(BA).where((BA.c.id == row["id"]) & (BA.c.outcome == STARTED)).values(
+            outcome=ended, verdict=verdict, error=None if ended == MODEL else detail, finished_at=at)).rowcount
+    return stood

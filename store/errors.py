@@ -76,6 +76,35 @@ class TtftRollupMismatch(StoreDamaged):
             table="ttft_days")
 
 
+class UncheckedRows(StoreDamaged):
+    """Runs an aggregate report reads from their rows (no totals: still
+    running, crashed, or with a damaged cell) whose chain does not verify:
+    their rows were altered. The report names the runs and stops rather
+    than sum figures nothing vouches for."""
+
+    def __init__(self, run_ids: list[str], detail: str) -> None:
+        self.run_ids = run_ids
+        shown = ", ".join(run_ids[:10]) + (f" and {len(run_ids) - 10} more" if len(run_ids) > 10 else "")
+        super().__init__(
+            f"damaged store: {len(run_ids)} run(s) without totals (running, crashed, or with a damaged cell), "
+            f"whose rows a report sums, do not verify ({detail}): {shown}; `escrow verify RUN` names the row",
+            run_ids=run_ids)
+
+
+class BatchAttributionMismatch(StoreDamaged):
+    """Runs the batch tables attribute to a batch and task other than the
+    ones their own chained record (the config in their genesis) names: the
+    batch tables, outside the chain, were edited. A report by batch names
+    the runs and stops."""
+
+    def __init__(self, run_ids: list[str], detail: str) -> None:
+        self.run_ids = run_ids
+        shown = ", ".join(run_ids[:10]) + (f" and {len(run_ids) - 10} more" if len(run_ids) > 10 else "")
+        super().__init__(
+            f"damaged store: the batch attempts (batch_attempts) of {len(run_ids)} run(s) disagree with the batch "
+            f"and task their runs recorded ({detail}): {shown}", table="batch_attempts", run_ids=run_ids)
+
+
 class RollupMismatch(StoreDamaged):
     """Stored per-run totals that do not match their digest: altered in place,
     or computed before the run's chain moved on (stale). A report names the

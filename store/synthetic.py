@@ -5,7 +5,7 @@ bench/bench_store.py; seeded, so a run can be reproduced."""
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.contract import Message, ModelRequest, Sampling, ToolCall, ToolSpec
 from orchestrator.envelope import Attempt, Envelope, ErrorDetail, Payload, Status, Timings, Usage
@@ -28,10 +28,12 @@ TOOLS = (
 )
 
 
-def start(recorder: Recorder, rng: random.Random, model: str = "gemma-3-270m") -> str:
+def start(recorder: Recorder, rng: random.Random, model: str = "gemma-3-270m",
+          config: dict[str, Any] | None = None) -> str:
     return recorder.start_run(
         task=f"fix the failing test #{rng.randrange(1000)}", repo="/work/example", model=model,
-        config={"max_turns": 20, "temperature": 0.0}, policy={"tools": ["bash", "read_file"], "approval": "auto"},
+        config={"max_turns": 20, "temperature": 0.0, **(config or {})},
+        policy={"tools": ["bash", "read_file"], "approval": "auto"},
     )
 
 
@@ -112,11 +114,12 @@ def record_turn(recorder: Recorder, run_id: str, turn: int, history: list[Messag
 
 
 def record_run(
-    recorder: Recorder, *, turns: int = 3, seed: int = 1, finish: bool = True, model: str = "gemma-3-270m"
+    recorder: Recorder, *, turns: int = 3, seed: int = 1, finish: bool = True, model: str = "gemma-3-270m",
+    config: dict[str, Any] | None = None,
 ) -> str:
     """A whole run of ``turns`` turns, closed with a PASS verdict when ``finish``."""
     rng = random.Random(seed)
-    run_id = start(recorder, rng, model=model)
+    run_id = start(recorder, rng, model=model, config=config)
     history: list[Message] = []
     for turn in range(turns):
         record_turn(recorder, run_id, turn, history, rng)

@@ -25,6 +25,7 @@ from sqlalchemy import Connection, Index, Table, and_, delete, func, select, tru
 from sqlmodel import Field, SQLModel
 
 from store import run_totals
+from store.cells import check_row
 from store.run_totals import RUNS, TTFTS, has_totals
 from store.tables import outside, table_of
 
@@ -66,11 +67,14 @@ def sums(conn: Connection, runs: Any) -> tuple[dict[DayKey, int], dict[DayKey, s
     """The rollup of the ``run_ttfts`` of the runs with totals that ``runs``
     (a condition on ``runs``) selects, and which runs each key sums."""
     query = (select(RUNS.c.id, RUNS.c.created_at, RUNS.c.mode, TTFTS.c.own, TTFTS.c.model, TTFTS.c.engine,
-                    TTFTS.c.bucket_ms, TTFTS.c.calls)
+                    TTFTS.c.bucket_ms, TTFTS.c.calls, TTFTS.c.id.label("ttft_id"))
              .join(RUNS, RUNS.c.id == TTFTS.c.run_id).where(runs, has_totals()))
     out: dict[DayKey, int] = defaultdict(int)
     whose: dict[DayKey, set[str]] = defaultdict(set)
-    for run_id, created, mode, own, model, engine, bucket, calls in conn.execute(query):
+    for run_id, created, mode, own, model, engine, bucket, calls, ttft_id in conn.execute(query):
+        if not all(type(v) is int for v in (own, bucket, calls)) or not isinstance(created, (int, float)):
+            check_row(TTFTS, {"id": ttft_id, "own": own, "bucket_ms": bucket, "calls": calls})
+            check_row(RUNS, {"id": run_id, "created_at": created})
         key = (day_of(created), int(mode in REPLAY_MODES), own, model, engine, bucket)
         out[key] += calls
         whose[key].add(run_id)
@@ -114,6 +118,7 @@ def stored(conn: Connection, days: Iterable[int] | None) -> tuple[dict[DayKey, i
     out: dict[DayKey, int] = defaultdict(int)
     ids: dict[DayKey, list[int]] = defaultdict(list)
     for row in conn.execute(select(DAYS).where(where).order_by(DAYS.c.id)).mappings():
+        check_row(DAYS, row)
         key: DayKey = tuple(row[name] for name in KEY)  # type: ignore[assignment]
         out[key] += row["calls"]
         ids[key].append(row["id"])

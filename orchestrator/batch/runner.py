@@ -113,7 +113,8 @@ def run_attempt(
                                         RunRequest(task=task.task, repo=kept.path, verify=task.verify,
                                                    hidden=task.overrides.hidden or (),
                                                    verify_patch=task.verify_patch, workspace_sha256=kept.sha256,
-                                                   required_tests=task.required_tests),
+                                                   required_tests=task.required_tests,
+                                                   batch=bstore.batch_note(batch_id, task.id)),
                                         cancel=cancel, on_start=heartbeat.started, lease=heartbeat.claim(attempt_id),
                                         start_sandbox=start_sandbox,
                                         around_model=around_model)

@@ -60,6 +60,9 @@ class RunRequest(Frozen):
     verify_patch: str | None = None  # applied after the model's patch, in the verifier's container only
     required_tests: tuple[str, ...] = ()  # a PASS needs each seen passing (SWE-bench's FAIL_TO_PASS, PASS_TO_PASS)
     workspace_sha256: str | None = None  # ``repo`` is a kept workspace of this digest (a batch's): replays check it
+    batch: dict[str, str] | None = None
+    """A batch attempt's run: its batch and task (``store.batches.batch_note``),
+    recorded in its config, against which ``report --by batch`` checks the batch tables."""
 
 
 class RunOutcome(Frozen):
@@ -209,7 +212,8 @@ def run_agent(
             task=task, repo=str(repo_path), model=settings.model, policy=policy.model_dump(mode="json"),
             config={"spec": spec.model_dump(mode="json"), "model_url": settings.model_url,
                     "sandbox_image": settings.sandbox_image, "sandbox_runtime": runtime.name,
-                    **({"workspace_sha256": request.workspace_sha256} if request.workspace_sha256 else {})},
+                    **({"workspace_sha256": request.workspace_sha256} if request.workspace_sha256 else {}),
+                    **({"batch": request.batch} if request.batch else {})},
             lease=lease if heartbeat is None else heartbeat.claim(),
         )
         if heartbeat is not None:

@@ -135,7 +135,9 @@ class Replayer:
             return self._finish(drive, loaded, mode, recorder, run_id)
 
     def _start(self, recorder: ReplayRecorder, recorded: RecordedRun, mode: Mode, forks: tuple[ForkPoint, ...]) -> str:
-        config: dict[str, Any] = {**recorded.config, "forks": [f.model_dump(mode="json") for f in forks]}
+        # Not the batch its run was an attempt of: no attempt of it notes this one.
+        config: dict[str, Any] = {**{k: v for k, v in recorded.config.items() if k != "batch"},
+                                  "forks": [f.model_dump(mode="json") for f in forks]}
         config["replay_of"] = recorded.run_id
         run_id = recorder.start_run(
             task=recorded.task, repo=recorded.repo, config=config, policy=recorded.policy.model_dump(mode="json"),

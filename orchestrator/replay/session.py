@@ -21,7 +21,7 @@ from orchestrator.envelope import Envelope
 from orchestrator.limits import Tally
 from orchestrator.perimeter import acl_of
 from orchestrator.ports import Journal, Model, Tools
-from orchestrator.replay.errors import ENDED, Divergence
+from orchestrator.replay.errors import ENDED, Divergence, recording_ends
 from orchestrator.replay.noise import request_noise
 from orchestrator.replay.recorded import ForkPoint, RecordedRun
 from orchestrator.replay.replay_journal import ReplayJournal
@@ -145,7 +145,11 @@ def ending_divergence(recorded: RecordedRun, result: RunResult) -> Divergence | 
     """A replay must end where and how the recording ended."""
     want = (len(recorded.turns), recorded.verdict, recorded.verdict_detail)
     got = (result.turns, result.verdict.value, result.detail)
-    if not recorded.finished or want == got:
+    if not recorded.finished:
+        # Killed inside its finishing transaction, a run has every turn and no
+        # verdict: the replay reaching one has run past where the recording ends.
+        return recording_ends(result.turns, f"the replay reached {got[1]}, the recording has no verdict")
+    if want == got:
         return None
     return Divergence(
         turn=result.turns, kind="ending", field="verdict", recorded=want, replayed=got,

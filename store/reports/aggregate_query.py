@@ -51,7 +51,7 @@ from store import run_totals
 from store.batch_tables import BatchAttemptRow
 from store.cells import check_numbers, check_row
 from store.engine import driver_rows
-from store.errors import RollupMismatch, StoreDamaged, TtftRollupMismatch
+from store.errors import BatchAttributionMismatch, RollupMismatch, StoreDamaged, TtftRollupMismatch, UncheckedRows
 from store.liveness import CRASHED, RUNNING, lapsed, now_or, status_sql
 from store.run_totals import RUNS, TOOLS, TOTALS, TTFT_CHECK_MODULUS, TTFTS, Key, Totals, bucket_seconds
 from store.store import Store
@@ -90,6 +90,43 @@ def source_sql(dialect: str) -> Any:
     else:
         fmt = cast(RUNS.c.config_json, JSON)["import"]["format"].as_string()
     return case((RUNS.c.mode == IMPORT_MODE, func.coalesce(fmt, IMPORT_MODE)), else_=ESCROW_SOURCE)
+
+
+def batch_note_sql(dialect: str, key: str) -> Any:
+    """The batch or task a run's config names (``batches.batch_note``), NULL for a run outside a batch."""
+    if dialect == "sqlite":
+        return func.json_extract(RUNS.c.config_json, f"$.batch.{key}")
+    return cast(RUNS.c.config_json, JSON)["batch"][key].as_string()
+
+
+def check_attribution(conn: Connection, runs: Any) -> None:
+    """Raise BatchAttributionMismatch for the runs ``runs`` selects whose
+    batch attempts (batch, task) are not the one their own config names: an
+    attempt's batch, task or run edited. A run that names none, attributed
+    to a batch whose other runs name theirs, is blamed too (an attempt
+    pointed at a plain run); in a batch none of whose runs names one (runs
+    recorded before they did) there is nothing to check against."""
+    dialect = conn.dialect.name
+    noted = {run_id: (batch, task) for run_id, batch, task in driver_rows(conn, select(
+        RUNS.c.id, batch_note_sql(dialect, "id"), batch_note_sql(dialect, "task_id")).where(runs))}
+    attributed: dict[str, set[tuple[Any, Any]]] = defaultdict(set)
+    for row in conn.execute(select(BATCH_ATTEMPTS.c.id, BATCH_ATTEMPTS.c.run_id, BATCH_ATTEMPTS.c.batch_id,
+                                   BATCH_ATTEMPTS.c.task_id).where(BATCH_ATTEMPTS.c.run_id.in_(list(noted)))).mappings():
+        check_row(BATCH_ATTEMPTS, row)
+        attributed[row["run_id"]].add((row["batch_id"], row["task_id"]))
+    noting = {batch for batch, _ in noted.values() if batch is not None}
+    noting |= {batch for run_id, pairs in attributed.items() for batch, _ in pairs if noted[run_id][0] is not None}
+    bad: dict[str, str] = {}
+    for run_id, note in sorted(noted.items()):
+        got = attributed.get(run_id, set())
+        if note[0] is None:
+            if any(batch in noting for batch, _ in got):
+                bad[run_id] = f"run {run_id} names no batch, an attempt of batch {sorted(got, key=repr)[0][0]} names it"
+        elif got != {note}:
+            said = ", ".join(f"batch {b} task {t}" for b, t in sorted(got, key=repr)) or "no attempt"
+            bad[run_id] = f"run {run_id} recorded batch {note[0]} task {note[1]}, the attempts say {said}"
+    if bad:
+        raise BatchAttributionMismatch(sorted(bad), detail=next(iter(bad.values())))
 
 
 RUN_COLUMNS = ("created_at", "status", "verdict", "source")
@@ -262,6 +299,28 @@ def unsummed(since: float | None, until: float | None, include_replays: bool, ra
     return in_window if raw else and_(in_window, ~run_totals.has_totals())
 
 
+def check_unsummed(conn: Connection, runs: Any) -> None:
+    """Raise UncheckedRows unless the chain of every run ``runs`` selects
+    (those read from their rows: no digested totals vouch for them)
+    verifies: the rows a report sums are then the rows the run recorded."""
+    from store import verify  # it reads the tables reports do; imported where a report needs it
+
+    # PostgreSQL reads each statement at its own moment (read committed): a
+    # live run's row and its chained rows read while it appends may disagree
+    # once; an altered row disagrees every time. SQLite reads one snapshot.
+    tries = 1 if conn.dialect.name == "sqlite" else 3
+    bad: dict[str, str] = {}
+    for run_id in conn.execute(select(RUNS.c.id).where(runs).order_by(RUNS.c.id)).scalars():
+        for _ in range(tries):
+            check = verify.verify_run(conn, run_id)
+            if check is None or check.ok:
+                break
+        if check is not None and not check.ok:
+            bad[run_id] = f"run {run_id}: {check.problem}"
+    if bad:
+        raise UncheckedRows(sorted(bad), detail=next(iter(bad.values())))
+
+
 def any_unsummed(conn: Connection, since: float | None, until: float | None, include_replays: bool,
                  raw: bool) -> bool:
     """Whether a run in the window is read from its rows: one pass over the
@@ -294,12 +353,19 @@ def _run_slices(conn: Connection, since: float | None, until: float | None, by: 
     stored_runs = set(runs)
     if from_rows:
         rest = unsummed(since, until, include_replays, raw)
+        if not raw:
+            check_unsummed(conn, rest)
         runs.update(_runs(conn, rest))
         totals.update(_from_rows(conn, rest, include_replays))
     gone = lapsed(conn, [run_id for run_id, cells in runs.items() if cells[1] == RUNNING], now)
     runs.update({run_id: (cells[0], CRASHED, *cells[2:]) for run_id, cells in runs.items() if run_id in gone})
-    batch_of: dict[str, str] = dict(conn.execute(select(BATCH_ATTEMPTS.c.run_id, BATCH_ATTEMPTS.c.batch_id)
-                                 .where(BATCH_ATTEMPTS.c.run_id.is_not(None))).all())
+    if by == "batch":
+        check_attribution(conn, window(since, until, include_replays))
+    attempts = conn.execute(select(BATCH_ATTEMPTS.c.id, BATCH_ATTEMPTS.c.run_id, BATCH_ATTEMPTS.c.batch_id)
+                            .where(BATCH_ATTEMPTS.c.run_id.is_not(None))).mappings().all()
+    for attempt in attempts:
+        check_row(BATCH_ATTEMPTS, attempt)
+    batch_of: dict[str, str] = {a["run_id"]: a["batch_id"] for a in attempts}
     pieces, checks = slices(totals, runs, by == "engine", batch_of)
     expected: dict[str, int] = defaultdict(int)
     key_of = keyer(by)
@@ -511,8 +577,16 @@ def ttft_histogram(conn: Connection, since: float | None, until: float | None, b
     if not from_rows:
         del queries["from_rows"]
     labels: dict[Any, str] = {}
+    read_from = {"days": DAYS, "stored": TTFTS, "from_rows": RESPONSES}
     for name, query in queries.items():
-        for key, value, n in driver_rows(conn, query):
+        rows = driver_rows(conn, query)
+        # A number cell holding text (only SQLite stores one) is named, never int()'d nor summed as 0.
+        if (off_types((r[1] for r in rows), NUMBER_TYPES) or off_types((r[2] for r in rows), frozenset((int,)))
+                or (name == "days" and by == "day" and off_types((r[0] for r in rows), frozenset((int,))))):
+            check_numbers(conn, read_from[name], true())
+            raise StoreDamaged(f"damaged store: a cell of {read_from[name].name} summed for the TTFT histogram "
+                               "is not a number", table=read_from[name].name)
+        for key, value, n in rows:
             bucket = run_totals.ttft_bucket(int(value)) if name == "from_rows" else int(value)
             if key not in labels:
                 labels[key] = group_label(key, by, rolled_up=name == "days")

@@ -67,3 +67,62 @@ def test_a_start_past_its_deadline_is_an_infrastructure_failure_retried_and_repo
     assert report.start_timeouts == 1 and report.infra_failures == 1
     assert report.verdicts == {"PASS": 1} and report.passed == report.done == 1
     assert leaked == [], "the start abandoned at its deadline left its container behind"
+
+
+def test_a_start_abandoned_at_its_deadline_is_removed_when_its_create_lands_however_late(
+        tmp_path, sandbox_image, docker_client):
+    """The failure seen under load: the Docker client itself gives up on the
+    held create (its own timeout, here 2 s), so the late start ends in an
+    error, not a sandbox to close; dockerd still carries the create out once
+    it gets to it, far past the deadline and past that error, while other
+    processes load the machine. The container of the abandoned run is
+    removed when it lands: dockerd's own events show it created, then
+    destroyed, and none is left."""
+    import subprocess
+    import sys
+    import uuid
+
+    import docker
+
+    from orchestrator.batch.start_deadline import BoundedStart
+    from policies import default_policy
+    from sandbox import Sandbox
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "calc.py").write_text("def mean(values):\n    return sum(values) / len(values)\n")
+    run_id = uuid.uuid4().hex
+    since = int(time.time()) - 1
+    load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3)]
+    try:
+        with StallingDockerProxy(tmp_path / "docker.sock", stall=1, safety_s=300) as proxy:
+            impatient = docker.DockerClient(base_url=proxy.url, timeout=2)
+            bounded = BoundedStart(1.0, Sandbox.start, linger_s=300)
+            with pytest.raises(SandboxStartTimeout):
+                bounded(impatient, sandbox_image, default_policy(), repo, run_id=run_id, runtime="runc")
+            # The client's own timeout ends the abandoned start in an error: its thread starts watching.
+            wait_until(lambda: bounded.watching, 120)
+            assert proxy.stalled == 1 and not proxy.release.is_set()
+            proxy.release.set()  # dockerd now gets to the create, long after everyone gave up on it
+            wait_until(lambda: events_of(docker_client, run_id, since, "destroy"), 120)
+            leaked = containers_of(docker_client, run_id)
+            for stop in bounded.watching:
+                stop.set()
+    finally:
+        for burner in load:
+            burner.kill()
+            burner.wait()
+    assert events_of(docker_client, run_id, since, "create"), "the held create never landed: nothing was tested"
+    assert leaked == [], "the start abandoned at its deadline left its container behind"
+
+
+def wait_until(condition, limit_s: float) -> None:
+    deadline = time.monotonic() + limit_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def events_of(docker_client, run_id: str, since: int, action: str) -> list:
+    return list(docker_client.api.events(since=since, until=int(time.time()) + 1, decode=True,
+                                         filters={"type": "container", "event": action,
+                                                  "label": f"{LABEL_RUN}={run_id}"}))

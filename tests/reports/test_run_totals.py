@@ -21,7 +21,7 @@ from orchestrator.launch.reports import report_runs
 from policies.price_table import load_price_table, set_price
 from store import Recorder, Store, run_totals, ttft_days
 from store.engine import driver_rows
-from store.errors import StoreDamaged, TtftRollupMismatch
+from store.errors import StoreDamaged, TtftRollupMismatch, UncheckedRows
 from store.importer import import_file
 from store.reports import read_slices
 from store.reports.aggregate_query import query_plans, whole_days
@@ -134,19 +134,26 @@ def test_totals_and_rows_give_identical_reports(varied: Store, home: Path) -> No
 
 
 def test_a_report_reads_the_totals_not_the_rows(varied: Store, home: Path) -> None:
-    """A response changed behind the store's back moves the rows' figure only:
-    the finished run's figure comes from its totals."""
+    """A finished run's responses changed behind the store's back move the
+    rows' figure only: the finished run's figure comes from its totals. A
+    running run's (no totals: its rows are summed) stops the report, naming
+    the run, as its chain no longer verifies (``UncheckedRows``)."""
     before = read_slices(varied, by="model", since=None, until=None)[0]
+    running = {s.run_id for s in before if s.status == "running"}
+    assert running
+    marks = ", ".join("?" * len(running))
     with varied.write() as conn:
         conn.exec_driver_sql('UPDATE model_responses SET "gen_ai.usage.output_tokens" = '
-                             '"gen_ai.usage.output_tokens" + 1000000')
+                             f'"gen_ai.usage.output_tokens" + 1000000 WHERE run_id NOT IN ({marks})', tuple(running))
     assert read_slices(varied, by="model", since=None, until=None) != read_slices(
         varied, by="model", since=None, until=None, raw=True)
-    running = {s.run_id for s in before if s.status == "running"}
-    after = {(s.run_id, s.model): s.completion_tokens
-             for s in read_slices(varied, by="model", since=None, until=None)[0]}
-    assert running and all((after[(s.run_id, s.model)] == s.completion_tokens) == (s.run_id not in running)
-                           for s in before)
+    assert read_slices(varied, by="model", since=None, until=None)[0] == before
+    with varied.write() as conn:
+        conn.exec_driver_sql('UPDATE model_responses SET "gen_ai.usage.output_tokens" = '
+                             f'"gen_ai.usage.output_tokens" + 1000000 WHERE run_id IN ({marks})', tuple(running))
+    with pytest.raises(UncheckedRows) as refused:
+        read_slices(varied, by="model", since=None, until=None)
+    assert set(refused.value.run_ids) == running
 
 
 def totals_db(home: Path) -> Path:
