@@ -142,12 +142,15 @@ def test_the_module_under_test_cannot_forge_pass(on, repo, fault, open_store, na
 
 
 @pytest.mark.parametrize("name", sorted(n for n, (_, _, fixable) in FORGERIES.items() if fixable))
-def test_a_real_fix_beside_the_forgery_passes(on, repo, fault, open_store, name):
+def test_a_real_fix_beside_the_forgery_passes_and_is_suspect(on, repo, fault, open_store, name):
     head, in_mean, _ = FORGERIES[name]
     submit_calc(fault, module(head, in_mean=in_mean, fixed=True))
     outcome = run(on, repo)
 
-    assert outcome.result.verdict is Verdict.PASS, outcome.result.detail
+    # The evidence passes (the fix is real); the patch touches the machinery
+    # of verification, so the run is SUSPECT, never PASS (issue 39, point 3).
+    assert outcome.result.verdict is Verdict.SUSPECT, outcome.result.detail
+    assert outcome.result.detail.startswith("the verifier passed")
     (submit,) = submits(open_store, outcome.run_id)
     assert "evidence: 2 of 2 required tests passed" in submit.observation
 
@@ -231,7 +234,8 @@ def test_a_denied_file_is_not_in_the_verifiers_repository(on, repo, fault, open_
                               fixed=fixed))
     outcome = run(on.model_copy(update={"policy": deny_secrets_policy(tmp_path), "max_turns": 1}), repo)
 
-    assert (outcome.result.verdict is Verdict.PASS) is fixed, outcome.result.detail
+    # A fix passes the verifier (SUSPECT where the leaking code touches its machinery).
+    assert (outcome.result.verdict in (Verdict.PASS, Verdict.SUSPECT)) is fixed, outcome.result.detail
     texts = recorded_texts(open_store, outcome.run_id)
     assert "[stdout" in texts  # verifier_output is full here: the module's output came back
     assert canary not in texts, f"{how}: a denied file came back through the verifier's .git"
@@ -259,7 +263,7 @@ def test_hidden_tests_are_never_quoted_back(on, repo, fault, open_store, tmp_pat
     outcome = run(on.model_copy(update={"policy": policy, "max_turns": 1}), repo)
 
     fails = name == "raised-in-a-readable-test" or not fixed
-    assert (outcome.result.verdict is Verdict.PASS) is not fails, outcome.result.detail
+    assert (outcome.result.verdict in (Verdict.PASS, Verdict.SUSPECT)) is not fails, outcome.result.detail
     assert HIDDEN_TEST_LINE not in recorded_texts(open_store, outcome.run_id)
     (submit,) = submits(open_store, outcome.run_id)
     assert "verifier_output = \"summary\"" in submit.observation
