@@ -75,6 +75,8 @@ def print_run(report: RunCost, *, wide: bool = False) -> None:
         lines += prose(f"crashed: its process is gone; last alive {when(report.last_alive_at)}", width)
     if report.engines:
         lines += prose(f"engine {'; '.join(report.engines)}", width)
+    if report.constraint is not None:
+        lines += prose(f"constrained {report.constraint.text()}", width)
     if report.source == ESCROW_SOURCE:  # an imported run had no sandbox of Escrow's
         lines += prose(f"sandbox {runtime_text(report.sandbox_runtime)}", width)
     lines += [line for warning in report.warnings for line in prose(f"warning: {warning}", width)]

@@ -61,6 +61,28 @@ _BASE_RULES = (
 )
 
 
+# The event recorded for each call (or call-less answer) that a constrained
+# request should have made impossible: the engine did not honour the constraint.
+NOT_HONOURED = "constraint_not_honoured"
+
+
+class ConstraintUse(Frozen):
+    """How a run used constrained decoding, as ``escrow report`` says it:
+    ``calls`` sent with the constraint, ``not_honoured`` calls (or call-less
+    answers) that broke it anyway, ``loosened`` fields."""
+
+    kind: str
+    engine: str
+    calls: int
+    not_honoured: int
+    loosened: int = 0
+
+    def text(self) -> str:
+        loose = f", {self.loosened} field(s) loosened" if self.loosened else ""
+        return (f"{self.kind} ({self.engine}) on {self.calls} call(s); not honoured "
+                f"{self.not_honoured}{loose}")
+
+
 class GrammarRefused(ContractError):
     """No grammar can be written for these tools; the run goes unconstrained
     only if the user did not ask for the constraint."""

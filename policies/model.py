@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from enum import Enum
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -51,6 +52,9 @@ class ToolGrants(Frozen):
     allowed: tuple[str, ...] = ("read_file", "list_files", "submit")
     approval: dict[str, Approval] = Field(default_factory=dict)
     default_approval: Approval = Approval.AUTO
+    # Constrained decoding of tool calls (settings.constrain overrides): auto
+    # is tools where the engine probe says the engine supports it, else off.
+    constrain: Literal["auto", "tools", "off"] = "auto"
 
     @field_validator("allowed")
     @classmethod
