@@ -1,9 +1,11 @@
 """One grammar per run, from the tools the policy allows: what the text
 protocol lets a model write, so that every tool call it makes parses.
 
-The language: free text that never opens a tool block, then one
-``<tool name="NAME">{json}</tool>`` with NAME among the tools and the JSON an
-object that satisfies that tool's argument schema, then the end of the turn.
+The language: free text (at most ``FREE_TEXT_ITEMS`` characters or so) that
+never opens a tool block, then one ``<tool name="NAME">{json}</tool>`` with
+NAME among the tools and the JSON an object that satisfies that tool's
+argument schema, or (where ``edit_file`` is allowed) one anchored
+search/replace edit, then the end of the turn.
 It is written in GBNF, which llama.cpp and llama-cpp-python read as is and
 XGrammar (vLLM's and SGLang's default grammar backend) reads as its EBNF;
 how each engine is sent it is ``orchestrator.model_client.engines``' concern.
@@ -33,6 +35,9 @@ MAX_ENUM = 256
 MAX_RANGE = 64  # integer bounds are written as the alternatives when the range is this small
 MAX_LITERAL_LENGTH = 64  # maxLength written as a bounded repetition up to this
 MAX_GRAMMAR_CHARS = 512_000
+# The text before the call is bounded: a small model that rambles (or echoes
+# its prompt) is brought to its call instead of to the output ceiling.
+FREE_TEXT_ITEMS = 160
 TOOL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # what TextProtocol's parser reads
 
 # Keywords that only describe (or that the perimeter checks and the grammar
@@ -57,7 +62,15 @@ _BASE_RULES = (
     # Free text that never opens a tool block: a "<" is followed by anything
     # but the rest of "tool". (A prefix of "<tool" followed by "<" is left
     # out too: rare in prose, and it keeps the rule unambiguous.)
-    'free-text ::= ([^<] | "<"+ ([^<t] | "t" ([^<o] | "o" ([^<o] | "o" [^<l]))))*',
+    'text-item ::= [^<] | "<"+ ([^<t] | "t" ([^<o] | "o" ([^<o] | "o" [^<l])))',
+    f"free-text ::= text-item{{0,{FREE_TEXT_ITEMS}}}",
+)
+# TextProtocol's anchored edit: a path line, SEARCH lines, =======, REPLACE
+# lines; a line of either part may not start with "=" or ">" (the markers).
+_EDIT_RULES = (
+    'edit-block ::= edit-path "\n<<<<<<< SEARCH\n" edit-lines "=======\n" edit-lines ">>>>>>> REPLACE"',
+    "edit-path ::= [^\n<>=]+",
+    'edit-lines ::= ([^=>\n] [^\n]* "\n" | "\n")*',
 )
 
 
@@ -333,13 +346,15 @@ class _Builder:
         return self.rule(path or "array", f'"[" ws ({item} (ws "," ws {item})*)? ws "]"')
 
 
-def tool_grammar(specs: tuple[ToolSpec, ...]) -> ToolGrammar:
-    """The text protocol's grammar for these tools (see the module docstring)."""
+def tool_grammar(specs: tuple[ToolSpec, ...], edit_tool: str | None = "edit_file") -> ToolGrammar:
+    """The text protocol's grammar for these tools (see the module docstring);
+    where ``edit_tool`` is among them, an anchored edit may stand for its call."""
     if not specs:
         raise GrammarRefused("no tools are allowed: a tool-call grammar needs at least one")
     rules: dict[str, str] = {}
     loosened: list[str] = []
     calls = []
+    edits = edit_tool is not None and any(spec.name == edit_tool for spec in specs)
     for spec in specs:
         if not TOOL_NAME.match(spec.name):
             raise GrammarRefused(
@@ -354,10 +369,11 @@ def tool_grammar(specs: tuple[ToolSpec, ...]) -> ToolGrammar:
             args = "json-object"
         calls.append(f'{literal(spec.name + chr(34) + ">")} {args}')
     head = [
-        "root ::= free-text tool-call",
+        "root ::= free-text tool-call" + (' | (free-text "\n")? edit-block' if edits else ""),
         'tool-call ::= "<tool name=\\"" (' + " | ".join(calls) + ') "</tool>"',
     ]
-    text = "\n".join(head + [f"{name} ::= {body}" for name, body in rules.items()] + list(_BASE_RULES)) + "\n"
+    tail = list(_BASE_RULES) + (list(_EDIT_RULES) if edits else [])
+    text = "\n".join(head + [f"{name} ::= {body}" for name, body in rules.items()] + tail) + "\n"
     if len(text) > MAX_GRAMMAR_CHARS:
         raise GrammarRefused(
             f"the tool-call grammar would be {len(text):,} characters (limit {MAX_GRAMMAR_CHARS:,}): "

@@ -67,6 +67,9 @@ def resolve_repo(repo: Path) -> Path:
     return path
 
 
+ENGINE_PROBE_S = 15.0
+
+
 class ModelProbe:
     """What the server says about itself: its tokenizer, its window and (when
     a constraint may be sent) its engine. Holds the HTTP client a server
@@ -87,7 +90,10 @@ class ModelProbe:
     @property
     def engine(self) -> EngineInfo:
         if self._engine is None:
-            self._engine = probe_engine(self._url, self.http)
+            # Longer than a run's own probe: a one-slot server (llama-cpp-python)
+            # answers /v1/models only between completions, and a missed
+            # answer would turn ``auto`` off.
+            self._engine = probe_engine(self._url, self.http, timeout_s=ENGINE_PROBE_S)
         return self._engine
 
     def close(self) -> None:

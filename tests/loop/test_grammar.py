@@ -32,6 +32,8 @@ def call(name: str, args: object, before: str = "") -> str:
     call("edit_file", {"new": "b", "old": "a", "path": "a.py"}),
     call("submit", {"summary": "fixed mean()"}),
     call("submit", {}, before="calc.py\n<<<<<<< SEARCH\na < b\n=======\na <= b\n>>>>>>> REPLACE\n"),
+    "calc.py\n<<<<<<< SEARCH\n    return a < b\n\n=======\n    return a <= b\n>>>>>>> REPLACE",
+    "I will fix it.\ncalc.py\n<<<<<<< SEARCH\nx\n=======\n>>>>>>> REPLACE",
 ])
 def test_the_shipped_tools_grammar_accepts_well_formed_calls(text):
     assert accepts(SHIPPED, text)
@@ -51,6 +53,8 @@ def test_the_shipped_tools_grammar_accepts_well_formed_calls(text):
     '<tool name="submit">{"summary": "unterminated}</tool>',
     "I think the task is done.",  # no call at all
     'a <tool name="bash"> <tool name="submit">{}</tool>',  # a tool block opened in the free text
+    "x" * 1000 + call("submit", {}),  # past the free text's bound
+    "calc.py\n<<<<<<< SEARCH\nx\n=======\ny\n>>>>>>> REPLACE and more",
 ])
 def test_the_shipped_tools_grammar_refuses_what_the_perimeter_would_reject(text):
     assert not accepts(SHIPPED, text)
@@ -60,6 +64,7 @@ def test_only_the_allowed_tools_are_in_the_grammar():
     text = tool_grammar(tool_specs(("read_file", "submit"))).text
     assert accepts(text, call("submit", {}))
     assert not accepts(text, call("bash", {"command": "ls"}))
+    assert not accepts(text, "a.py\n<<<<<<< SEARCH\nx\n=======\ny\n>>>>>>> REPLACE")  # no edit_file
 
 
 def test_the_grammar_does_not_depend_on_dict_order():
