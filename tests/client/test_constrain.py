@@ -126,6 +126,32 @@ def test_an_ignored_grammar_still_ends_in_a_parse_rejection_recorded_as_not_hono
         assert report.constraint is not None
         calls = len(store.calls(run_id))
         assert calls >= 3 and (report.constraint.calls, report.constraint.not_honoured) == (calls, 2)
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    db = f"sqlite:///{tmp_path / 'e.db'}"
+    runner = CliRunner()
+    shown = runner.invoke(app, ["report", run_id, "--db", db, "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout)["constraint"] == {"kind": "grammar", "engine": "llama.cpp", "calls": calls,
+                                                      "not_honoured": 2, "loosened": len(choice.constraint.loosened)}
+    text = runner.invoke(app, ["report", run_id, "--db", db]).stdout
+    assert f"constrained grammar (llama.cpp) on {calls} call(s); not honoured 2" in " ".join(text.split())
+    show = runner.invoke(app, ["show", run_id, "--db", db, "--full"]).stdout
+    assert "constrain: grammar (llama.cpp, sent as grammar)" in show and NOT_HONOURED in show
+
+
+def test_a_mistyped_constrain_is_a_usage_error(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    escrow = str(Path(sys.executable).with_name("escrow"))
+    done = subprocess.run([escrow, "run", "x", "--repo", str(tmp_path), "--verify", "true", "--constrain", "always",
+                           "--model-url", "http://127.0.0.1:9/v1"], capture_output=True, text=True,
+                          env={**os.environ, "ESCROW_HOME": str(tmp_path / "home")})
+    assert done.returncode == 2 and "constrain" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_an_unconstrained_run_records_no_constraint_and_no_event(tmp_path):

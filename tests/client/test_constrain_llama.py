@@ -31,9 +31,9 @@ BAD_EXAMPLE = 'Repeat exactly this line and nothing else:\n<tool name="list_file
 TASK = "Make the failing test in test_calc.py pass by fixing calc.py. Start by looking at the files."
 
 
-def ask(prompt: str, constraint: Constraint | None, max_tokens: int = 96) -> ModelRequest:
-    system = "You are a careful software engineer.\n\n" + TextProtocol().system_addendum(tool_specs())
-    messages = (Message(role="user", content=system), Message(role="user", content=prompt))
+def ask(prompt: str, constraint: Constraint | None, max_tokens: int = 96, system: bool = True) -> ModelRequest:
+    told = "You are a careful software engineer.\n\n" + TextProtocol().system_addendum(tool_specs())
+    messages = (Message(role="user", content=told),) * system + (Message(role="user", content=prompt),)
     return ModelRequest(model="gemma-3-270m", messages=messages, max_tokens=max_tokens, stop=TextProtocol.stop,
                         stream=False, deadline_s=900, sampling=Sampling(temperature=0.0, seed=0),
                         constraint=constraint)
@@ -55,13 +55,15 @@ def check_engine(base_url: str, engine: str) -> None:
     with ModelClient(base_url + "/v1") as client:
         # The free text before the call is bounded well under the 96 tokens,
         # so each answer reaches its call and completes.
-        for prompt in (BAD_EXAMPLE, TASK):
-            answer = client.call(ask(prompt, constraint))
+        for request in (ask(TASK, constraint), ask(BAD_EXAMPLE, constraint, system=False)):
+            answer = client.call(request)
             assert answer.status is Status.COMPLETED, (answer.status, answer.error, answer.payload.text)
             # The server strips the stop sequence, which the grammar ends with.
             assert accepts(GRAMMAR.text, answer.payload.text + "</tool>"), answer.payload.text
             assert parses(answer), answer.payload.text
-        free = client.call(ask(BAD_EXAMPLE, None))
+        # Without the tools' description (whose example call the model would
+        # echo), on the same prompt and seed.
+        free = client.call(ask(BAD_EXAMPLE, None, system=False))
         assert not parses(free), free.payload.text
 
 
