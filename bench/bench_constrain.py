@@ -7,8 +7,8 @@ rejected at parse per 100 model calls, turns that ran a tool, completion
 tokens per executed call, model seconds per turn, verdicts, and answers
 recorded as not honouring the constraint.
 
-    .venv/bin/python bench/bench_constrain.py [--tasks 13] [--max-turns 6] \\
-        [--servers llama-cpp-python,llama-server] [--model-url URL]
+    .venv/bin/python bench/bench_constrain.py [--tasks 13] [--max-turns 6] [--deadline-s 120] \\
+        [--servers llama-cpp-python,llama-server] [--model-url URL] [--keep DIR] [--json]
 
 Needs dockerd, the sandbox image, and the servers (scripts/setup.sh).
 """
@@ -38,12 +38,12 @@ ESCROW = str(Path(sys.executable).with_name("escrow"))
 ARMS = ("tools", "off")
 
 
-def run_arm(url: str, arm: str, tasks: Path, work: Path, max_turns: int) -> tuple[Path, float]:
+def run_arm(url: str, arm: str, tasks: Path, work: Path, max_turns: int, deadline_s: float) -> tuple[Path, float]:
     db = work / f"{arm}.db"
     flags = ["--workers", "1", "--tool-protocol", "text", "--system-role", "user", "--context-window", "8192",
              "--no-stream", "--max-tokens", "256", "--max-turns", str(max_turns), "--model", "gemma-3-270m",
              "--model-url", f"{url}/v1", "--constrain", arm, "--db", str(db), "--json"]
-    env = {**os.environ, "ESCROW_HOME": str(work / "home")}
+    env = {**os.environ, "ESCROW_HOME": str(work / "home"), "ESCROW_DEADLINE_S": str(deadline_s)}
     started = time.monotonic()
     done = subprocess.run([ESCROW, "batch", str(tasks), *flags], env=env, capture_output=True, text=True)
     if done.returncode not in (0, 1):
@@ -56,9 +56,9 @@ def figures(db: Path) -> dict[str, object]:
     model_s: list[float] = []
     verdicts: Counter[str] = Counter()
     with Store.open(f"sqlite:///{db}", readonly=True) as store:
-        for run in store.runs():
-            trajectory = store.trajectory(run.id)
-            verdicts[run.verdict or "-"] += 1
+        for summary in store.runs():
+            trajectory = store.trajectory(summary.run.id)
+            verdicts[summary.run.verdict or "-"] += 1
             for record in trajectory.turns:
                 turns += 1
                 calls += len(record.calls)
@@ -99,7 +99,8 @@ def table(server: str, arms: dict[str, dict[str, object]]) -> list[str]:
     if isinstance(on, float) and isinstance(off, float) and off:
         lines.append(f"  {'time per turn, tools / off':30} {on / off:>12.2f}")
     for arm in ARMS:
-        verdicts = ", ".join(f"{k} {v}" for k, v in arms[arm]["verdicts"].items())  # type: ignore[union-attr]
+        seen = arms[arm]["verdicts"]
+        verdicts = ", ".join(f"{k} {v}" for k, v in seen.items()) if isinstance(seen, dict) else "-"
         lines.append(f"  verdicts ({arm}): {verdicts}")
     return lines
 
@@ -108,14 +109,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=13, help="The first N example tasks (13: all).")
     parser.add_argument("--max-turns", type=int, default=6)
+    parser.add_argument("--deadline-s", type=float, default=120.0,
+                        help="T_max per call (a loaded machine decodes slowly: raise it for both arms alike).")
     parser.add_argument("--servers", default="llama-cpp-python,llama-server")
     parser.add_argument("--model-url", default=os.environ.get("ESCROW_TEST_LLAMA_URL", "http://127.0.0.1:8088"),
                         help="The llama-cpp-python server's root URL.")
     parser.add_argument("--json", action="store_true", help="Print the figures as JSON.")
+    parser.add_argument("--keep", type=Path, help="Work (and keep the arms' stores) in this new directory.")
     args = parser.parse_args()
     out: dict[str, dict[str, dict[str, object]]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-constrain-") as tmp:
-        work = Path(tmp)
+        work = Path(tmp) if args.keep is None else args.keep
+        work.mkdir(parents=True, exist_ok=args.keep is None)
         tasks = work / "tasks.jsonl"
         rows = TASKS.read_text().splitlines()[:args.tasks]
         # The batch resolves each row's repo beside its task file.
@@ -130,15 +135,17 @@ def main() -> None:
                           file=sys.stderr)
                     continue
                 with llama_server(work / "llama-server.log", context=8192) as url:
-                    out[server] = {arm: figures(run_arm(url, arm, tasks, work / server, args.max_turns)[0])
-                                   for arm in ARMS}
+                    out[server] = {arm: figures(run_arm(url, arm, tasks, work / server, args.max_turns,
+                                                        args.deadline_s)[0]) for arm in ARMS}
             else:
-                out[server] = {arm: figures(run_arm(args.model_url, arm, tasks, work / server, args.max_turns)[0])
+                out[server] = {arm: figures(run_arm(args.model_url, arm, tasks, work / server, args.max_turns,
+                                                   args.deadline_s)[0])
                                for arm in ARMS}
     if args.json:
         print(json.dumps(out, indent=2))
         return
-    print(f"{args.tasks} task(s), at most {args.max_turns} turns each, Gemma 3 270M, text protocol")
+    print(f"{args.tasks} task(s), at most {args.max_turns} turns each, T_max {args.deadline_s:g} s, "
+          "Gemma 3 270M, text protocol")
     for server, arms in out.items():
         print("\n".join(table(server, arms)))
 
