@@ -178,3 +178,17 @@ def _prices() -> PriceTable:
     from policies.price_table import load_price_table
 
     return load_price_table(Path("/nonexistent-escrow-home"))
+
+
+def test_a_call_cut_mid_json_by_the_output_ceiling_is_truncated_as_without_a_grammar(tmp_path):
+    from orchestrator.fault_server import Fault
+
+    with FaultServer(endpoints=LLAMA) as srv, Store.open(f"sqlite:///{tmp_path / 'e.db'}") as store:
+        choice = choose(srv, tmp_path)
+        srv.reset()
+        cut = Fault.truncated('<tool name="read_file">{"path": "ca')
+        run_id = run_constrained(srv, store, [cut, Reply(text=SUBMIT)], choice.constraint)
+        first = store.trajectory(run_id).turns[0]
+        assert first.calls[0].response is not None and first.calls[0].response.status == "TRUNCATED"
+        assert not first.candidates  # quarantined: never staged, never executed
+        assert not [e for e in first.events if e.kind == NOT_HONOURED]
