@@ -60,17 +60,19 @@ _BASE_RULES = (
     'json-array ::= "[" ws (json-value (ws "," ws json-value)*)? ws "]"',
     "json-value ::= json-object | json-array | json-string | json-number | json-bool | json-null",
     # Free text that never opens a tool block: a "<" is followed by anything
-    # but the rest of "tool". (A prefix of "<tool" followed by "<" is left
-    # out too: rare in prose, and it keeps the rule unambiguous.)
-    'text-item ::= [^<] | "<"+ ([^<t] | "t" ([^<o] | "o" ([^<o] | "o" [^<l])))',
+    # but "<" or the rest of "tool". One "<" at a time: Gemma 3 270M, given
+    # "<"+, wrote "<" until the output ceiling (an edit's markers are the
+    # edit block's own).
+    'text-item ::= [^<] | "<" ([^<t] | "t" ([^<o] | "o" ([^<o] | "o" [^<l])))',
     f"free-text ::= text-item{{0,{FREE_TEXT_ITEMS}}}",
 )
 # TextProtocol's anchored edit: a path line, SEARCH lines, =======, REPLACE
 # lines; a line of either part may not start with "=" or ">" (the markers).
+# Newlines are written as escapes, never raw, inside literals and classes.
 _EDIT_RULES = (
-    'edit-block ::= edit-path "\n<<<<<<< SEARCH\n" edit-lines "=======\n" edit-lines ">>>>>>> REPLACE"',
-    "edit-path ::= [^\n<>=]+",
-    'edit-lines ::= ([^=>\n] [^\n]* "\n" | "\n")*',
+    'edit-block ::= edit-path "\\n<<<<<<< SEARCH\\n" edit-lines "=======\\n" edit-lines ">>>>>>> REPLACE"',
+    f"edit-path ::= [^\\n<>=]{{1,{FREE_TEXT_ITEMS}}}",
+    'edit-lines ::= ([^=>\\n] [^\\n]* "\\n" | "\\n")*',
 )
 
 
@@ -369,7 +371,7 @@ def tool_grammar(specs: tuple[ToolSpec, ...], edit_tool: str | None = "edit_file
             args = "json-object"
         calls.append(f'{literal(spec.name + chr(34) + ">")} {args}')
     head = [
-        "root ::= free-text tool-call" + (' | (free-text "\n")? edit-block' if edits else ""),
+        "root ::= free-text tool-call" + (' | (free-text "\\n")? edit-block' if edits else ""),
         'tool-call ::= "<tool name=\\"" (' + " | ".join(calls) + ') "</tool>"',
     ]
     tail = list(_BASE_RULES) + (list(_EDIT_RULES) if edits else [])

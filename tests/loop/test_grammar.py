@@ -31,7 +31,7 @@ def call(name: str, args: object, before: str = "") -> str:
     call("write_file", {"content": "x = 1\n\t\"é\" 😀", "path": "a.py"}),
     call("edit_file", {"new": "b", "old": "a", "path": "a.py"}),
     call("submit", {"summary": "fixed mean()"}),
-    call("submit", {}, before="calc.py\n<<<<<<< SEARCH\na < b\n=======\na <= b\n>>>>>>> REPLACE\n"),
+    call("submit", {}, before="if a < b and c <t or <to <too:\n"),
     "calc.py\n<<<<<<< SEARCH\n    return a < b\n\n=======\n    return a <= b\n>>>>>>> REPLACE",
     "I will fix it.\ncalc.py\n<<<<<<< SEARCH\nx\n=======\n>>>>>>> REPLACE",
 ])
@@ -54,6 +54,10 @@ def test_the_shipped_tools_grammar_accepts_well_formed_calls(text):
     "I think the task is done.",  # no call at all
     'a <tool name="bash"> <tool name="submit">{}</tool>',  # a tool block opened in the free text
     "x" * 1000 + call("submit", {}),  # past the free text's bound
+    "<" * 300,  # what Gemma 3 270M wrote given "<"+ in the free text
+    "<<" + call("submit", {}),
+    # An edit and a call in one answer: one or the other.
+    call("submit", {}, before="calc.py\n<<<<<<< SEARCH\na < b\n=======\na <= b\n>>>>>>> REPLACE\n"),
     "calc.py\n<<<<<<< SEARCH\nx\n=======\ny\n>>>>>>> REPLACE and more",
 ])
 def test_the_shipped_tools_grammar_refuses_what_the_perimeter_would_reject(text):
@@ -75,6 +79,11 @@ def test_the_grammar_does_not_depend_on_dict_order():
         rng.shuffle(props)
         shuffled.append(spec.model_copy(update={"parameters": {**spec.parameters, "properties": dict(props)}}))
     assert tool_grammar(tuple(shuffled)).text == SHIPPED
+
+
+def test_every_rule_is_one_line():
+    # A raw newline inside a literal or a class reads differently per parser.
+    assert all(" ::= " in line for line in SHIPPED.splitlines())
 
 
 def test_what_the_shipped_grammar_loosens_is_said():
