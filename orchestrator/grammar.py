@@ -4,8 +4,8 @@ protocol lets a model write, so that every tool call it makes parses.
 The language: free text (at most ``FREE_TEXT_ITEMS`` characters or so) that
 never opens a tool block, then one ``<tool name="NAME">{json}</tool>`` with
 NAME among the tools and the JSON an object that satisfies that tool's
-argument schema, or (where ``edit_file`` is allowed) one anchored
-search/replace edit, then the end of the turn.
+argument schema (or, asked for, one anchored search/replace edit), then the
+end of the turn.
 It is written in GBNF, which llama.cpp and llama-cpp-python read as is and
 XGrammar (vLLM's and SGLang's default grammar backend) reads as its EBNF;
 how each engine is sent it is ``orchestrator.model_client.engines``' concern.
@@ -348,9 +348,11 @@ class _Builder:
         return self.rule(path or "array", f'"[" ws ({item} (ws "," ws {item})*)? ws "]"')
 
 
-def tool_grammar(specs: tuple[ToolSpec, ...], edit_tool: str | None = "edit_file") -> ToolGrammar:
-    """The text protocol's grammar for these tools (see the module docstring);
-    where ``edit_tool`` is among them, an anchored edit may stand for its call."""
+def tool_grammar(specs: tuple[ToolSpec, ...], edit_tool: str | None = None) -> ToolGrammar:
+    """The text protocol's grammar for these tools (see the module docstring).
+    With ``edit_tool`` among them, an anchored edit may stand for its call: off
+    by default, as Gemma 3 270M filled an edit's lines with "<" to the output
+    ceiling (the tool's JSON form stays)."""
     if not specs:
         raise GrammarRefused("no tools are allowed: a tool-call grammar needs at least one")
     rules: dict[str, str] = {}

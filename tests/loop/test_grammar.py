@@ -32,8 +32,6 @@ def call(name: str, args: object, before: str = "") -> str:
     call("edit_file", {"new": "b", "old": "a", "path": "a.py"}),
     call("submit", {"summary": "fixed mean()"}),
     call("submit", {}, before="if a < b and c <t or <to <too:\n"),
-    "calc.py\n<<<<<<< SEARCH\n    return a < b\n\n=======\n    return a <= b\n>>>>>>> REPLACE",
-    "I will fix it.\ncalc.py\n<<<<<<< SEARCH\nx\n=======\n>>>>>>> REPLACE",
 ])
 def test_the_shipped_tools_grammar_accepts_well_formed_calls(text):
     assert accepts(SHIPPED, text)
@@ -58,7 +56,6 @@ def test_the_shipped_tools_grammar_accepts_well_formed_calls(text):
     "<<" + call("submit", {}),
     # An edit and a call in one answer: one or the other.
     call("submit", {}, before="calc.py\n<<<<<<< SEARCH\na < b\n=======\na <= b\n>>>>>>> REPLACE\n"),
-    "calc.py\n<<<<<<< SEARCH\nx\n=======\ny\n>>>>>>> REPLACE and more",
 ])
 def test_the_shipped_tools_grammar_refuses_what_the_perimeter_would_reject(text):
     assert not accepts(SHIPPED, text)
@@ -79,6 +76,20 @@ def test_the_grammar_does_not_depend_on_dict_order():
         rng.shuffle(props)
         shuffled.append(spec.model_copy(update={"parameters": {**spec.parameters, "properties": dict(props)}}))
     assert tool_grammar(tuple(shuffled)).text == SHIPPED
+
+
+EDITS = ["calc.py\n<<<<<<< SEARCH\n    return a < b\n\n=======\n    return a <= b\n>>>>>>> REPLACE",
+         "I will fix it.\ncalc.py\n<<<<<<< SEARCH\nx\n=======\n>>>>>>> REPLACE"]
+
+
+def test_anchored_edits_only_where_asked_for():
+    with_edits = tool_grammar(tool_specs(), edit_tool="edit_file").text
+    for text in EDITS:
+        assert accepts(with_edits, text) and not accepts(SHIPPED, text)
+        assert TextProtocol().calls(_payload(text), turn=0)[0].name == "edit_file"
+    assert not accepts(with_edits, EDITS[0] + " and more")
+    assert not accepts(tool_grammar(tool_specs(("read_file", "submit")), edit_tool="edit_file").text, EDITS[0])
+    assert all(" ::= " in line for line in with_edits.splitlines())
 
 
 def test_every_rule_is_one_line():
