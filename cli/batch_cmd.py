@@ -29,7 +29,7 @@ from orchestrator.batch.tasks import load_task_file
 from orchestrator.errors import ConfigError
 from orchestrator.exit_codes import ExitCode
 from orchestrator.model_client.reach import require_reachable
-from orchestrator.settings import RUNTIME_CHOICES, Settings, load_settings
+from orchestrator.settings import CONSTRAIN_CHOICES, RUNTIME_CHOICES, Settings, load_settings
 from store import Store
 from store import batches as bstore
 
@@ -101,6 +101,10 @@ def batch(
     context_window: int = typer.Option(None, "--context-window", min=256, help="S_max when the server does not say."),
     tool_protocol: str = typer.Option(None, "--tool-protocol", help="native or text."),
     system_role: str = typer.Option(None, "--system-role", help="system or user."),
+    constrain: str = typer.Option(None, "--constrain", metavar=choices(CONSTRAIN_CHOICES),
+                                  help="Constrain tool calls to the tools' schemas (a grammar, or tool_choice "
+                                  "required): tools, off, or auto (the default: tools where the engine "
+                                  "supports it)."),
     tokenizer: str = typer.Option(None, "--tokenizer", metavar="<auto|server|ENCODING>",
                                  help="auto, server, or a tiktoken encoding such as cl100k_base."),
     stream: bool = typer.Option(None, "--stream/--no-stream", help="Stream responses (SSE) or not."),
@@ -133,7 +137,7 @@ def batch(
         "model_url": model_url[0] if model_url else None, "model": model, "max_turns": max_turns,
         "max_output_tokens": max_tokens, "context_window": context_window, "tool_protocol": tool_protocol,
         "system_role": system_role, "tokenizer": tokenizer, "stream": stream,
-        "sandbox_runtime": runtime,
+        "sandbox_runtime": runtime, "constrain": constrain,
     }.items() if value is not None}
     settings = load_settings(config, db_url=db, **given)
     if target == "list":

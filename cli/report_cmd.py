@@ -76,6 +76,8 @@ def print_run(report: RunCost, *, wide: bool = False, tokens: str | None = None)
         lines += prose(f"crashed: its process is gone; last alive {when(report.last_alive_at)}", width)
     if report.engines:
         lines += prose(f"engine {'; '.join(report.engines)}", width)
+    if report.constraint is not None:
+        lines += prose(f"constrained {report.constraint.text()}", width)
     if report.source == ESCROW_SOURCE:  # an imported run had no sandbox of Escrow's
         lines += prose(f"sandbox {runtime_text(report.sandbox_runtime)}", width)
     if tokens is not None:

@@ -26,7 +26,7 @@ from orchestrator.launch import RunOutcome, RunRequest, run_agent
 from orchestrator.launch.compose import resolve_policy
 from orchestrator.limits import Tally
 from orchestrator.model_client.reach import require_reachable
-from orchestrator.settings import RUNTIME_CHOICES, load_settings
+from orchestrator.settings import CONSTRAIN_CHOICES, RUNTIME_CHOICES, load_settings
 from orchestrator.terminal_text import one_line, printable
 from sandbox.errors import ApplyRefused
 
@@ -63,6 +63,10 @@ def run(
         None, "--tool-protocol", metavar=choices(("native", "text")),
         help="native (OpenAI tools) or text (search/replace blocks)."
     ),
+    constrain: str = typer.Option(None, "--constrain", metavar=choices(CONSTRAIN_CHOICES),
+                                  help="Constrain tool calls to the tools' schemas (a grammar, or tool_choice "
+                                  "required): tools, off, or auto (the default: tools where the engine "
+                                  "supports it)."),
     system_role: str = typer.Option(
         None, "--system-role", metavar=choices(("system", "user")),
         help="system, or user for chat templates without a system turn."
@@ -103,6 +107,7 @@ def run(
         seed=seed,
         logprobs=logprobs,
         tool_protocol=tool_protocol,
+        constrain=constrain,
         system_role=system_role,
         tokenizer=tokenizer,
         log_json=log_json,

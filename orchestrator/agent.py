@@ -21,6 +21,7 @@ from orchestrator.contract import Frozen, Message, ToolCall
 from orchestrator.envelope import Envelope
 from orchestrator.errors import BudgetExhausted, LoopAbort
 from orchestrator.escrow import release_from_escrow
+from orchestrator.grammar import NOT_HONOURED
 from orchestrator.limits import Tally
 from orchestrator.observations import no_tool_call, perimeter_rejection, stream_rejection, truncation_notice
 from orchestrator.perimeter import Approve, Decide, check_candidate, deny_all_asks
@@ -81,6 +82,7 @@ AFTER_SUBMIT = "refused: a tool call after submit in the same answer never runs 
 LIMIT_LAYER = "limit"  # the rejection layer of calls the run's limits refused
 
 
+
 class Agent:
     def __init__(
         self,
@@ -109,6 +111,7 @@ class Agent:
         self.cancel = cancel or threading.Event()
         self.on_turn = on_turn
         self.verifier_runs = 0
+        self._constrained: str | None = None  # the kind of the last request's constraint
         self.passed_patch: str | None = None
         self.suspect: tuple[SuspectReason, ...] = ()
 
@@ -180,6 +183,7 @@ class Agent:
         request = self.context.build(turn, turns_left=self.tally.turns_left)
         self._record_context_events(turn)
         call_ref = self.journal.request(turn, request)
+        self._constrained = request.constraint.kind if request.constraint is not None else None
         envelope = self.model.call(request, cancel=self.cancel)
         cost = self.cost_of(envelope)
         self.tally.add(envelope, cost)
@@ -217,6 +221,7 @@ class Agent:
         calls = self.protocol.calls(payload, turn)
         self._append(self.protocol.assistant_message(payload, calls), appended)
         if not calls:
+            self._not_honoured(turn, None, "no_call", "a completed answer without a tool call")
             self._append(no_tool_call(), appended)
             return
         submitted = passed = False
@@ -243,6 +248,13 @@ class Agent:
         if self.cancel.is_set():
             self.journal.event(turn, "cancel", {"during": "tool calls"})
             raise RunEnded(Verdict.CANCELED, "canceled during a tool call")
+
+    def _not_honoured(self, turn: int, index: int | None, layer: str, error: str) -> None:
+        """Record that a constrained answer broke its constraint (the engine
+        ignored it, or a server dropped the field); the call is judged as any."""
+        if self._constrained is not None:
+            self.journal.event(turn, NOT_HONOURED, {"kind": self._constrained, "call_index": index,
+                                                    "layer": layer, "error": error[:500]})
 
     def _refusal(self, index: int) -> str | None:
         """Why call ``index`` of this answer may not run, if it may not: the
@@ -283,6 +295,8 @@ class Agent:
         for transition in result.transitions:
             self.journal.transition(ref, transition)
         if not result.committed:
+            if result.layer == "parse":
+                self._not_honoured(turn, index, "parse", result.error or "rejected")
             outcome = perimeter_rejection(result.layer, result.error or "rejected")
         else:
             assert result.args is not None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 from orchestrator.canonical import canonical_json, sha256_hex
 from orchestrator.errors import ContractError
@@ -86,12 +86,16 @@ class ReservedWireKey(ContractError):
 
 
 # Keys the request or Sampling's typed fields own. K_max has aliases on some
-# engines (``max_completion_tokens``, llama.cpp's ``n_predict``), and ``n`` > 1
-# would ask for several answers where one envelope holds one.
+# engines (``max_completion_tokens``, llama.cpp's ``n_predict``), ``n`` > 1
+# would ask for several answers where one envelope holds one, and a grammar
+# sent through ``extra`` would constrain a call its record calls unconstrained.
 RESERVED_WIRE_KEYS = frozenset({
     "model", "messages", "prompt", "max_tokens", "max_completion_tokens", "n_predict", "n",
     "stream", "stream_options", "tools", "tool_choice", "functions", "function_call", "stop",
     "response_format", "temperature", "top_p", "top_k", "seed", "logprobs", "top_logprobs",
+    # Constrained decoding: set by ModelRequest.constraint, in each engine's dialect.
+    "grammar", "grammar_lazy", "grammar_triggers", "json_schema", "ebnf", "regex", "structured_outputs",
+    "guided_grammar", "guided_json", "guided_regex", "guided_choice",
 })
 
 
@@ -136,6 +140,20 @@ class Sampling(Frozen):
         return out
 
 
+class Constraint(Frozen):
+    """Constrained decoding asked of the engine for one request: ``fields``
+    are the engine's own request fields (a grammar in its dialect, or
+    ``tool_choice``), sent verbatim and recorded with the request.
+    ``kind`` is ``grammar`` (the text protocol's tool-call grammar) or
+    ``tool_choice`` (native calls); ``loosened`` names the schema features
+    the grammar describes more loosely than the schema (orchestrator.grammar)."""
+
+    kind: Literal["grammar", "tool_choice"]
+    engine: str
+    fields: dict[str, Any]
+    loosened: tuple[str, ...] = ()
+
+
 class ModelRequest(Frozen):
     """One model call. K_max = ``max_tokens``, T_max = ``deadline_s``,
     M_max = ``max_payload_bytes``."""
@@ -151,6 +169,7 @@ class ModelRequest(Frozen):
     stream: bool = True
     response_format: dict[str, Any] | None = None
     tool_choice: str | None = None
+    constraint: Constraint | None = None
 
     @field_validator("messages")
     @classmethod
@@ -179,7 +198,22 @@ class ModelRequest(Frozen):
         if self.response_format is not None:
             body["response_format"] = self.response_format
         body.update(self.sampling.to_wire())
+        if self.constraint is not None:
+            clash = sorted(set(self.constraint.fields).intersection(body))
+            if clash:
+                raise ContractError(
+                    f"the constraint's fields {clash} are already set by the request", keys=clash)
+            body.update(self.constraint.fields)
         return body
+
+    @model_serializer(mode="wrap")
+    def _without_absent_constraint(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # An unconstrained request dumps without a ``constraint`` key, as
+        # before the field existed: runs recorded then hash and replay the same.
+        data: dict[str, Any] = handler(self)
+        if data.get("constraint", 0) is None:
+            del data["constraint"]
+        return data
 
     def canonical(self) -> str:
         """Canonical JSON of the whole request, host-side limits included."""

@@ -21,7 +21,7 @@ from orchestrator.context import (
     TokenCounter,
 )
 from orchestrator.context.budget import WindowSource
-from orchestrator.contract import Frozen, Role, Sampling, ToolSpec
+from orchestrator.contract import Constraint, Frozen, Role, Sampling, ToolSpec
 from orchestrator.envelope import Envelope
 from orchestrator.limits import Tally
 from orchestrator.perimeter import Approve, Decide, deny_all_asks
@@ -53,6 +53,7 @@ class RunSpec(Frozen):
     stop: tuple[str, ...] = ()
     sampling: Sampling = Sampling()
     stream: bool = True
+    constraint: Constraint | None = None  # constrained decoding of tool calls (orchestrator.grammar)
     tokenizer: str = "cl100k_base"
     margin: Margin = Margin()
     compaction: CompactionPolicy = CompactionPolicy()
@@ -101,6 +102,7 @@ def build_agent(
         stop=spec.stop,
         sampling=spec.sampling,
         stream=spec.stream,
+        constraint=spec.constraint,
     )
     return Agent(
         model=model,

@@ -18,6 +18,8 @@ DEFAULT_SANDBOX_IMAGE = "escrow-sandbox:bookworm-3-evidence"
 # The sandbox's OCI runtime as asked for; sandbox.runtime turns it into the one used.
 RuntimeWanted = Literal["auto", "runsc", "runc"]
 RUNTIME_CHOICES: tuple[RuntimeWanted, ...] = ("auto", "runsc", "runc")
+ConstrainWanted = Literal["auto", "tools", "off"]
+CONSTRAIN_CHOICES: tuple[ConstrainWanted, ...] = ("auto", "tools", "off")
 
 
 def default_home() -> Path:
@@ -43,6 +45,10 @@ class Settings(BaseModel):
         "user-space kernel) or runc (the host's kernel) (ESCROW_SANDBOX_RUNTIME, --runtime)."))
     docker_host: str | None = None
     tool_protocol: str = "native"
+    constrain: ConstrainWanted | None = Field(default=None, description=(
+        "Constrained decoding of tool calls: tools (a grammar from the allowed tools' schemas, or tool_choice "
+        "required for native calls), off, or auto: tools where the probed engine supports it. Unset: the "
+        "policy's tools.constrain (ESCROW_CONSTRAIN, --constrain)."))
     system_role: str = "system"
     tokenizer: str = "auto"
     max_turns: int | None = None

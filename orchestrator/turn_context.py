@@ -1,7 +1,7 @@
 """``TurnContext``: the loop's Context port over ``orchestrator.context.ContextAssembler``.
 
 It fixes everything about a request that is not the prompt (model, K_max,
-T_max, M_max, stop, sampling), hands each turn's new messages to the context
+T_max, M_max, stop, sampling, constraint), hands each turn's new messages to the context
 in one append, and turns compaction and calibration into events to record.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.context import ContextAssembler, RecordingCounter, RenderedContext
-from orchestrator.contract import Message, ModelRequest, Sampling
+from orchestrator.contract import Constraint, Message, ModelRequest, Sampling
 from orchestrator.envelope import Envelope
 
 
@@ -27,9 +27,11 @@ class RequestShape:
         stop: tuple[str, ...] = (),
         sampling: Sampling = Sampling(),
         stream: bool = True,
+        constraint: Constraint | None = None,
     ) -> None:
         self.fields: dict[str, Any] = dict(
-            deadline_s=deadline_s, max_payload_bytes=max_payload_bytes, stop=stop, sampling=sampling, stream=stream
+            deadline_s=deadline_s, max_payload_bytes=max_payload_bytes, stop=stop, sampling=sampling, stream=stream,
+            constraint=constraint,
         )
         self.model = model
         self.max_tokens = max_tokens

@@ -53,6 +53,9 @@ class ToolGrants(Frozen):
     allowed: tuple[str, ...] = ("read_file", "list_files", "submit")
     approval: dict[str, Approval] = Field(default_factory=dict)
     default_approval: Approval = Approval.AUTO
+    # Constrained decoding of tool calls (settings.constrain overrides): auto
+    # is tools where the engine probe says the engine supports it, else off.
+    constrain: Literal["auto", "tools", "off"] = "auto"
 
     @field_validator("allowed")
     @classmethod

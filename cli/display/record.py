@@ -6,6 +6,8 @@ Recorded text goes through ``printable``; ``full``: nothing is cut."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
 from cli.display.data import data_lines, scalar
 from cli.display.render import SOURCE_EXECUTED, seconds, timed
@@ -46,6 +48,7 @@ def trajectory_header(trajectory: Trajectory, *, full: bool = False) -> list[str
              f"  repo:    {flat(r.repo, None if full else 200)}",
              f"  model:   {flat(r.request_model, cut)}",
              *([f"  sandbox: {runtime_text(r.config.get('sandbox_runtime'))}"] if r.mode != IMPORT_MODE else []),
+             *constraint_lines(r.config),
              f"  started: {when(r.created_at)}   finished: {when(r.finished_at)}"]
     tokens = check_trajectory(trajectory)
     if tokens.calls:
@@ -74,6 +77,19 @@ def trajectory_header(trajectory: Trajectory, *, full: bool = False) -> list[str
             figures = ", ".join(f"{name} {scalar(name, value)}" for name, value in counted.items() if value is not None)
             lines.append(f"  run-level (the source's own, given for no call; counted in its totals): {figures}")
     return lines
+
+
+def constraint_lines(config: Mapping[str, Any]) -> list[str]:
+    """The run's constrained decoding, from its spec (every request carries it);
+    a call that broke it shows as a ``constraint_not_honoured`` event."""
+    spec = config.get("spec")
+    constraint = spec.get("constraint") if isinstance(spec, dict) else None
+    if not isinstance(constraint, dict):
+        return []
+    loosened = constraint.get("loosened") or []
+    fields = ", ".join(sorted(constraint.get("fields") or {}))
+    return [f"  constrain: {flat(str(constraint.get('kind')), 20)} ({flat(str(constraint.get('engine')), 30)}, "
+            f"sent as {flat(fields, 40)}){f', {len(loosened)} field(s) loosened' if loosened else ''}"]
 
 
 def task_lines(task: str, *, full: bool) -> list[str]:

@@ -96,6 +96,7 @@ def run_json(report: RunCost) -> dict[str, Any]:
         "comparison": None if report.comparison is None else comparison_dict(report.comparison),
         "warnings": list(report.warnings),
         "engines": list(report.engines),
+        "constraint": report.constraint.model_dump(mode="json") if report.constraint else None,
         "sandbox_runtime": report.sandbox_runtime,
         "cached_clamps": [c.model_dump() for c in report.clamps],
         "source": report.source,

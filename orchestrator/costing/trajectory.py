@@ -22,6 +22,7 @@ from orchestrator.costing.figures import (
     ToolFigures,
     ratio,
 )
+from orchestrator.grammar import ConstraintUse
 from policies.pricing import CostBreakdown, cost_breakdown
 
 
@@ -93,6 +94,8 @@ class RunCost(Frozen):
     comparison: CacheComparison | None
     warnings: tuple[str, ...] = ()
     engines: tuple[str, ...] = ()
+    constraint: ConstraintUse | None = None
+    """Constrained decoding: what was sent and how often it was not honoured."""
     last_alive_at: float | None = None
     """A crashed run's last heartbeat (its process is gone)."""
     sandbox_runtime: str | None = None

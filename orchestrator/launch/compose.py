@@ -12,8 +12,12 @@ import httpx
 
 from orchestrator.canonical import sha256_hex
 from orchestrator.context import resolve_budget
-from orchestrator.contract import Role, Sampling, ToolSpec
+from orchestrator.contract import Constraint, Frozen, Role, Sampling, ToolSpec
 from orchestrator.errors import ConfigError
+from orchestrator.grammar import GrammarRefused, ToolGrammar, tool_grammar
+from orchestrator.model_client.engines import constrains, constraint_for
+from orchestrator.model_client.provenance import EngineInfo
+from orchestrator.model_client.provenance import probe as probe_engine
 from orchestrator.model_client.server_tokenizer import counter_for, discover_context_window
 from orchestrator.runspec import RunSpec
 from orchestrator.settings import Settings
@@ -63,12 +67,18 @@ def resolve_repo(repo: Path) -> Path:
     return path
 
 
+ENGINE_PROBE_S = 15.0
+
+
 class ModelProbe:
-    """What the server says about itself: its tokenizer and its window. Holds
-    the HTTP client a server tokenizer counts through, for the run's life."""
+    """What the server says about itself: its tokenizer, its window and (when
+    a constraint may be sent) its engine. Holds the HTTP client a server
+    tokenizer counts through, for the run's life."""
 
     def __init__(self, settings: Settings) -> None:
         self.http = httpx.Client(timeout=30.0)
+        self._url = settings.model_url
+        self._engine: EngineInfo | None = None
         self.counter = counter_for(
             settings.tokenizer, base_url=settings.model_url, model=settings.model, http=self.http
         )
@@ -77,13 +87,61 @@ class ModelProbe:
         except httpx.HTTPError:
             self.window = None
 
+    @property
+    def engine(self) -> EngineInfo:
+        if self._engine is None:
+            # Longer than a run's own probe: a one-slot server (llama-cpp-python)
+            # answers /v1/models only between completions, and a missed
+            # answer would turn ``auto`` off.
+            self._engine = probe_engine(self._url, self.http, timeout_s=ENGINE_PROBE_S)
+        return self._engine
+
     def close(self) -> None:
         self.http.close()
+
+
+class ConstraintChoice(Frozen):
+    """What ``--constrain`` came to for a run, and why, said once at its start."""
+
+    wanted: str
+    constraint: Constraint | None
+    why: str
+
+
+def resolve_constraint(
+    settings: Settings, policy: Policy, tool_specs: tuple[ToolSpec, ...], probe: ModelProbe,
+) -> ConstraintChoice:
+    """``settings.constrain`` (else the policy's ``tools.constrain``) against
+    what the engine probe found. ``tools`` where it cannot be done is a
+    ConfigError; ``auto`` then runs unconstrained and says why."""
+    wanted = settings.constrain or policy.tools.constrain
+    if wanted == "off":
+        return ConstraintChoice(wanted=wanted, constraint=None, why="asked")
+    protocol = settings.tool_protocol
+    engine = probe.engine
+    if not constrains(engine.engine, protocol):
+        why = (f"the engine ({engine.label}, {', '.join(engine.evidence) or 'no evidence'}) has no "
+               f"constrained decoding Escrow knows for the {protocol} protocol")
+        if wanted == "tools":
+            raise ConfigError(f"--constrain tools: {why}; use --constrain off", engine=engine.engine)
+        return ConstraintChoice(wanted=wanted, constraint=None, why=why)
+    grammar: ToolGrammar | None = None
+    if protocol == "text":
+        try:
+            grammar = tool_grammar(tool_specs)
+        except GrammarRefused as exc:
+            if wanted == "tools":
+                raise ConfigError(f"--constrain tools: {exc}") from None
+            return ConstraintChoice(wanted=wanted, constraint=None, why=str(exc))
+    constraint = constraint_for(engine.engine, engine.version, protocol, grammar.text if grammar else None,
+                                grammar.loosened if grammar else ())
+    return ConstraintChoice(wanted=wanted, constraint=constraint, why=f"{engine.label} supports it")
 
 
 def make_spec(
     settings: Settings, policy: Policy, *, task: str, verifier: str | None, tool_specs: tuple[ToolSpec, ...],
     probe: ModelProbe, verifier_patch: str | None = None, required_tests: tuple[str, ...] = (),
+    constraint: Constraint | None = None,
 ) -> RunSpec:
     if settings.system_role not in ("system", "user"):
         raise ConfigError(f"system_role must be 'system' or 'user', not {settings.system_role!r}")
@@ -106,6 +164,7 @@ def make_spec(
         deadline_s=settings.deadline_s,
         stop=protocol_named(settings.tool_protocol).stop,
         stream=settings.stream,
+        constraint=constraint,
         sampling=sampling_of(settings),
         tokenizer=probe.counter.name,
         limits=policy.limits,

@@ -12,7 +12,7 @@ from orchestrator.costing import AggregateReport, RunCost, aggregate, run_cost
 from orchestrator.trajectory import Trajectory
 from policies.price_table import PriceTable
 from store import Store
-from store.reports import call_figures, engines_of, read_slices, run_level_of, source_of, tool_figures
+from store.reports import call_figures, constraint_of, engines_of, read_slices, run_level_of, source_of, tool_figures
 
 
 def trajectory_cost(trajectory: Trajectory, prices: PriceTable, reprice: bool = False) -> RunCost:
@@ -28,7 +28,8 @@ def trajectory_cost(trajectory: Trajectory, prices: PriceTable, reprice: bool = 
         source=source_of(trajectory), reprice=reprice, run_level=run_level, reported=reported,
     )
     runtime = run.config.get("sandbox_runtime")
-    return cost.model_copy(update={"engines": engines_of(trajectory), "last_alive_at": run.last_alive_at,
+    return cost.model_copy(update={"engines": engines_of(trajectory), "constraint": constraint_of(trajectory),
+                                   "last_alive_at": run.last_alive_at,
                                    "sandbox_runtime": runtime if isinstance(runtime, str) else None})
 
 

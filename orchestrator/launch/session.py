@@ -21,7 +21,14 @@ from orchestrator.canonical import shown_text
 from orchestrator.context.tokenizer import TokenCounter
 from orchestrator.contract import Frozen
 from orchestrator.envelope import Envelope
-from orchestrator.launch.compose import ModelProbe, make_spec, open_store, resolve_policy, resolve_repo
+from orchestrator.launch.compose import (
+    ModelProbe,
+    make_spec,
+    open_store,
+    resolve_constraint,
+    resolve_policy,
+    resolve_repo,
+)
 from orchestrator.launch.liveness import Heartbeat
 from orchestrator.limits import Tally
 from orchestrator.model_client.client import ModelClient
@@ -204,9 +211,14 @@ def run_agent(
     heartbeat = Heartbeat(store, settings.lease_s) if lease is None else None
     try:
         recorder = Recorder(store)
+        specs = tool_specs(policy.tools.allowed)
+        choice = resolve_constraint(settings, policy, specs, probe)
+        run_log().info("constrain", wanted=choice.wanted,
+                       used=choice.constraint.kind if choice.constraint else "off", why=choice.why,
+                       loosened=len(choice.constraint.loosened) if choice.constraint else 0)
         spec = make_spec(
-            settings, policy, task=task, verifier=verifier, tool_specs=tool_specs(policy.tools.allowed), probe=probe,
-            verifier_patch=request.verify_patch, required_tests=request.required_tests,
+            settings, policy, task=task, verifier=verifier, tool_specs=specs, probe=probe,
+            verifier_patch=request.verify_patch, required_tests=request.required_tests, constraint=choice.constraint,
         )
         run_id = recorder.start_run(
             task=task, repo=str(repo_path), model=settings.model, policy=policy.model_dump(mode="json"),

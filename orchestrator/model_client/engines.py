@@ -10,7 +10,10 @@ a new test there, never a special case elsewhere.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, NamedTuple
+
+from orchestrator.contract import Constraint
 
 ENGINES = ("vllm", "sglang", "llama.cpp", "llama-cpp-python", "ollama", "openai-compatible")
 
@@ -73,6 +76,21 @@ QUIRKS: tuple[Quirk, ...] = (
     Quirk("no_system_turn", ("llama.cpp", "llama-cpp-python"),
           "a chat template without a system turn (Gemma) silently drops system messages",
           "settings `system_role = \"user\"`: the context sends the system prompt as the first user message"),
+    Quirk("gbnf_grammar_field", ("llama.cpp", "llama-cpp-python"),
+          "grammar-constrained sampling takes GBNF in a top-level `grammar` field of the chat request",
+          "engines.constraint_for: `--constrain tools` sends the text protocol's grammar as `grammar`"),
+    Quirk("structured_outputs_renamed", ("vllm",),
+          "a grammar goes in `structured_outputs: {grammar}` from 0.10.2; `guided_grammar` before "
+          "(removed in 0.12)",
+          "engines.constraint_for: the field by the probed version (`structured_outputs` when unknown)"),
+    Quirk("ebnf_field", ("sglang",),
+          "a grammar goes in a top-level `ebnf` field (GGML BNF, read by XGrammar); one of "
+          "`json_schema`, `regex`, `ebnf` per request",
+          "engines.constraint_for: the text protocol's grammar is sent as `ebnf`"),
+    Quirk("tool_choice_required", ("vllm", "sglang", "llama.cpp"),
+          "native tool calls are forced (and their arguments constrained to the schema) by "
+          "`tool_choice: \"required\"`; llama-cpp-python and Ollama do not honour it",
+          "engines.constraint_for: `--constrain tools` with native calls sends `tool_choice: required`"),
 )
 QUIRK_IDS = frozenset(q.id for q in QUIRKS)
 
@@ -109,6 +127,46 @@ def response_format(schema: dict[str, Any], style: str) -> dict[str, Any]:
     if style == "json_object":  # json_object_schema
         return {"type": "json_object", "schema": schema}
     return {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema, "strict": True}}
+
+
+# Engines that honour a grammar in the text protocol, and `tool_choice:
+# "required"` with native calls (see the quirks above).
+GRAMMAR_ENGINES = ("llama.cpp", "llama-cpp-python", "vllm", "sglang")
+TOOL_CHOICE_ENGINES = ("vllm", "sglang", "llama.cpp")
+_VLLM_STRUCTURED_OUTPUTS = (0, 10, 2)
+
+
+def _version(text: str | None) -> tuple[int, ...] | None:
+    numbers = re.match(r"^v?(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+    return None if numbers is None else tuple(int(n) for n in numbers.groups(default="0"))
+
+
+def constrains(engine: str, protocol: str) -> bool:
+    """Whether Escrow knows how to constrain ``engine``'s tool calls under ``protocol``."""
+    return engine in (GRAMMAR_ENGINES if protocol == "text" else TOOL_CHOICE_ENGINES)
+
+
+def constraint_for(engine: str, version: str | None, protocol: str, grammar: str | None,
+                   loosened: tuple[str, ...] = ()) -> Constraint | None:
+    """The request fields that constrain tool calls on ``engine`` (None where
+    it has none Escrow knows): the text protocol's ``grammar`` (GBNF) in the
+    engine's dialect, or ``tool_choice: "required"`` for native calls."""
+    if not constrains(engine, protocol):
+        return None
+    if protocol != "text":  # tool_choice_required
+        return Constraint(kind="tool_choice", engine=engine, fields={"tool_choice": "required"})
+    if grammar is None:
+        return None
+    fields: dict[str, Any]
+    if engine in ("llama.cpp", "llama-cpp-python"):  # gbnf_grammar_field
+        fields = {"grammar": grammar}
+    elif engine == "sglang":  # ebnf_field
+        fields = {"ebnf": grammar}
+    else:  # structured_outputs_renamed
+        seen = _version(version)
+        old = seen is not None and seen < _VLLM_STRUCTURED_OUTPUTS
+        fields = {"guided_grammar": grammar} if old else {"structured_outputs": {"grammar": grammar}}
+    return Constraint(kind="grammar", engine=engine, fields=fields, loosened=loosened)
 
 
 def quirks_markdown() -> str:

@@ -4,12 +4,13 @@ the aggregates over runs are computed from (priced by
 
 from store.reports.aggregate_query import query_plans, read_slices
 from store.reports.export import FORMATS, ExportError, conversation, event_lines, is_verified_pass, run_ids
-from store.reports.run_report import call_figures, engines_of, run_level_of, source_of, tool_figures
+from store.reports.run_report import call_figures, constraint_of, engines_of, run_level_of, source_of, tool_figures
 
 __all__ = [
     "FORMATS",
     "ExportError",
     "call_figures",
+    "constraint_of",
     "conversation",
     "event_lines",
     "is_verified_pass",

@@ -8,12 +8,29 @@ from collections.abc import Iterable
 from typing import Any
 
 from orchestrator.costing.figures import ESCROW_SOURCE, TOKEN_FIGURES, CallFigures, ToolFigures
+from orchestrator.grammar import NOT_HONOURED, ConstraintUse
 from orchestrator.interop.records import IMPORT_MODE
 from orchestrator.source_figures import IMPORT_EVENT, RUN_LEVEL, counted_run_level
 from orchestrator.trajectory import CallView, EventView, ToolExecutionView, Trajectory
 
 CLAMP_FIELD = '"cached_prompt_tokens_reported"'
 RUN_LEVEL_STATUS = "RUN_LEVEL"
+
+
+def constraint_of(trajectory: Trajectory) -> ConstraintUse | None:
+    """The run's constrained decoding (its spec's constraint, sent with every
+    request) and how many answers broke it; None for an unconstrained run."""
+    spec = trajectory.run.config.get("spec")
+    constraint = spec.get("constraint") if isinstance(spec, dict) else None
+    if not isinstance(constraint, dict):
+        return None
+    loosened = constraint.get("loosened")
+    return ConstraintUse(
+        kind=str(constraint.get("kind")), engine=str(constraint.get("engine")),
+        calls=sum(len(t.calls) for t in trajectory.turns),
+        not_honoured=sum(1 for t in trajectory.turns for e in t.events if e.kind == NOT_HONOURED),
+        loosened=len(loosened) if isinstance(loosened, list) else 0,
+    )
 
 
 def call_figures(calls: Iterable[CallView]) -> list[CallFigures]:

@@ -176,3 +176,50 @@ def test_quirk_post_sampling_probs():
     assert (token.logprob, token.top[0].logprob) == (math.log(0.8), math.log(0.8))
     assert logprobs_mode({"post_sampling_probs": True}, "raw") == "post_sampling (request)"
     assert logprobs_mode({}, "raw") == "raw (engine)" and logprobs_mode({}, None) is None
+
+
+GRAMMAR = 'root ::= "<tool name=\\"submit\\">{}</tool>"\n'
+
+
+def _constrained_body(engine: str, version: str | None, protocol: str = "text") -> dict:
+    from orchestrator.contract import Message, ModelRequest
+    from orchestrator.model_client.engines import constraint_for
+
+    constraint = constraint_for(engine, version, protocol, GRAMMAR, ("t.p: pattern not expressed",))
+    request = ModelRequest(model="m", messages=(Message(role="user", content="x"),), max_tokens=8,
+                           constraint=constraint)
+    return request.wire_body()
+
+
+def test_quirk_gbnf_grammar_field():
+    for engine in ("llama.cpp", "llama-cpp-python"):
+        body = _constrained_body(engine, "b11434")
+        assert body["grammar"] == GRAMMAR
+        assert not {"ebnf", "structured_outputs", "guided_grammar", "tool_choice"} & set(body)
+
+
+def test_quirk_structured_outputs_renamed():
+    for version in ("0.10.2", "0.11.0", "0.12.1", "1.0.0", None, "dev"):
+        body = _constrained_body("vllm", version)
+        assert body["structured_outputs"] == {"grammar": GRAMMAR} and "guided_grammar" not in body, version
+    for version in ("0.6.6", "0.9.1", "v0.10.1"):
+        body = _constrained_body("vllm", version)
+        assert body["guided_grammar"] == GRAMMAR and "structured_outputs" not in body, version
+
+
+def test_quirk_ebnf_field():
+    body = _constrained_body("sglang", "0.5.2")
+    assert body["ebnf"] == GRAMMAR
+    assert not {"json_schema", "regex", "grammar"} & set(body)  # one constraint parameter per request
+
+
+def test_quirk_tool_choice_required():
+    from orchestrator.model_client.engines import constrains, constraint_for
+
+    for engine in ("vllm", "sglang", "llama.cpp"):
+        body = _constrained_body(engine, None, protocol="native")
+        assert body["tool_choice"] == "required"
+        assert not {"grammar", "ebnf", "structured_outputs"} & set(body)
+    for engine in ("llama-cpp-python", "ollama", "openai-compatible"):
+        assert not constrains(engine, "native") and constraint_for(engine, None, "native", None) is None
+    assert not constrains("ollama", "text") and constraint_for("ollama", None, "text", GRAMMAR) is None
