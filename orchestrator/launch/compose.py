@@ -15,7 +15,7 @@ from orchestrator.context import resolve_budget
 from orchestrator.contract import Constraint, Frozen, Role, Sampling, ToolSpec
 from orchestrator.errors import ConfigError
 from orchestrator.grammar import GrammarRefused, ToolGrammar, tool_grammar
-from orchestrator.model_client.engines import constrains, constraint_for
+from orchestrator.model_client.engines import constrains, constraint_for, slow_to_constrain
 from orchestrator.model_client.provenance import EngineInfo
 from orchestrator.model_client.provenance import probe as probe_engine
 from orchestrator.model_client.server_tokenizer import counter_for, discover_context_window
@@ -119,6 +119,8 @@ def resolve_constraint(
         return ConstraintChoice(wanted=wanted, constraint=None, why="asked")
     protocol = settings.tool_protocol
     engine = probe.engine
+    if wanted == "auto" and (slow := slow_to_constrain(engine.engine, protocol)) is not None:
+        return ConstraintChoice(wanted=wanted, constraint=None, why=slow)
     if not constrains(engine.engine, protocol):
         why = (f"the engine ({engine.label}, {', '.join(engine.evidence) or 'no evidence'}) has no "
                f"constrained decoding Escrow knows for the {protocol} protocol")

@@ -141,6 +141,22 @@ def _version(text: str | None) -> tuple[int, ...] | None:
     return None if numbers is None else tuple(int(n) for n in numbers.groups(default="0"))
 
 
+# Engines that honour a grammar but check it against the whole vocabulary at
+# every sampled token: with Gemma 3's 262k-token vocabulary, llama-cpp-python
+# took about 0.6 s a token constrained against 0.09 s unconstrained here
+# (bench/bench_constrain.py). ``--constrain auto`` leaves them unconstrained
+# and says so; ``--constrain tools`` still asks for the grammar.
+SLOW_GRAMMAR_ENGINES = ("llama-cpp-python",)
+
+
+def slow_to_constrain(engine: str, protocol: str) -> str | None:
+    """Why ``auto`` leaves ``engine`` unconstrained though it could be, or None."""
+    if protocol == "text" and engine in SLOW_GRAMMAR_ENGINES:
+        return (f"{engine} checks a grammar against the whole vocabulary at every token (several times slower "
+                "a token, measured); --constrain tools asks for it anyway")
+    return None
+
+
 def constrains(engine: str, protocol: str) -> bool:
     """Whether Escrow knows how to constrain ``engine``'s tool calls under ``protocol``."""
     return engine in (GRAMMAR_ENGINES if protocol == "text" else TOOL_CHOICE_ENGINES)

@@ -80,3 +80,27 @@ def llama_cpp(tmp_path_factory) -> str:
 
 def test_llama_server_honours_the_grammar(llama_cpp):
     check_engine(llama_cpp, "llama.cpp")
+
+
+def test_auto_leaves_the_slow_llama_cpp_python_unconstrained_and_says_why(llama_url, tmp_path):
+    """llama-cpp-python honours a grammar at several times the cost of a
+    token (engines.SLOW_GRAMMAR_ENGINES): ``auto`` leaves it off there and
+    says why; ``tools`` still asks for it."""
+    from orchestrator.launch.compose import ModelProbe, resolve_constraint
+    from orchestrator.settings import Settings
+    from policies import default_policy
+
+    policy = default_policy()
+    specs = tool_specs(policy.tools.allowed)
+    for wanted, constrained in (("auto", False), ("tools", True)):
+        settings = Settings(home=tmp_path, model_url=f"{llama_url}/v1", model="gemma-3-270m",
+                            tokenizer="cl100k_base", tool_protocol="text", constrain=wanted)
+        probe = ModelProbe(settings)
+        try:
+            assert probe.engine.engine == "llama-cpp-python"
+            choice = resolve_constraint(settings, policy, specs, probe)
+        finally:
+            probe.close()
+        assert (choice.constraint is not None) is constrained, choice.why
+        if not constrained:
+            assert "whole vocabulary" in choice.why
