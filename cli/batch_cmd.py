@@ -19,12 +19,12 @@ from cli.display.table import ABSENT, Column, figure, prose, render, terminal_wi
 from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
 from cli.usage import choices
 from orchestrator.batch.driver import BatchPlan, pending_tasks, run_batch, start_batch
-from orchestrator.batch.errors import BatchNotFound
+from orchestrator.batch.errors import BatchNotFound, TaskFileError
 from orchestrator.batch.pool import PoolOptions
 from orchestrator.batch.progress import BatchProgress
 from orchestrator.batch.ray_executor import require_shared_store, run_batch_on_ray
 from orchestrator.batch.report import BatchReport, batch_report
-from orchestrator.batch.runner import INFRASTRUCTURE_FAILURE, Deadlines
+from orchestrator.batch.runner import INFRASTRUCTURE_FAILURE, Deadlines, task_settings
 from orchestrator.batch.tasks import load_task_file
 from orchestrator.errors import ConfigError
 from orchestrator.exit_codes import ExitCode
@@ -154,6 +154,20 @@ def batch(
                           infra_retries=infra_retries,
                           deadlines=Deadlines(task_s=task_timeout, start_s=start_timeout, lease_s=lease))
     err = Console(stderr=True)
+    task_file = None
+    if resume is None:
+        # The input first: a task file or policy the user got wrong is named
+        # as such, not as the model server being down, and starts no batch.
+        task_file = load_task_file(Path(target))
+        for message in task_file.errors:
+            err.print(f"[yellow]skipped[/] {escape(task_file.path)} {escape(message)}", highlight=False)
+        if not task_file.tasks:
+            raise TaskFileError(f"{target}: no task to run: all {len(task_file.errors)} rows were skipped "
+                                "(above)", path=target)
+        from orchestrator.launch.compose import resolve_policy
+
+        for task in task_file.tasks:
+            resolve_policy(task_settings(settings, task, settings.model_url))  # a bad one is a usage error
     with Store.open(settings.store_url) as store:
         if resume is not None:
             batch_id = _resolve(store, resume)
@@ -168,10 +182,7 @@ def batch(
             require_shared_store(store, address)  # before a batch is recorded
         for url in (model_url or [settings.model_url]) if resume is None else recorded.model_urls:
             require_reachable(url)  # every replica answers before a batch is recorded or resumed
-        if resume is None:
-            task_file = load_task_file(Path(target))
-            for message in task_file.errors:
-                err.print(f"[yellow]skipped[/] {escape(task_file.path)} {escape(message)}", highlight=False)
+        if task_file is not None:
             plan = BatchPlan(tasks_dir=str(Path(target).resolve().parent),
                              model_urls=tuple(model_url or [settings.model_url]), options=options,
                              executor=executor or "local", address=address, run_settings=given)
