@@ -3,6 +3,7 @@ local worker pool; ``escrow batch status|report BATCH`` shows where a batch stan
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from functools import partial
@@ -16,6 +17,7 @@ from typer.core import TyperCommand
 
 from cli.display.batch_html import batch_html
 from cli.display.table import ABSENT, Column, figure, prose, render, terminal_width
+from cli.logging_setup import configure_logging
 from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
 from cli.usage import choices
 from orchestrator.batch.driver import BatchPlan, pending_tasks, run_batch, start_batch
@@ -24,14 +26,16 @@ from orchestrator.batch.pool import PoolOptions
 from orchestrator.batch.progress import BatchProgress
 from orchestrator.batch.ray_executor import require_shared_store, run_batch_on_ray
 from orchestrator.batch.report import BatchReport, batch_report
-from orchestrator.batch.runner import INFRASTRUCTURE_FAILURE, Deadlines, task_settings
+from orchestrator.batch.runner import INFRASTRUCTURE_FAILURE, AttemptResult, Deadlines, task_settings
 from orchestrator.batch.tasks import load_task_file
 from orchestrator.errors import ConfigError
 from orchestrator.exit_codes import ExitCode
 from orchestrator.model_client.reach import require_reachable
 from orchestrator.settings import RUNTIME_CHOICES, Settings, load_settings
+from orchestrator.terminal_text import one_line
 from store import Store
 from store import batches as bstore
+from store.batches import INFRASTRUCTURE, INTERRUPTED
 
 VIEWS = ("status", "report")
 LISTED = 50  # batches `escrow batch list` shows, newest first
@@ -154,6 +158,9 @@ def batch(
                           infra_retries=infra_retries,
                           deadlines=Deadlines(task_s=task_timeout, start_s=start_timeout, lease_s=lease))
     err = Console(stderr=True)
+    # Each run's notices (its sandbox runtime, again and again) would bury
+    # the batch's own lines: a batch shows warnings and errors only.
+    configure_logging(json_lines=settings.log_json, level=logging.WARNING)
     task_file = None
     if resume is None:
         # The input first: a task file or policy the user got wrong is named
@@ -200,6 +207,22 @@ def _run_with_progress(store: Store, settings: Settings, batch_id: str, total: i
                        err: Console, run: Callable[..., object] = run_batch) -> None:
     progress = BatchProgress(total)
     finished = threading.Event()
+    said = threading.Lock()
+    width = terminal_width()
+
+    def attempt(result: AttemptResult) -> None:
+        # Each task's end as it comes, on a terminal above the status line and
+        # in a pipe (CI, nohup) where the status line is never drawn.
+        progress.attempt(result)
+        what = result.verdict or {INFRASTRUCTURE: "infrastructure failure", INTERRUPTED: "interrupted"}.get(
+            result.outcome, "task error")
+        text = (f"[{progress.finished}/{total}] {result.task_id} {what}"
+                + (f" · run {result.run_id[:12]}" if result.run_id else "")
+                + (f" · {one_line(result.error, 400)}" if result.error else ""))
+        with said:
+            for line in prose(text, width):
+                err.print(line, highlight=False, markup=False)
+
     with err.status(progress.line(min(options.workers, total)), spinner="dots") as status:
         def tick() -> None:
             while not finished.wait(1.0):
@@ -208,7 +231,7 @@ def _run_with_progress(store: Store, settings: Settings, batch_id: str, total: i
         ticker = threading.Thread(target=tick, daemon=True)
         ticker.start()
         try:
-            run(store, settings, batch_id, on_attempt=progress.attempt, options=options,
+            run(store, settings, batch_id, on_attempt=attempt, options=options,
                 on_stopping=lambda: err.print("[yellow]Ctrl-C[/]: canceling the runs in flight, starting no more"))
         finally:
             finished.set()
