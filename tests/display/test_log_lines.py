@@ -43,7 +43,8 @@ def test_a_line_is_a_notice_not_a_log_record(capsys, monkeypatch):
     finally:
         structlog.reset_defaults()
     err = capsys.readouterr().err
-    assert " ".join(err.split()) == "warning: model has no price; its calls cost $0 · model m · hint escrow price set MODEL ..."
+    want = "warning: model has no price; its calls cost $0 · model m · hint escrow price set MODEL ..."
+    assert " ".join(err.split()) == want
     assert "[warning" not in err and "=" not in err
 
 
