@@ -38,11 +38,18 @@ def show(
     """Show one run turn by turn: the model's words, its tool calls and what they returned."""
     with open_store(db, config) as store:
         trajectory = store.trajectory(run)
+        chain = None if as_json else store.verify(trajectory.run.id)
     if as_json:
         emit_json(trajectory.model_dump(mode="json"))
-    else:
-        # Lines are folded to the terminal's width, or COLUMNS (80) in a pipe; a diff's are printed whole.
-        print_trajectory(Console(width=terminal_width()), trajectory, full=full)
+        return
+    # Lines are folded to the terminal's width, or COLUMNS (80) in a pipe; a diff's are printed whole.
+    console = Console(width=terminal_width())
+    if chain is not None and not chain.ok:
+        # What follows may have been altered since it was recorded: said before it, not after.
+        for line in prose(f"warning: this run's hash chain does not verify ({chain.problem}); what follows may "
+                          f"not be what was recorded (escrow verify {trajectory.run.id[:12]})", console.width):
+            console.print(line, style="bold red", highlight=False, markup=False)
+    print_trajectory(console, trajectory, full=full)
 
 
 def verify(

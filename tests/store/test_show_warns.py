@@ -1,0 +1,36 @@
+"""Issue 42, group 12: ``show`` does not mislead. A run whose hash chain
+does not verify is shown with a warning first (it read as a clean PASS), and
+the engine probe's event is one line, not five of noise in every header."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from cli.main import app
+from store import Recorder, Store
+
+
+def test_show_warns_of_a_broken_chain_and_keeps_the_engine_to_a_line(tmp_path: Path) -> None:
+    db = tmp_path / "escrow.db"
+    with Store.open(f"sqlite:///{db}") as store:
+        recorder = Recorder(store)
+        run_id = recorder.start_run(task="t", repo="/r", model="m", config={}, policy={})
+        recorder.record_event(run_id, None, "engine", {"engine": "openai-compatible", "version": None,
+                                                       "evidence": "no engine endpoint answered", "reachable": True,
+                                                       "settings": {}})
+        recorder.finish_run(run_id, "PASS", "the verifier passed", turn=0)
+    url = ["--db", f"sqlite:///{db}"]
+    clean = CliRunner().invoke(app, ["show", run_id, *url], env={"COLUMNS": "80"}).stdout
+    assert "does not verify" not in clean
+    engine = [line for line in clean.splitlines() if "engine" in line]
+    assert engine == ["  engine:  openai-compatible (no engine endpoint answered)"], clean
+    with sqlite3.connect(db) as conn:  # a verdict rewritten after the fact
+        conn.execute("UPDATE events SET data_json = replace(data_json, 'verifier passed', 'verifier PASSED') "
+                     "WHERE kind = 'verdict'")
+    shown = CliRunner().invoke(app, ["show", run_id, *url], env={"COLUMNS": "80"})
+    assert shown.exit_code == 0, shown.output
+    first = shown.stdout.splitlines()[0]
+    assert first.startswith("warning: this run's hash chain does not verify"), shown.stdout
