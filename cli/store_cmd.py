@@ -19,6 +19,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.settings import load_settings
 from orchestrator.terminal_text import printable
 from store import ChainBroken, Store
+from store.batches import attempt_of_run
 from store.render import check_line
 from store.run_list import when
 
@@ -39,6 +40,7 @@ def show(
     with open_store(db, config) as store:
         trajectory = store.trajectory(run)
         chain = None if as_json else store.verify(trajectory.run.id)
+        attempt = None if as_json else attempt_of_run(store, trajectory.run.id)
     if as_json:
         emit_json(trajectory.model_dump(mode="json"))
         return
@@ -49,7 +51,9 @@ def show(
         for line in prose(f"warning: this run's hash chain does not verify ({chain.problem}); what follows may "
                           f"not be what was recorded (escrow verify {trajectory.run.id[:12]})", console.width):
             console.print(line, style="bold red", highlight=False, markup=False)
-    print_trajectory(console, trajectory, full=full)
+    also = (f"  batch:   {attempt.batch_id[:12]}, task {printable(attempt.task_id)}, attempt {attempt.number}",
+            ) if attempt else ()
+    print_trajectory(console, trajectory, full=full, also=also)
 
 
 def verify(

@@ -23,10 +23,13 @@ from policies import Flag
 PATCH_LINES = 40  # of the patch's diff, unless --full
 
 
-def print_trajectory(console: Console, trajectory: Trajectory, *, full: bool = False) -> None:
+def print_trajectory(console: Console, trajectory: Trajectory, *, full: bool = False,
+                     also: tuple[str, ...] = ()) -> None:
     """Every line at most the console's width (prose folded at words, nothing
-    cut under ``full``), but the patch's diff lines, printed whole."""
-    for line in trajectory_header(trajectory, full=full):
+    cut under ``full``), but the patch's diff lines, printed whole. ``also``:
+    header lines the trajectory does not hold (the batch attempt it was)."""
+    header = trajectory_header(trajectory, full=full)
+    for line in [*header[:1], *also, *header[1:]]:
         console.print(indented_line(line), highlight=False)
     print_turns(console, trajectory, full=full)
 

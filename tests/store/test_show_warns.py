@@ -34,3 +34,22 @@ def test_show_warns_of_a_broken_chain_and_keeps_the_engine_to_a_line(tmp_path: P
     assert shown.exit_code == 0, shown.output
     first = shown.stdout.splitlines()[0]
     assert first.startswith("warning: this run's hash chain does not verify"), shown.stdout
+
+
+def test_show_names_a_batch_runs_batch_task_and_attempt(tmp_path: Path) -> None:
+    from store import batches as bstore
+
+    db = tmp_path / "escrow.db"
+    with Store.open(f"sqlite:///{db}") as store:
+        batch_id = bstore.create_batch(store, task_file="tasks.jsonl", tasks={"calc-mean": (1, {"id": "calc-mean"})},
+                                       settings={})
+        first = bstore.start_attempt(store, batch_id, "calc-mean")
+        bstore.finish_attempt(store, first, outcome=bstore.INFRASTRUCTURE, run_id=None, verdict=None)
+        second = bstore.start_attempt(store, batch_id, "calc-mean")
+        recorder = Recorder(store)
+        run_id = recorder.start_run(task="t", repo="/r", model="m", config={}, policy={})
+        recorder.finish_run(run_id, "PASS", "the verifier passed", turn=0)
+        bstore.finish_attempt(store, second, outcome=bstore.MODEL, run_id=run_id, verdict="PASS")
+    shown = CliRunner().invoke(app, ["show", run_id, "--db", f"sqlite:///{db}"], env={"COLUMNS": "80"})
+    assert shown.exit_code == 0, shown.output
+    assert f"  batch:   {batch_id[:12]}, task calc-mean, attempt 2" in shown.stdout.splitlines(), shown.stdout
