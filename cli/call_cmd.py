@@ -110,7 +110,7 @@ def call(
     ),
     model: str = typer.Option(None, "--model", help="Model id to ask for (settings: model)."),
     max_tokens: int = typer.Option(
-        None, "--max-tokens", min=1, help="K_max: most output tokens (settings: max_output_tokens)."
+        None, "--max-tokens", min=1, help="Most output tokens (settings: max_output_tokens)."
     ),
     stream: bool = typer.Option(True, "--stream/--no-stream", help="Stream over SSE (default) or ask for one body."),
     system: str = typer.Option(None, "--system", help="An optional system message."),
@@ -120,7 +120,7 @@ def call(
         "--schema-style",
         help="How to send the schema: json_schema (OpenAI, vLLM) or json_object (llama-cpp-python).",
     ),
-    deadline: float = typer.Option(120.0, "--deadline", min=0.001, help="T_max in seconds, for the whole call."),
+    deadline: float = typer.Option(120.0, "--deadline", min=0.001, help="Seconds the whole call may take (retries included)."),
     temperature: float = typer.Option(None, "--temperature", help="Sampling temperature (settings: temperature)."),
     logprobs: int = typer.Option(
         None, "--logprobs", min=0, max=20, help="Record per-token logprobs with the K most likely alternatives."
