@@ -120,7 +120,8 @@ def call(
         "--schema-style",
         help="How to send the schema: json_schema (OpenAI, vLLM) or json_object (llama-cpp-python).",
     ),
-    deadline: float = typer.Option(120.0, "--deadline", min=0.001, help="Seconds the whole call may take (retries included)."),
+    deadline: float = typer.Option(120.0, "--deadline", min=0.001,
+                                   help="Seconds the whole call may take (retries included)."),
     temperature: float = typer.Option(None, "--temperature", help="Sampling temperature (settings: temperature)."),
     logprobs: int = typer.Option(
         None, "--logprobs", min=0, max=20, help="Record per-token logprobs with the K most likely alternatives."

@@ -49,7 +49,8 @@ def replay(
     top_p: float = typer.Option(None, "--top-p", min=0, max=1, help="Fork: top_p from the fork turn on."),
     top_k: int = typer.Option(None, "--top-k", min=0, help="Fork: top_k from the fork turn on."),
     seed: int = typer.Option(None, "--seed", help="Fork: sampling seed from the fork turn on."),
-    max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="Fork: most output tokens per call from the fork turn on."),
+    max_tokens: int = typer.Option(None, "--max-tokens", min=1,
+                                   help="Fork: most output tokens per call from the fork turn on."),
     allow_drift: bool = typer.Option(
         False, "--allow-drift", help="Fork: continue even if the re-executed prefix differs from the parent's."
     ),

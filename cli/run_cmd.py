@@ -52,7 +52,8 @@ def run(
     budget_usd: float = typer.Option(None, "--budget-usd", min=0, help="Cost limit in dollars (overrides the policy)."),
     max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="Most output tokens per model call."),
     context_window: int = typer.Option(
-        None, "--context-window", min=256, help="The model's context window in tokens, when the server does not report it."
+        None, "--context-window", min=256,
+        help="The model's context window in tokens, when the server does not report it."
     ),
     temperature: float = typer.Option(None, "--temperature", min=0, help="Sampling temperature."),
     seed: int = typer.Option(None, "--seed", help="Sampling seed, where the server honours one."),
