@@ -53,3 +53,17 @@ def test_show_names_a_batch_runs_batch_task_and_attempt(tmp_path: Path) -> None:
     shown = CliRunner().invoke(app, ["show", run_id, "--db", f"sqlite:///{db}"], env={"COLUMNS": "80"})
     assert shown.exit_code == 0, shown.output
     assert f"  batch:   {batch_id[:12]}, task calc-mean, attempt 2" in shown.stdout.splitlines(), shown.stdout
+
+
+def test_an_ambiguous_prefix_lists_its_matches(tmp_path: Path) -> None:
+    """Issue 42, group 14: ``show 1`` said "ambiguous" without saying of what."""
+    from collections import Counter
+
+    db = tmp_path / "escrow.db"
+    with Store.open(f"sqlite:///{db}") as store:
+        recorder = Recorder(store)
+        ids = [recorder.start_run(task="t", repo="/r", model="m", config={}, policy={}) for _ in range(17)]
+    digit, _ = Counter(run_id[0] for run_id in ids).most_common(1)[0]  # 17 ids, 16 digits: one is shared
+    shown = CliRunner().invoke(app, ["show", digit, "--db", f"sqlite:///{db}"])
+    matches = [run_id for run_id in ids if run_id.startswith(digit)]
+    assert len(matches) >= 2 and all(run_id[:12] in str(shown.exception) for run_id in matches[:5]), shown.exception
