@@ -3,6 +3,7 @@ local worker pool; ``escrow batch status|report BATCH`` shows where a batch stan
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from functools import partial
@@ -16,22 +17,25 @@ from typer.core import TyperCommand
 
 from cli.display.batch_html import batch_html
 from cli.display.table import ABSENT, Column, figure, prose, render, terminal_width
+from cli.logging_setup import configure_logging
 from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
 from cli.usage import choices
 from orchestrator.batch.driver import BatchPlan, pending_tasks, run_batch, start_batch
-from orchestrator.batch.errors import BatchNotFound
+from orchestrator.batch.errors import BatchNotFound, TaskFileError
 from orchestrator.batch.pool import PoolOptions
 from orchestrator.batch.progress import BatchProgress
 from orchestrator.batch.ray_executor import require_shared_store, run_batch_on_ray
 from orchestrator.batch.report import BatchReport, batch_report
-from orchestrator.batch.runner import INFRASTRUCTURE_FAILURE, Deadlines
+from orchestrator.batch.runner import INFRASTRUCTURE_FAILURE, AttemptResult, Deadlines, task_settings
 from orchestrator.batch.tasks import load_task_file
 from orchestrator.errors import ConfigError
 from orchestrator.exit_codes import ExitCode
 from orchestrator.model_client.reach import require_reachable
 from orchestrator.settings import CONSTRAIN_CHOICES, RUNTIME_CHOICES, Settings, load_settings
+from orchestrator.terminal_text import one_line
 from store import Store
 from store import batches as bstore
+from store.batches import INFRASTRUCTURE, INTERRUPTED
 
 VIEWS = ("status", "report")
 LISTED = 50  # batches `escrow batch list` shows, newest first
@@ -97,8 +101,9 @@ def batch(
                                         "{task_id} in it is replaced by the task's id."),
     model: str = typer.Option(None, "--model", help="Model id sent to the server."),
     max_turns: int = typer.Option(None, "--max-turns", min=1, help="Turn limit per run (a row may override)."),
-    max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="K_max: output ceiling per call."),
-    context_window: int = typer.Option(None, "--context-window", min=256, help="S_max when the server does not say."),
+    max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="Most output tokens per model call."),
+    context_window: int = typer.Option(None, "--context-window", min=256,
+                                       help="The model's context window in tokens, when the server does not say."),
     tool_protocol: str = typer.Option(None, "--tool-protocol", help="native or text."),
     system_role: str = typer.Option(None, "--system-role", help="system or user."),
     constrain: str = typer.Option(None, "--constrain", metavar=choices(CONSTRAIN_CHOICES),
@@ -158,6 +163,23 @@ def batch(
                           infra_retries=infra_retries,
                           deadlines=Deadlines(task_s=task_timeout, start_s=start_timeout, lease_s=lease))
     err = Console(stderr=True)
+    # Each run's notices (its sandbox runtime, again and again) would bury
+    # the batch's own lines: a batch shows warnings and errors only.
+    configure_logging(json_lines=settings.log_json, level=logging.WARNING)
+    task_file = None
+    if resume is None:
+        # The input first: a task file or policy the user got wrong is named
+        # as such, not as the model server being down, and starts no batch.
+        task_file = load_task_file(Path(target))
+        for message in task_file.errors:
+            err.print(f"[yellow]skipped[/] {escape(task_file.path)} {escape(message)}", highlight=False)
+        if not task_file.tasks:
+            raise TaskFileError(f"{target}: no task to run: all {len(task_file.errors)} rows were skipped "
+                                "(above)", path=target)
+        from orchestrator.launch.compose import resolve_policy
+
+        for task in task_file.tasks:
+            resolve_policy(task_settings(settings, task, settings.model_url))  # a bad one is a usage error
     with Store.open(settings.store_url) as store:
         if resume is not None:
             batch_id = _resolve(store, resume)
@@ -172,10 +194,7 @@ def batch(
             require_shared_store(store, address)  # before a batch is recorded
         for url in (model_url or [settings.model_url]) if resume is None else recorded.model_urls:
             require_reachable(url)  # every replica answers before a batch is recorded or resumed
-        if resume is None:
-            task_file = load_task_file(Path(target))
-            for message in task_file.errors:
-                err.print(f"[yellow]skipped[/] {escape(task_file.path)} {escape(message)}", highlight=False)
+        if task_file is not None:
             plan = BatchPlan(tasks_dir=str(Path(target).resolve().parent),
                              model_urls=tuple(model_url or [settings.model_url]), options=options,
                              executor=executor or "local", address=address, run_settings=given)
@@ -193,6 +212,22 @@ def _run_with_progress(store: Store, settings: Settings, batch_id: str, total: i
                        err: Console, run: Callable[..., object] = run_batch) -> None:
     progress = BatchProgress(total)
     finished = threading.Event()
+    said = threading.Lock()
+    width = terminal_width()
+
+    def attempt(result: AttemptResult) -> None:
+        # Each task's end as it comes, on a terminal above the status line and
+        # in a pipe (CI, nohup) where the status line is never drawn.
+        progress.attempt(result)
+        what = result.verdict or {INFRASTRUCTURE: "infrastructure failure", INTERRUPTED: "interrupted"}.get(
+            result.outcome, "task error")
+        text = (f"[{progress.finished}/{total}] {result.task_id} {what}"
+                + (f" · run {result.run_id[:12]}" if result.run_id else "")
+                + (f" · {one_line(result.error, 400)}" if result.error else ""))
+        with said:
+            for line in prose(text, width):
+                err.print(line, highlight=False, markup=False)
+
     with err.status(progress.line(min(options.workers, total)), spinner="dots") as status:
         def tick() -> None:
             while not finished.wait(1.0):
@@ -201,7 +236,7 @@ def _run_with_progress(store: Store, settings: Settings, batch_id: str, total: i
         ticker = threading.Thread(target=tick, daemon=True)
         ticker.start()
         try:
-            run(store, settings, batch_id, on_attempt=progress.attempt, options=options,
+            run(store, settings, batch_id, on_attempt=attempt, options=options,
                 on_stopping=lambda: err.print("[yellow]Ctrl-C[/]: canceling the runs in flight, starting no more"))
         finally:
             finished.set()

@@ -31,6 +31,23 @@ def _schema_format(path: Path, style: str) -> dict:
     return response_format(schema, style)
 
 
+def _figure(value: int, source: str) -> str:
+    # A figure the server did not send is recorded 0 with its source absent: shown absent, never 0.
+    return "absent" if source == "absent" else f"{value:,} ({source})"
+
+
+def envelope_json(envelope: Envelope) -> dict:
+    """The envelope as JSON, a figure the server did not send null (the
+    recorded envelope keeps its 0 beside the ``absent`` source, for its bytes)."""
+    doc = envelope.model_dump(mode="json")
+    usage = doc["usage"]
+    for figure, source in (("prompt_tokens", "prompt_source"), ("cached_prompt_tokens", "cached_source"),
+                           ("completion_tokens", "completion_source")):
+        if usage[source] == "absent":
+            usage[figure] = None
+    return doc
+
+
 def render_envelope(envelope: Envelope, console: Console) -> None:
     status = envelope.status
     console.print(f"[bold {_STYLE.get(status, 'red')}]{status.value}[/]", highlight=False)
@@ -49,8 +66,8 @@ def render_envelope(envelope: Envelope, console: Console) -> None:
     u = envelope.usage
     table.add_row(
         "usage",
-        f"prompt {u.prompt_tokens} ({u.prompt_source}), cached {u.cached_prompt_tokens} "
-        f"({u.cached_source}), completion {u.completion_tokens} ({u.completion_source})"
+        f"prompt {_figure(u.prompt_tokens, u.prompt_source)}, cached {_figure(u.cached_prompt_tokens, u.cached_source)}"
+        f", completion {_figure(u.completion_tokens, u.completion_source)}"
         + (f", from {u.server_block}" if u.server_block else "")
         + (f", reasoning {u.reasoning_tokens} ({u.reasoning_convention})" if u.reasoning_tokens is not None else ""),
     )
@@ -93,7 +110,7 @@ def call(
     ),
     model: str = typer.Option(None, "--model", help="Model id to ask for (settings: model)."),
     max_tokens: int = typer.Option(
-        None, "--max-tokens", min=1, help="K_max: most output tokens (settings: max_output_tokens)."
+        None, "--max-tokens", min=1, help="Most output tokens (settings: max_output_tokens)."
     ),
     stream: bool = typer.Option(True, "--stream/--no-stream", help="Stream over SSE (default) or ask for one body."),
     system: str = typer.Option(None, "--system", help="An optional system message."),
@@ -103,7 +120,8 @@ def call(
         "--schema-style",
         help="How to send the schema: json_schema (OpenAI, vLLM) or json_object (llama-cpp-python).",
     ),
-    deadline: float = typer.Option(120.0, "--deadline", min=0.001, help="T_max in seconds, for the whole call."),
+    deadline: float = typer.Option(120.0, "--deadline", min=0.001,
+                                   help="Seconds the whole call may take (retries included)."),
     temperature: float = typer.Option(None, "--temperature", help="Sampling temperature (settings: temperature)."),
     logprobs: int = typer.Option(
         None, "--logprobs", min=0, max=20, help="Record per-token logprobs with the K most likely alternatives."
@@ -138,7 +156,7 @@ def call(
             client.engine_info()  # the engine's report says what its logprobs are taken from
         envelope = client.call(request)
     if as_json:
-        typer.echo(envelope.model_dump_json(indent=2))
+        typer.echo(json.dumps(envelope_json(envelope), indent=2))
     else:
         render_envelope(envelope, Console())
     if envelope.status is not Status.COMPLETED:

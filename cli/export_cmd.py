@@ -12,6 +12,7 @@ from typing import IO, Any
 import typer
 from rich.console import Console
 
+from cli.display.table import prose, terminal_width
 from cli.store_cmd import open_store
 from cli.store_options import CONFIG_HELP, DB_HELP
 from cli.usage import choices
@@ -46,7 +47,12 @@ def export_run(store: Store, run_id: str, fmt: str, include_unverified: bool, ou
     """Write one run; returns why it was skipped, or None when written."""
     trajectory = store.trajectory(run_id)
     if fmt == "atif":
-        document = to_atif(trajectory)
+        try:
+            document = to_atif(trajectory)
+        except ExportError as exc:  # no answered call: --all goes on, as the chat format does
+            if single:
+                raise
+            return exc.message
         out.write(_json(document, indent=2 if single else None) + "\n")
         return None
     if fmt == "events-jsonl":
@@ -147,12 +153,13 @@ def export(
                 if reason:
                     skipped.append(reason)
     written = len(ids) - len(skipped)
-    err.print(
-        f"exported {written} run(s) as {fmt}"
-        + (f"; skipped {len(skipped)}: {skipped[0]}{' ...' if len(skipped) > 1 else ''}" if skipped else "")
-    )
+    for line in prose(f"exported {written} run(s) as {fmt}"
+                      + (f"; skipped {len(skipped)}: {skipped[0]}{' ...' if len(skipped) > 1 else ''}"
+                         if skipped else ""), terminal_width()):
+        err.print(line, markup=False)
     if written == 0:
-        raise NothingToReport("nothing exported: no verified-PASS runs (--include-unverified exports the others)")
+        raise NothingToReport(f"nothing exported: {skipped[0] if skipped else 'no runs'}"
+                              + ("" if fmt == "atif" else " (--include-unverified exports unverified runs)"))
 
 
 def export_rollout(run: str | None, all_runs: bool, batch: str | None, shape: str, output: Path | None,

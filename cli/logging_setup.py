@@ -1,7 +1,12 @@
 """structlog configuration for the CLI: human lines on stderr (no timestamps:
 a person reads them as they come), folded to the terminal's width (80 in a
 pipe), or JSON lines with ``--log-json``. Loggers are bound with run_id and
-turn by their callers."""
+turn by their callers.
+
+A human line is a notice in the display's own style, not a structured log
+record: ``sandbox runtime · runtime runsc · why auto: ...``, a warning
+``warning: model has no price ...``; no level column, no ``key=value``
+quoting (the structured form is ``--log-json``'s)."""
 
 from __future__ import annotations
 
@@ -34,12 +39,20 @@ def configure_logging(*, json_lines: bool, level: int = logging.INFO) -> None:
     )
 
 
-def _printable_console():
-    # pad_event_to=0: the event's 30-column pad wastes a third of a pipe's width.
-    console = structlog.dev.ConsoleRenderer(colors=False, pad_event_to=0)
+def notice(event_dict: dict) -> str:
+    """An event as a person reads it: its words, then each value after its name."""
+    values = dict(event_dict)
+    level = str(values.pop("level", "info"))
+    values.pop("timestamp", None)
+    head = str(values.pop("event", ""))
+    if level not in ("info", "debug"):
+        head = f"{level}: {head}"
+    return " · ".join([head, *(f"{key} {value}" for key, value in values.items())])
 
+
+def _printable_console():
     def render(logger, name, event_dict):
-        text = printable(console(logger, name, event_dict))
+        text = printable(notice(event_dict))
         width = terminal_width()
         return "\n".join(folded for line in text.splitlines()
                          for folded in wrapped(line, width, indent="    "))

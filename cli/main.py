@@ -189,9 +189,14 @@ def main() -> None:
         from rich.console import Console
         from rich.text import Text
 
+        from cli.display.table import terminal_width, wrapped
         from orchestrator.terminal_text import printable
 
-        # The message may quote a file, a task or a model's words: text, never markup, controls escaped.
-        line = Text("error:", style="bold red").append(f" {printable(exc.message)}", style="")
-        Console(stderr=True, soft_wrap=True).print(line, highlight=False)
+        # The message may quote a file, a task or a model's words: text, never markup, controls escaped;
+        # folded at words to the terminal's width (80 in a pipe), a word (a path, a URL) never cut.
+        err = Console(stderr=True, soft_wrap=True)
+        parts = [part for line in f"error: {printable(exc.message)}".splitlines()
+                 for part in wrapped(line, terminal_width(), indent="  ")]
+        for n, part in enumerate(parts):
+            err.print(Text("error:", style="bold red").append(part[6:]) if n == 0 else Text(part), highlight=False)
         sys.exit(exc.exit_code)

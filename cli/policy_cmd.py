@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from cli.display.table import prose, terminal_width
+
 policy_app = typer.Typer(help="Validate and explain capability policies.", no_args_is_help=True, rich_markup_mode=None)
 
 
@@ -23,9 +25,9 @@ def check(
         typer.echo(json.dumps({"valid": True, "policy": policy.model_dump(mode="json"), "grants": explain(policy)},
                               sort_keys=True))
     else:
-        typer.echo(f"{file}: valid")
-        for line in explain(policy):
-            typer.echo("  " + line)
+        width = terminal_width()
+        typer.echo("\n".join([*prose(f"{file}: valid", width),
+                              *("  " + part for line in explain(policy) for part in prose(line, width - 2))]))
 
 
 @policy_app.command("show-default")
@@ -37,7 +39,8 @@ def show_default(as_json: bool = typer.Option(False, "--json", help="Print as JS
     if as_json:
         typer.echo(json.dumps(policy.model_dump(mode="json"), sort_keys=True))
     else:
-        typer.echo("\n".join(explain(policy)))
+        width = terminal_width()
+        typer.echo("\n".join(part for line in explain(policy) for part in prose(line, width)))
 
 
 def register(app: typer.Typer) -> None:

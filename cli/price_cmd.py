@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from cli.display.table import prose, terminal_width
 from cli.store_options import emit_json
 from orchestrator.settings import load_settings
 from policies.price_table import PRICE_FIELDS, PriceTable, load_price_table, local_price_path, set_price, unset_price
@@ -88,8 +89,9 @@ def set_(
     if as_json:
         emit_json({"model": model, "file": str(path), **price.model_dump(exclude={"model"})})
     else:
-        typer.echo(f"{model}: input {price.input_per_mtok:g}, cached input {price.cached_rate:g}, output "
-                   f"{price.output_per_mtok:g} $/Mtok; GPU {price.gpu_per_hour:g} $/h (saved in {path})")
+        typer.echo("\n".join(prose(
+            f"{model}: input {price.input_per_mtok:g}, cached input {price.cached_rate:g}, output "
+            f"{price.output_per_mtok:g} $/Mtok; GPU {price.gpu_per_hour:g} $/h (saved in {path})", terminal_width())))
 
 
 @price_app.command("unset")
@@ -100,7 +102,8 @@ def unset(
     """Drop MODEL's local override; the shipped price (if any) applies again."""
     home = home_of(config)
     if unset_price(home, model):
-        typer.echo(f"{model}: local override removed from {local_price_path(home)}")
+        typer.echo("\n".join(prose(f"{model}: local override removed from {local_price_path(home)}",
+                                   terminal_width())))
     else:
         typer.echo(f"{model}: no local override")
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 
+from cli.display.table import prose, terminal_width
 from cli.store_options import CONFIG_HELP, DB_HELP
 from orchestrator.errors import ConfigError
 from orchestrator.exit_codes import ExitCode
@@ -48,7 +49,8 @@ def replay(
     top_p: float = typer.Option(None, "--top-p", min=0, max=1, help="Fork: top_p from the fork turn on."),
     top_k: int = typer.Option(None, "--top-k", min=0, help="Fork: top_k from the fork turn on."),
     seed: int = typer.Option(None, "--seed", help="Fork: sampling seed from the fork turn on."),
-    max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="Fork: K_max from the fork turn on."),
+    max_tokens: int = typer.Option(None, "--max-tokens", min=1,
+                                   help="Fork: most output tokens per call from the fork turn on."),
     allow_drift: bool = typer.Option(
         False, "--allow-drift", help="Fork: continue even if the re-executed prefix differs from the parent's."
     ),
@@ -80,9 +82,28 @@ def replay(
         model_url=model_url, allow_drift=allow_drift))
     # Diffs of recorded and replayed content quote the model: escaped for the terminal.
     typer.echo(json.dumps(report.model_dump(mode="json"), indent=2) if as_json else printable(render(report)))
+    if not as_json and report.mode == "fork" and report.replay_run_id and report.forked_at_turn is not None:
+        print_live_part(settings.store_url, report.replay_run_id, report.forked_at_turn)
     code = exit_code(report)
     if code:
         raise typer.Exit(code)
+
+
+def print_live_part(store_url: str, run_id: str, since: int) -> None:
+    """A fork's own result: the turns it ran live, and its patch, as ``show`` prints them."""
+    from rich.console import Console
+
+    from cli.display.show import print_turns
+    from cli.display.table import terminal_width
+    from store import Store
+
+    with Store.open(store_url, readonly=True, create=False) as store:
+        trajectory = store.trajectory(run_id)
+    console = Console(width=terminal_width())
+    console.print()
+    console.print(f"the fork's live turns ({since} on) and its patch (escrow show {run_id[:12]} has them all):",
+                  highlight=False, markup=False)
+    print_turns(console, trajectory, since=since)
 
 
 def exit_code(report: ReplayReport) -> int:
@@ -96,9 +117,11 @@ def exit_code(report: ReplayReport) -> int:
     return EXIT_RECORDING_ENDS if report.recording_ends_at is not None else EXIT_IDENTICAL
 
 
-def render(report: ReplayReport) -> str:
-    """The human-readable report."""
-    lines = []
+def render(report: ReplayReport, width: int | None = None) -> str:
+    """The human-readable report: each sentence folded at words to the
+    terminal's width (80 in a pipe); a diff's lines printed whole."""
+    width = width or terminal_width()
+    lines = _Lines(width)
     n = len(report.turns)
     same = sum(1 for t in report.turns if t.identical)
     title = {"replay": "replay", "reexecute": "re-execution", "fork": "fork"}[report.mode]
@@ -117,7 +140,7 @@ def render(report: ReplayReport) -> str:
         lines.append(f"DIVERGED at turn {d.turn}: {d.kind} differs at {d.field}")
         if len(d.fields) > 1:
             lines.append(f"  also differs: {', '.join(d.fields[1:6])}{' ...' if len(d.fields) > 6 else ''}")
-        lines.append(d.diff.rstrip("\n"))
+        lines.whole(d.diff.rstrip("\n"))
     for m in report.request_mismatches:
         lines.append(f"  turn {m.turn}: request differs at {m.field} (after drifted tool output)")
     for drift in report.drifts:
@@ -129,7 +152,7 @@ def render(report: ReplayReport) -> str:
         lines.append(f"  noise: {len(report.noise_mismatches)} later request(s) differ only by volatile output")
     if report.first_drift_turn is not None:
         lines.append(f"first drifting turn: {report.first_drift_turn}")
-        lines.append(next(d for d in report.drifts if not d.noise).diff.rstrip("\n"))
+        lines.whole(next(d for d in report.drifts if not d.noise).diff.rstrip("\n"))
     for note in report.notes:
         lines.append(f"  note: {note}")
     lines.append(f"verdict: {report.verdict} (recorded: {report.recorded_verdict})")
@@ -148,4 +171,19 @@ def render(report: ReplayReport) -> str:
         lines.append("NOISE ONLY: outputs differ only in volatile fields (policy [replay] volatile)")
     elif report.mode != "fork":
         lines.append("IDENTICAL" if report.identical else "NOT IDENTICAL")
-    return "\n".join(lines)
+    return "\n".join(lines.out)
+
+
+class _Lines:
+    """Prose folded to the width as it is added; ``whole`` for a diff."""
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self.out: list[str] = []
+
+    def append(self, text: str) -> None:
+        indent = len(text) - len(text.lstrip(" "))
+        self.out += [" " * indent + line for line in prose(text.lstrip(" "), self.width - indent)]
+
+    def whole(self, text: str) -> None:
+        self.out.append(text)

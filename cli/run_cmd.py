@@ -50,9 +50,10 @@ def run(
     ),
     max_turns: int = typer.Option(None, "--max-turns", min=1, help="Turn limit (overrides the policy)."),
     budget_usd: float = typer.Option(None, "--budget-usd", min=0, help="Cost limit in dollars (overrides the policy)."),
-    max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="K_max: output ceiling per call."),
+    max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="Most output tokens per model call."),
     context_window: int = typer.Option(
-        None, "--context-window", min=256, help="S_max when the server does not report it."
+        None, "--context-window", min=256,
+        help="The model's context window in tokens, when the server does not report it."
     ),
     temperature: float = typer.Option(None, "--temperature", min=0, help="Sampling temperature."),
     seed: int = typer.Option(None, "--seed", help="Sampling seed, where the server honours one."),
@@ -150,12 +151,29 @@ def run(
     elif quiet:
         Console(soft_wrap=True).print(Text(
             f"{result.verdict.value}: {one_line(result.detail, 200)} (run {outcome.run_id})"), highlight=False)
+    elif settings.log_json:
+        log_outcome(Console(), outcome, log)
     else:
         print_outcome(Console(), outcome, err)
-    if outcome.apply_refused:
+    if outcome.apply_refused and settings.log_json:
+        log.error("apply_refused", run_id=outcome.run_id, reason=outcome.apply_refused)
+    elif outcome.apply_refused:
         err.print(Text("--apply refused: ", style="bold red") + Text(printable(outcome.apply_refused)))
         raise typer.Exit(ApplyRefused.exit_code)
     raise typer.Exit(ExitCode.OK if result.verdict is Verdict.PASS else ExitCode.FINDING)
+
+
+def log_outcome(out: Console, outcome: RunOutcome, log: structlog.typing.FilteringBoundLogger) -> None:
+    """``--log-json``: the patch on stdout as ``print_outcome`` gives it, and
+    the outcome as one structured event on stderr, the last of the run's JSON
+    lines (no drawn panel: every stderr line is JSON)."""
+    if outcome.patch_bytes:
+        print_diff(out, outcome.patch_bytes, None if out.is_terminal else sys.stdout.buffer)
+    result = outcome.result
+    log.info("verdict", run_id=outcome.run_id, verdict=result.verdict.value, detail=result.detail,
+             turns=result.turns, tokens=result.tokens, cost_usd=round(result.cost_usd, 6),
+             patch_files=list(outcome.patch_files), applied=outcome.applied,
+             skipped=[s.model_dump() for s in outcome.skipped], flagged=[f.model_dump() for f in outcome.flagged])
 
 
 def print_outcome(out: Console, outcome: RunOutcome, notes: Console) -> None:

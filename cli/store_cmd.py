@@ -12,13 +12,16 @@ import typer
 from rich.console import Console
 
 from cli.display.show import print_trajectory
-from cli.display.table import terminal_width
+from cli.display.table import prose, terminal_width
 from cli.spans import parse_since
 from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
 from orchestrator.errors import ConfigError
 from orchestrator.settings import load_settings
+from orchestrator.terminal_text import printable
 from store import ChainBroken, Store
+from store.batches import attempt_of_run
 from store.render import check_line
+from store.run_list import when
 
 
 def open_store(db: str | None, config: Path | None, *, readonly: bool = True) -> Store:
@@ -36,11 +39,21 @@ def show(
     """Show one run turn by turn: the model's words, its tool calls and what they returned."""
     with open_store(db, config) as store:
         trajectory = store.trajectory(run)
+        chain = None if as_json else store.verify(trajectory.run.id)
+        attempt = None if as_json else attempt_of_run(store, trajectory.run.id)
     if as_json:
         emit_json(trajectory.model_dump(mode="json"))
-    else:
-        # Lines are folded to the terminal's width, or COLUMNS (80) in a pipe; a diff's are printed whole.
-        print_trajectory(Console(width=terminal_width()), trajectory, full=full)
+        return
+    # Lines are folded to the terminal's width, or COLUMNS (80) in a pipe; a diff's are printed whole.
+    console = Console(width=terminal_width())
+    if chain is not None and not chain.ok:
+        # What follows may have been altered since it was recorded: said before it, not after.
+        for line in prose(f"warning: this run's hash chain does not verify ({chain.problem}); what follows may "
+                          f"not be what was recorded (escrow verify {trajectory.run.id[:12]})", console.width):
+            console.print(line, style="bold red", highlight=False, markup=False)
+    also = (f"  batch:   {attempt.batch_id[:12]}, task {printable(attempt.task_id)}, attempt {attempt.number}",
+            ) if attempt else ()
+    print_trajectory(console, trajectory, full=full, also=also)
 
 
 def verify(
@@ -101,7 +114,8 @@ def gc(
     except ValueError as exc:
         raise ConfigError(str(exc).replace("--since", "--older-than")) from None
     settings = load_settings(config, db_url=db)
-    with Store.open(settings.store_url, create=True, readonly=False) as store:
+    # A missing store is not made: there is nothing to collect (StoreMissing, exit 3).
+    with Store.open(settings.store_url, create=False, readonly=False) as store:
         try:
             with store.write() as conn:
                 result = collect(conn, before=before, keep_verdicts=keep_verdict)
@@ -113,16 +127,20 @@ def gc(
     # After the commit: a workspace goes only once no run can need it.
     freed = sweep(kept_workspaces(settings), repos, before=before, dry_run=dry_run)
     if as_json:
-        emit_json({**result.model_dump(), "workspaces_deleted": freed.workspaces,
+        emit_json({**result.model_dump(mode="json"), "workspaces_deleted": freed.workspaces,
                    "workspace_bytes_freed": freed.bytes, "dry_run": dry_run})
-    else:
-        verb = "would delete" if dry_run else "deleted"
-        typer.echo(f"{verb} {result.runs_deleted} runs ({result.rows_deleted} rows, {result.blobs_deleted} blobs), "
-                   f"{'would free' if dry_run else 'freed'} {result.bytes_freed:,} bytes; kept "
-                   f"{result.runs_kept_as_parents} parents of kept runs" + (" (dry run: nothing deleted)" if dry_run
-                                                                             else ""))
-        typer.echo(f"{verb} {freed.workspaces} kept workspaces, {'would free' if dry_run else 'freed'} "
-                   f"{freed.bytes:,} bytes")
+        return
+    width = terminal_width()
+    verb, free = ("would delete", "would free") if dry_run else ("deleted", "freed")
+    lines = prose(f"{verb} {result.runs_deleted} runs ({result.rows_deleted} rows, {result.blobs_deleted} blobs), "
+                  f"{free} {result.bytes_freed:,} bytes; kept {result.runs_kept_as_parents} parents of kept runs"
+                  + (" (dry run: nothing deleted)" if dry_run else ""), width)
+    lines += prose(f"{verb} {freed.workspaces} kept workspaces, {free} {freed.bytes:,} bytes", width)
+    if dry_run and result.runs:
+        lines += ["", f"{'run':<12}  {'entered the store':<19}  {'started':<19}  {'mode':<7}  verdict"]
+        lines += [f"{r.run_id[:12]}  {when(r.entered_at)}  {when(r.created_at)}  {r.mode:<7}  "
+                  f"{printable(r.verdict or '-')}"[:width] for r in result.runs]
+    typer.echo("\n".join(lines))
 
 
 class _RolledBack(Exception):

@@ -9,7 +9,8 @@ The one tree (exit code in brackets)::
     │   ├── PriceTableError [2]      policies/price_table.py: a price file or price edit
     │   └── ModelUnreachable [2]     the model URL is not http(s), or nothing answers there
     ├── ContractError [2]            a request violates its own contract (e.g. S + K_max > S_max)
-    │   └── ReservedWireKey [2]      Sampling.extra names a key Escrow sets itself
+    │   ├── ReservedWireKey [2]      Sampling.extra names a key Escrow sets itself
+    │   └── GrammarRefused [2]       orchestrator/grammar.py: no grammar can be written for the tools
     ├── TokenizerError [2]           no usable tokenizer
     ├── BudgetExhausted [2]          a run limit was reached (ends a run as a verdict, not an exit)
     ├── QuarantinedPayloadError [2]  a non-COMPLETED envelope was asked to leave escrow

@@ -45,17 +45,55 @@ quiet_pip() { { grep -v "^WARNING: Location" || true; } >&2; }
 say() { printf '\033[1;34m[setup]\033[0m %s\n' "$*" >&2; }
 
 _apt_updated=0
+# dpkg's own state of a package: "ii " installed; a second letter n or c (or
+# nothing) not installed; anything else is what an interrupted dpkg left
+# (H half-installed, U unpacked, F half-configured, W/t awaiting triggers, a
+# third letter R: reinstall required). `dpkg -s` exits 0 for all of those,
+# and set-up took a half-installed chromium for installed.
+pkg_state() { dpkg-query -W -f='${db:Status-Abbrev}' "$1" 2>/dev/null || true; }
+
 apt_install() {
-    local missing=()
-    for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
-    [ ${#missing[@]} -eq 0 ] && return 0
+    local missing=() broken=() pkg state
+    for pkg in "$@"; do
+        state="$(pkg_state "$pkg")"
+        case "$state" in
+            ?i" ") ;;
+            ""|?n?|?c?) missing+=("$pkg") ;;
+            *) broken+=("$pkg") ;;
+        esac
+    done
+    [ ${#missing[@]} -eq 0 ] && [ ${#broken[@]} -eq 0 ] && return 0
+    # apt-get refuses to work while dpkg reports an interrupted run: finish it first.
+    if [ ${#broken[@]} -gt 0 ] || [ -n "$(dpkg --audit 2>/dev/null)" ]; then
+        say "repairing what an interrupted install left${broken[*]:+ (${broken[*]})}: dpkg --configure -a"
+        dpkg --configure -a >/dev/null || say "dpkg --configure -a failed; reinstalling"
+        local still=()
+        for pkg in "${broken[@]}"; do
+            case "$(pkg_state "$pkg")" in ?i" ") ;; *) still+=("$pkg") ;; esac
+        done
+        broken=("${still[@]}")
+    fi
+    [ ${#missing[@]} -eq 0 ] && [ ${#broken[@]} -eq 0 ] && return 0
     if [ "$_apt_updated" = 0 ]; then
         say "apt-get update"
         apt-get update -qq
         _apt_updated=1
     fi
-    say "apt-get install ${missing[*]}"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    if [ ${#missing[@]} -gt 0 ]; then
+        say "apt-get install ${missing[*]}"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+    if [ ${#broken[@]} -gt 0 ]; then
+        say "apt-get install --reinstall ${broken[*]} (left half-installed)"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --reinstall --no-install-recommends \
+            "${broken[@]}" >/dev/null
+    fi
+    for pkg in "$@"; do
+        case "$(pkg_state "$pkg")" in
+            ?i" ") ;;
+            *) say "$pkg is not installed after apt-get (dpkg state '$(pkg_state "$pkg")')"; return 1 ;;
+        esac
+    done
 }
 
 escrow_setup_venv() {

@@ -170,7 +170,9 @@ def new_runs(parsed: Parsed, now: float) -> list[NewRun]:
         }
         started = trajectory.started_at or first_time(trajectory) or now
         run = build.run_row(
-            run_id=run_id, now=started, task=trajectory.task, repo=parsed.path, config={"import": meta}, policy={},
+            # ``imported_at``: when it entered this store, what ``gc`` ages it by (``started`` is its source's).
+            run_id=run_id, now=started, task=trajectory.task, repo=parsed.path,
+            config={"import": {**meta, "imported_at": now}}, policy={},
             model=model_of(trajectory), mode=IMPORT_MODE, parent_run_id=None, forked_at_turn=None,
             version=__version__,
         )

@@ -76,11 +76,13 @@ def resolve_run_id(conn: Connection, ref: str) -> str:
         return ref
     if not ref or any(c in ref for c in "%_\\"):
         raise RunNotFound(f"no run {ref!r}", ref=ref)
-    found = conn.execute(select(runs.c.id).where(runs.c.id.like(f"{ref}%")).limit(2)).scalars().all()
+    found = conn.execute(select(runs.c.id).where(runs.c.id.like(f"{ref}%")).order_by(runs.c.id).limit(6)
+                         ).scalars().all()
     if not found:
         raise RunNotFound(f"no run matches {ref!r}", ref=ref)
-    if len(found) > 1:
-        raise RunNotFound(f"run prefix {ref!r} is ambiguous; give more characters", ref=ref)
+    if len(found) > 1:  # named, so the user can pick one
+        named = ", ".join(str(run_id)[:12] for run_id in found[:5]) + (" and more" if len(found) > 5 else "")
+        raise RunNotFound(f"run prefix {ref!r} is ambiguous: it matches {named}; give more characters", ref=ref)
     return str(found[0])
 
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import (
+    JSON,
     ColumnElement,
     Connection,
     LargeBinary,
@@ -26,6 +27,7 @@ from sqlalchemy import (
 from sqlalchemy import String as SAString
 
 from orchestrator.contract import Frozen
+from orchestrator.interop.records import IMPORT_MODE
 from store import blobs, run_totals, ttft_days
 from store.tables import CHAINED, Deletion, ModelCall, Run, table_of
 
@@ -45,7 +47,20 @@ DELETE_ORDER = (
 )
 
 
+class GcRun(Frozen):
+    """A run gc deletes (or, dry, would)."""
+
+    run_id: str
+    created_at: float
+    """When it started (an imported run: its source's date)."""
+    entered_at: float
+    """When it entered this store: what its age is counted from."""
+    mode: str
+    verdict: str | None
+
+
 class GcResult(Frozen):
+    runs: tuple[GcRun, ...] = ()
     runs_deleted: int
     runs_kept_as_parents: int
     rows_deleted: int
@@ -54,13 +69,24 @@ class GcResult(Frozen):
     """UTF-8 bytes of the text and the fixed-size cells removed, as SQL sees them."""
 
 
+def entered_sql(dialect: str) -> Any:
+    """When a run entered this store: an imported run's ``imported_at`` (its
+    ``created_at`` is its source's date; one imported before that was
+    recorded has only that), every other run's ``created_at``."""
+    if dialect == "sqlite":
+        at = func.json_extract(RUNS.c.config_json, "$.import.imported_at")
+    else:
+        at = cast(RUNS.c.config_json, JSON)["import"]["imported_at"].as_float()
+    return case((RUNS.c.mode == IMPORT_MODE, func.coalesce(at, RUNS.c.created_at)), else_=RUNS.c.created_at)
+
+
 def collect(
     conn: Connection, *, before: float, keep_verdicts: Iterable[str] = (), now: float | None = None
 ) -> GcResult:
     keep = sorted(set(keep_verdicts))
-    stmt = select(RUNS.c.id, RUNS.c.created_at, RUNS.c.verdict, RUNS.c.chain_seq, RUNS.c.chain_head).where(
-        RUNS.c.created_at < before
-    )
+    entered = entered_sql(conn.dialect.name)
+    stmt = select(RUNS.c.id, RUNS.c.created_at, RUNS.c.verdict, RUNS.c.chain_seq, RUNS.c.chain_head, RUNS.c.mode,
+                  entered.label("entered_at")).where(entered < before)
     if keep:
         stmt = stmt.where((RUNS.c.verdict.is_(None)) | (RUNS.c.verdict.not_in(keep)))
     doomed = {r.id: r for r in conn.execute(stmt)}
@@ -105,7 +131,7 @@ def collect(
                 "verdict": r.verdict,
                 "chain_seq": r.chain_seq,
                 "chain_head": r.chain_head,
-                "reason": f"gc: created before {before:.0f}" + (f", verdict not in {keep}" if keep else ""),
+                "reason": f"gc: entered the store before {before:.0f}" + (f", verdict not in {keep}" if keep else ""),
             }
             for r in doomed.values()
         ],
@@ -115,7 +141,10 @@ def collect(
         chunk = unused[start : start + blobs.BATCH]
         freed += _size(conn, blobs.BLOBS, blobs.BLOBS.c.sha256.in_(chunk))
         conn.execute(delete(blobs.BLOBS).where(blobs.BLOBS.c.sha256.in_(chunk)))
-    return GcResult(runs_deleted=len(ids), runs_kept_as_parents=kept_as_parents, rows_deleted=rows + len(ids),
+    gone = tuple(GcRun(run_id=r.id, created_at=r.created_at, entered_at=float(r.entered_at), mode=r.mode,
+                       verdict=r.verdict) for r in sorted(doomed.values(), key=lambda r: (r.entered_at, r.id)))
+    return GcResult(runs=gone, runs_deleted=len(ids), runs_kept_as_parents=kept_as_parents,
+                    rows_deleted=rows + len(ids),
                     blobs_deleted=len(unused), bytes_freed=freed)
 
 

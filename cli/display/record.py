@@ -71,6 +71,9 @@ def trajectory_header(trajectory: Trajectory, *, full: bool = False) -> list[str
         if event.kind in SHOWN_BELOW:
             lines.append(f"  event {flat(event.kind, 40)}: shown below")
             continue
+        if event.kind == "engine" and not full and (engine := engine_line(event)):
+            lines.append(engine)  # the engine probe's findings in a line; --full has each field
+            continue
         lines += event_lines(event, full=full)
         counted = counted_run_level(event.data_json) if event.kind == IMPORT_EVENT else None
         if counted:
@@ -100,6 +103,19 @@ def task_lines(task: str, *, full: bool) -> list[str]:
     if len(shown) < len(lines):
         out.append(f"           … {len(lines) - len(shown)} more lines (--full shows them)")
     return out
+
+
+def engine_line(event: EventView) -> str | None:
+    """The engine event as one header line: the engine, its version when
+    known, and how it was told (the rest is under --full)."""
+    try:
+        data = json.loads(event.data_json)
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    if not isinstance(data, dict) or not data.get("engine"):
+        return None
+    said = ", ".join(str(v) for v in (data.get("version"), data.get("evidence")) if v)
+    return f"  engine:  {flat(str(data['engine']), 60)}" + (f" ({flat(said, 120)})" if said else "")
 
 
 def event_lines(event: EventView, *, full: bool, depth: int = 1) -> list[str]:

@@ -23,12 +23,23 @@ from policies import Flag
 PATCH_LINES = 40  # of the patch's diff, unless --full
 
 
-def print_trajectory(console: Console, trajectory: Trajectory, *, full: bool = False) -> None:
+def print_trajectory(console: Console, trajectory: Trajectory, *, full: bool = False,
+                     also: tuple[str, ...] = ()) -> None:
     """Every line at most the console's width (prose folded at words, nothing
-    cut under ``full``), but the patch's diff lines, printed whole."""
-    for line in trajectory_header(trajectory, full=full):
+    cut under ``full``), but the patch's diff lines, printed whole. ``also``:
+    header lines the trajectory does not hold (the batch attempt it was)."""
+    header = trajectory_header(trajectory, full=full)
+    for line in [*header[:1], *also, *header[1:]]:
         console.print(indented_line(line), highlight=False)
+    print_turns(console, trajectory, full=full)
+
+
+def print_turns(console: Console, trajectory: Trajectory, *, since: int = 0, full: bool = False) -> None:
+    """The turns from ``since`` on, then the run's patch (a fork prints the
+    turns it ran live and its result)."""
     for record in trajectory.turns:
+        if record.turn < since:
+            continue
         console.print()
         if record.committed is None:
             state = "events only" if not record.calls else "not committed (in flight when the run stopped)"
@@ -53,6 +64,15 @@ def print_trajectory(console: Console, trajectory: Trajectory, *, full: bool = F
 
 
 _BINARY_SIZE = re.compile(r"(literal|delta) (\d+)")
+_INDEX = re.compile(r"index ([0-9a-f]{12})[0-9a-f]*\.\.([0-9a-f]{12})[0-9a-f]*( \d+)?")
+
+
+def short_index(line: str) -> str:
+    """A diff's ``index`` line with its blob hashes cut to 12 digits, as git
+    abbreviates them (two full hashes made it 95 columns); the exact patch
+    is in ``show --json``."""
+    found = _INDEX.fullmatch(line)
+    return f"index {found[1]}..{found[2]}{found[3] or ''}" if found else line
 
 
 def binary_described(lines: list[str]) -> list[str]:
@@ -96,7 +116,7 @@ def patch_lines(record: Mapping[str, Any], *, full: bool = False) -> tuple[list[
              for f in (Flag.from_recorded(item) for item in record.get("flagged") or ())]
     if not data:
         return [heading, *flags, Text("(no changes)", style="dim")], []
-    lines = binary_described(printable(shown_text(data)).splitlines())
+    lines = [short_index(line) for line in binary_described(printable(shown_text(data)).splitlines())]
     shown = lines if full or len(lines) <= PATCH_LINES else lines[:PATCH_LINES]
     out = [diff_line(line) for line in shown]
     if len(shown) < len(lines):

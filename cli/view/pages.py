@@ -253,7 +253,8 @@ def _call(call: CallView) -> CallShown:
         cost_usd=resp.cost_usd,
         ttft_s=resp.ttft_s,
         decode_s=resp.decode_s,
-        total_s=resp.total_s,
+        # 0: no time was recorded (an imported call whose source gave none; a real call takes time).
+        total_s=resp.total_s or None,
         attempts=resp.n_attempts,
         retry_of=call.attempt_of,
     )

@@ -48,6 +48,8 @@ class BatchProgress:
         eta = self.eta_s()
         parts = [f"{self.finished}/{self.total} done", f"running {running}", f"passed {self.passed}",
                  *([f"suspect {self.suspect}"] if self.suspect else []), f"failed {self.failed}"]
+        if self.task_errors:  # a task that could not run (a missing context window): not "failed 0"
+            parts.append(f"task errors {self.task_errors}")
         if self.infra:
             parts.append(f"infra errors {self.infra} (start timeouts {self.start_timeouts})")
         parts.append(f"${self.cost_usd:.4f}")

@@ -112,6 +112,7 @@ def batch_report(
         cost_usd=sum(line.cost_usd for line in lines), tokens=sum(line.tokens for line in lines),
         p50_s=percentile(times, 50), p95_s=percentile(times, 95),
         slowest=tuple(line.task_id for line in sorted(done, key=lambda x: -(x.seconds or 0))[:5]),
-        costliest=tuple(line.task_id for line in sorted(done, key=lambda x: -x.cost_usd)[:5]),
+        # Tasks that cost nothing are no one's costliest (five tasks of $0 were named).
+        costliest=tuple(line.task_id for line in sorted(done, key=lambda x: -x.cost_usd)[:5] if line.cost_usd > 0),
         tasks=tuple(lines),
     )

@@ -60,7 +60,7 @@ def resolve_budget(*, configured: int | None, discovered: int | None, k_max: int
     else:
         raise ConfigError(
             "context window unknown: the server does not report it (llama.cpp's OpenAI server does not); "
-            "set context_window in the settings",
+            "give --context-window N (the model's context in tokens; context_window in the config file)",
         )
     try:
         return Budget(s_max=s_max, k_max=k_max, source=source)

@@ -43,11 +43,24 @@ class GroupStats(Frozen):
     calls: int
     prompt_tokens: int
     cached_tokens: int | None
-    """None (absent) when no call of the group reported a cached count; with
-    some that did, the sum of theirs."""
+    """The sum of the cached counts the group's calls reported; None (absent)
+    when none did."""
+    cached_calls: int = 0
+    """How many of ``calls`` reported a cached count."""
+    hit_cached_tokens: int = 0
+    hit_prompt_tokens: int = 0
+    """The cached and prompt tokens of the group's runs whose every call
+    reported a cached count (``RunSlice.cached_known``): what the hit rate
+    is over. A run whose calls partly reported one does not say which of
+    its prompt tokens they cover, and a call that sent none is absent, not 0."""
     prefilled_tokens: int | None
+    """Known only when every call of the group reported a cached count."""
     completion_tokens: int
     cost: CostBreakdown
+    priced_runs: int = 0
+    """Runs with dollars: Escrow's own (priced by the table), or imported
+    ones repriced or whose source recorded dollars. None of them: the
+    group's dollars are absent, not $0."""
     gpu_s: float
     decode_s: float
     tool_s: float
@@ -59,7 +72,11 @@ class GroupStats(Frozen):
 
     @property
     def hit_ratio(self) -> float | None:
-        return None if self.cached_tokens is None else ratio(self.cached_tokens, self.prompt_tokens)
+        return ratio(self.hit_cached_tokens, self.hit_prompt_tokens) if self.hit_prompt_tokens else None
+
+    @property
+    def cost_usd(self) -> float | None:
+        return self.cost.total_usd if self.priced_runs else None
 
 
 class AggregateReport(Frozen):
@@ -79,26 +96,35 @@ CostParts = tuple[float, float, float, float, float]
 
 
 def _stats(key: str, pieces: Sequence[RunSlice], costs: Sequence[CostParts],
-           ttfts: Sequence[tuple[float, int]]) -> GroupStats:
+           ttfts: Sequence[tuple[float, int]], reprice: bool = False) -> GroupStats:
     """A group's figures from its pieces and their cost parts. Every float is
     summed in the pieces' order from zero, so the figures do not depend on
     how the pieces were grouped or read; the sums run over columns (a fleet
     report has tens of thousands of pieces)."""
     run_cost: dict[str, float] = defaultdict(float)
     run_tokens: dict[str, int] = defaultdict(int)
+    with_dollars = {p.run_id for p in pieces if has_dollars(p, reprice)}
     for p, (a, b, c, d, e) in zip(pieces, costs, strict=True):
-        run_cost[p.run_id] += a + b + c + d + e
+        if p.run_id in with_dollars:
+            run_cost[p.run_id] += a + b + c + d + e
         run_tokens[p.run_id] += p.prompt_tokens + p.completion_tokens
     # Tool time belongs to a run, not to one of its models: counted once a run.
     tool_s = dict(zip(map(attrgetter("run_id"), pieces), map(attrgetter("tool_s"), pieces), strict=True))
     sums = [sum(part) for part in zip(*costs, strict=True)] or [0.0] * 5
     input_usd, cached_usd, output_usd, gpu_usd, source_usd = sums
     prompt = sum(map(attrgetter("prompt_tokens"), pieces))
-    reported = [n for n in map(attrgetter("cached_tokens"), pieces) if n is not None]
-    cached = sum(reported) if reported else None  # no piece's calls reported one: absent, not 0
+    reported = [p for p in pieces if p.cached_tokens is not None]
+    cached = sum(p.cached_tokens or 0 for p in reported) if reported else None  # none reported: absent, not 0
+    known = [p for p in pieces if p.cached_known]
     return GroupStats(
-        key=key, runs=len(run_cost), calls=sum(map(attrgetter("calls"), pieces)), prompt_tokens=prompt,
-        cached_tokens=cached, prefilled_tokens=None if cached is None else prompt - cached,
+        key=key, runs=len({p.run_id for p in pieces}), calls=sum(map(attrgetter("calls"), pieces)),
+        prompt_tokens=prompt, cached_tokens=cached,
+        cached_calls=sum(p.calls if p.cached_reported is None else p.cached_reported for p in reported),
+        hit_cached_tokens=sum(p.cached_tokens or 0 for p in known),
+        hit_prompt_tokens=sum(p.prompt_tokens for p in known),
+        # Prefilled is prompt - cached only where every call said its cached count.
+        prefilled_tokens=None if cached is None or len(known) < len(pieces) else prompt - cached,
+        priced_runs=len(with_dollars),
         completion_tokens=sum(map(attrgetter("completion_tokens"), pieces)),
         cost=CostBreakdown(input_usd=input_usd, cached_input_usd=cached_usd, output_usd=output_usd,
                            gpu_usd=gpu_usd, source_usd=source_usd),
@@ -107,6 +133,11 @@ def _stats(key: str, pieces: Sequence[RunSlice], costs: Sequence[CostParts],
         wait_s=sum(map(attrgetter("wait_s"), pieces)), cost_per_run=Spread.of(list(run_cost.values())),
         tokens_per_run=Spread.of(list(run_tokens.values())), ttft_s=Spread.of_counts(ttfts),
     )
+
+
+def has_dollars(p: RunSlice, reprice: bool) -> bool:
+    """Whether a piece has dollars: priced by the table, or its source's own."""
+    return priced(p, reprice) or p.source_usd is not None
 
 
 def priced(p: RunSlice, reprice: bool) -> bool:
@@ -159,9 +190,9 @@ def aggregate(
         all_ttfts.append((seconds, n))
     return AggregateReport(
         by=by, since=since, until=until, price_version=price_version,
-        groups=tuple(_stats(k, [pieces[i] for i in grouped[k]], [costs[i] for i in grouped[k]], ttft_groups[k])
-                     for k in sorted(grouped)),
-        total=_stats("TOTAL", pieces, costs, all_ttfts) if pieces else None,
+        groups=tuple(_stats(k, [pieces[i] for i in grouped[k]], [costs[i] for i in grouped[k]], ttft_groups[k],
+                            reprice) for k in sorted(grouped)),
+        total=_stats("TOTAL", pieces, costs, all_ttfts, reprice) if pieces else None,
         warnings=tuple(unpriced_warnings({p.model for p in pieces if priced(p, reprice)}, prices)),
         include_replays=include_replays,
     )

@@ -55,6 +55,16 @@ class RunSlice(NamedTuple):
     (None: Escrow's own run, or a source that gave none); used unless repriced."""
     run_level: bool = False
     """The source's run-level totals (figures no call of it gives), not a sum over calls."""
+    cached_reported: int | None = None
+    """How many of ``calls`` reported a cached count (None: all of them when
+    ``cached_tokens`` is given, none when not)."""
+
+    @property
+    def cached_known(self) -> bool:
+        """Every call of the slice reported a cached count, so its cached
+        tokens are a part of a known prompt (a slice whose calls partly
+        reported one does not say which of its prompt tokens they cover)."""
+        return self.cached_tokens is not None and (self.cached_reported is None or self.cached_reported >= self.calls)
 
 
 TOKEN_FIGURES = ("prompt_tokens", "cached_tokens", "completion_tokens")

@@ -81,18 +81,22 @@ def warnings_html(warnings: Sequence[str]) -> str:
 
 def run_html(report: RunCost) -> str:
     labels = [str(line.turn) for line in report.turns]
-    tokens = bar_chart(
-        "tokens-per-turn",
-        "Tokens per turn",
-        labels,
-        [
-            Series(name="cached prompt", color=CACHED, values=tuple(float(t.cached_tokens) for t in report.turns)),
-            Series(
-                name="prefilled prompt", color=PREFILLED, values=tuple(float(t.prefilled_tokens) for t in report.turns)
-            ),
-            Series(name="completion", color=OUTPUT, values=tuple(float(t.completion_tokens) for t in report.turns)),
-        ],
-    )
+    # A turn whose calls sent no cached count has its prompt drawn unsplit, not as all prefilled.
+    split = ["cached_tokens" not in t.absent for t in report.turns]
+    series = [
+        Series(name="cached prompt", color=CACHED,
+               values=tuple(float(t.cached_tokens if known else 0)
+                             for t, known in zip(report.turns, split, strict=True))),
+        Series(name="prefilled prompt", color=PREFILLED,
+               values=tuple(float(t.prefilled_tokens if known else 0)
+                             for t, known in zip(report.turns, split, strict=True))),
+    ]
+    if not all(split):
+        series.append(Series(name="prompt, no cached count reported", color=UNSPLIT, values=tuple(
+            float(0 if known else t.prompt_tokens) for t, known in zip(report.turns, split, strict=True))))
+    series.append(Series(name="completion", color=OUTPUT,
+                         values=tuple(float(t.completion_tokens) for t in report.turns)))
+    tokens = bar_chart("tokens-per-turn", "Tokens per turn", labels, series)
     per_turn = [t.cost.total_usd for t in report.turns]
     cost = bar_chart(
         "cost-per-turn", "Cost per turn ($) and cumulative", labels,
@@ -139,9 +143,10 @@ def aggregate_html(report: AggregateReport) -> str:
         Series(name="prefilled prompt", color=PREFILLED,
                values=tuple(float(g.prefilled_tokens or 0) for g in report.groups)),
     ]
-    if any(g.cached_tokens is None for g in report.groups):  # not split where no call reported a cached count
+    if any(g.prefilled_tokens is None for g in report.groups):  # not split where calls sent no cached count
         split.append(Series(name="prompt, no cached count reported", color=UNSPLIT, values=tuple(
-            float(g.prompt_tokens if g.cached_tokens is None else 0) for g in report.groups)))
+            float(g.prompt_tokens - (g.cached_tokens or 0) if g.prefilled_tokens is None else 0)
+            for g in report.groups)))
     tokens = bar_chart("tokens-per-group", f"Prompt tokens by {report.by}", labels, split)
     body = [
         f"<h1>Cost by {escape(report.by)}</h1>",

@@ -182,6 +182,9 @@ def cost_line(turn: int | None, calls: Sequence[CallFigures], resent: Sequence[i
     absent = [name for name in TOKEN_FIGURES if calls and all(name in c.absent for c in calls)]
     if not priced and calls and all(c.source_usd is None for c in calls):
         absent.append("cost_usd")
+    elif priced and calls and not any(c.has_usage for c in calls) and cost.total_usd == 0:
+        # No call was answered with usage (an HTTP 500): nothing to price, not $0.
+        absent.append("cost_usd")
     return CostLine(
         turn=turn, calls=len(calls), statuses=tuple(c.status or "IN_FLIGHT" for c in calls),
         prompt_tokens=prompt, cached_tokens=cached, prefilled_tokens=prompt - cached,

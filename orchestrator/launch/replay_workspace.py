@@ -9,7 +9,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from orchestrator.agent import RunResult
 from orchestrator.canonical import shown_text
+from orchestrator.launch.session import PatchRecorder
 from orchestrator.replay.errors import ReplayError
 from orchestrator.replay.recorded import RecordedRun
 from policies import Policy
@@ -17,6 +19,7 @@ from sandbox import Sandbox, ToolBox, connect, require_image
 from sandbox.kept import tree_digest
 from sandbox.loop_tools import SandboxTools
 from sandbox.runtime import choose_runtime
+from store import Recorder
 
 
 class WorkspaceGone(ReplayError):
@@ -34,6 +37,11 @@ class WorkspaceTools(SandboxTools):
     def __init__(self, sandbox: Sandbox, toolbox: ToolBox, policy: Policy) -> None:
         super().__init__(toolbox, policy)
         self.sandbox = sandbox
+
+    def record_patch(self, recorder: Recorder, run_id: str, result: RunResult) -> None:
+        """Record the workspace's patch before the verdict, as a live run does
+        (``PatchRecorder``): a fork's fix is the run's result."""
+        PatchRecorder(self.sandbox, self.toolbox, recorder, run_id).record(result)
 
     def patch_text(self) -> str:
         """The workspace's patch as the record's readable text (``shown_text``), so equal bytes compare equal."""

@@ -160,6 +160,10 @@ class Replayer:
                 drive.divergence = ending_divergence(recorded, result)
             if recorder is not None:
                 recorder.record_event(run_id, result.turns, "replay", _summary(drive, recorded))
+                # Tools that ran live left a workspace: its patch is the run's result, recorded as a live run's is.
+                record_patch = getattr(drive.live_tools, "record_patch", None)
+                if record_patch is not None:
+                    record_patch(recorder, run_id, result)
 
         drive.run(before_verdict)
         if mode == "reexecute":

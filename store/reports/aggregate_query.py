@@ -464,7 +464,8 @@ def slices(totals: Mapping[Key, Figures], runs: Mapping[str, RunCells], by_engin
         out.append(RunSlice(
             run_id=run_id, created_at=float(created), status=status, verdict=verdict, model=slot[1], source=source,
             # No call's server sent a cached count: absent, not 0 (``RunSlice.cached_tokens``).
-            calls=calls, prompt_tokens=prompt, cached_tokens=cached if reported else None, completion_tokens=output,
+            calls=calls, prompt_tokens=prompt, cached_tokens=cached if reported else None, cached_reported=reported,
+            completion_tokens=output,
             gpu_s=direct_s + http_s, wait_s=wait_s, decode_s=decode_s, retries=retries,
             tool_s=tool_s.get(run_id, 0.0), engine=engines[slot], batch=batch_of.get(run_id),
         ))

@@ -57,7 +57,10 @@ def test_escrow_run_says_one_line_and_exits_2_recording_nothing(url: str, tmp_pa
     home = tmp_path / "home"
     done = escrow(home, "run", "fix it", "--repo", str(repo), "--verify", "true", "--model-url", model_url)
     assert done.returncode == ExitCode.USAGE, done.stderr
-    assert done.stdout == "" and len(done.stderr.splitlines()) == 1 and done.stderr.startswith("error: ")
+    # One message, folded at words to 80 columns (a pipe's width): its continuations indented.
+    lines = done.stderr.splitlines()
+    assert done.stdout == "" and done.stderr.startswith("error: ") and all(len(line) <= 80 for line in lines)
+    assert all(line.startswith("  ") for line in lines[1:]), done.stderr
     assert not (home / "escrow.db").exists()  # no run recorded (no store even opened)
 
 

@@ -29,7 +29,23 @@ def test_a_long_log_line_folds_at_words_to_80_columns(capsys, monkeypatch):
 
 def test_a_wide_terminal_keeps_the_line_whole(capsys, monkeypatch):
     err = _logged(capsys, monkeypatch, "200", runtime="runsc", why="auto: dockerd has runsc (gVisor)")
-    assert err.splitlines() == ["[info     ] sandbox runtime runtime=runsc why='auto: dockerd has runsc (gVisor)'"]
+    assert err.splitlines() == ["sandbox runtime · runtime runsc · why auto: dockerd has runsc (gVisor)"]
+
+
+def test_a_line_is_a_notice_not_a_log_record(capsys, monkeypatch):
+    """Issue 42: on a terminal the run opened with ``[info     ] sandbox
+    runtime runtime=...``; a person reads a notice in the display's style."""
+    monkeypatch.setenv("COLUMNS", "80")
+    configure_logging(json_lines=False)
+    try:
+        structlog.get_logger().warning("model has no price; its calls cost $0", model="m",
+                                       hint="escrow price set MODEL ...")
+    finally:
+        structlog.reset_defaults()
+    err = capsys.readouterr().err
+    want = "warning: model has no price; its calls cost $0 · model m · hint escrow price set MODEL ..."
+    assert " ".join(err.split()) == want
+    assert "[warning" not in err and "=" not in err
 
 
 def test_controls_in_a_logged_value_are_escaped_before_folding(capsys, monkeypatch):

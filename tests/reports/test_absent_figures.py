@@ -139,7 +139,9 @@ def test_an_aggregate_shows_a_cached_count_no_server_sent_as_absent(store: Store
     assert (groups["TOTAL"]["cached_tokens"], groups["TOTAL"]["prompt_tokens"]) == (600, 3 * 1200 + 2000)
     # Pivoted: a row a figure, a column a group (k, m, then the total).
     assert table_cells(lines, "cached") == ["600", "-", "600"], lines
-    assert table_cells(lines, "hit") == ["30%", "-", "11%"], lines
+    # The total's hit rate is over the calls that reported a cached count
+    # (600 of 2,000), not over every prompt token (11%: issue 42).
+    assert table_cells(lines, "hit") == ["30%", "-", "30%"], lines
 
 
 def test_a_group_where_some_calls_reported_a_cached_count_sums_theirs(store: Store, home: Path,
@@ -153,11 +155,14 @@ def test_a_group_where_some_calls_reported_a_cached_count_sums_theirs(store: Sto
     record_calls(store, "m", (cached(500, 100),))
     record_calls(store, "n", (NO_CACHE_COUNT,))
     groups, lines = by_model(store)
-    assert (groups["m"]["cached_tokens"], groups["m"]["prefilled_tokens"]) == (500, 1200 + 1000 + 1200 + 500 - 500)
+    # Prefilled is unknown where calls sent no cached count (issue 42: not
+    # prompt - 0); the hit rate is over the run whose every call sent one.
+    assert (groups["m"]["cached_tokens"], groups["m"]["prefilled_tokens"]) == (500, None)
+    assert (groups["m"]["cache_hit_ratio"], groups["m"]["cached_calls"]) == (0.2, 2)
     assert all(groups["n"][name] is None for name in ABSENT_FIGURES), groups["n"]
     assert table_cells(lines, "cached") == ["500", "-", "500"], lines
     page = tmp_path / "by-model.html"
     done = CliRunner().invoke(app, ["report", "--by", "model", "--csv", "--html", str(page), "--db", store.url])
     assert done.exit_code == 0, done.output
-    assert done.stdout.splitlines()[2].startswith("n,1,1,1200,,,") and "prompt, no cached count reported" in (
+    assert done.stdout.splitlines()[2].startswith("n,1,1,1200,,0,,") and "prompt, no cached count reported" in (
         page.read_text(encoding="utf-8"))
