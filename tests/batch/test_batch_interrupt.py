@@ -20,7 +20,8 @@ from sandbox.hardening import LABEL_RUN
 from store import Store
 from store import batches as bstore
 from tests.batch.conftest import subset_task_file
-from tests.batch.test_batch_cli import ESCROW, _batch_ids, attempts, wait_for
+from tests.batch.test_batch_cli import _batch_ids, attempts, wait_for
+from tests.processes import ESCROW
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

@@ -13,7 +13,7 @@ import pytest
 
 from orchestrator.batch.tasks import load_task_file
 from tests.batch.conftest import EXAMPLES
-from tests.batch.test_batch_cli import ESCROW
+from tests.processes import ESCROW
 
 pytestmark = [pytest.mark.docker]
 

@@ -21,7 +21,7 @@ from orchestrator.launch.compose import kept_workspaces
 from sandbox.kept import tree_digest
 from store import Store
 from tests.batch.conftest import EXAMPLES
-from tests.batch.test_batch_cli import ESCROW
+from tests.processes import ESCROW
 
 pytestmark = [pytest.mark.docker]
 

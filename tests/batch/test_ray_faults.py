@@ -41,7 +41,6 @@ from tests.batch.docker_proxy import FlakyDockerProxy, StallingDockerProxy
 from tests.batch.ray_cluster import RayCluster, node_processes
 from tests.batch.test_ray_batch import (
     CHOSEN,
-    ESCROW,
     _batch_ids,
     escrow,
     fault_url,
@@ -53,6 +52,7 @@ from tests.batch.test_ray_batch import (
     task_file,
     wait_for,
 )
+from tests.processes import ESCROW
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

@@ -25,7 +25,8 @@ from sqlalchemy import func, select
 from store import Store
 from store import batches as bstore
 from tests.batch.conftest import EXAMPLES
-from tests.batch.test_batch_cli import ESCROW, _batch_ids, wait_for
+from tests.batch.test_batch_cli import _batch_ids, wait_for
+from tests.processes import ESCROW
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
