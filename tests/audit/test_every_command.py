@@ -64,6 +64,8 @@ INVOCATIONS: dict[tuple[str, ...], list[list[str]]] = {
     ("price", "show"): [["price", "show"], ["price", "show", "--json"]],
     ("price", "set"): [["price", "set", "audit-model", "--input", "1.5", "--output", "3"]],
     ("price", "unset"): [["price", "unset", "audit-model"]],
+    ("tokens",): [["tokens", "{run}"], ["tokens", "{run}", "--json"]],
+    ("verify-patch",): [["verify-patch", "{run}", "--flags-only"], ["verify-patch", "{run}", "--json"]],
 }
 
 
