@@ -21,6 +21,7 @@ from store import Store
 from store import batches as bstore
 from tests.batch.conftest import EXAMPLES
 from tests.batch.test_batch_cli import escrow, wait_for
+from tests.processes import run_escrow
 from tests.store.test_postgres import pg_bin, postgres_url  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -78,7 +79,8 @@ def test_postgresql_stopped_mid_batch_then_resume(tmp_path, postgres_url, fault_
     pg_ctl(postgres_url, "start")
     assert driver.returncode == 3, (driver.returncode, err[-3000:])
     assert "Traceback" not in err and "Traceback" not in out, err[-3000:]
-    last = err.strip().splitlines()[-1]
+    # The error, folded to the terminal's width, is the last thing said: read as one line.
+    last = " ".join(("error:" + err.rsplit("error:", 1)[-1]).split())
     assert "store" in last and "escrow batch --resume" in last, err[-2000:]
     batch_id = last.split("escrow batch --resume ")[1].split()[0].strip("`'\".")
     before = attempts(postgres_url)
@@ -96,6 +98,5 @@ def test_postgresql_stopped_mid_batch_then_resume(tmp_path, postgres_url, fault_
     assert {a.task_id: a.run_id for a in after if a.outcome == bstore.MODEL and a.task_id in done_before} == done_before
     assert [a for a in after if a.started_at > 0 and a.task_id in done_before and a.outcome != bstore.MODEL] == []
     assert report["passed"] == report["done"] == len(tasks)
-    verified = subprocess.run([str(escrow.__globals__["ESCROW"]), "verify", "--all", "--db", postgres_url],
-                              capture_output=True, text=True, env={**os.environ, "ESCROW_HOME": str(home)})
+    verified = run_escrow(home, "verify", "--all", "--db", postgres_url)
     assert verified.returncode == 0, verified.stdout[-2000:] + verified.stderr[-2000:]
