@@ -64,7 +64,9 @@ def chat_bodies(srv: FaultServer) -> list[dict]:
 ])
 def test_each_engine_is_sent_the_grammar_in_its_dialect_and_the_record_keeps_it(endpoints, field, tmp_path):
     with FaultServer(endpoints=endpoints) as srv, Store.open(f"sqlite:///{tmp_path / 'e.db'}") as store:
-        choice = choose(srv, tmp_path)  # auto: the probe says the engine can
+        # auto where the probe says the engine can; llama.cpp is asked for
+        # (auto leaves it off until a real model is seen honouring it).
+        choice = choose(srv, tmp_path, **({"constrain": "tools"} if endpoints is LLAMA else {}))
         assert choice.constraint is not None and choice.constraint.kind == "grammar"
         srv.reset()
         run_id = run_constrained(srv, store, [Reply(text=CALL), Reply(text=SUBMIT)], choice.constraint)
@@ -94,6 +96,13 @@ def test_off_sends_nothing_and_auto_says_why_where_the_engine_cannot(tmp_path):
             choose(srv, tmp_path, constrain="tools")
 
 
+def test_auto_leaves_llama_cpp_off_until_a_real_model_honours_its_grammar(tmp_path):
+    with FaultServer(endpoints=LLAMA) as srv:
+        auto = choose(srv, tmp_path)
+        assert auto.constraint is None and "not seen honoured" in auto.why
+        assert choose(srv, tmp_path, constrain="tools").constraint is not None
+
+
 def test_the_policy_key_decides_when_the_setting_is_unset(tmp_path):
     policy = default_policy()
     off_policy = policy.model_copy(update={"tools": policy.tools.model_copy(update={"constrain": "off"})})
@@ -110,7 +119,7 @@ def test_the_policy_key_decides_when_the_setting_is_unset(tmp_path):
 
 def test_an_ignored_grammar_still_ends_in_a_parse_rejection_recorded_as_not_honoured(tmp_path):
     with FaultServer(endpoints=LLAMA) as srv, Store.open(f"sqlite:///{tmp_path / 'e.db'}") as store:
-        choice = choose(srv, tmp_path)
+        choice = choose(srv, tmp_path, constrain="tools")
         srv.reset()
         # What the demo got: the server dropped the grammar.
         broken = '<tool name="list_files">{"path": "."}iatrics <tool name="list_files">{}</tool>'

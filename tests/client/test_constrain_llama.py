@@ -78,6 +78,8 @@ def llama_cpp(tmp_path_factory) -> str:
         yield url
 
 
+@pytest.mark.xfail(strict=True, reason="on llama-server b11434 with Gemma 3 270M a constrained answer runs to its "
+                   "output limit in chat-template text; --constrain auto leaves llama.cpp off until this passes")
 def test_llama_server_honours_the_grammar(llama_cpp):
     check_engine(llama_cpp, "llama.cpp")
 
