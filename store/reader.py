@@ -160,8 +160,12 @@ def turns(conn: Connection, run_id: str) -> list[TurnView]:
 
 def calls(conn: Connection, run_id: str) -> list[CallView]:
     # Prompt ids are stored as what each prompt adds (store/token_ids.py): put back whole, in chain order.
-    responses = {row["call_id"]: view(ResponseView, ModelResponse, row)
-                 for row in token_ids.expand_rows(list(_rows(conn, ModelResponse, run_id)))}
+    # Each row's cells are checked before the ids are put back in chain
+    # order: a wrong-typed seq or envelope is the damaged-store error.
+    rows = list(_rows(conn, ModelResponse, run_id))
+    for row in rows:
+        check_row(_table(ModelResponse), row)
+    responses = {row["call_id"]: view(ResponseView, ModelResponse, row) for row in token_ids.expand_rows(rows)}
     attempts: dict[str, list[AttemptView]] = defaultdict(list)
     for row in _rows(conn, CallAttempt, run_id):
         attempts[row["call_id"]].append(view(AttemptView, CallAttempt, row))

@@ -28,6 +28,7 @@ from orchestrator.fault_server import Reply, ScriptedToolCall
 from orchestrator.launch import RunRequest, run_agent
 from orchestrator.launch.compose import resolve_policy
 from orchestrator.settings import Settings
+from policies import FlagReason
 from sandbox import Patch, apply_patch
 from store import Store
 
@@ -60,8 +61,9 @@ def host_path(root: Path, name: bytes) -> Path:
     return root / os.fsdecode(name)
 
 
-def run(settings: Settings, repo: Path, *, apply: bool = False):
-    request = RunRequest(task=TASK, repo=repo, verify="python3 -m pytest -q -p no:cacheprovider", apply=apply)
+def run(settings: Settings, repo: Path, *, apply: bool = False, accept_suspect: bool = False):
+    request = RunRequest(task=TASK, repo=repo, verify="python3 -m pytest -q -p no:cacheprovider", apply=apply,
+                         accept_suspect=accept_suspect)
     return run_agent(settings, request)
 
 
@@ -146,10 +148,13 @@ def test_a_correct_fix_beside_any_bytes_passes_and_applies_byte_for_byte(
     # Bytes that are not UTF-8 text, and kinds of file the repo lacks, are left
     # out of verification and not applied by default (the verifier's
     # allow-list, tests/e2e/test_run_allow_list.py); this grant writes them.
+    # What was left out makes the pass SUSPECT (docs/SANDBOX.md "SUSPECT"),
+    # which --accept-suspect applies.
     settings = settings.model_copy(update={"policy": granting_unaccepted_files(tmp_path)})
-    outcome = run(settings, repo, apply=True)
+    outcome = run(settings, repo, apply=True, accept_suspect=True)
 
-    assert outcome.result.verdict is Verdict.PASS, outcome.result.detail
+    left_out = any(f.reason == FlagReason.NOT_ACCEPTED.value for f in outcome.flagged)
+    assert outcome.result.verdict is (Verdict.SUSPECT if left_out else Verdict.PASS), outcome.result.detail
     assert outcome.applied, outcome.apply_refused
     for path, data in case.after.items():
         assert host_path(repo, path).read_bytes() == data, path

@@ -20,7 +20,7 @@ from tests.replay.test_live import VERIFIER, replay_cli
 
 NOISE_ONLY = 10
 NOISY = "date +%H:%M:%S.%N; date -u +%Y-%m-%dT%H:%M:%S.%NZ; mktemp; echo \"3 passed in 0.0$((RANDOM % 9))s\""
-REAL = "echo drawn $RANDOM$RANDOM; echo $RANDOM$RANDOM > drawn.txt"
+REAL = "echo drawn $RANDOM$RANDOM; echo $RANDOM$RANDOM > drawn.md"  # a kind the repo holds (README.md)
 
 
 def record(tmp_path: Path, server: FaultServer, image: str, command: str) -> tuple[Path, str]:
@@ -71,7 +71,7 @@ def test_real_drift_in_output_and_workspace_is_reported_apart_from_noise(tmp_pat
     kinds = {d["kind"] for d in report["drifts"]}
     assert {"output", "workspace"} <= kinds, report["drifts"]
     workspace = next(d for d in report["drifts"] if d["kind"] == "workspace")
-    assert "drawn.txt" in workspace["diff"]
+    assert "drawn.md" in workspace["diff"]
 
 
 def test_the_documented_default_normalisation_is_the_policys():
