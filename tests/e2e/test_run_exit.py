@@ -84,6 +84,16 @@ def hard_link_to_symlink(target: Path, name: str) -> str:
     return f"ln -s {target} {name}s && ln {name}s {name}h && touch -h -d @86400 {name}s"
 
 
+def passed_the_verifier(outcome) -> bool:
+    """PASS, or SUSPECT for nothing but what the verifier's allow-list left
+    out: the shapes these tests plant beside the fix are kinds of file the
+    repository lacks (docs/SANDBOX.md, "SUSPECT")."""
+    if outcome.result.verdict is Verdict.PASS:
+        return True
+    reasons = outcome.result.suspect
+    return outcome.result.verdict is Verdict.SUSPECT and bool(reasons) and all(r.code == "left-out" for r in reasons)
+
+
 @pytest.mark.parametrize("kind", ["file", "dir"])
 def test_hard_link_to_a_symlink_never_touches_the_host(settings, repo, fault, canary, kind):
     target = canary.file if kind == "file" else canary.dir
@@ -104,7 +114,7 @@ def test_hard_link_blow_up_is_refused_not_built(settings, repo, fault, canary):
     fault.script([answer(EDIT, bash(blow)), answer(SUBMIT), answer(bash("rm -f l*"), SUBMIT)])
     outcome = run(settings, repo)
 
-    assert outcome.result.verdict is Verdict.PASS, outcome.result.detail
+    assert passed_the_verifier(outcome), outcome.result.detail
     assert len(outcome.patch) < 2_000_000 and "big" in outcome.patch_files
     assert canary.unchanged()
 
@@ -130,7 +140,7 @@ def test_workspace_shapes_end_in_a_verdict_and_a_plain_diff(settings, repo, faul
     fault.script([answer(EDIT, bash(plant.format(file=canary.file, hostgit=host_repo / ".git"))), answer(SUBMIT)])
     outcome = run(settings, repo)
 
-    assert outcome.result.verdict is Verdict.PASS, outcome.result.detail
+    assert passed_the_verifier(outcome), outcome.result.detail
     assert f"+    return {FIXED}" in outcome.patch and "GIT binary patch" not in outcome.patch
     assert "Subproject commit" not in outcome.patch, "host git read another repository"
     assert not any(p.lower().startswith(".git/") or "/.git/" in p.lower() for p in outcome.patch_files)
