@@ -246,7 +246,9 @@ def test_a_text_file_that_diffs_as_binary_is_named_and_described(settings, repo,
     script(fault, EDIT, write("pytest.ini", ini), write("notes.md", "plain words\x00 more words\n"), SUBMIT)
     outcome = run(settings, repo)
 
-    assert outcome.result.verdict is Verdict.PASS, outcome.result.detail  # the real fix, with pytest.ini restored
+    # The real fix passes with pytest.ini restored; notes.md was left out, so SUSPECT.
+    assert outcome.result.verdict is Verdict.SUSPECT, outcome.result.detail
+    assert {(r.code, r.path) for r in outcome.result.suspect} >= {("left-out", "notes.md")}
     flags = {(f.path, f.reason): f.detail for f in outcome.flagged}
     assert set(flags) == {("pytest.ini", FlagReason.PROTECTED.value), ("pytest.ini", FlagReason.BINARY_TEXT.value),
                           ("notes.md", FlagReason.BINARY_TEXT.value), ("notes.md", FlagReason.NOT_ACCEPTED.value)}

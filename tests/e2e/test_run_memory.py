@@ -15,6 +15,7 @@ from orchestrator.fault_server import Reply, ScriptedToolCall
 
 pytestmark = [pytest.mark.docker]
 ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_POLICY = ROOT / "policies" / "default.toml"
 CHILD = """
 import json, resource, sys
 from pathlib import Path
@@ -22,7 +23,8 @@ from orchestrator.launch import RunRequest, run_agent
 from orchestrator.settings import Settings
 args = json.loads(sys.argv[1])
 settings = Settings(home=Path(args["home"]), model_url=args["url"], sandbox_image=args["image"],
-                    context_window=8192, tokenizer="cl100k_base", max_output_tokens=512, deadline_s=60.0)
+                    context_window=8192, tokenizer="cl100k_base", max_output_tokens=512, deadline_s=60.0,
+                    policy=Path(args["policy"]))
 outcome = run_agent(settings, RunRequest(task="t", repo=Path(args["repo"]), verify="test -s l15 && stat -c %s big"))
 print(json.dumps({"verdict": outcome.result.verdict.value, "detail": outcome.result.detail,
                   "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
@@ -36,7 +38,13 @@ PLANT = f"head -c {MIB * 2**20} /dev/zero > big && for i in $(seq 15); do ln big
 def peak_of_run(fault, repo: Path, image: str, home: Path, command: str) -> dict:
     fault.script([Reply(tool_calls=(ScriptedToolCall(name="bash", arguments=json.dumps({"command": command})),
                                     ScriptedToolCall(name="submit", arguments="{}")))])
-    args = {"home": str(home), "url": fault.base_url, "image": image, "repo": str(repo)}
+    # The planted files are kinds the repo lacks: the policy accepts them, so
+    # that the verifier's copy really holds the 16 links (the allow-list
+    # would leave them out).
+    home.mkdir(parents=True, exist_ok=True)
+    policy = home / "policy.toml"
+    policy.write_text(DEFAULT_POLICY.read_text().replace("hidden = []\n", 'hidden = []\naccept = ["big", "l*"]\n'))
+    args = {"home": str(home), "url": fault.base_url, "image": image, "repo": str(repo), "policy": str(policy)}
     proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(args)], cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
