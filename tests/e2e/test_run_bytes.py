@@ -225,12 +225,15 @@ def test_escrow_run_prints_the_patch_to_read_and_its_exact_bytes(tmp_path, repo,
     base = [str(Path(sys.executable).parent / "escrow"), "run", TASK, "--repo", str(repo), "--verify",
             "python3 -m pytest -q -p no:cacheprovider", "--model-url", fault.base_url, "--context-window", "8192",
             "--tokenizer", "cl100k_base"]
+    # A latin-1 notes.txt is not UTF-8: the verifier's allow-list leaves it
+    # out, so the fix's pass is SUSPECT (exit 1, a finding); the patch printed
+    # is still the recorded one, byte for byte.
     shown = subprocess.run([*base, "--plain"], env=env, capture_output=True, timeout=180)
-    assert shown.returncode == 0 and b"Traceback" not in shown.stderr, shown.stderr
-    assert b"+cr\xe8me" in shown.stdout and b"PASS" not in shown.stdout and b"PASS" in shown.stderr
+    assert shown.returncode == 1 and b"Traceback" not in shown.stderr, shown.stderr
+    assert b"+cr\xe8me" in shown.stdout and b"SUSPECT" not in shown.stdout and b"SUSPECT" in shown.stderr
 
     done = subprocess.run([*base, "--json"], env=env, capture_output=True, timeout=180)
-    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 1 and b"Traceback" not in done.stderr, done.stderr
     out = json.loads(done.stdout)
     exact = base64.b64decode(out["patch_base64"])
     assert b"+cr\xe8me" in exact and "+cr\\xe8me" in out["patch"]
