@@ -150,7 +150,7 @@ def call_ids(call_id: str, turn: int | None, envelope: Envelope) -> CallIds:
     )
 
 
-def _first_difference(a: Sequence[int], b: Sequence[int]) -> int:
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int:
     """The first index where ``a`` and ``b`` differ (``min(len)`` when one is
     a prefix of the other). Halves the span with C-speed slice compares."""
     lo, hi = 0, min(len(a), len(b))
@@ -251,7 +251,7 @@ def _against(call: CallIds, base: CallIds | None, decode: Decode | None, common:
         # The common case, without building the expected sequence.
         return CallCheck(token_class=TokenClass.CLEAN, against=base.call_id, **common)
     expected = base_prompt + sampled
-    position = _first_difference(prompt, expected)
+    position = first_difference(prompt, expected)
     if position >= len(expected):
         return CallCheck(token_class=TokenClass.CLEAN, against=base.call_id, **common)
     if base.status not in KEPT_STATUSES and position >= len(base_prompt):

@@ -17,23 +17,11 @@ from typing import Any
 
 from orchestrator.canonical import canonical_json
 from orchestrator.envelope import Envelope, TokenDelta
+from orchestrator.token_drift import first_difference
 
 DELTA_KEY = "prompt_token_ids_delta"
 MIN_KEEP = 1
 """A delta that keeps nothing is stored whole: it would only add a wrapper."""
-
-
-def common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
-    lo, hi = 0, min(len(a), len(b))
-    if a[:hi] == b[:hi]:
-        return hi
-    while hi - lo > 1:  # a[:lo] == b[:lo], a[:hi] != b[:hi]
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 def compact(envelope: Envelope, previous: tuple[int, ...] | None) -> Envelope:
@@ -41,7 +29,7 @@ def compact(envelope: Envelope, previous: tuple[int, ...] | None) -> Envelope:
     ids = envelope.prompt_token_ids
     if ids is None or previous is None:
         return envelope
-    keep = common_prefix(previous, ids)
+    keep = first_difference(previous, ids)
     if keep < MIN_KEEP:
         return envelope
     return envelope.model_copy(update={"prompt_token_ids": None,

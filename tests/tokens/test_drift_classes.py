@@ -4,7 +4,7 @@ NeMo Gym's re-encoded tool call, a template that strips past reasoning)."""
 
 from __future__ import annotations
 
-from orchestrator.token_drift import CallIds, TokenClass, _first_difference, classify
+from orchestrator.token_drift import CallIds, TokenClass, classify, first_difference
 
 EOT, NL, USER, TOOL = 106, 107, 105, 200
 
@@ -131,7 +131,7 @@ def test_a_decoder_that_fails_shows_no_text_and_does_not_raise():
     assert check.drift is not None and check.drift.expected_text is None and check.drift.got_text is None
 
 
-def test_first_difference_agrees_with_a_plain_scan():
+def testfirst_difference_agrees_with_a_plain_scan():
     import random
 
     rng = random.Random(7)
@@ -139,4 +139,4 @@ def test_first_difference_agrees_with_a_plain_scan():
         a = [rng.randrange(4) for _ in range(rng.randrange(0, 40))]
         b = list(a[: rng.randrange(0, len(a) + 1)]) + [rng.randrange(4) for _ in range(rng.randrange(0, 5))]
         plain = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-        assert _first_difference(tuple(a), tuple(b)) == plain
+        assert first_difference(tuple(a), tuple(b)) == plain
