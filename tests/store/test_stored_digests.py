@@ -11,11 +11,10 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from cli.main import app
 from store import Recorder, Store, synthetic
 from store.errors import RollupMismatch
+from tests.store.test_damage import code_of, invoke
 
 DAMAGED, FINDING = 4, 1
 
@@ -36,18 +35,6 @@ def pristine(tmp_path_factory) -> tuple[Path, str, list[int]]:
 
 def flipped(digest: str) -> str:
     return ("0" if digest[0] != "0" else "1") + digest[1:]
-
-
-def invoke(path: Path, *args: str):
-    return CliRunner().invoke(app, [*args, "--db", f"sqlite:///{path}"])
-
-
-def code_of(result) -> int:
-    exc = result.exception
-    if exc is None or isinstance(exc, SystemExit):
-        return result.exit_code
-    assert hasattr(exc, "exit_code"), f"traceback: {exc!r}"
-    return exc.exit_code
 
 
 def test_the_pristine_store_verifies_and_reports(pristine):

@@ -90,14 +90,6 @@ def wrong(sql_type: str) -> str:
     return "X'616263'" if sql_type in ("VARCHAR", "TEXT") else "'abc'"
 
 
-def code_of(result) -> int:
-    exc = result.exception
-    if exc is None or isinstance(exc, SystemExit):
-        return result.exit_code
-    assert hasattr(exc, "exit_code"), f"traceback: {exc!r}"
-    return exc.exit_code
-
-
 def test_every_wrong_typed_cell_is_the_damaged_store_error_for_every_reader(pristine, tmp_path):
     path, ids = pristine
     found = cells(path)
