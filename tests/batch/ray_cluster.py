@@ -57,7 +57,7 @@ def free_ports(count: int, *, avoid: set[int]) -> list[int]:
     return ports
 
 
-def _processes() -> dict[int, tuple[int, str]]:
+def processes() -> dict[int, tuple[int, str]]:
     """pid -> (parent pid, command line) of every process on the machine."""
     out: dict[int, tuple[int, str]] = {}
     for entry in os.listdir("/proc"):
@@ -76,7 +76,7 @@ def _processes() -> dict[int, tuple[int, str]]:
 def node_processes(temp_dir: Path) -> set[int]:
     """The processes of the node whose temporary directory is ``temp_dir``:
     those naming it on their command line, and all their descendants."""
-    procs = _processes()
+    procs = processes()
     marker = str(temp_dir)
     found = {pid for pid, (_, cmd) in procs.items() if marker in cmd and pid != os.getpid()}
     grew = True
@@ -189,6 +189,6 @@ class RayCluster:
 
     def worker_raylet(self) -> int:
         """The worker node's raylet process."""
-        procs = _processes()
+        procs = processes()
         (pid,) = {p for p in self.worker_pids() if "/raylet/raylet " in procs.get(p, (0, ""))[1] + " "}
         return pid

@@ -185,12 +185,16 @@ def kill(proc: subprocess.Popen) -> float:
 
 
 def killed_reads_crashed(tmp: Path, proc: subprocess.Popen, docker_client, phase: Phase,
-                         server: FaultServer, calls_before: int = 0) -> None:
+                         server: FaultServer, calls_before: int = 0,
+                         kill_run: Callable[[subprocess.Popen], float] = kill) -> None:
+    """``kill_run`` kills the run and returns a time by which its process is
+    known gone (on Ray the run lives on in a worker for a moment after its
+    driver was killed)."""
     with reach(phase, proc, server, docker_client, tmp, calls_before):
         if not phase.turn_end:
             alive = assert_reads(tmp, "running")
             assert alive["last_alive_at"] is None
-        killed_at = kill(proc)
+        killed_at = kill_run(proc)
     reads_crashed(tmp, docker_client, killed_at)
 
 
