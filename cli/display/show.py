@@ -4,6 +4,7 @@ same blocks the live display prints, with the store's call details under
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -15,6 +16,7 @@ from cli.display.record import in_flight_lines, trajectory_header, turn_lines
 from cli.display.render import Folded, indented_line, model_block, tool_block
 from cli.display.steps import steps_of
 from cli.display.whole import diff_line, print_whole
+from orchestrator.agent import SUBMIT_TOOL
 from orchestrator.canonical import RecordedBytesError, recorded_bytes, sha256_hex, shown_text
 from orchestrator.terminal_text import printable
 from orchestrator.trajectory import Trajectory
@@ -57,7 +59,7 @@ def print_turns(console: Console, trajectory: Trajectory, *, since: int = 0, ful
     patch = next((e for e in reversed(trajectory.run_events) if e.kind == "patch"), None)
     if patch is not None:
         console.print()
-        notes, diff = patch_lines(patch.data, full=full)
+        notes, diff = patch_lines(patch.data, full=full, failed=verifier_failed(trajectory))
         for note in notes:
             console.print(Folded(note), highlight=False)
         print_whole(console, diff)  # a diff line is never wrapped or cut
@@ -98,7 +100,21 @@ def binary_described(lines: list[str]) -> list[str]:
     return out
 
 
-def patch_lines(record: Mapping[str, Any], *, full: bool = False) -> tuple[list[Text], list[Text]]:
+def verifier_failed(trajectory: Trajectory) -> frozenset[str]:
+    """The sha256 of each patch a submit put to the verifier and it failed."""
+    failed: set[str] = set()
+    for record in trajectory.turns:
+        for execution in record.tool_executions:
+            detail = json.loads(execution.detail_json) if execution.tool_name == SUBMIT_TOOL and \
+                execution.detail_json else {}
+            if isinstance(detail, dict) and detail.get("verifier_passed") is False \
+                    and isinstance(detail.get("patch_sha256"), str):
+                failed.add(detail["patch_sha256"])
+    return frozenset(failed)
+
+
+def patch_lines(record: Mapping[str, Any], *, full: bool = False,
+                failed: frozenset[str] = frozenset()) -> tuple[list[Text], list[Text]]:
     """The recorded patch: a heading and its flags (prose), then its diff read from the exact bytes
     ``--apply`` would write (``recorded_bytes``), shown as text with each
     byte that is not UTF-8 as ``\\xNN`` and every terminal control escaped."""
@@ -107,7 +123,9 @@ def patch_lines(record: Mapping[str, Any], *, full: bool = False) -> tuple[list[
     except RecordedBytesError as exc:
         return [Text(f"patch: unreadable record: {printable(str(exc))}", style="bold red")], []
     files = record.get("files") or []
-    state = "verified" if record.get("verified") else "not verified"
+    # A patch the verifier ran and failed is not "not verified" (``failed``: their sha256).
+    state = ("verified" if record.get("verified") else
+             "the verifier failed it" if record.get("sha256") in failed else "not verified")
     heading = Text(f"patch sha256 {str(record.get('sha256', ''))[:16]}, {len(files)} files, {state}", style="bold")
     if sha256_hex(data) != record.get("sha256"):
         heading.append(" (its bytes do not hash to the recorded sha256)", style="bold red")

@@ -67,3 +67,49 @@ def test_an_ambiguous_prefix_lists_its_matches(tmp_path: Path) -> None:
     shown = CliRunner().invoke(app, ["show", digit, "--db", f"sqlite:///{db}"])
     matches = [run_id for run_id in ids if run_id.startswith(digit)]
     assert len(matches) >= 2 and all(run_id[:12] in str(shown.exception) for run_id in matches[:5]), shown.exception
+
+
+def test_a_patch_the_verifier_failed_does_not_read_not_verified(tmp_path: Path) -> None:
+    """Issue 42, group 12: the verifier ran a submitted patch and failed it;
+    show's patch heading said "not verified", as if it never ran."""
+    import json
+
+    from orchestrator.canonical import sha256_hex
+    from orchestrator.contract import Message, ToolCall
+    from orchestrator.envelope import Envelope, Payload, Status
+    from store import synthetic
+
+    db = tmp_path / "escrow.db"
+    diff = "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n"
+    sha = sha256_hex(diff.encode())
+    submit = ToolCall(id="c0", name="submit", arguments="{}")
+    with Store.open(f"sqlite:///{db}") as store:
+        recorder = Recorder(store)
+        run_id = recorder.start_run(task="t", repo="/r", model="m", config={}, policy={})
+        with recorder.turn(run_id, 0) as tx:
+            call_id = tx.request(synthetic.request_for(0, [Message(role="user", content="t")]))
+            tx.envelope(call_id, Envelope(status=Status.COMPLETED, finish_reason="tool_calls", http_status=200,
+                                          payload=Payload(text="", tool_calls=(submit,))))
+            ran = tx.candidate(call_id, 0, submit)
+            tx.transition(ran, None, "STAGED", "released from model escrow")
+            tx.transition(ran, "STAGED", "COMMITTED", "policy", layer="policy")
+            tx.tool_execution(ran, tool="submit", arguments_json="{}", decision="allow", rule="tools.submit",
+                              reason="granted", exit_code=1, stdout="1 failed", stderr="", duration_s=0.2,
+                              observation="1 failed", ok=False,
+                              detail={"verifier_passed": False, "patch_sha256": sha, "patch_files": ["calc.py"]})
+            tx.commit([Message(role="assistant", content="", tool_calls=(submit,))])
+        recorder.record_event(run_id, None, "patch", {"sha256": sha, "files": ["calc.py"], "text": diff,
+                                                       "skipped": [], "flagged": [], "verified": False})
+        recorder.finish_run(run_id, "BUDGET_EXHAUSTED", "max turns", turn=1)
+        other = recorder.start_run(task="t", repo="/r", model="m", config={}, policy={})
+        recorder.record_event(other, None, "patch", {"sha256": sha, "files": ["calc.py"], "text": diff,
+                                                      "skipped": [], "flagged": [], "verified": False})
+        recorder.finish_run(other, "BUDGET_EXHAUSTED", "max turns", turn=0)
+    url = ["--db", f"sqlite:///{db}"]
+
+    def heading(run: str) -> str:
+        out = CliRunner().invoke(app, ["show", run, *url], env={"COLUMNS": "80"}).stdout
+        return next(line for line in out.splitlines() if line.startswith("patch sha256"))
+
+    assert heading(run_id) == f"patch sha256 {sha[:16]}, 1 files, the verifier failed it", json.dumps(heading(run_id))
+    assert heading(other).endswith(", not verified")  # never put to the verifier
