@@ -55,7 +55,7 @@ GROUP_COLUMNS = (
     Column("runs", "runs"), Column("calls", "calls", rank=2), Column("prompt_tokens", "prompt"),
     Column("cached_tokens", "cached"), Column("prefilled_tokens", "prefilled", rank=2),
     Column("completion_tokens", "output"), Column("cache_hit_ratio", "hit", "ratio"),
-    Column("cost_usd", "$", "usd"), Column("cost_per_run_p50", "$/run p50", "usd"),
+    Column("cost_usd", "$", "usd", priority=1), Column("cost_per_run_p50", "$/run p50", "usd", 2),
     Column("cost_per_run_p95", "$/run p95", "usd", 2), Column("tokens_per_run_p50", "tok/run p50", rank=2),
     Column("tokens_per_run_p95", "tok/run p95", rank=3), Column("ttft_s_p50", "ttft p50 s", "seconds", 2),
     Column("ttft_s_p95", "ttft p95 s", "seconds", 3), Column("gpu_s", "gpu s", "seconds", 3),
@@ -124,9 +124,9 @@ def print_aggregate(report: AggregateReport, *, wide: bool = False) -> None:
         lines += prose("real spend only: replays, re-executions and forks' shared prefixes are left out "
                        "(--include-replays)", width)
     lines += [line for warning in report.warnings for line in prose(f"warning: {warning}", width)]
-    columns = (Column(report.by, report.by, "text", rank=0), *GROUP_COLUMNS)
-    lines += ["", *render(columns, aggregate_rows(report), width=width, wide=wide, title=f"cost by {report.by}",
-                             pivot=True)]
+    # The group's name wraps in its column (a long model name), so the cost stays on screen.
+    columns = (Column(report.by, report.by, "text", rank=0, flex=True), *GROUP_COLUMNS)
+    lines += ["", *render(columns, aggregate_rows(report), width=width, wide=wide, title=f"cost by {report.by}")]
     say(lines)
 
 

@@ -3,15 +3,17 @@ written in it. Every table a command prints (``report RUN``, ``report --by``,
 ``runs``, ``batch``) goes through ``render``.
 
 Designed for 80 columns: no line is wider than the width it is given and no
-cell is cut. When every column does not fit, it picks columns by rank and
-names the ones left out, or pivots a table of few groups (fields down, groups
-across; an aggregate asks for it) when that fits whole; ``wide`` shows every column, stacking them into
+cell is cut. When every column does not fit, it picks columns by rank (within
+a rank, by ``priority``) and names the ones left out; a table has one layout,
+a row a record, whatever its content (a table of few groups is not turned on
+its side); ``wide`` shows every column, stacking them into
 successive tables that each repeat the key columns. One text column may be
 ``flex``: it takes the width left and wraps onto continuation lines, a
-word too long for it (a path) broken across them, after a ``/`` where one fits. A flex column of a listing may cap
-its lines (``max_lines``: the task in ``runs``, whose whole text ``show``
-prints): its last line then ends with ``…``, the one mark of a cut cell,
-and ``wide`` lifts the cap.
+word too long for it (a path) broken across them, after a ``/`` (else a
+``-``) where one fits. A flex column of a listing may cap its lines
+(``max_lines``: the task in ``runs``, whose whole text ``show`` prints):
+its last line then ends with ``…``, the one mark of a cut cell, and
+``wide`` lifts the cap.
 
 Plain strings, no rich: ``escrow runs`` must start without it. Dataclasses,
 not pydantic, for the same reason.
@@ -29,7 +31,6 @@ from orchestrator.terminal_text import printable
 
 ABSENT = "-"  # a figure the record does not have: never written as 0
 GAP = "  "
-PIVOT_ROWS = 4  # a table of at most this many rows may be pivoted
 FLEX_MIN = 16  # the narrowest a flex column is squeezed to before columns are dropped
 FLEX_SHARE = 3  # ... and it keeps a third of the width, when its text is that long
 
@@ -45,6 +46,9 @@ class Column:
     """0: a key column, always shown (and repeated in each stacked table);
     higher ranks are left out first when the width runs out."""
     flex: bool = False
+    priority: int = 0
+    """Within a rank, a column of higher priority is picked first (a cost
+    table's ``$`` before its token counts), though shown in its place."""
     max_lines: int | None = None
     """For a flex column: at most this many lines per row, the cut marked ``…``."""
 
@@ -86,9 +90,8 @@ def prose(text: str, width: int) -> list[str]:
 
 
 def render(columns: Sequence[Column], rows: Sequence[Mapping[str, Any]], *, width: int | None = None,
-           wide: bool = False, title: str | None = None, pivot: bool = False) -> list[str]:
-    """The table's lines, each at most ``width`` characters. ``pivot``: the
-    rows are few groups compared field by field (an aggregate), not a list."""
+           wide: bool = False, title: str | None = None) -> list[str]:
+    """The table's lines, each at most ``width`` characters."""
     width = width or terminal_width()
     if wide:
         columns = [replace(c, max_lines=None) for c in columns]
@@ -102,10 +105,6 @@ def render(columns: Sequence[Column], rows: Sequence[Mapping[str, Any]], *, widt
         for n, part in enumerate(_stacks(columns, natural, width)):
             out += ([""] if n else []) + _table(columns, cells, natural, part, width)
         return out
-    if pivot and len(rows) <= PIVOT_ROWS:
-        pivoted = _pivot(columns, cells)
-        if pivoted is not None and max(map(len, pivoted)) <= width:
-            return out + pivoted
     chosen = _picked(columns, natural, width)
     out += _table(columns, cells, natural, chosen, width)
     left_out = [columns[i].header for i in everything if i not in chosen]
@@ -124,11 +123,12 @@ def _span(columns: Sequence[Column], natural: Sequence[int], chosen: Sequence[in
 
 
 def _picked(columns: Sequence[Column], natural: Sequence[int], width: int) -> list[int]:
-    """The key columns, then the others by rank (then order) while they fit.
+    """The key columns, then the others by rank (then priority, then order) while they fit.
     Rank 1 may squeeze a flex column to ``FLEX_MIN``; a lower rank joins only
     if the flex column keeps a ``FLEX_SHARE`` of the width."""
     chosen = [i for i, c in enumerate(columns) if c.rank == 0]
-    for i in sorted((i for i, c in enumerate(columns) if c.rank), key=lambda i: (columns[i].rank, i)):
+    others = (i for i, c in enumerate(columns) if c.rank)
+    for i in sorted(others, key=lambda i: (columns[i].rank, -columns[i].priority, i)):
         keep = FLEX_MIN if columns[i].rank == 1 else max(FLEX_MIN, width // FLEX_SHARE)
         if _span(columns, natural, sorted([*chosen, i]), keep) <= width:
             chosen.append(i)
@@ -167,13 +167,12 @@ def _table(columns: Sequence[Column], cells: Sequence[Sequence[str]], natural: S
 
 def _flowed(text: str, width: int, max_lines: int | None) -> list[str]:
     """A flex cell's lines: folded at words, a word wider than the column
-    (a path) broken after its last ``/`` that fits, else at the width, so
+    (a path, a model's name) broken after its last ``/`` (else ``-``) that fits, else at the width, so
     no line passes it; past ``max_lines`` cut with ``CUT``."""
     lines: list[str] = []
     for line in textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) or [""]:
         while len(line) > width:  # one word alone on its line: textwrap kept it whole
-            cut = line.rfind("/", 0, width) + 1
-            cut = cut if cut > width // 2 else width
+            cut = next((at for at in (line.rfind(mark, 0, width) + 1 for mark in "/-") if at > width // 2), width)
             lines.append(line[:cut])
             line = line[cut:]
         lines.append(line)
@@ -188,19 +187,3 @@ def _line(columns: Sequence[Column], chosen: Sequence[int], widths: Mapping[int,
     parts = [texts[i].ljust(widths[i]) if columns[i].kind == "text" else texts[i].rjust(widths[i]) for i in chosen]
     return GAP.join(parts).rstrip()
 
-
-def _pivot(columns: Sequence[Column], cells: Sequence[Sequence[str]]) -> list[str] | None:
-    """Fields down, rows across: the key cells head each row's column."""
-    keys = [i for i, c in enumerate(columns) if c.rank == 0]
-    if not keys:
-        return None
-    heads = [" ".join(row[i] for i in keys) for row in cells]
-    fields = [i for i in range(len(columns)) if i not in keys]
-    label = max([len(columns[i].header) for i in fields] + [len(" ".join(columns[i].header for i in keys))])
-    widths = [max([len(h), *(len(row[i]) for i in fields)]) for h, row in zip(heads, cells, strict=True)]
-    head = " ".join(columns[i].header for i in keys).ljust(label)
-    lines = [GAP.join([head, *(h.rjust(w) for h, w in zip(heads, widths, strict=True))]).rstrip()]
-    for i in fields:
-        values = (row[i].rjust(w) for row, w in zip(cells, widths, strict=True))
-        lines.append(GAP.join([columns[i].header.ljust(label), *values]).rstrip())
-    return lines

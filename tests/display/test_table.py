@@ -1,6 +1,6 @@
 """The one table renderer (cli/display/table.py): no line wider than the
-width given, no cell cut, columns picked by rank with the rest named, a
-table of few rows pivoted, every column stacked under ``wide``, and the one
+width given, no cell cut, columns picked by rank (then priority) with the rest named, one layout
+however few the rows, every column stacked under ``wide``, and the one
 number format, absent written as absent."""
 
 from __future__ import annotations
@@ -73,15 +73,30 @@ def test_wide_stacks_every_column_and_repeats_the_key(width: int) -> None:
         assert sorted(row_tokens(lines, str(r["id"]))) == expected
 
 
-def test_a_table_of_few_rows_pivots_when_that_fits_whole() -> None:
-    rows = ROWS[:3]
-    assert render(COLUMNS, rows, width=80)[0].split()[:2] == ["id", "status"]  # a list is never pivoted
-    lines = render(COLUMNS, rows, width=80, pivot=True)
-    assert max(map(len, lines)) <= 80
-    assert lines[0].split() == ["id", "turn-1", "turn-2", "turn-3"]
-    for c in COLUMNS[1:]:
-        (line,) = [line for line in lines if line.startswith(c.header + " ")]
-        assert line[len(c.header):].split() == [figure(r[c.key], c.kind) for r in rows]
+def test_a_table_of_few_rows_keeps_the_layout_of_many() -> None:
+    """Issue 42, group 7: a table of few groups was turned on its side (a
+    row a field) while one of many was not; the same columns, one layout."""
+    many = render(COLUMNS, ROWS, width=80)
+    for few in (ROWS[:1], ROWS[:3]):
+        lines = render(COLUMNS, few, width=80)
+        assert lines[0] == many[0] and [line.split()[0] for line in lines[1:len(few) + 1]] == [
+            str(r["id"]) for r in few]
+
+
+def test_a_priority_column_is_kept_before_earlier_ones_of_its_rank() -> None:
+    """Issue 42, group 7: at 80 columns ``report --by model`` left out ``$``
+    for ``hit`` and ``cached`` (picked in order); a column of priority is
+    picked first and still shown in its place."""
+    def columns(priority: int) -> tuple[Column, ...]:
+        return (Column("id", "model", "text", rank=0), Column("runs", "runs"), Column("prompt", "prompt"),
+                Column("cached", "cached"), Column("hit", "hit", "ratio"),
+                Column("cost", "$", "usd", priority=priority))
+    rows = [{"id": "bedrock/us.amazon.nova-premier-v1:0", "runs": 3, "prompt": 1_234_567_890, "cached": 1_234_567_000,
+             "hit": 0.99, "cost": 1234.5678}]
+    assert "$" not in render(columns(0), rows, width=80)[0].split()  # what the report did
+    lines = render(columns(1), rows, width=80)
+    assert lines[0].split()[-1] == "$" and lines[1].split()[-1] == "1,234.5678"
+    assert lines[-1].startswith("not shown: cached")  # a figure of less weight gives way
 
 
 def test_a_flex_column_wraps_at_words_without_cutting_one() -> None:
@@ -125,3 +140,11 @@ def test_the_one_number_format() -> None:
     assert figure(1141) == "1,141" and figure(2934.0) == "2,934"
     assert figure(0.8712, "ratio") == "87%" and figure(4.304, "seconds") == "4.30"
     assert figure("a\x1b]0;x\x07b", "text") == "a\\x1b]0;x\\x07b"  # controls escaped
+
+
+def test_a_long_name_in_a_flex_column_breaks_after_a_hyphen() -> None:
+    """A model's name wider than its column (``report --by model``) breaks
+    after a ``-`` that fits, not inside a word."""
+    columns = (Column("id", "model", "text", rank=0, flex=True), Column("n", "runs"))
+    lines = render(columns, [{"id": "claude-3-5-sonnet-20241022", "n": 2}], width=24)
+    assert [line.split() for line in lines[1:]] == [["claude-3-5-sonnet-", "2"], ["20241022"]]
