@@ -24,6 +24,7 @@ from cli.display.render import (
     fold,
     model_block,
     model_line,
+    running_text,
     tool_block,
     tool_line,
 )
@@ -33,7 +34,7 @@ from orchestrator.contract import ModelRequest, ToolCall
 from orchestrator.envelope import Envelope
 from orchestrator.limits import Tally
 from orchestrator.ports import DecisionLike, ToolOutcome
-from orchestrator.terminal_text import one_line, printable
+from orchestrator.terminal_text import printable
 from policies.model import RunLimits
 
 STREAM_LINES = 6  # the live area shows the last lines of the words being written
@@ -221,7 +222,8 @@ class LiveScreen:
     def __exit__(self, *exc: object) -> None:
         self.live.stop()
         if self._budget is not None:
-            self.console.print(budget_text(self._budget.model_copy(update={"tokens_per_s": None, "streaming": 0})))
+            self.console.print(budget_text(self._budget.model_copy(update={"tokens_per_s": None, "streaming": 0}),
+                                           self.console.width))
 
     def _renderable(self) -> RenderableType:
         parts: list[RenderableType] = []
@@ -231,10 +233,11 @@ class LiveScreen:
             parts += [Text("  " + line) for line in _tail(self._text, STREAM_LINES)]
         if self._running is not None:
             summary, since = self._running
-            parts.append(Text(f"  ▸ {one_line(summary, 100)}  running {time.monotonic() - since:.0f}s", style="cyan"))
+            parts.append(running_text(summary, time.monotonic() - since, self.console.width))
         if self._budget is not None:
             budget, at = self._budget, self._budget_at
-            parts.append(budget_text(budget.model_copy(update={"elapsed_s": budget.elapsed_s + time.monotonic() - at})))
+            parts.append(budget_text(budget.model_copy(update={"elapsed_s": budget.elapsed_s + time.monotonic() - at}),
+                                     self.console.width))
         return Group(*parts)
 
     def model(self, step: ModelStep) -> None:

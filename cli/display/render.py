@@ -303,8 +303,27 @@ def indented_line(line: str, prefix: str = "", style: str = "") -> Folded:
     return Folded(Text(line[depth:], style=style), Text(lead, style=style), rest)
 
 
-def budget_text(budget: Budget) -> Text:
-    return Text(budget_line(budget), style="reverse")
+def budget_text(budget: Budget, width: int) -> Text:
+    """The live footer within ``width`` columns, never left for the terminal
+    to wrap: the ``budget:`` label gives way first, then the line breaks
+    between its figures (a figure wider than the line folds at a space)."""
+    line = budget_line(budget)
+    if len(line) > width:
+        line = line.removeprefix("budget: ")
+    lines: list[str] = []
+    for part in line.split(" · "):
+        if lines and len(lines[-1]) + len(" · ") + len(part) <= width:
+            lines[-1] += " · " + part
+        else:
+            lines += [piece.plain for piece in fold(Text(part), width, rest="")]
+    return Text("\n".join(lines), style="reverse")
+
+
+def running_text(summary: str, seconds: float, width: int) -> Text:
+    """The live line of a tool call running now, within ``width`` columns
+    (its summary shortened; the call's block prints it whole when it ends)."""
+    tail = f"  running {seconds:.0f}s"
+    return Text(f"  ▸ {one_line(summary, max(width - 4 - len(tail), 8))}{tail}", style="cyan")
 
 
 def budget_line(b: Budget) -> str:

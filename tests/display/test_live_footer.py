@@ -39,3 +39,25 @@ def test_streamed_chunks_show_in_the_footer_until_the_reply_is_counted() -> None
     display.envelope(0, Envelope(status=Status.COMPLETED, usage=usage), 0.0)
     assert "tokens 103/200,000" in budget_line(screen.budgets[-1]) and "streaming" not in budget_line(
         screen.budgets[-1])
+
+
+def test_the_footer_and_the_running_line_fit_80_columns_whole() -> None:
+    """Issue 42, group 9: the footer of a long run streaming against its
+    limits was 91 columns and the terminal wrapped it; it keeps every figure
+    within the width, breaking only between figures."""
+    from cli.display.render import budget_text, running_text
+
+    budget = Budget(turns=12, max_turns=100, tokens=1_234_567, max_tokens=2_000_000, cost_usd=12.3456,
+                    max_cost_usd=100.0, elapsed_s=3725.0, max_wall_s=7200.0, tokens_per_s=42.0, streaming=1_234)
+    line = budget_line(budget)
+    assert len(line) > 80  # what the footer was
+    for width in (80, 40):
+        shown = budget_text(budget, width).plain.splitlines()
+        assert max(map(len, shown)) <= width, shown
+        words = [w for w in " ".join(shown).split() if w != "·"]
+        assert words == [w for w in line.removeprefix("budget: ").split() if w != "·"]  # every figure, none cut
+        assert width == 40 or len(shown) == 2  # at 80, broken once, between figures
+    assert budget_text(budget.model_copy(update={"streaming": 0, "tokens_per_s": None}), 120).plain == line.replace(
+        " +~1,234 streaming", "").replace(" · 42 tok/s", "")
+    running = running_text("bash: " + "python -m pytest -q tests/test_calc.py " * 4, 12.0, 80).plain
+    assert len(running) <= 80 and running.endswith("running 12s")
