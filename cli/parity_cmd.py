@@ -9,12 +9,14 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from cli.display.table import prose, terminal_width, wrapped
 from cli.store_cmd import open_store
 from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
 from orchestrator.costing import NothingToReport
 from orchestrator.errors import ConfigError
 from orchestrator.exit_codes import ExitCode
 from orchestrator.parity import CallParity, Comparison, RunParity, compare, summarize
+from orchestrator.terminal_text import printable
 
 
 def comparison_line(c: Comparison) -> str:
@@ -35,14 +37,19 @@ def recorded_engines(calls) -> tuple[str, ...]:
     return tuple(sorted({c.response.engine for c in calls if c.response is not None and c.response.engine}))
 
 
-def report_text(report: RunParity) -> str:
-    lines = [f"parity of run {report.run_id} ({', '.join(report.recorded_engines) or 'engine unknown'})"
-             f" against {report.model_url} ({report.engine})"]
+def report_text(report: RunParity, width: int) -> str:
+    """The report in lines of at most ``width`` (a URL, a model's words in a
+    first difference: folded at words, controls escaped)."""
+    lines = prose(f"parity of run {report.run_id} ({', '.join(report.recorded_engines) or 'engine unknown'})"
+                  f" against {report.model_url} ({report.engine})", width)
     for call in report.calls:
         noise = f"  noise {call.noise}/{call.repeats - 1}" if call.repeats > 1 else ""
-        lines.append(f"  turn {call.turn} call {call.call_id[:12]}  {comparison_line(call.comparison)}{noise}")
+        text = printable(f"turn {call.turn} call {call.call_id[:12]}  {comparison_line(call.comparison)}{noise}",
+                         newlines=False)
+        lines += ["  " + line for line in wrapped(text, width - 2, indent="    ")]
     counts = ", ".join(f"{n} {v.replace('_', '-')}" for v, n in report.verdicts.items() if n)
-    lines.append(f"{len(report.calls)} calls: {counts}; {report.noisy_calls} with engine noise across repeats")
+    lines += prose(f"{len(report.calls)} calls: {counts}; {report.noisy_calls} with engine noise across repeats",
+                   width)
     return "\n".join(lines)
 
 
@@ -95,7 +102,7 @@ def parity(
     if as_json:
         emit_json({**report.model_dump(mode="json"), "real_differences": report.real_differences})
     else:
-        typer.echo(report_text(report))
+        typer.echo(report_text(report, terminal_width()))
     if report.real_differences:
         raise typer.Exit(ExitCode.FINDING)
 

@@ -7,7 +7,10 @@ REAL_SAMPLES). The rules (README): no traceback; every human line within 80
 columns (stdout and stderr; JSON is data and is only parsed); ``--json``
 output that parses (JSON Lines for import); data on stdout, logs on stderr
 (a --json stdout holds nothing else); an absent figure never shown as
-"0 (absent)" or a count of 0 beside its absent source."""
+"0 (absent)" or a count of 0 beside its absent source. Outputs that need a
+run Escrow recorded itself (replay, a fork's patch, parity against a live
+server, gc that deletes, Ctrl-C on a batch) are read beside it, in
+tests/audit/test_widths.py."""
 
 from __future__ import annotations
 
