@@ -136,12 +136,15 @@ def _picked(columns: Sequence[Column], natural: Sequence[int], width: int) -> li
 
 
 def _stacks(columns: Sequence[Column], natural: Sequence[int], width: int) -> list[list[int]]:
-    """Every column, in order, in tables that each fit and repeat the keys."""
+    """Every column, in order, in tables that each fit and repeat the keys;
+    a flex column keeps a ``FLEX_SHARE`` of the width (a group's name wraps
+    in it, not a few letters a line)."""
     keys = [i for i, c in enumerate(columns) if c.rank == 0]
+    keep = max(FLEX_MIN, width // FLEX_SHARE)
     parts: list[list[int]] = []
     current: list[int] = []
     for i in (i for i, c in enumerate(columns) if c.rank):
-        if current and _span(columns, natural, sorted([*keys, *current, i])) > width:
+        if current and _span(columns, natural, sorted([*keys, *current, i]), keep) > width:
             parts.append(sorted([*keys, *current]))
             current = []
         current.append(i)

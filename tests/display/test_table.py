@@ -148,3 +148,13 @@ def test_a_long_name_in_a_flex_column_breaks_after_a_hyphen() -> None:
     columns = (Column("id", "model", "text", rank=0, flex=True), Column("n", "runs"))
     lines = render(columns, [{"id": "claude-3-5-sonnet-20241022", "n": 2}], width=24)
     assert [line.split() for line in lines[1:]] == [["claude-3-5-sonnet-", "2"], ["20241022"]]
+
+
+def test_wide_keeps_a_third_of_the_width_for_a_flex_key() -> None:
+    """Stacked under ``wide``, a group's name kept whole where it fits a third
+    of the width (it was squeezed to 16 columns, a few letters a line)."""
+    columns = (Column("id", "model", "text", rank=0, flex=True), *COLUMNS[1:])
+    rows = [{**r, "id": "claude-3-5-sonnet-20241022"} for r in ROWS[:2]]
+    lines = render(columns, rows, width=80, wide=True)
+    assert max(map(len, lines)) <= 80
+    assert not [line for line in lines if line.startswith("20241022")], lines
