@@ -31,13 +31,14 @@ from typing import Any
 
 import httpx
 
-from orchestrator.contract import Message, ModelRequest
+from orchestrator.contract import Frozen, Message, ModelRequest
 from orchestrator.envelope import Attempt, Envelope, ErrorDetail, Payload, Status, Timings, Usage
 from orchestrator.errors import TemplateNotPrefixPreserving, TokenExactUnsupported, TokenizerError
 from orchestrator.model_client.attempt import RAW_CAP
 from orchestrator.model_client.normalize import Cause
 from orchestrator.model_client.provenance import EngineInfo, probe
 from orchestrator.model_client.token_endpoints import EngineTokens
+from orchestrator.token_drift import first_difference
 
 TOKEN_EXACT_ENGINES = ("llama.cpp",)
 # Stands in for an answer in a rendering: text no template writes itself.
@@ -74,6 +75,43 @@ def after_answer(before: str, after: str) -> str:
     return rest
 
 
+class TokenSequence:
+    """A conversation's token ids, extended call by call with the engine's
+    template and tokenizer (``tokens``)."""
+
+    def __init__(self, tokens: EngineTokens) -> None:
+        self.tokens = tokens
+        self._messages: tuple[Message, ...] | None = None  # the last prompt's conversation
+        self._prompt: tuple[int, ...] = ()
+        self._sampled: tuple[int, ...] = ()
+
+    def advance(self, messages: tuple[Message, ...], prompt: tuple[int, ...], sampled: tuple[int, ...]) -> None:
+        """The engine answered ``messages``, sent as ``prompt``, with ``sampled``."""
+        self._messages, self._prompt, self._sampled = messages, prompt, sampled
+
+    def prompt_ids(self, messages: tuple[Message, ...]) -> tuple[int, ...]:
+        """This conversation's prompt ids, from the last prompt's where it extends it."""
+        last = self._messages
+        if last is None or messages[:len(last)] != last:
+            return self._whole(messages)
+        new = messages[len(last):]
+        if not new:
+            return self._prompt
+        answered = new[0].role == "assistant"
+        sampled, rest = (self._sampled, new[1:]) if answered else ((), new)
+        before = self.tokens.apply_template([m.to_wire() for m in last])
+        rendered = self.tokens.apply_template(
+            [*(m.to_wire() for m in last), {"role": "assistant", "content": SENTINEL}, *(m.to_wire() for m in rest)])
+        return self._prompt + sampled + self.tokens.tokenize(after_answer(before, rendered))
+
+    def _whole(self, messages: tuple[Message, ...]) -> tuple[int, ...]:
+        """A conversation rendered and tokenized whole, with the model's BOS
+        once: a template may write it itself (Gemma's does) or not (ChatML)."""
+        ids = self.tokens.tokenize(self.tokens.apply_template([m.to_wire() for m in messages]))
+        bos = self.tokens.tokenize("", bos=True)
+        return ids if ids[:len(bos)] == bos else bos + ids
+
+
 class TokenExactClient:
     """A ``Model`` sending prompts as token ids to llama-server's
     ``/completion``; ``base_url`` ends in ``/v1`` (or not)."""
@@ -85,9 +123,7 @@ class TokenExactClient:
         self.url = self.tokens.root + "/completion"
         self._clock = clock
         self._engine: EngineInfo | None = None
-        self._messages: tuple[Message, ...] | None = None  # the last prompt's conversation
-        self._prompt: tuple[int, ...] = ()
-        self._sampled: tuple[int, ...] = ()
+        self.sequence = TokenSequence(self.tokens)
 
     def __enter__(self) -> "TokenExactClient":
         return self
@@ -119,28 +155,6 @@ class TokenExactClient:
                     *({"role": role, "content": "b"} for role in roles)]
         after_answer(self.tokens.apply_template(first), self.tokens.apply_template(answered))
 
-    def prompt_ids(self, messages: tuple[Message, ...]) -> tuple[int, ...]:
-        """This conversation's prompt ids, from the last prompt's where it extends it."""
-        last = self._messages
-        if last is None or messages[:len(last)] != last:
-            return self._whole(messages)
-        new = messages[len(last):]
-        if not new:
-            return self._prompt
-        answered = new[0].role == "assistant"
-        sampled, rest = (self._sampled, new[1:]) if answered else ((), new)
-        before = self.tokens.apply_template([m.to_wire() for m in last])
-        rendered = self.tokens.apply_template(
-            [*(m.to_wire() for m in last), {"role": "assistant", "content": SENTINEL}, *(m.to_wire() for m in rest)])
-        return self._prompt + sampled + self.tokens.tokenize(after_answer(before, rendered))
-
-    def _whole(self, messages: tuple[Message, ...]) -> tuple[int, ...]:
-        """A conversation rendered and tokenized whole, with the model's BOS
-        once: a template may write it itself (Gemma's does) or not (ChatML)."""
-        ids = self.tokens.tokenize(self.tokens.apply_template([m.to_wire() for m in messages]))
-        bos = self.tokens.tokenize("", bos=True)
-        return ids if ids[:len(bos)] == bos else bos + ids
-
     def call(self, request: ModelRequest, *, cancel: threading.Event | None = None) -> Envelope:
         start = self._clock()
         sha = request.sha256()
@@ -148,7 +162,7 @@ class TokenExactClient:
             return _failed(Status.CANCELED, Cause.EXTERNAL_CANCEL, "cancelled before the request was sent",
                            start, self._clock(), sha)
         try:
-            ids = self.prompt_ids(request.messages)
+            ids = self.sequence.prompt_ids(request.messages)
         except TokenizerError as exc:
             return _failed(Status.FAULTED, Cause.INTERNAL_ERROR, str(exc), start, self._clock(), sha)
         try:
@@ -192,7 +206,7 @@ class TokenExactClient:
         finish = _FINISH.get(str(data.get("stop_type")))
         status = Status.TRUNCATED if finish == "length" else Status.COMPLETED
         probs = data.get("completion_probabilities") if request.sampling.logprobs else None
-        self._messages, self._prompt, self._sampled = request.messages, ids, tuple(sampled)
+        self.sequence.advance(request.messages, ids, tuple(sampled))
         engine = self._engine.label if self._engine is not None else "llama.cpp"
         return Envelope(
             status=status,
@@ -243,3 +257,47 @@ def _failed(status: Status, cause: Cause, message: str, start: float, end: float
                     attempts=(Attempt(number=1, status=status, http_status=http_status, error=error,
                                       duration_s=end - start),),
                     request_sha256=sha, raw_response=raw, engine="llama.cpp")
+
+
+class Rebuilt(Frozen):
+    """One recorded call's prompt ids against the ids rebuilt from the
+    recording: the call's messages, the previous prompt's recorded ids and
+    sampled ids, and the engine's template and tokenizer."""
+
+    call_id: str
+    turn: int | None
+    recorded: int | None
+    """Prompt ids recorded; None when the engine gave none (nothing to check)."""
+    rebuilt: int | None = None
+    position: int | None = None
+    """The first position where they differ; None when they are the same."""
+    recorded_text: str | None = None
+    rebuilt_text: str | None = None
+    """The ids around ``position`` on each side, decoded."""
+
+
+def rebuild_prompts(tokens: EngineTokens, calls: Sequence[tuple[str, int | None, ModelRequest, Envelope]],
+                    *, around: int = 8) -> tuple[Rebuilt, ...]:
+    """Replay a token-exact run's prompts at the token level: each call's
+    prompt ids rebuilt as the loop built them, compared with the recording.
+    Each call continues from the recorded ids, so every divergence is named
+    where it happens, not carried on."""
+    sequence = TokenSequence(tokens)
+    out: list[Rebuilt] = []
+    for call_id, turn, request, envelope in calls:
+        recorded = envelope.prompt_token_ids
+        if recorded is None:
+            out.append(Rebuilt(call_id=call_id, turn=turn, recorded=None))
+            continue
+        ids = sequence.prompt_ids(request.messages)
+        at = first_difference(ids, recorded)
+        if at == len(ids) == len(recorded):
+            out.append(Rebuilt(call_id=call_id, turn=turn, recorded=len(recorded), rebuilt=len(ids)))
+        else:
+            span = slice(max(0, at - around), at + around)
+            out.append(Rebuilt(call_id=call_id, turn=turn, recorded=len(recorded), rebuilt=len(ids), position=at,
+                               recorded_text=tokens.detokenize(recorded[span]),
+                               rebuilt_text=tokens.detokenize(ids[span])))
+        if envelope.completion_token_ids is not None:
+            sequence.advance(request.messages, recorded, envelope.completion_token_ids)
+    return tuple(out)
