@@ -11,13 +11,10 @@ import typer
 from cli.display.table import ABSENT, Column, render, terminal_width, wrapped
 from cli.store_cmd import open_store
 from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
-from orchestrator.contract import ModelRequest
-from orchestrator.envelope import Envelope
 from orchestrator.errors import ConfigError
 from orchestrator.exit_codes import ExitCode
 from orchestrator.terminal_text import printable
-from orchestrator.token_drift import CallCheck, RunTokens, TokenClass
-from orchestrator.trajectory import Trajectory
+from orchestrator.token_drift import CallCheck, RunTokens, TokenClass, answered_calls
 
 if TYPE_CHECKING:
     from orchestrator.model_client.token_exact import Rebuilt
@@ -65,12 +62,6 @@ def report_text(report: RunTokens, width: int) -> str:
             lines += wrapped(f"#{n} problem: {printable(problem)}", width, indent="    ")
     lines.append(report.summary())
     return "\n".join(lines)
-
-
-def recorded_calls(trajectory: Trajectory) -> list[tuple[str, int | None, ModelRequest, Envelope]]:
-    calls = sorted((c for record in trajectory.turns for c in record.calls if c.response is not None),
-                   key=lambda c: c.seq)
-    return [(c.id, c.turn, c.request(), c.response.envelope()) for c in calls if c.response is not None]
 
 
 def rebuilt_text(rebuilt: "tuple[Rebuilt, ...]", width: int) -> str:
@@ -129,7 +120,9 @@ def tokens(
                 vocab_size = engine.vocab_size()
                 report = store.run_tokens(run_id, decode=engine.detokenize, vocab_size=vocab_size)
                 if rebuild:
-                    rebuilt = rebuild_prompts(engine, recorded_calls(store.trajectory(run_id)))
+                    rebuilt = rebuild_prompts(engine, [(c.id, c.turn, c.request(), c.response.envelope())
+                                                       for c in answered_calls(store.trajectory(run_id))
+                                                       if c.response is not None])
     if as_json:
         emit_json({**report.model_dump(mode="json"), "summary": report.summary(),
                    "counts": {k.value: report.count(k) for k in TokenClass}, "vocab_size": vocab_size,

@@ -20,13 +20,12 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from cli.tokens_cmd import recorded_calls
 from orchestrator.errors import TemplateNotPrefixPreserving, TokenExactUnsupported
 from orchestrator.exit_codes import ExitCode
 from orchestrator.fault_server import FaultServer
 from orchestrator.model_client.token_endpoints import EngineTokens
 from orchestrator.model_client.token_exact import SENTINEL, after_answer, rebuild_prompts
-from orchestrator.token_drift import TokenClass, check_envelopes
+from orchestrator.token_drift import TokenClass, answered_calls, check_envelopes
 from store import Store
 from tests.conftest import require
 from tests.llama_server import BINARY, MODEL, available, llama_server
@@ -127,7 +126,8 @@ def test_a_token_exact_run_on_llama_server_is_clean_exact_and_rebuilds(gemma_ser
     assert [r["position"] for r in data["rebuilt"]] == [None, None]
 
     with Store.open(f"sqlite:///{db}", readonly=True, create=False) as store:
-        recorded = recorded_calls(store.trajectory(run_id))
+        recorded = [(c.id, c.turn, c.request(), c.response.envelope())
+                    for c in answered_calls(store.trajectory(run_id)) if c.response is not None]
     envelopes = [envelope for _, _, _, envelope in recorded]
     assert envelopes[0].status.value == "COMPLETED"
     first, second = envelopes
