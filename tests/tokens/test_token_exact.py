@@ -175,3 +175,27 @@ def repo_copy(tmp_path: Path) -> Path:
     target = tmp_path / "calculator"
     shutil.copytree(EXAMPLE, target, ignore=shutil.ignore_patterns(".benchmarks", "__pycache__", ".pytest_cache"))
     return target
+
+
+def test_a_token_exact_specs_requests_only_grow_and_older_specs_keep_their_bytes():
+    from orchestrator.context import TiktokenCounter
+    from orchestrator.contract import Message
+    from orchestrator.perimeter import acl_of
+    from orchestrator.runspec import build_agent
+    from policies import default_policy
+    from tests.replay.recording import MemoryTools, memory_spec
+
+    policy = default_policy()
+    grows = {}
+    for token_exact in (False, True):
+        spec = memory_spec(policy, "m", token_exact=token_exact)
+        assert ("token_exact" in spec.model_dump(mode="json")) is token_exact  # a plain spec's bytes are as before
+        agent = build_agent(spec, counter=TiktokenCounter("cl100k_base"), model=None,  # type: ignore[arg-type]
+                            tools=MemoryTools({}, policy), acl=acl_of(policy), journal=None)  # type: ignore[arg-type]
+        first = agent.context.build(0, turns_left=3).messages
+        agent.context.append(Message(role="assistant", content="an answer"))
+        agent.context.append(Message(role="user", content="a tool's result"))
+        second = agent.context.build(1, turns_left=2).messages
+        grows[token_exact] = second[:len(first)] == first
+    # Without --token-exact the volatile tail ([turns left: ...]) is replaced every turn.
+    assert grows == {False: False, True: True}
