@@ -102,6 +102,31 @@ def test_a_template_that_drops_past_answers_is_refused_before_the_run(tmp_path, 
     assert not (tmp_path / "home" / "escrow.db").exists()
 
 
+def test_each_prompt_is_the_last_one_and_its_sampled_ids_and_the_templates_text(gemma_server):
+    """The delta on the real server, against the template's text written out:
+    a quarantined answer's ids are dropped (the template's end of turn after
+    an empty answer follows), a kept answer's ids are carried as sampled."""
+    from orchestrator.contract import Message, ModelRequest, Sampling
+    from orchestrator.model_client.token_exact import TokenExactClient
+
+    def request(*messages: Message) -> ModelRequest:
+        return ModelRequest(model="gemma-3-270m", messages=messages, max_tokens=4,
+                            sampling=Sampling(temperature=0.0, seed=0))
+
+    task, notice, result = (Message(role="user", content=text) for text in ("Say hi.", "Cut off.", "Go on."))
+    with TokenExactClient(f"{gemma_server}/v1") as client, EngineTokens(gemma_server) as engine:
+        first = client.call(request(task))
+        assert first.status.value == "TRUNCATED" and first.completion_token_ids  # quarantined by the loop
+        second = client.call(request(task, notice))
+        answer = Message(role="assistant", content=second.payload.text)
+        third = client.call(request(task, notice, answer, result))
+        turn = "<end_of_turn>\n<start_of_turn>user\n{}<end_of_turn>\n<start_of_turn>model\n"
+        assert second.prompt_token_ids == first.prompt_token_ids + engine.tokenize(turn.format("Cut off."))
+        assert third.prompt_token_ids == (second.prompt_token_ids + (second.completion_token_ids or ())
+                                          + engine.tokenize(turn.format("Go on.")))
+        assert third.usage.prompt_tokens == len(third.prompt_token_ids)  # the engine read exactly these
+
+
 @pytest.mark.docker
 @pytest.mark.slow
 def test_a_token_exact_run_on_llama_server_is_clean_exact_and_rebuilds(gemma_server, tmp_path, repo_copy,
