@@ -77,20 +77,32 @@ def after_answer(before: str, after: str) -> str:
 
 class TokenSequence:
     """A conversation's token ids, extended call by call with the engine's
-    template and tokenizer (``tokens``)."""
+    template and tokenizer (``tokens``).
+
+    Every earlier answer is rendered as ``SENTINEL`` too (the delta does not
+    depend on what an answer says), so the last call's rendering is the next
+    call's ``before`` and a turn costs one ``/apply-template`` and one
+    ``/tokenize``. After a quarantined answer (rendered as an empty turn the
+    history does not hold) the conversation is rendered afresh."""
 
     def __init__(self, tokens: EngineTokens) -> None:
         self.tokens = tokens
         self._messages: tuple[Message, ...] | None = None  # the last prompt's conversation
         self._prompt: tuple[int, ...] = ()
         self._sampled: tuple[int, ...] = ()
+        self._rendered: str | None = None  # the last prompt's conversation rendered, its answers as SENTINEL
+        self._pending: tuple[tuple[Message, ...], str] | None = None
+        self._bos: tuple[int, ...] | None = None
 
     def advance(self, messages: tuple[Message, ...], prompt: tuple[int, ...], sampled: tuple[int, ...]) -> None:
         """The engine answered ``messages``, sent as ``prompt``, with ``sampled``."""
+        pending, self._pending = self._pending, None
+        self._rendered = pending[1] if pending is not None and pending[0] is messages else None
         self._messages, self._prompt, self._sampled = messages, prompt, sampled
 
     def prompt_ids(self, messages: tuple[Message, ...]) -> tuple[int, ...]:
         """This conversation's prompt ids, from the last prompt's where it extends it."""
+        self._pending = None
         last = self._messages
         if last is None or messages[:len(last)] != last:
             return self._whole(messages)
@@ -99,17 +111,26 @@ class TokenSequence:
             return self._prompt
         answered = new[0].role == "assistant"
         sampled, rest = (self._sampled, new[1:]) if answered else ((), new)
-        before = self.tokens.apply_template([m.to_wire() for m in last])
-        rendered = self.tokens.apply_template(
-            [*(m.to_wire() for m in last), {"role": "assistant", "content": SENTINEL}, *(m.to_wire() for m in rest)])
+        before = self._rendered if self._rendered is not None else self.tokens.apply_template(_masked(last))
+        rendered = self.tokens.apply_template([*_masked(last), _ANSWER, *_masked(rest)])
+        if answered:
+            self._pending = (messages, rendered)
         return self._prompt + sampled + self.tokens.tokenize(after_answer(before, rendered))
 
     def _whole(self, messages: tuple[Message, ...]) -> tuple[int, ...]:
         """A conversation rendered and tokenized whole, with the model's BOS
         once: a template may write it itself (Gemma's does) or not (ChatML)."""
         ids = self.tokens.tokenize(self.tokens.apply_template([m.to_wire() for m in messages]))
-        bos = self.tokens.tokenize("", bos=True)
-        return ids if ids[:len(bos)] == bos else bos + ids
+        if self._bos is None:
+            self._bos = self.tokens.tokenize("", bos=True)
+        return ids if ids[:len(self._bos)] == self._bos else self._bos + ids
+
+
+_ANSWER = {"role": "assistant", "content": SENTINEL}
+
+
+def _masked(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    return [_ANSWER if m.role == "assistant" else m.to_wire() for m in messages]
 
 
 class TokenExactClient:

@@ -126,6 +126,17 @@ def test_each_prompt_is_the_last_one_and_its_sampled_ids_and_the_templates_text(
                                           + engine.tokenize(turn.format("Go on.")))
         assert third.usage.prompt_tokens == len(third.prompt_token_ids)  # the engine read exactly these
 
+        # After a kept answer the last rendering is the next one's start: one render a turn.
+        renders: list[object] = []
+        render = client.tokens.apply_template
+        client.tokens.apply_template = lambda m: renders.append(m) or render(m)  # type: ignore[method-assign]
+        again = Message(role="assistant", content=third.payload.text)
+        fourth = client.call(request(task, notice, answer, result, again, Message(role="user", content="More.")))
+        client.tokens.apply_template = render  # type: ignore[method-assign]
+        assert len(renders) == 1
+        assert fourth.prompt_token_ids == (third.prompt_token_ids + (third.completion_token_ids or ())
+                                           + engine.tokenize(turn.format("More.")))
+
 
 @pytest.mark.docker
 @pytest.mark.slow
