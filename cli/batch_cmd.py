@@ -116,6 +116,8 @@ def batch(
     runtime: str = typer.Option(None, "--runtime", metavar=choices(RUNTIME_CHOICES),
                                 help="The sandbox's kernel: auto (the default: runsc when dockerd "
                                 "has it, else runc), runsc (gVisor) or runc (the host's)."),
+    token_exact: bool = typer.Option(None, "--token-exact/--no-token-exact",
+                                     help="Each run sends its prompts as token ids (see escrow run --help)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
     html: Path = typer.Option(None, "--html", help="Also write the report as one self-contained HTML file."),
     wide: bool = typer.Option(False, "--wide", help="Show every column (tables stacked to fit the width)."),
@@ -142,7 +144,7 @@ def batch(
         "model_url": model_url[0] if model_url else None, "model": model, "max_turns": max_turns,
         "max_output_tokens": max_tokens, "context_window": context_window, "tool_protocol": tool_protocol,
         "system_role": system_role, "tokenizer": tokenizer, "stream": stream,
-        "sandbox_runtime": runtime, "constrain": constrain,
+        "sandbox_runtime": runtime, "constrain": constrain, "token_exact": token_exact,
     }.items() if value is not None}
     settings = load_settings(config, db_url=db, **given)
     if target == "list":

@@ -75,6 +75,12 @@ def run(
     tokenizer: str = typer.Option(None, "--tokenizer", metavar="<auto|server|ENCODING>",
                                  help="auto, server, or a tiktoken encoding such as cl100k_base."),
     stream: bool = typer.Option(None, "--stream/--no-stream", help="Stream responses (SSE) or not."),
+    token_exact: bool = typer.Option(
+        None, "--token-exact/--no-token-exact",
+        help="Hold the conversation's token ids and send each prompt as ids: every id the engine reads is one "
+        "it sampled or its own template added (llama.cpp's llama-server; with --tool-protocol text). "
+        "Refused before the run if the engine takes no token prompt or its template is not "
+        "prefix-preserving. See docs/TOKENS.md."),
     runtime: str = typer.Option(None, "--runtime", metavar=choices(RUNTIME_CHOICES),
                                 help="The sandbox's kernel: auto (the default: runsc when dockerd "
                                 "has it, else runc), runsc (gVisor) or runc (the host's)."),
@@ -114,6 +120,7 @@ def run(
         log_json=log_json,
         stream=stream,
         sandbox_runtime=runtime,
+        token_exact=token_exact,
     )
     configure_logging(json_lines=settings.log_json, level=logging.WARNING if quiet else logging.INFO)
     require_reachable(settings.model_url)  # one line and exit 2, before a sandbox starts or a run is recorded

@@ -12,6 +12,8 @@ The one tree (exit code in brackets)::
     │   ├── ReservedWireKey [2]      Sampling.extra names a key Escrow sets itself
     │   └── GrammarRefused [2]       orchestrator/grammar.py: no grammar can be written for the tools
     ├── TokenizerError [2]           no usable tokenizer
+    │   ├── TemplateNotPrefixPreserving [2]  a chat template --token-exact cannot extend by ids
+    │   └── TokenExactUnsupported [2]  an engine that takes no prompt as ids (--token-exact)
     ├── BudgetExhausted [2]          a run limit was reached (ends a run as a verdict, not an exit)
     ├── QuarantinedPayloadError [2]  a non-COMPLETED envelope was asked to leave escrow
     ├── IllegalTransition [2]        orchestrator/candidate.py: a move the escrow's states forbid
@@ -102,6 +104,17 @@ class ContractError(EscrowError):
 
 class TokenizerError(EscrowError):
     """No tokenizer could count tokens for this model."""
+
+
+class TemplateNotPrefixPreserving(TokenizerError):
+    """The engine's chat template renders a longer conversation as something
+    the shorter one's rendering does not begin, or puts text of its own
+    before an answer: ``--token-exact`` cannot extend the last prompt's ids
+    by what the template adds. ``context`` has both renderings' difference."""
+
+
+class TokenExactUnsupported(TokenizerError):
+    """``--token-exact`` against an engine that takes no prompt as token ids."""
 
 
 class BudgetExhausted(EscrowError):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from pydantic import Field
+
 from orchestrator.agent import Agent
 from orchestrator.context import (
     Budget,
@@ -17,6 +19,7 @@ from orchestrator.context import (
     ContextAssembler,
     Margin,
     RecordingCounter,
+    TailFormat,
     TiktokenCounter,
     TokenCounter,
 )
@@ -58,6 +61,10 @@ class RunSpec(Frozen):
     margin: Margin = Margin()
     compaction: CompactionPolicy = CompactionPolicy()
     limits: RunLimits = RunLimits()
+    # The token-in loop (docs/TOKENS.md): its history only grows, so no
+    # volatile tail is written. Left out of the JSON when off, so specs
+    # recorded before it keep their bytes.
+    token_exact: bool = Field(default=False, exclude_if=lambda value: not value)
 
     def task_message(self) -> str:
         if self.verifier:
@@ -93,6 +100,7 @@ def build_agent(
         margin=spec.margin,
         policy=spec.compaction,
         system_role=spec.system_role,
+        tail=None if spec.token_exact else TailFormat(),
     )
     shape = RequestShape(
         model=spec.model,

@@ -62,6 +62,9 @@ class Settings(BaseModel):
     logprobs: int | None = Field(
         default=None, ge=0, le=20, description="Top-k logprobs recorded per token; None: none."
     )
+    token_exact: bool = Field(default=False, description=(
+        "The token-in loop: the client holds the conversation's token ids and sends each prompt as ids "
+        "(llama.cpp's llama-server only; docs/TOKENS.md) (ESCROW_TOKEN_EXACT, --token-exact)."))
     log_json: bool = False
     lease_s: float = Field(default=30.0, gt=0, description=(
         "How long a run's lease lasts unrenewed (renewed every third of it): a run whose process is gone "

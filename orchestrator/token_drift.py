@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from orchestrator.contract import Frozen
 from orchestrator.envelope import Envelope, Status
-from orchestrator.trajectory import Trajectory
+from orchestrator.trajectory import CallView, Trajectory
 
 REALIGN_TAIL = 2
 """How many of the last sampled ids may differ in a REALIGN: the engine's
@@ -271,9 +271,14 @@ def check_envelopes(run_id: str, calls: Sequence[tuple[str, int | None, Envelope
     return RunTokens(run_id=run_id, calls=tuple(classify(read, decode=decode, vocab_size=vocab_size)))
 
 
+def answered_calls(trajectory: Trajectory) -> list[CallView]:
+    """A run's answered calls, in call order."""
+    return sorted((c for record in trajectory.turns for c in record.calls if c.response is not None),
+                  key=lambda c: c.seq)
+
+
 def check_trajectory(trajectory: Trajectory, *, decode: Decode | None = None,
                      vocab_size: int | None = None) -> RunTokens:
-    calls = sorted((c for record in trajectory.turns for c in record.calls if c.response is not None),
-                   key=lambda c: c.seq)
-    return check_envelopes(trajectory.run.id, [(c.id, c.turn, c.response.envelope()) for c in calls
-                                               if c.response is not None], decode=decode, vocab_size=vocab_size)
+    return check_envelopes(trajectory.run.id, [(c.id, c.turn, c.response.envelope())
+                                               for c in answered_calls(trajectory) if c.response is not None],
+                           decode=decode, vocab_size=vocab_size)

@@ -19,6 +19,7 @@ from orchestrator.model_client.engines import constrains, constraint_for, slow_t
 from orchestrator.model_client.provenance import EngineInfo
 from orchestrator.model_client.provenance import probe as probe_engine
 from orchestrator.model_client.server_tokenizer import counter_for, discover_context_window
+from orchestrator.model_client.token_exact import TokenExactClient
 from orchestrator.runspec import RunSpec
 from orchestrator.settings import Settings
 from orchestrator.tool_protocols import protocol_named
@@ -29,6 +30,25 @@ from store.engine import parse_url, sqlite_path
 
 def open_store(settings: Settings, *, readonly: bool = False, create: bool = True) -> Store:
     return Store.open(settings.store_url, readonly=readonly, create=create and not readonly)
+
+
+def open_token_exact(settings: Settings) -> TokenExactClient:
+    """The token-in loop's model client, its engine and template checked
+    (``TokenExactUnsupported``, ``TemplateNotPrefixPreserving``) before a
+    sandbox starts or a run is recorded."""
+    if settings.tool_protocol != "text":
+        raise ConfigError(
+            f"--token-exact reads tool calls from the sampled text, which the {settings.tool_protocol!r} tool "
+            "protocol does not: use --tool-protocol text", tool_protocol=settings.tool_protocol)
+    client = TokenExactClient(settings.model_url)
+    try:
+        # The loop appends user messages after an answer: the text
+        # protocol's tool results and the loop's notices.
+        client.prepare(roles=("user",))
+    except BaseException:
+        client.close()
+        raise
+    return client
 
 
 def kept_workspaces(settings: Settings) -> Path:
@@ -164,8 +184,11 @@ def make_spec(
         k_max=budget.k_max,
         window_source=budget.source,
         deadline_s=settings.deadline_s,
-        stop=protocol_named(settings.tool_protocol).stop,
-        stream=settings.stream,
+        # The token-in loop sends no stop strings and does not stream
+        # (orchestrator/model_client/token_exact.py): the requests say so.
+        stop=() if settings.token_exact else protocol_named(settings.tool_protocol).stop,
+        stream=settings.stream and not settings.token_exact,
+        token_exact=settings.token_exact,
         constraint=constraint,
         sampling=sampling_of(settings),
         tokenizer=probe.counter.name,

@@ -25,6 +25,7 @@ from orchestrator.launch.compose import (
     ModelProbe,
     make_spec,
     open_store,
+    open_token_exact,
     resolve_constraint,
     resolve_policy,
     resolve_repo,
@@ -33,6 +34,7 @@ from orchestrator.launch.liveness import Heartbeat
 from orchestrator.limits import Tally
 from orchestrator.model_client.client import ModelClient
 from orchestrator.model_client.reach import require_http_url
+from orchestrator.model_client.token_exact import TokenExactClient
 from orchestrator.observer import ObservedJournal, RunObserver
 from orchestrator.perimeter import acl_of
 from orchestrator.ports import Model
@@ -195,6 +197,8 @@ def run_agent(
     repo_path = resolve_repo(repo)
     policy = with_task_inputs(resolve_policy(settings), request)
     require_http_url(settings.model_url)  # before a sandbox starts or a run is recorded
+    # --token-exact: the engine and its template are checked before anything starts or is recorded.
+    token_model = open_token_exact(settings) if settings.token_exact else None
     docker_client = connect(settings.docker_host)
     require_image(docker_client, settings.sandbox_image)
     runtime = choose_runtime(docker_client, settings.sandbox_runtime)
@@ -245,7 +249,9 @@ def run_agent(
                 verdict = Verdict.CANCELED if isinstance(exc, KeyboardInterrupt) else Verdict.INFRA_ERROR
                 recorder.finish_run(run_id, verdict.value, f"sandbox did not start: {exc!r}")
                 raise
-            with sandbox, ModelClient(settings.model_url, api_key=settings.api_key, observer=observer) as client:
+            client: ModelClient | TokenExactClient = token_model or ModelClient(
+                settings.model_url, api_key=settings.api_key, observer=observer)
+            with sandbox, client:
                 recorder.record_event(run_id, None, "engine", client.engine_info().model_dump(mode="json"))
                 with verdict_on_failure(recorder, run_id):
                     toolbox = ToolBox(sandbox, policy, verifier_command=verifier, cancel=cancel,
@@ -280,3 +286,5 @@ def run_agent(
         structlog.contextvars.unbind_contextvars("run_id")
         probe.close()
         store.close()
+        if token_model is not None:
+            token_model.close()

@@ -63,17 +63,20 @@ class EngineTokens:
             raise TokenizerError(f"{self.root}/detokenize gave no text", url=self.root)
         return text
 
-    def tokenize(self, text: str, *, special: bool = True) -> tuple[int, ...]:
+    def tokenize(self, text: str, *, special: bool = True, bos: bool = False) -> tuple[int, ...]:
         """Ids of ``text``; with ``special``, special tokens written in it
-        (``<start_of_turn>``) are read as themselves and no BOS is added: a
-        rendered template already holds its own."""
-        data = self._post("/tokenize", {"content": text, "add_special": False, "parse_special": special})
+        (``<start_of_turn>``) are read as themselves; ``bos`` adds the
+        model's BOS (a conversation's first prompt: llama-server's chat
+        endpoint adds it to the rendered template, which holds none)."""
+        data = self._post("/tokenize", {"content": text, "add_special": bos, "parse_special": special})
         tokens = data.get("tokens")
         if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
             raise TokenizerError(f"{self.root}/tokenize gave no list of ids", url=self.root)
         return tuple(tokens)
 
     def apply_template(self, messages: Sequence[dict[str, Any]]) -> str:
+        """The conversation as the engine's template renders it for the next
+        answer (its generation prompt included)."""
         data = self._post("/apply-template", {"messages": list(messages)})
         prompt = data.get("prompt")
         if not isinstance(prompt, str):
