@@ -20,8 +20,8 @@ from cli.display.table import ABSENT, Column, figure, prose, render, terminal_wi
 from cli.logging_setup import configure_logging
 from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
 from cli.usage import choices
-from orchestrator.batch.driver import BatchPlan, pending_tasks, run_batch, start_batch
-from orchestrator.batch.errors import BatchNotFound, TaskFileError
+from orchestrator.batch.driver import BatchPlan, find_batch, pending_tasks, run_batch, start_batch
+from orchestrator.batch.errors import TaskFileError
 from orchestrator.batch.pool import PoolOptions
 from orchestrator.batch.progress import BatchProgress
 from orchestrator.batch.ray_executor import require_shared_store, run_batch_on_ray
@@ -245,10 +245,7 @@ def _run_with_progress(store: Store, settings: Settings, batch_id: str, total: i
 
 
 def _resolve(store: Store, ref: str) -> str:
-    batch_id = bstore.resolve_batch(store, ref)
-    if batch_id is None:
-        raise BatchNotFound(f"no batch (or more than one) matches {ref!r} in {store.url}", batch=ref)
-    return batch_id
+    return find_batch(store, ref)
 
 
 def _report(store: Store, batch_id: str) -> BatchReport:

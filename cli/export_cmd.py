@@ -200,12 +200,14 @@ def export_rollout(run: str | None, all_runs: bool, batch: str | None, shape: st
 
 
 def batch_run_ids(store: Store, ref: str) -> list[str]:
-    from store.batches import load_batch, resolve_batch
+    from orchestrator.batch.driver import find_batch
+    from orchestrator.batch.errors import BatchNotFound
+    from store.batches import load_batch
 
-    batch_id = resolve_batch(store, ref)
-    view = load_batch(store, batch_id) if batch_id is not None else None
+    batch_id = find_batch(store, ref)
+    view = load_batch(store, batch_id)
     if view is None:
-        raise ConfigError(f"no batch matches {ref!r}", batch=ref)
+        raise BatchNotFound(f"no batch matches {ref!r}", batch=ref)
     return [a.run_id for a in view.attempts if a.run_id is not None]
 
 
