@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -94,7 +95,7 @@ def run(
 
     Exit code: 0 when the verifier passed, 1 for any other verdict (SUSPECT included), 2 for a usage or
     set-up error, 77 when --apply refused the patch (flagged paths the policy's [apply] section does not
-    allow, or a SUSPECT patch without --accept-suspect)."""
+    allow, or a SUSPECT patch without --accept-suspect), 130 after Ctrl-C (the run is recorded CANCELED)."""
     settings = load_settings(
         config,
         model_url=model_url,
@@ -133,10 +134,13 @@ def run(
                  completion_tokens=usage.completion_tokens, tokens_total=tally.tokens,
                  cost_usd=round(tally.cost_usd, 6), elapsed_s=round(tally.elapsed_s, 1))
 
+    # Set by Ctrl-C alone (run_agent's SIGINT handler): the run ends CANCELED
+    # and recorded, and the command exits 130 as every interrupted command does.
+    interrupted = threading.Event()
     with screen if isinstance(screen, LiveScreen) else nullcontext():
         outcome = run_agent(settings, RunRequest(task=task, repo=repo, verify=verify, apply=apply,
                                                  accept_suspect=accept_suspect), progress=progress,
-                              observer=display)
+                              observer=display, cancel=interrupted)
     result = outcome.result
     if json_out:
         # "patch" is the diff to read; "patch_base64" (only when it is not UTF-8) its exact bytes.
@@ -160,6 +164,8 @@ def run(
     elif outcome.apply_refused:
         err.print(Text("--apply refused: ", style="bold red") + Text(printable(outcome.apply_refused)))
         raise typer.Exit(ApplyRefused.exit_code)
+    if interrupted.is_set():
+        raise typer.Exit(ExitCode.INTERRUPTED)
     raise typer.Exit(ExitCode.OK if result.verdict is Verdict.PASS else ExitCode.FINDING)
 
 
