@@ -30,7 +30,7 @@ from orchestrator.batch.runner import INFRASTRUCTURE_FAILURE, AttemptResult, Dea
 from orchestrator.batch.tasks import load_task_file
 from orchestrator.errors import ConfigError
 from orchestrator.exit_codes import ExitCode
-from orchestrator.model_client.reach import require_reachable
+from orchestrator.model_client.reach import require_model, require_reachable
 from orchestrator.settings import CONSTRAIN_CHOICES, RUNTIME_CHOICES, Settings, load_settings
 from orchestrator.terminal_text import one_line
 from store import Store
@@ -99,7 +99,8 @@ def batch(
     address: str = typer.Option(None, "--address", help="The Ray cluster, HOST:PORT (with --executor ray)."),
     model_url: list[str] = typer.Option(None, "--model-url", help="Model server base URL; repeat for replicas. "
                                         "{task_id} in it is replaced by the task's id."),
-    model: str = typer.Option(None, "--model", help="Model id sent to the server."),
+    model: str = typer.Option(None, "--model",
+                              help="Model id sent to the server; default: the one model the server lists."),
     max_turns: int = typer.Option(None, "--max-turns", min=1, help="Turn limit per run (a row may override)."),
     max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="Most output tokens per model call."),
     context_window: int = typer.Option(None, "--context-window", min=256,
@@ -192,8 +193,13 @@ def batch(
             settings = load_settings(config, db_url=db, **{**recorded.run_settings, **given})
         if address is not None:
             require_shared_store(store, address)  # before a batch is recorded
-        for url in (model_url or [settings.model_url]) if resume is None else recorded.model_urls:
+        urls = (model_url or [settings.model_url]) if resume is None else recorded.model_urls
+        for url in urls:
             require_reachable(url)  # every replica answers before a batch is recorded or resumed
+        if settings.model is None and "{" not in urls[0]:
+            # Named once, from the server, and recorded with the batch's settings (a resume keeps it).
+            given["model"] = require_model(urls[0], None)
+            settings = settings.model_copy(update={"model": given["model"]})
         if task_file is not None:
             plan = BatchPlan(tasks_dir=str(Path(target).resolve().parent),
                              model_urls=tuple(model_url or [settings.model_url]), options=options,

@@ -26,7 +26,7 @@ from orchestrator.exit_codes import ExitCode
 from orchestrator.launch import RunOutcome, RunRequest, run_agent
 from orchestrator.launch.compose import resolve_policy
 from orchestrator.limits import Tally
-from orchestrator.model_client.reach import require_reachable
+from orchestrator.model_client.reach import require_model, require_reachable
 from orchestrator.settings import CONSTRAIN_CHOICES, RUNTIME_CHOICES, load_settings
 from orchestrator.terminal_text import one_line, printable
 from sandbox.errors import ApplyRefused
@@ -45,7 +45,8 @@ def run(
         ..., "--verify", help='The verifier command run by submit, e.g. "python3 -m pytest -q". Only its pass counts.'
     ),
     model_url: str = typer.Option(None, "--model-url", help="OpenAI-compatible base URL ending in /v1."),
-    model: str = typer.Option(None, "--model", help="Model id sent to the server."),
+    model: str = typer.Option(None, "--model",
+                              help="Model id sent to the server; default: the one model the server lists."),
     policy: Path = typer.Option(
         None, "--policy", help="Capability policy file (TOML); default: the shipped safe policy."
     ),
@@ -118,6 +119,7 @@ def run(
     )
     configure_logging(json_lines=settings.log_json, level=logging.WARNING if quiet else logging.INFO)
     require_reachable(settings.model_url)  # one line and exit 2, before a sandbox starts or a run is recorded
+    settings = settings.model_copy(update={"model": require_model(settings.model_url, settings.model)})
     err = Console(stderr=True)
     log = structlog.get_logger("escrow.run")
     display = screen = None
