@@ -166,7 +166,8 @@ def call(
 
 def fault_server(
     script: Path = typer.Option(
-        None, "--script", help='JSON script: {"steps": [{"kind": "reply", "text": "hi"}, ...], "cycle": false}.'
+        None, "--script", help='JSON script: {"steps": [{"kind": "reply", "text": "hi"}, ...], "cycle": false}; '
+        "every step kind and field: docs/FAULT_SERVER.md."
     ),
     fixes: Path = typer.Option(
         None,
@@ -180,7 +181,9 @@ def fault_server(
     model: str = typer.Option("fault-model", "--model", help="Model id listed at /v1/models."),
     as_json: bool = typer.Option(False, "--json", help="Announce the address as one JSON line."),
 ) -> None:
-    """Serve a scripted OpenAI-compatible model with injected faults until Ctrl-C."""
+    """Serve a scripted OpenAI-compatible model with injected faults until Ctrl-C.
+
+    The script format: docs/FAULT_SERVER.md."""
     from orchestrator.fault_server import FaultServer, Script
 
     if (script is None) == (fixes is None):
