@@ -28,6 +28,7 @@ from orchestrator.batch.ray_executor import require_shared_store, run_batch_on_r
 from orchestrator.batch.report import BatchReport, batch_report
 from orchestrator.batch.runner import INFRASTRUCTURE_FAILURE, AttemptResult, Deadlines, task_settings
 from orchestrator.batch.tasks import load_task_file
+from orchestrator.costing.money import dollars
 from orchestrator.errors import ConfigError
 from orchestrator.exit_codes import ExitCode
 from orchestrator.model_client.reach import require_model, require_reachable
@@ -323,7 +324,7 @@ def _render(report: BatchReport, as_json: bool, *, full: bool = True, wide: bool
         facts.append(f"interrupted {report.interrupted}")
     times = [f"{k} {figure(v, 'seconds')}s" for k, v in (("p50", report.p50_s), ("p95", report.p95_s)) if v is not None]
     lines = [*prose(f"batch {report.batch_id}  ({report.task_file})", width), *prose(" · ".join(facts), width),
-             *prose(" · ".join([f"cost ${figure(report.cost_usd, 'usd')}", f"tokens {figure(report.tokens)}", *times]),
+             *prose(" · ".join([f"cost {dollars(report.cost_usd)}", f"tokens {figure(report.tokens)}", *times]),
                     width)]
     if report.verdicts:
         lines += prose("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(report.verdicts.items())), width)

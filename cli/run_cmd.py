@@ -21,6 +21,7 @@ from cli.logging_setup import configure_logging
 from cli.usage import choices
 from orchestrator.agent import Verdict
 from orchestrator.canonical import bytes_fields
+from orchestrator.costing.money import dollars
 from orchestrator.envelope import Envelope
 from orchestrator.exit_codes import ExitCode
 from orchestrator.launch import RunOutcome, RunRequest, run_agent
@@ -205,6 +206,6 @@ def print_outcome(out: Console, outcome: RunOutcome, notes: Console) -> None:
     colour = "green" if result.verdict is Verdict.PASS else "yellow" if result.verdict is Verdict.SUSPECT else "red"
     body = Text(result.verdict.value, style=f"bold {colour}")
     body.append(f" — {printable(result.detail)}\n")
-    body.append(f"turns {result.turns} · tokens {result.tokens:,} · ${result.cost_usd:.4f}"
+    body.append(f"turns {result.turns} · tokens {result.tokens:,} · {dollars(result.cost_usd)}"
                 + (" · patch applied" if outcome.applied else ""))
     notes.print(Panel.fit(body, title=f"run {outcome.run_id}"))
