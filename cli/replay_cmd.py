@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 
+from cli.display.progress import StepProgress
 from cli.display.table import prose, terminal_width
 from cli.store_options import CONFIG_HELP, DB_HELP
 from orchestrator.errors import ConfigError
@@ -77,9 +78,13 @@ def replay(
     mode: ReplayMode = "fork" if fork_at is not None else "reexecute" if reexecute else "replay"
     overrides = ForkOverrides(model=model, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                               max_tokens=max_tokens)
-    report = replay_run(settings, ReplayRequest(
-        run=run, mode=mode, force=force, record=not no_record, fork_at=fork_at, overrides=overrides,
-        model_url=model_url, allow_drift=allow_drift))
+    shown = StepProgress("replayed turns")
+    try:
+        report = replay_run(settings, ReplayRequest(
+            run=run, mode=mode, force=force, record=not no_record, fork_at=fork_at, overrides=overrides,
+            model_url=model_url, allow_drift=allow_drift), progress=shown.step)
+    finally:
+        shown.done()
     # Diffs of recorded and replayed content quote the model: escaped for the terminal.
     typer.echo(json.dumps(report.model_dump(mode="json"), indent=2) if as_json else printable(render(report)))
     if not as_json and report.mode == "fork" and report.replay_run_id and report.forked_at_turn is not None:
