@@ -20,17 +20,18 @@ from cli.display.table import ABSENT, Column, figure, prose, render, terminal_wi
 from cli.logging_setup import configure_logging
 from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
 from cli.usage import choices
-from orchestrator.batch.driver import BatchPlan, pending_tasks, run_batch, start_batch
-from orchestrator.batch.errors import BatchNotFound, TaskFileError
+from orchestrator.batch.driver import BatchPlan, find_batch, pending_tasks, run_batch, start_batch
+from orchestrator.batch.errors import TaskFileError
 from orchestrator.batch.pool import PoolOptions
 from orchestrator.batch.progress import BatchProgress
 from orchestrator.batch.ray_executor import require_shared_store, run_batch_on_ray
 from orchestrator.batch.report import BatchReport, batch_report
 from orchestrator.batch.runner import INFRASTRUCTURE_FAILURE, AttemptResult, Deadlines, task_settings
 from orchestrator.batch.tasks import load_task_file
+from orchestrator.costing.money import dollars
 from orchestrator.errors import ConfigError
 from orchestrator.exit_codes import ExitCode
-from orchestrator.model_client.reach import require_reachable
+from orchestrator.model_client.reach import require_model, require_reachable
 from orchestrator.settings import CONSTRAIN_CHOICES, RUNTIME_CHOICES, Settings, load_settings
 from orchestrator.terminal_text import one_line
 from store import Store
@@ -99,7 +100,8 @@ def batch(
     address: str = typer.Option(None, "--address", help="The Ray cluster, HOST:PORT (with --executor ray)."),
     model_url: list[str] = typer.Option(None, "--model-url", help="Model server base URL; repeat for replicas. "
                                         "{task_id} in it is replaced by the task's id."),
-    model: str = typer.Option(None, "--model", help="Model id sent to the server."),
+    model: str = typer.Option(None, "--model",
+                              help="Model id sent to the server; default: the one model the server lists."),
     max_turns: int = typer.Option(None, "--max-turns", min=1, help="Turn limit per run (a row may override)."),
     max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="Most output tokens per model call."),
     context_window: int = typer.Option(None, "--context-window", min=256,
@@ -194,8 +196,13 @@ def batch(
             settings = load_settings(config, db_url=db, **{**recorded.run_settings, **given})
         if address is not None:
             require_shared_store(store, address)  # before a batch is recorded
-        for url in (model_url or [settings.model_url]) if resume is None else recorded.model_urls:
+        urls = (model_url or [settings.model_url]) if resume is None else recorded.model_urls
+        for url in urls:
             require_reachable(url)  # every replica answers before a batch is recorded or resumed
+        if settings.model is None and "{" not in urls[0]:
+            # Named once, from the server, and recorded with the batch's settings (a resume keeps it).
+            given["model"] = require_model(urls[0], None)
+            settings = settings.model_copy(update={"model": given["model"]})
         if task_file is not None:
             plan = BatchPlan(tasks_dir=str(Path(target).resolve().parent),
                              model_urls=tuple(model_url or [settings.model_url]), options=options,
@@ -247,10 +254,7 @@ def _run_with_progress(store: Store, settings: Settings, batch_id: str, total: i
 
 
 def _resolve(store: Store, ref: str) -> str:
-    batch_id = bstore.resolve_batch(store, ref)
-    if batch_id is None:
-        raise BatchNotFound(f"no batch (or more than one) matches {ref!r} in {store.url}", batch=ref)
-    return batch_id
+    return find_batch(store, ref)
 
 
 def _report(store: Store, batch_id: str) -> BatchReport:
@@ -322,7 +326,7 @@ def _render(report: BatchReport, as_json: bool, *, full: bool = True, wide: bool
         facts.append(f"interrupted {report.interrupted}")
     times = [f"{k} {figure(v, 'seconds')}s" for k, v in (("p50", report.p50_s), ("p95", report.p95_s)) if v is not None]
     lines = [*prose(f"batch {report.batch_id}  ({report.task_file})", width), *prose(" · ".join(facts), width),
-             *prose(" · ".join([f"cost ${figure(report.cost_usd, 'usd')}", f"tokens {figure(report.tokens)}", *times]),
+             *prose(" · ".join([f"cost {dollars(report.cost_usd)}", f"tokens {figure(report.tokens)}", *times]),
                     width)]
     if report.verdicts:
         lines += prose("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(report.verdicts.items())), width)

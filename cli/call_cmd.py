@@ -16,6 +16,7 @@ from orchestrator.envelope import Envelope, Status
 from orchestrator.errors import ConfigError
 from orchestrator.exit_codes import ExitCode
 from orchestrator.model_client.engines import SCHEMA_STYLES, response_format
+from orchestrator.model_client.reach import require_model
 from orchestrator.settings import load_settings
 
 _STYLE = {Status.COMPLETED: "green", Status.TRUNCATED: "yellow", Status.REFUSED: "magenta", Status.CANCELED: "cyan"}
@@ -139,7 +140,7 @@ def call(
     settings = load_settings(model_url=model_url, model=model)
     messages = ((Message(role="system", content=system),) if system else ()) + (Message(role="user", content=prompt),)
     request = ModelRequest(
-        model=settings.model,
+        model=require_model(settings.model_url, settings.model),
         messages=messages,
         max_tokens=max_tokens or settings.max_output_tokens,
         deadline_s=deadline,
@@ -165,7 +166,8 @@ def call(
 
 def fault_server(
     script: Path = typer.Option(
-        None, "--script", help='JSON script: {"steps": [{"kind": "reply", "text": "hi"}, ...], "cycle": false}.'
+        None, "--script", help='JSON script: {"steps": [{"kind": "reply", "text": "hi"}, ...], "cycle": false}; '
+        "every step kind and field: docs/FAULT_SERVER.md."
     ),
     fixes: Path = typer.Option(
         None,
@@ -179,7 +181,9 @@ def fault_server(
     model: str = typer.Option("fault-model", "--model", help="Model id listed at /v1/models."),
     as_json: bool = typer.Option(False, "--json", help="Announce the address as one JSON line."),
 ) -> None:
-    """Serve a scripted OpenAI-compatible model with injected faults until Ctrl-C."""
+    """Serve a scripted OpenAI-compatible model with injected faults until Ctrl-C.
+
+    The script format: docs/FAULT_SERVER.md."""
     from orchestrator.fault_server import FaultServer, Script
 
     if (script is None) == (fixes is None):

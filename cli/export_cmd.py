@@ -4,6 +4,7 @@ examples (verified-PASS runs only, unless asked) or every recorded row."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,8 +44,9 @@ def write_line(out: IO[str], value: dict[str, Any]) -> None:
 
 
 def export_run(store: Store, run_id: str, fmt: str, include_unverified: bool, out: IO[str], *, single: bool,
-               reasoning: bool = False, tokens: bool = False) -> str | None:
-    """Write one run; returns why it was skipped, or None when written."""
+               reasoning: bool = False, tokens: bool = False, calls: Counter[str] | None = None) -> str | None:
+    """Write one run; returns why it was skipped, or None when written.
+    ``calls`` counts the token lines written and those with token ids."""
     trajectory = store.trajectory(run_id)
     if fmt == "atif":
         try:
@@ -67,6 +69,9 @@ def export_run(store: Store, run_id: str, fmt: str, include_unverified: bool, ou
     if tokens:
         for line in token_lines(trajectory):
             write_line(out, line)
+            if calls is not None:
+                calls["lines"] += 1
+                calls["with_ids"] += bool(line["token_faithful"])
         return None
     try:
         write_line(out, conversation(trajectory, reasoning=reasoning))
@@ -145,18 +150,26 @@ def export(
             export_otel(store, ids, output, otlp_endpoint, otel_project, err)
             return
         skipped: list[str] = []
+        calls: Counter[str] = Counter()
         with sink(output) as out:
             for run_id in ids:
-                reason = export_run(
-                    store, run_id, fmt, include_unverified, out, single=not all_runs, reasoning=reasoning, tokens=tokens
-                )
+                reason = export_run(store, run_id, fmt, include_unverified, out, single=not all_runs,
+                                    reasoning=reasoning, tokens=tokens, calls=calls)
                 if reason:
                     skipped.append(reason)
     written = len(ids) - len(skipped)
-    for line in prose(f"exported {written} run(s) as {fmt}"
+    # --tokens writes its own format (a line a call), not messages-jsonl's conversations.
+    what = (f"token lines (--tokens): {calls['lines']} call(s), {calls['with_ids']} with token ids" if tokens
+            else fmt)
+    for line in prose(f"exported {written} run(s) as {what}"
                       + (f"; skipped {len(skipped)}: {skipped[0]}{' ...' if len(skipped) > 1 else ''}"
                          if skipped else ""), terminal_width()):
         err.print(line, markup=False)
+    if tokens and calls["lines"] and not calls["with_ids"]:
+        for line in prose("warning: no call carried token ids (the server sent none): the lines hold text and "
+                          "logprobs, not ids; docs/TOKENS.md says which servers send them and how to ask",
+                          terminal_width()):
+            err.print(line, markup=False)
     if written == 0:
         raise NothingToReport(f"nothing exported: {skipped[0] if skipped else 'no runs'}"
                               + ("" if fmt == "atif" else " (--include-unverified exports unverified runs)"))
@@ -200,12 +213,14 @@ def export_rollout(run: str | None, all_runs: bool, batch: str | None, shape: st
 
 
 def batch_run_ids(store: Store, ref: str) -> list[str]:
-    from store.batches import load_batch, resolve_batch
+    from orchestrator.batch.driver import find_batch
+    from orchestrator.batch.errors import BatchNotFound
+    from store.batches import load_batch
 
-    batch_id = resolve_batch(store, ref)
-    view = load_batch(store, batch_id) if batch_id is not None else None
+    batch_id = find_batch(store, ref)
+    view = load_batch(store, batch_id)
     if view is None:
-        raise ConfigError(f"no batch matches {ref!r}", batch=ref)
+        raise BatchNotFound(f"no batch matches {ref!r}", batch=ref)
     return [a.run_id for a in view.attempts if a.run_id is not None]
 
 

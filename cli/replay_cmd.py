@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 
+from cli.display.progress import StepProgress
 from cli.display.table import prose, terminal_width
 from cli.store_options import CONFIG_HELP, DB_HELP
 from orchestrator.errors import ConfigError
@@ -77,9 +78,13 @@ def replay(
     mode: ReplayMode = "fork" if fork_at is not None else "reexecute" if reexecute else "replay"
     overrides = ForkOverrides(model=model, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                               max_tokens=max_tokens)
-    report = replay_run(settings, ReplayRequest(
-        run=run, mode=mode, force=force, record=not no_record, fork_at=fork_at, overrides=overrides,
-        model_url=model_url, allow_drift=allow_drift))
+    shown = StepProgress("replayed turns")
+    try:
+        report = replay_run(settings, ReplayRequest(
+            run=run, mode=mode, force=force, record=not no_record, fork_at=fork_at, overrides=overrides,
+            model_url=model_url, allow_drift=allow_drift), progress=shown.step)
+    finally:
+        shown.done()
     # Diffs of recorded and replayed content quote the model: escaped for the terminal.
     typer.echo(json.dumps(report.model_dump(mode="json"), indent=2) if as_json else printable(render(report)))
     if not as_json and report.mode == "fork" and report.replay_run_id and report.forked_at_turn is not None:
@@ -144,15 +149,17 @@ def render(report: ReplayReport, width: int | None = None) -> str:
     for m in report.request_mismatches:
         lines.append(f"  turn {m.turn}: request differs at {m.field} (after drifted tool output)")
     for drift in report.drifts:
+        # What differed, as the diff's own lines (the output hashes are in --json).
         label = "NOISE" if drift.noise else f"DRIFT ({drift.kind})"
-        lines.append(f"  {label} turn {drift.turn} candidate {drift.candidate_index} {drift.tool}: exit "
-                     f"{drift.recorded_exit_code} -> {drift.replayed_exit_code}, output "
-                     f"{drift.recorded_output_sha256[:12]} -> {drift.replayed_output_sha256[:12]}")
+        exits = ("" if drift.recorded_exit_code == drift.replayed_exit_code
+                 else f", exit {drift.recorded_exit_code} -> {drift.replayed_exit_code}")
+        lines.append(f"  {label} turn {drift.turn} candidate {drift.candidate_index} {drift.tool}{exits}; "
+                     "what differs (- recorded, + re-executed):")
+        lines.whole(_first_lines(drift.diff, DRIFT_DIFF_LINES))
     if report.noise_mismatches:
         lines.append(f"  noise: {len(report.noise_mismatches)} later request(s) differ only by volatile output")
     if report.first_drift_turn is not None:
         lines.append(f"first drifting turn: {report.first_drift_turn}")
-        lines.whole(next(d for d in report.drifts if not d.noise).diff.rstrip("\n"))
     for note in report.notes:
         lines.append(f"  note: {note}")
     lines.append(f"verdict: {report.verdict} (recorded: {report.recorded_verdict})")
@@ -172,6 +179,17 @@ def render(report: ReplayReport, width: int | None = None) -> str:
     elif report.mode != "fork":
         lines.append("IDENTICAL" if report.identical else "NOT IDENTICAL")
     return "\n".join(lines.out)
+
+
+DRIFT_DIFF_LINES = 12  # of each drift's diff; --json carries it whole
+
+
+def _first_lines(diff: str, most: int) -> str:
+    lines = diff.rstrip("\n").splitlines() or ["(no line differs: see --json)"]
+    shown = lines[:most]
+    if len(lines) > most:
+        shown.append(f"… {len(lines) - most} more line(s) (--json has the whole diff)")
+    return "\n".join(shown)
 
 
 class _Lines:

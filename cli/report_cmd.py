@@ -31,6 +31,7 @@ from orchestrator.costing import (
     to_csv,
 )
 from orchestrator.costing.figures import ESCROW_SOURCE
+from orchestrator.costing.money import dollars
 from orchestrator.errors import ConfigError
 from orchestrator.settings import load_settings
 from orchestrator.token_drift import TokenClass
@@ -87,17 +88,17 @@ def print_run(report: RunCost, *, wide: bool = False, tokens: str | None = None)
     lines += ["", *render(TURN_COLUMNS, line_rows(report), width=width, wide=wide, title="cost per turn"), ""]
     t = report.total.cost
     if report.cost_basis == "price table":
-        lines += prose(f"total ${figure(t.total_usd, 'usd')} = input ${figure(t.input_usd, 'usd')} + cached input "
-                       f"${figure(t.cached_input_usd, 'usd')} + output ${figure(t.output_usd, 'usd')} + GPU "
-                       f"${figure(t.gpu_usd, 'usd')}", width)
+        lines += prose(f"total {dollars(t.total_usd)} = input {dollars(t.input_usd)} + cached input "
+                       f"{dollars(t.cached_input_usd)} + output {dollars(t.output_usd)} + GPU "
+                       f"{dollars(t.gpu_usd)}", width)
     elif report.cost_basis == "absent":
         lines += prose(f"total absent: the {report.source} source recorded no dollars for this run (--reprice "
                        "prices its tokens with Escrow's table)", width)
     else:
-        lines += prose(f"total ${figure(t.total_usd, 'usd')}, the {report.source} source's own figures "
+        lines += prose(f"total {dollars(t.total_usd)}, the {report.source} source's own figures "
                        f"({report.cost_basis}; --reprice prices the tokens with Escrow's table)", width)
     if report.run_level_figures:
-        counted = ", ".join(f"{name} {value:,}" if isinstance(value, int) else f"{name} ${figure(value, 'usd')}"
+        counted = ", ".join(f"{name} {value:,}" if isinstance(value, int) else f"{name} {dollars(value)}"
                             for name, value in report.run_level_figures.items() if value is not None)
         lines += prose(f"of which run-level, as the source gives no per-call figure for them: {counted}", width)
     if report.source_totals:

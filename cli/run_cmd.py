@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -20,12 +21,13 @@ from cli.logging_setup import configure_logging
 from cli.usage import choices
 from orchestrator.agent import Verdict
 from orchestrator.canonical import bytes_fields
+from orchestrator.costing.money import dollars
 from orchestrator.envelope import Envelope
 from orchestrator.exit_codes import ExitCode
 from orchestrator.launch import RunOutcome, RunRequest, run_agent
 from orchestrator.launch.compose import resolve_policy
 from orchestrator.limits import Tally
-from orchestrator.model_client.reach import require_reachable
+from orchestrator.model_client.reach import require_model, require_reachable
 from orchestrator.settings import CONSTRAIN_CHOICES, RUNTIME_CHOICES, load_settings
 from orchestrator.terminal_text import one_line, printable
 from sandbox.errors import ApplyRefused
@@ -44,7 +46,8 @@ def run(
         ..., "--verify", help='The verifier command run by submit, e.g. "python3 -m pytest -q". Only its pass counts.'
     ),
     model_url: str = typer.Option(None, "--model-url", help="OpenAI-compatible base URL ending in /v1."),
-    model: str = typer.Option(None, "--model", help="Model id sent to the server."),
+    model: str = typer.Option(None, "--model",
+                              help="Model id sent to the server; default: the one model the server lists."),
     policy: Path = typer.Option(
         None, "--policy", help="Capability policy file (TOML); default: the shipped safe policy."
     ),
@@ -100,7 +103,7 @@ def run(
 
     Exit code: 0 when the verifier passed, 1 for any other verdict (SUSPECT included), 2 for a usage or
     set-up error, 77 when --apply refused the patch (flagged paths the policy's [apply] section does not
-    allow, or a SUSPECT patch without --accept-suspect)."""
+    allow, or a SUSPECT patch without --accept-suspect), 130 after Ctrl-C (the run is recorded CANCELED)."""
     settings = load_settings(
         config,
         model_url=model_url,
@@ -124,6 +127,7 @@ def run(
     )
     configure_logging(json_lines=settings.log_json, level=logging.WARNING if quiet else logging.INFO)
     require_reachable(settings.model_url)  # one line and exit 2, before a sandbox starts or a run is recorded
+    settings = settings.model_copy(update={"model": require_model(settings.model_url, settings.model)})
     err = Console(stderr=True)
     log = structlog.get_logger("escrow.run")
     display = screen = None
@@ -140,10 +144,13 @@ def run(
                  completion_tokens=usage.completion_tokens, tokens_total=tally.tokens,
                  cost_usd=round(tally.cost_usd, 6), elapsed_s=round(tally.elapsed_s, 1))
 
+    # Set by Ctrl-C alone (run_agent's SIGINT handler): the run ends CANCELED
+    # and recorded, and the command exits 130 as every interrupted command does.
+    interrupted = threading.Event()
     with screen if isinstance(screen, LiveScreen) else nullcontext():
         outcome = run_agent(settings, RunRequest(task=task, repo=repo, verify=verify, apply=apply,
                                                  accept_suspect=accept_suspect), progress=progress,
-                              observer=display)
+                              observer=display, cancel=interrupted)
     result = outcome.result
     if json_out:
         # "patch" is the diff to read; "patch_base64" (only when it is not UTF-8) its exact bytes.
@@ -167,6 +174,8 @@ def run(
     elif outcome.apply_refused:
         err.print(Text("--apply refused: ", style="bold red") + Text(printable(outcome.apply_refused)))
         raise typer.Exit(ApplyRefused.exit_code)
+    if interrupted.is_set():
+        raise typer.Exit(ExitCode.INTERRUPTED)
     raise typer.Exit(ExitCode.OK if result.verdict is Verdict.PASS else ExitCode.FINDING)
 
 
@@ -204,6 +213,6 @@ def print_outcome(out: Console, outcome: RunOutcome, notes: Console) -> None:
     colour = "green" if result.verdict is Verdict.PASS else "yellow" if result.verdict is Verdict.SUSPECT else "red"
     body = Text(result.verdict.value, style=f"bold {colour}")
     body.append(f" — {printable(result.detail)}\n")
-    body.append(f"turns {result.turns} · tokens {result.tokens:,} · ${result.cost_usd:.4f}"
+    body.append(f"turns {result.turns} · tokens {result.tokens:,} · {dollars(result.cost_usd)}"
                 + (" · patch applied" if outcome.applied else ""))
     notes.print(Panel.fit(body, title=f"run {outcome.run_id}"))

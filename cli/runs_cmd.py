@@ -135,12 +135,14 @@ def _listed_by_store(url: str, wanted: RunQuery, now: float, batch: str | None =
 
 def _batch_runs(store: Store, ref: str, wanted: RunQuery) -> list[RunSummary]:
     """The runs of every attempt of the batch ``ref``, newest first, filtered as ``wanted``."""
-    from store.batches import load_batch, resolve_batch
+    from orchestrator.batch.driver import find_batch
+    from orchestrator.batch.errors import BatchNotFound
+    from store.batches import load_batch
 
-    batch_id = resolve_batch(store, ref)
-    view = load_batch(store, batch_id) if batch_id else None
+    batch_id = find_batch(store, ref)
+    view = load_batch(store, batch_id)
     if view is None:
-        raise ConfigError(f"no batch (or more than one) matches {ref!r}")
+        raise BatchNotFound(f"no batch matches {ref!r}", batch=ref)
     run_ids = [a.run_id for a in view.attempts if a.run_id]
     found = [s for s in store.summaries(run_ids) if
              (wanted.status is None or s.run.status == wanted.status)

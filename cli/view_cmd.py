@@ -35,9 +35,14 @@ def view(
     store = open_store(db, config)
     with store:
         if export is not None:
+            from cli.display.progress import StepProgress
             from cli.view.export import export_bundle
 
-            written = export_bundle(store, export, runs or [])
+            shown = StepProgress("pages written")
+            try:
+                written = export_bundle(store, export, runs or [], progress=shown.step)
+            finally:
+                shown.done()
             err.print(f"wrote {len(written)} pages to {export}; open {export / 'index.html'}")
             return
         serve(store, host, port, err)

@@ -51,7 +51,7 @@ The one tree (exit code in brackets)::
     │   ├── InfraFailure [71]        a failed step whose canary on the starting copy failed too
     │   └── WorkspaceError [71]: ExportRefused, GitTimeout [71], ApplyRefused [77]
     │       └── WorkspaceFault [71]  (an ExportRefused) the step failed on this workspace alone
-    ├── TaskFileError, TaskRowError, RepoError, BatchNotFound, RayUnavailable [2]   orchestrator/batch/errors.py
+    ├── TaskFileError, TaskRowError, RepoError, RayUnavailable [2], BatchNotFound [6]   orchestrator/batch/errors.py
     └── BatchInterrupted [130]       orchestrator/batch/errors.py: Ctrl-C stopped a batch
 
 Model-call failures are *not* exceptions: the client turns every outcome into an

@@ -18,7 +18,7 @@ class ExitCode(IntEnum):
     STORE_MISSING = 3  # no store at that location, or it stopped answering in the middle of a batch
     STORE_DAMAGED = 4  # not a store, or a damaged one (corrupt page, wrong-typed cell, foreign schema)
     SCHEMA_MISMATCH = 5  # the store's schema is too new, or too old for a read-only command
-    RUN_NOT_FOUND = 6  # no run matches the id or prefix
+    RUN_NOT_FOUND = 6  # no run (or batch) matches the id or prefix, or the prefix is ambiguous
     RECORDING_INCONSISTENT = 7  # a write that would make the record inconsistent
     NOTHING_TO_REPORT = 8  # nothing to report or export
     REPLAY_RECORDING_ENDS = 9  # replay identical up to where a killed run's recording ends

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from orchestrator.costing.money import dollars
 from orchestrator.envelope import Envelope
 from orchestrator.errors import BudgetExhausted
 from policies.model import RunLimits
@@ -39,7 +40,8 @@ class Tally:
         if lim.max_tokens is not None and self.tokens >= lim.max_tokens:
             raise BudgetExhausted(f"token limit reached ({self.tokens} >= {lim.max_tokens})", limit="tokens")
         if lim.max_cost_usd is not None and self.cost_usd >= lim.max_cost_usd:
-            raise BudgetExhausted(f"cost limit reached (${self.cost_usd:.4f} >= ${lim.max_cost_usd})", limit="cost")
+            raise BudgetExhausted(f"cost limit reached ({dollars(self.cost_usd)} >= {dollars(lim.max_cost_usd)})",
+                                  limit="cost")
         if lim.max_wall_s is not None and self.elapsed_s >= lim.max_wall_s:
             raise BudgetExhausted(f"wall-time limit reached ({self.elapsed_s:.0f}s)", limit="wall_time")
 

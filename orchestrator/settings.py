@@ -34,7 +34,9 @@ class Settings(BaseModel):
         default=None, description="SQLAlchemy URL, or a SQLite file's path; default sqlite file in home."
     )
     model_url: str = "http://127.0.0.1:8088/v1"
-    model: str = "gemma-3-270m"
+    model: str | None = Field(default=None, description=(
+        "The model id sent to the server (--model, ESCROW_MODEL). Unset: the one model the server lists at "
+        "/v1/models; a server listing several (or none) asks for --model."))
     api_key: str | None = None
     policy: Path | None = None
     sandbox_image: str = DEFAULT_SANDBOX_IMAGE
@@ -83,6 +85,13 @@ class Settings(BaseModel):
     @property
     def store_url(self) -> str:
         return self.db_url or f"sqlite:///{self.home / 'escrow.db'}"
+
+    @property
+    def model_name(self) -> str:
+        """``model``, which a run needs named (``reach.require_model`` names it from the server)."""
+        if not self.model:
+            raise ConfigError("no model named: give --model NAME")
+        return self.model
 
 
 _ENV_FIELDS = {name: ENV_PREFIX + name.upper() for name in Settings.model_fields if name != "home"}

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
 import tomllib
 from importlib import resources
 from pathlib import Path
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from orchestrator.errors import ConfigError
 from orchestrator.exit_codes import ExitCode
@@ -28,8 +29,33 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     try:
         return Policy.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top)'}: {e['msg']}" for e in exc.errors())
+        problems = "; ".join(_problem(e["loc"], e["type"], e["msg"]) for e in exc.errors())
         raise PolicyError(f"policy {source} is invalid: {problems}", path=source) from exc
+
+
+def _problem(loc: tuple[int | str, ...], kind: str, message: str) -> str:
+    """One validation error in the file's words: an unknown key is named with
+    its table, and the nearest known key offered (a misspelling, mostly)."""
+    where = ".".join(map(str, loc)) or "(top)"
+    if kind != "extra_forbidden" or not loc:
+        return f"{where}: {message}"
+    known = _keys_at(loc[:-1])
+    table = f"[{'.'.join(map(str, loc[:-1]))}]" if len(loc) > 1 else "the top level"
+    near = difflib.get_close_matches(str(loc[-1]), known, n=1)
+    hint = f" (did you mean {near[0]!r}?)" if near else f" (it takes {', '.join(known)})" if known else ""
+    return f"unknown key {str(loc[-1])!r} in {table}{hint}"
+
+
+def _keys_at(path: tuple[int | str, ...]) -> list[str]:
+    """The keys the policy's table at ``path`` takes, or none where it is not a table of fixed keys."""
+    model: type[BaseModel] = Policy
+    for part in path:
+        field = model.model_fields.get(str(part))
+        kind = field.annotation if field is not None else None
+        if not (isinstance(kind, type) and issubclass(kind, BaseModel)):
+            return []
+        model = kind
+    return sorted(model.model_fields)
 
 
 def load_policy(path: Path | None) -> Policy:

@@ -96,9 +96,17 @@ def create_batch(store: Store, *, task_file: str, tasks: Mapping[str, tuple[int,
 
 
 def resolve_batch(store: Store, ref: str) -> str | None:
-    with store.read() as conn:
-        ids = conn.execute(select(B.c.id).where(B.c.id.like(f"{ref}%")).limit(2)).scalars().all()
+    ids = matching_batches(store, ref, limit=2)
     return ids[0] if len(ids) == 1 else None
+
+
+def matching_batches(store: Store, ref: str, *, limit: int) -> list[str]:
+    """Up to ``limit`` batch ids that start with ``ref``, in id order."""
+    if any(c in ref for c in "%_\\"):
+        return []
+    with store.read() as conn:
+        ids = conn.execute(select(B.c.id).where(B.c.id.like(f"{ref}%")).order_by(B.c.id).limit(limit)).scalars()
+        return [str(batch_id) for batch_id in ids]
 
 
 def load_batch(store: Store, batch_id: str) -> BatchView | None:

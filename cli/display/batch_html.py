@@ -7,6 +7,7 @@ from __future__ import annotations
 from html import escape
 
 from orchestrator.batch.report import BatchReport
+from orchestrator.costing.money import dollars
 
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:72em;color:#222;padding:0 1em}
@@ -37,7 +38,7 @@ def batch_html(report: BatchReport) -> str:
         ("Pass rate", f'<span id="pass-rate">{rate}</span>'), ("Running", str(report.running)),
         ("Not started", str(report.not_started)), ("Infrastructure failures", str(report.infra_failures)),
         ("of which sandbox start timeouts", str(report.start_timeouts)), ("Task errors", str(report.task_errors)),
-        ("Cost", f'<span id="cost">${report.cost_usd:.4f}</span>'), ("Tokens", f"{report.tokens:,}"),
+        ("Cost", f'<span id="cost">{dollars(report.cost_usd)}</span>'), ("Tokens", f"{report.tokens:,}"),
         ("Run time p50 / p95", f"{_seconds(report.p50_s)} / {_seconds(report.p95_s)}"),
     ]
     verdicts = "".join(_row([("", e(k or "-")), ("n", str(v))]) for k, v in sorted(report.verdicts.items()))
@@ -46,7 +47,7 @@ def batch_html(report: BatchReport) -> str:
         (t.verdict if t.verdict in ("PASS", "SUSPECT") else "infra" if t.outcome == "infrastructure" else "fail",
          e(t.verdict or "-")),
         ("n", str(t.attempts)), ("n", str(t.infra_failures)), ("n", _seconds(t.seconds)), ("n", f"{t.tokens:,}"),
-        ("n", f"${t.cost_usd:.4f}"), ("", e(t.replica or "-")), ("", e((t.run_id or "-")[:12])),
+        ("n", dollars(t.cost_usd)), ("", e(t.replica or "-")), ("", e((t.run_id or "-")[:12])),
         ("err", e(t.error or "")),
     ]) for t in report.tasks)
     return f"""<!DOCTYPE html>

@@ -23,7 +23,7 @@ def scalar(key: str, value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        if key.endswith("usd"):
+        if key.endswith("usd") or "cost" in key:  # an imported accumulated_cost is dollars too
             return figure(value, "usd")
         if key.endswith("_s"):
             return figure(value, "seconds")

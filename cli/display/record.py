@@ -14,6 +14,7 @@ from cli.display.render import SOURCE_EXECUTED, seconds, timed
 from cli.display.runtime_label import runtime_text
 from cli.display.table import ABSENT, figure
 from orchestrator.canonical import text_bytes
+from orchestrator.costing import money
 from orchestrator.envelope import reported
 from orchestrator.interop.records import IMPORT_MODE
 from orchestrator.source_figures import IMPORT_EVENT, counted_run_level
@@ -208,10 +209,7 @@ def call_lines(call: CallView, *, full: bool) -> list[str]:
     return lines
 
 
-def dollars(value: float | None) -> str:
-    """``$0.0012``, ``<$0.0001``, or ``-`` when no price was known."""
-    shown = figure(value, "usd")
-    return shown if value is None else f"<${shown[1:]}" if shown.startswith("<") else f"${shown}"
+dollars = money.dollars
 
 
 def reasoning_figures(resp: ResponseView) -> str:

@@ -18,6 +18,7 @@ from cli.display.data import data_lines
 from cli.display.steps import ModelStep, ToolStep
 from cli.display.table import ABSENT, figure
 from orchestrator.contract import Frozen
+from orchestrator.costing.money import dollars
 from orchestrator.terminal_text import one_line, printable
 
 TEXT_LINES = 6  # a turn's words once the turn is over, unless --full
@@ -331,7 +332,7 @@ def budget_line(b: Budget) -> str:
         f"turns {b.turns}/{b.max_turns}",
         f"tokens {b.tokens:,}" + (f" +~{b.streaming:,} streaming" if b.streaming else "")
         + ("" if b.max_tokens is None else f"/{b.max_tokens:,}"),
-        f"${b.cost_usd:.4f}" + ("" if b.max_cost_usd is None else f"/${b.max_cost_usd:.2f}"),
+        dollars(b.cost_usd) + ("" if b.max_cost_usd is None else f"/{dollars(b.max_cost_usd)}"),
         f"{_clock(b.elapsed_s)}" + ("" if b.max_wall_s is None else f"/{_clock(b.max_wall_s)}"),
     ]
     if b.tokens_per_s is not None:

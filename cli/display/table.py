@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from orchestrator.costing import money
 from orchestrator.terminal_text import printable
 
 ABSENT = "-"  # a figure the record does not have: never written as 0
@@ -65,7 +66,7 @@ def figure(value: Any, kind: Kind = "int") -> str:
     if kind == "text" or isinstance(value, str):
         return printable(str(value), newlines=False)
     if kind == "usd":
-        return "<0.0001" if 0 < abs(value) < 0.00005 else f"{value:,.4f}"
+        return money.amount(value)
     if kind == "ratio":
         return f"{value * 100:.0f}%"
     if kind == "seconds":

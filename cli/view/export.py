@@ -27,7 +27,8 @@ def bundle_runs(store: Store, refs: list[str]) -> list[str]:
 
 
 def export_bundle(
-    store: Store, dest: Path, refs: list[str], progress: Callable[[str], None] = lambda _: None
+    store: Store, dest: Path, refs: list[str],
+    progress: Callable[[int, int, str], None] = lambda done, total, name: None,
 ) -> list[Path]:
     """Write index.html, a page and a chain page per run, a compare page for
     each run whose parent is in the bundle, and batches.html with a page per
@@ -53,12 +54,12 @@ def export_bundle(
     for batch_id in batch_ids:
         pages.append((links.batch(batch_id), partial(site.batch_page, batch_id)))
     written = []
-    for name, render in pages:
+    for done, (name, render) in enumerate(pages, start=1):
         path = dest / name
         try:
             path.write_text(render(), encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"cannot write {path}: {exc.strerror or exc}", path=str(path)) from None
-        progress(name)
+        progress(done, len(pages), name)
         written.append(path)
     return written

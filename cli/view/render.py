@@ -17,6 +17,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup, escape
 
 from orchestrator.canonical import readable_text
+from orchestrator.costing import money
 
 SAFE_NAME = re.compile(r"[A-Za-z0-9_-]{1,100}")
 
@@ -73,8 +74,7 @@ def when(ts: float | None) -> str:
     return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) + "Z"
 
 
-def dollars(value: float | None) -> str:
-    return "-" if value is None else f"${value:.6f}"
+dollars = money.dollars  # the viewer's figures read as the terminal's
 
 
 def secs(value: float | None) -> str:

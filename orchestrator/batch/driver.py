@@ -38,6 +38,19 @@ def start_batch(store: Store, task_file: TaskFile, plan: BatchPlan) -> str:
     return bstore.create_batch(store, task_file=task_file.path, tasks=rows, settings=plan.model_dump(mode="json"))
 
 
+def find_batch(store: Store, ref: str) -> str:
+    """The one batch whose id starts with ``ref``; an ambiguous prefix names
+    what it matches, so the user can pick one."""
+    found = bstore.matching_batches(store, ref, limit=6) if ref else []
+    if not found:
+        raise BatchNotFound(f"no batch matches {ref!r} in {store.url}", batch=ref)
+    if len(found) > 1 and ref not in found:
+        named = ", ".join(batch_id[:12] for batch_id in found[:5]) + (" and more" if len(found) > 5 else "")
+        raise BatchNotFound(f"batch prefix {ref!r} is ambiguous: it matches {named}; give more characters",
+                            batch=ref)
+    return ref if ref in found else found[0]
+
+
 def pending_tasks(store: Store, batch_id: str) -> tuple[BatchPlan, list[BatchTask]]:
     view = bstore.load_batch(store, batch_id)
     if view is None:

@@ -25,7 +25,10 @@ class RepoError(EscrowError):
 
 
 class BatchNotFound(EscrowError):
-    """No batch with that id in the store."""
+    """No batch with that id in the store, or the prefix is ambiguous (the
+    exit code of a run not found: one code for "no such id")."""
+
+    exit_code = ExitCode.RUN_NOT_FOUND
 
 
 class RayUnavailable(EscrowError):

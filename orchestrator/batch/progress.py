@@ -7,6 +7,7 @@ import time
 
 from orchestrator.batch.report import PASS, SUSPECT, start_timed_out
 from orchestrator.batch.runner import AttemptResult
+from orchestrator.costing.money import dollars
 from store.batches import INFRASTRUCTURE, INTERRUPTED, MODEL
 
 
@@ -52,7 +53,7 @@ class BatchProgress:
             parts.append(f"task errors {self.task_errors}")
         if self.infra:
             parts.append(f"infra errors {self.infra} (start timeouts {self.start_timeouts})")
-        parts.append(f"${self.cost_usd:.4f}")
+        parts.append(dollars(self.cost_usd))
         if eta is not None:
             parts.append(f"ETA {eta:.0f}s")
         return " · ".join(parts)

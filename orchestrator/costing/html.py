@@ -11,6 +11,7 @@ from itertools import accumulate
 from typing import Any
 
 from orchestrator.costing.aggregate import AggregateReport
+from orchestrator.costing.money import dollars
 from orchestrator.costing.svg import Series, bar_chart
 from orchestrator.costing.tabular import aggregate_rows, comparison_lines, line_rows
 from orchestrator.costing.trajectory import RunCost
@@ -106,7 +107,7 @@ def run_html(report: RunCost) -> str:
     body = [
         f"<h1>Run {escape(report.run_id)}</h1>",
         f'<p>model {escape(report.model)} · status {escape(report.status)} · verdict {escape(report.verdict or "-")}'
-        f" · total ${report.total.cost.total_usd:.6f} · price table {escape(report.price_version)}</p>",
+        f" · total {dollars(report.total.cost.total_usd)} · price table {escape(report.price_version)}</p>",
         warnings_html(report.warnings), tokens, cost,
     ]
     c = report.comparison

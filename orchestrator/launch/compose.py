@@ -100,10 +100,10 @@ class ModelProbe:
         self._url = settings.model_url
         self._engine: EngineInfo | None = None
         self.counter = counter_for(
-            settings.tokenizer, base_url=settings.model_url, model=settings.model, http=self.http
+            settings.tokenizer, base_url=settings.model_url, model=settings.model_name, http=self.http
         )
         try:
-            self.window = discover_context_window(settings.model_url, model=settings.model, http=self.http)
+            self.window = discover_context_window(settings.model_url, model=settings.model_name, http=self.http)
         except httpx.HTTPError:
             self.window = None
 
@@ -179,7 +179,7 @@ def make_spec(
         system_role=role,
         protocol=settings.tool_protocol,
         tool_specs=tool_specs,
-        model=settings.model,
+        model=settings.model_name,
         s_max=budget.s_max,
         k_max=budget.k_max,
         window_source=budget.source,

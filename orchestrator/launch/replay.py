@@ -4,6 +4,7 @@ wired around the Replayer. ``escrow replay`` and library callers use
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any, Literal
 
@@ -39,7 +40,8 @@ class ReplayRequest(Frozen):
     allow_drift: bool = False
 
 
-def replay_run(settings: Settings, request: ReplayRequest) -> ReplayReport:
+def replay_run(settings: Settings, request: ReplayRequest,
+               progress: Callable[[int, int], None] = lambda done, total: None) -> ReplayReport:
     """Replay one recorded run; the replay is recorded as a run of its own
     unless ``record`` is off (offline only)."""
     # Read-only first: a store at an older schema is refused with the migrate
@@ -52,7 +54,7 @@ def replay_run(settings: Settings, request: ReplayRequest) -> ReplayReport:
         # A recorded replay holds a lease like any run: killed, it reads crashed.
         heartbeat = Heartbeat(store, settings.lease_s)
         try:
-            replayer = Replayer(store, liveness=heartbeat)
+            replayer = Replayer(store, liveness=heartbeat, progress=progress)
             loaded = replayer.load(request.run, force=request.force)
             if request.mode == "fork":
                 assert request.fork_at is not None  # ReplayRequest from the CLI always sets it with --fork-at

@@ -33,7 +33,7 @@ from orchestrator.launch.compose import (
 from orchestrator.launch.liveness import Heartbeat
 from orchestrator.limits import Tally
 from orchestrator.model_client.client import ModelClient
-from orchestrator.model_client.reach import require_http_url
+from orchestrator.model_client.reach import require_http_url, require_model
 from orchestrator.model_client.token_exact import TokenExactClient
 from orchestrator.observer import ObservedJournal, RunObserver
 from orchestrator.perimeter import acl_of
@@ -197,16 +197,17 @@ def run_agent(
     repo_path = resolve_repo(repo)
     policy = with_task_inputs(resolve_policy(settings), request)
     require_http_url(settings.model_url)  # before a sandbox starts or a run is recorded
+    settings = settings.model_copy(update={"model": require_model(settings.model_url, settings.model)})
     # --token-exact: the engine and its template are checked before anything starts or is recorded.
     token_model = open_token_exact(settings) if settings.token_exact else None
     docker_client = connect(settings.docker_host)
     require_image(docker_client, settings.sandbox_image)
     runtime = choose_runtime(docker_client, settings.sandbox_runtime)
     run_log().info("sandbox runtime", runtime=runtime.name, why=runtime.why)
-    price = load_price_table(settings.home).lookup(settings.model)
+    price = load_price_table(settings.home).lookup(settings.model_name)
     if price is None:
         run_log().warning(
-            "model has no price; its calls cost $0", model=settings.model, hint="escrow price set MODEL ...")
+            "model has no price; its calls cost $0", model=settings.model_name, hint="escrow price set MODEL ...")
     store = open_store(settings)
     probe = ModelProbe(settings)
     cancel = cancel or threading.Event()
@@ -225,7 +226,7 @@ def run_agent(
             verifier_patch=request.verify_patch, required_tests=request.required_tests, constraint=choice.constraint,
         )
         run_id = recorder.start_run(
-            task=task, repo=str(repo_path), model=settings.model, policy=policy.model_dump(mode="json"),
+            task=task, repo=str(repo_path), model=settings.model_name, policy=policy.model_dump(mode="json"),
             config={"spec": spec.model_dump(mode="json"), "model_url": settings.model_url,
                     "sandbox_image": settings.sandbox_image, "sandbox_runtime": runtime.name,
                     **({"workspace_sha256": request.workspace_sha256} if request.workspace_sha256 else {}),

@@ -8,7 +8,9 @@ from __future__ import annotations
 import socket
 from urllib.parse import urlsplit
 
-from orchestrator.errors import ModelUnreachable
+import httpx
+
+from orchestrator.errors import ConfigError, ModelUnreachable
 
 CONNECT_TIMEOUT_S = 5.0
 
@@ -44,3 +46,31 @@ def require_reachable(url: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> None
         reason = exc.strerror or type(exc).__name__
         raise ModelUnreachable(f"no model server answers at {url} ({reason}); start it, or give --model-url",
                                url=url) from None
+
+
+def require_model(url: str, given: str | None, *, timeout_s: float = CONNECT_TIMEOUT_S) -> str:
+    """The model id to send: ``given`` (``--model``), else the one model the
+    server lists at ``/v1/models``. No default name: a run recorded under a
+    model the server does not serve would price and report as that model.
+    A server listing several (or none, or not answering) asks for ``--model``."""
+    if given:
+        return given
+    served = served_models(url, timeout_s=timeout_s)
+    if served is not None and len(served) == 1:
+        return served[0]
+    why = ("gave no listing at GET /models" if served is None else "lists no model at /models" if not served
+           else f"serves {len(served)} models ({', '.join(served[:5])}{', ...' if len(served) > 5 else ''})")
+    raise ConfigError(f"no --model given, and the server at {url} {why}; give --model NAME", url=url)
+
+
+def served_models(url: str, *, timeout_s: float) -> tuple[str, ...] | None:
+    """The ids of ``GET {url}/models`` (OpenAI's listing); None when the
+    server does not answer it with a listing."""
+    try:
+        response = httpx.get(url.rstrip("/") + "/models", timeout=timeout_s)
+        data = response.json().get("data") if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    if not isinstance(data, list):
+        return None
+    return tuple(str(entry["id"]) for entry in data if isinstance(entry, dict) and entry.get("id"))

@@ -70,10 +70,12 @@ def check_fork_turn(recorded: RecordedRun, at_turn: int) -> None:
 
 class Replayer:
     def __init__(self, store: RecordingStore, *, clock: Callable[[], float] = time.time,
-                 liveness: Liveness | None = None) -> None:
+                 liveness: Liveness | None = None, progress: Callable[[int, int], None] = lambda done, total: None,
+                 ) -> None:
         self.store = store
         self.clock = clock
         self.liveness = liveness
+        self.progress = progress  # (turns replayed, turns recorded), after each turn
 
     def load(self, ref: str, *, force: bool = False) -> Loaded:
         """The run ``ref`` names, as frozen records; refuses a run whose chain
@@ -125,13 +127,19 @@ class Replayer:
         recorder = self.store.recorder(clock=self.clock) if record else None
         run_id = self._start(recorder, recorded, mode, forks) if recorder else uuid.uuid4().hex
         journal: Journal = recorder.journal(run_id) if recorder else NullJournal()
+        total = len(recorded.turns)
+
+        def on_turn(turn: int) -> None:
+            self.progress(turn + 1, total)
+
         if tools_for is None:
-            drive = Drive(recorded, journal, strict=strict, forks=forks)
+            drive = Drive(recorded, journal, strict=strict, forks=forks, on_turn=on_turn)
             return self._finish(drive, loaded, mode, recorder, run_id)
         with tools_for(run_id) as live_tools:
             drive = Drive(recorded, journal, live_tools=live_tools, live_model=live_model, strict=strict,
                           live_from=fork.at_turn if fork else None, forks=forks, allow_drift=allow_drift,
-                          counter=replay_counter(recorded, live_counter) if fork else None, live_cost=live_cost)
+                          counter=replay_counter(recorded, live_counter) if fork else None, live_cost=live_cost,
+                          on_turn=on_turn)
             return self._finish(drive, loaded, mode, recorder, run_id)
 
     def _start(self, recorder: ReplayRecorder, recorded: RecordedRun, mode: Mode, forks: tuple[ForkPoint, ...]) -> str:

@@ -86,6 +86,7 @@ class Drive:
     counter: TokenCounter | None = None
     forks: tuple[ForkPoint, ...] = ()
     live_cost: Callable[[Envelope], float] = lambda envelope: 0.0
+    on_turn: Callable[[int], None] = lambda turn: None  # a turn replayed (progress)
     cursor: Cursor = field(default_factory=Cursor)
     result: RunResult | None = None
     divergence: Divergence | None = None
@@ -122,6 +123,7 @@ class Drive:
                 reshape(self.agent, point)
 
     def _after_turn(self, turn: int, envelope: Envelope, tally: Tally) -> None:  # noqa: ARG002
+        self.on_turn(turn)
         self._switch(turn + 1)
 
     def run(self, before_verdict: Callable[[RunResult], None] | None = None) -> None:

@@ -39,8 +39,8 @@ WIDTH = 80
 # (build an image, remove containers) are audited by their --help.
 INVOCATIONS: dict[tuple[str, ...], list[list[str]]] = {
     ("run",): [["run", "fix mean()", "--repo", "{tmp}", "--verify", "true", "--model-url", "{dead}"]],
-    ("call",): [["call", "hi", "--model-url", "{dead}", "--deadline", "2"],
-                ["call", "hi", "--model-url", "{dead}", "--deadline", "2", "--json"]],
+    ("call",): [["call", "hi", "--model-url", "{dead}", "--model", "m", "--deadline", "2"],
+                ["call", "hi", "--model-url", "{dead}", "--model", "m", "--deadline", "2", "--json"]],
     ("fault-server",): [["fault-server"], ["fault-server", "--script", "{tmp}/missing.json"]],
     ("runs",): [["runs"], ["runs", "--json"]],
     ("show",): [["show", "{run}"], ["show", "{reasoner}"], ["show", "{run}", "--json"], ["show", "1"]],

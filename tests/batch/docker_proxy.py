@@ -58,7 +58,7 @@ class StallingDockerProxy(FlakyDockerProxy):
                  holds: bytes = b"/containers/create") -> None:
         super().__init__(path, refuse=0)
         self.stall, self.safety_s, self.drop, self.holds = stall, safety_s, drop, holds
-        self.stalled = self.creates = 0
+        self.stalled = self.creates = self.requested = 0  # requested: request data seen, of any kind
         self.release = threading.Event()
         self.lock = threading.Lock()
 
@@ -71,6 +71,8 @@ class StallingDockerProxy(FlakyDockerProxy):
 
     def _hold_create(self, data: bytes) -> None:
         method_path = data.split(b"\r\n", 1)[0].rsplit(b" ", 1)[0].split(b"?", 1)[0]
+        with self.lock:
+            self.requested += 1
         if not method_path.endswith(self.holds):
             return
         with self.lock:

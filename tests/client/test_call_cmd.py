@@ -66,7 +66,8 @@ def test_bad_schema_file_is_a_config_error(tmp_path):
 
 
 def test_unreachable_server_subprocess_prints_transport_failure_without_traceback():
-    proc = subprocess.run([ESCROW, "call", "hi", "--model-url", "http://127.0.0.1:9/v1", "--deadline", "2"],
+    proc = subprocess.run([ESCROW, "call", "hi", "--model-url", "http://127.0.0.1:9/v1", "--model", "m",
+                           "--deadline", "2"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert "TRANSPORT_FAILURE" in proc.stdout and "connect_error" in proc.stdout
@@ -74,7 +75,8 @@ def test_unreachable_server_subprocess_prints_transport_failure_without_tracebac
 
 
 def test_unreachable_server_json_subprocess():
-    proc = subprocess.run([ESCROW, "call", "hi", "--model-url", "http://127.0.0.1:9/v1", "--deadline", "2", "--json"],
+    proc = subprocess.run([ESCROW, "call", "hi", "--model-url", "http://127.0.0.1:9/v1", "--model", "m",
+                           "--deadline", "2", "--json"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and json.loads(proc.stdout)["status"] == "TRANSPORT_FAILURE"
 

@@ -138,3 +138,25 @@ def test_post_sampling_probabilities_are_read_as_logprobs():
     assert [(a.token_id, a.logprob) for a in token.top] == [(17534, math.log(0.5)), (9259, math.log(0.25))]
     (zero,) = read_logprobs([{**entry, "prob": 0.0}])
     assert zero.logprob == float("-inf")
+
+
+def test_export_tokens_names_its_format_and_warns_when_no_call_carried_ids(srv, tmp_path):
+    """Issue 42, group 14: --tokens closed with "as messages-jsonl" (the
+    format it replaces) and said nothing when no line had an id."""
+    plain = [("data", chunk({"content": "plain"})), ("data", chunk(finish="stop"))]
+    srv.script([Fault.raw_stream(llama_answer()), Fault.raw_stream(frame(plain, FRAMINGS[0])),
+                Fault.raw_stream(frame(plain, FRAMINGS[0]))])
+    db = tmp_path / "escrow.db"
+    with_ids = record_run(db, srv.base_url, [request(0), request(1)])
+    without = record_run(db, srv.base_url, [request(0)])
+
+    said = {}
+    for run_id in (with_ids, without):
+        result = CliRunner().invoke(app, ["export", run_id, "--tokens", "--db", f"sqlite:///{db}"],
+                                    env={"COLUMNS": "80"})
+        assert result.exit_code == 0, result.output
+        said[run_id] = " ".join(result.stderr.split())
+    assert "messages-jsonl" not in said[with_ids] + said[without]
+    assert "token lines (--tokens): 2 call(s), 1 with token ids" in said[with_ids] and "warning" not in said[with_ids]
+    assert "token lines (--tokens): 1 call(s), 0 with token ids" in said[without]
+    assert "warning: no call carried token ids" in said[without]

@@ -44,9 +44,10 @@ def test_a_stopped_server_gives_absent_figures_in_text_and_json(tmp_path, monkey
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     url = f"http://127.0.0.1:{port}/v1"
-    got = CliRunner().invoke(app, ["call", "hi", "--model-url", url, "--deadline", "2", "--json"])
+    got = CliRunner().invoke(app, ["call", "hi", "--model-url", url, "--model", "m", "--deadline", "2", "--json"])
     usage = json.loads(got.stdout)["usage"]
     assert usage["cached_source"] == "absent" and usage["cached_prompt_tokens"] is None
     assert usage["prompt_tokens"] is None and usage["completion_tokens"] is None
-    text = CliRunner().invoke(app, ["call", "hi", "--model-url", url, "--deadline", "2"], env={"COLUMNS": "80"})
+    text = CliRunner().invoke(app, ["call", "hi", "--model-url", url, "--model", "m", "--deadline", "2"],
+                               env={"COLUMNS": "80"})
     assert "prompt absent, cached absent, completion absent" in text.stdout and "0 (absent)" not in text.stdout

@@ -32,7 +32,8 @@ def repo(tmp_path: Path) -> Path:
 @pytest.fixture
 def settings(tmp_path: Path, fault: FaultServer, sandbox_image: str) -> Settings:
     return Settings(
-        home=tmp_path / "home", model_url=fault.base_url, sandbox_image=sandbox_image, context_window=8192,
+        home=tmp_path / "home", model_url=fault.base_url, model="gemma-3-270m", sandbox_image=sandbox_image,
+        context_window=8192,
         tokenizer="cl100k_base", max_output_tokens=512, deadline_s=30.0,
     )
 

@@ -54,7 +54,7 @@ def test_ctrl_c_during_a_tool_command_cancels_it(tmp_path, repo, fault: FaultSer
         if proc.poll() is None:
             proc.kill()
 
-    assert proc.returncode == 1, err
+    assert proc.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     shown = json.loads(out)
     assert shown["verdict"] == "CANCELED" and "tool call" in shown["detail"]

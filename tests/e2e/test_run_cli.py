@@ -62,6 +62,9 @@ def test_cli_run_passes_and_prints_the_outcome(tmp_path, repo, fault: FaultServe
         run = store.run(shown["run_id"])
         assert run.verdict == "PASS" and run.status == "finished"
         assert len(store.calls(run.id)) == 2 and store.verify(run.id).ok
+        # No --model: the one model the server lists, sent and recorded (not a default name).
+        assert run.request_model == fault.model == "fault-model"
+        assert {r.json["model"] for r in fault.requests} == {"fault-model"}
 
 
 def test_ctrl_c_mid_stream_records_canceled_and_exits_cleanly(tmp_path, repo, fault: FaultServer, sandbox_image):
@@ -80,7 +83,7 @@ def test_ctrl_c_mid_stream_records_canceled_and_exits_cleanly(tmp_path, repo, fa
         if proc.poll() is None:
             proc.kill()
 
-    assert proc.returncode == 1, err
+    assert proc.returncode == 130, err  # Ctrl-C: the exit code of every interrupted command
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     shown = json.loads(out)
     assert shown["verdict"] == "CANCELED"
@@ -137,7 +140,7 @@ def test_ctrl_c_while_the_sandbox_starts_is_a_recorded_cancel(tmp_path, repo, fa
             if proc.poll() is None:
                 proc.kill()
 
-    assert proc.returncode == 1, err
+    assert proc.returncode == 130, err
     assert "Traceback" not in err
     shown = json.loads(out)
     assert (shown["run_id"], shown["verdict"], shown["turns"]) == (run_id, "CANCELED", 0)
@@ -223,3 +226,26 @@ def test_a_run_under_a_runtime_passes_records_it_and_show_prints_it(tmp_path, re
     with serving(tmp_path / "home" / "escrow.db") as base:
         page = httpx.get(f"{base}/run/{run_id}", timeout=30).text
     assert re.search(rf'id="run-sandbox"><b>sandbox</b> {re.escape(label)}</span>', page), page[:2000]
+
+
+def test_an_unknown_context_window_is_named_before_any_container_is_created(
+    tmp_path, repo, fault: FaultServer, sandbox_image
+):
+    """Issue 42, group 13: the missing window names --context-window, and is
+    found before the sandbox starts. Every Docker request of the command
+    goes through a proxy: it reached dockerd (the image check) and created
+    no container, and the model was never asked."""
+    home = tmp_path / "home"
+    env = {**os.environ, "ESCROW_HOME": str(home), "COLUMNS": "80"}
+    args = [str(ESCROW), "run", "Fix mean() in calc.py", "--repo", str(repo), "--verify", "true",
+            "--model-url", fault.base_url, "--tokenizer", "cl100k_base"]  # the fault server reports no window
+    with StallingDockerProxy(tmp_path / "docker.sock", stall=0) as proxy:
+        done = subprocess.run(args, env={**env, "DOCKER_HOST": proxy.url}, capture_output=True, text=True,
+                              timeout=120)
+        creates = proxy.creates
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 2 and "give --context-window N" in said and "Traceback" not in said, done.stderr
+    assert proxy.requested, "the command never reached dockerd through the proxy"
+    assert creates == 0 and fault.requests == []
+    with Store.open(f"sqlite:///{home / 'escrow.db'}", readonly=True, create=False) as store:
+        assert store.runs() == []  # nothing recorded either

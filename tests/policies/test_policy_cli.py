@@ -48,7 +48,7 @@ def test_apply_section_is_explained_and_strict(tmp_path):
     typo = tmp_path / "typo.toml"
     typo.write_text(DEFAULT.read_text().replace("ci_config = false", "ci_configs = true"))
     result = CliRunner().invoke(app, ["policy", "check", str(typo)])
-    assert getattr(result.exception, "exit_code", None) == 65 and "apply.ci_configs" in str(result.exception)
+    assert getattr(result.exception, "exit_code", None) == 65 and "'ci_configs' in [apply]" in str(result.exception)
 
 
 def test_verify_accept_is_explained_and_validated(tmp_path):
