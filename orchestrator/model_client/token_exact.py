@@ -469,8 +469,10 @@ def rebuild_prompts(tokens: EngineTokens, calls: Sequence[tuple[str, int | None,
     """Replay a token-exact run's prompts at the token level: each call's
     prompt ids rebuilt as the loop built them, compared with the recording.
     Each call continues from the recorded ids, so every divergence is named
-    where it happens, not carried on."""
-    sequence = TokenSequence(TextTemplate(tokens))
+    where it happens, not carried on. A run recorded from vLLM is rendered
+    with vLLM's ``/tokenize``, any other with llama-server's endpoints."""
+    vllm = any((envelope.engine or "").startswith("vllm") for *_, envelope in calls)
+    sequence = TokenSequence(IdTemplate(tokens) if vllm else TextTemplate(tokens))
     out: list[Rebuilt] = []
     for call_id, turn, request, envelope in calls:
         recorded = envelope.prompt_token_ids

@@ -29,7 +29,7 @@ from store import Store
 from tests.tokens.conftest import tokens_cli
 from tests.tokens.test_token_exact import run_args
 
-VLLM = {"/version": {"version": "0.11.0"}}
+VLLM = {"/version": {"version": "0.11.0"}, "/detokenize": {"prompt": ""}}
 
 
 @pytest.fixture
@@ -122,3 +122,9 @@ def test_a_token_exact_run_on_vllm_grows_by_the_sampled_ids_and_the_delta_and_is
     assert checked.exit_code == 0, checked.output
     assert [c["token_class"] for c in data["calls"]] == ["CLEAN", "CLEAN"]
     assert all(c["problems"] == [] for c in data["calls"])
+    # Replayed at the token level with the engine's /tokenize: the same ids.
+    checked, data = tokens_cli(home / "escrow.db", run_id, "--json", "--rebuild", "--model-url",
+                               vllm.base_url.removesuffix("/v1"))
+    assert checked.exit_code == 0, checked.output
+    assert [(r["position"], r["recorded"]) for r in data["rebuilt"]] == [
+        (None, len(first["prompt"])), (None, len(second["prompt"]))]
