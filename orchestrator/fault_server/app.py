@@ -1,9 +1,11 @@
 """The fault server's ASGI application.
 
-``/v1/chat/completions`` is handled at the raw ASGI level, because faults need
+``/v1/chat/completions`` and ``/v1/completions`` (vLLM's shape, for a prompt
+of token ids) are handled at the raw ASGI level, because faults need
 what a framework hides: hanging up without a response (which needs uvicorn's
 transport) and noticing the client hang up while a stream is paced. Other
-routes (``/v1/models``, ``/health``) are a plain Starlette app.
+routes (``/v1/models``, ``/health``, vLLM's ``/tokenize``) are a plain
+Starlette app.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from orchestrator.fault_server import render
+from orchestrator.fault_server import chat_tokens, render
 from orchestrator.fault_server.records import Disconnect, RecordedRequest, StreamRecord
 from orchestrator.fault_server.scenario import HttpError, Oversized, RawResponse, Reply, Scenario
 
@@ -32,6 +34,7 @@ class ScriptExhausted(Exception):
 
 
 KEY_PREFIX = "/k/"
+COMPLETIONS = ("/v1/chat/completions", "/v1/completions")
 
 
 def split_key(path: str) -> tuple[str | None, str]:
@@ -99,11 +102,14 @@ class FaultApp:
     llama.cpp ``/props``, its ``/detokenize``...); one given for
     ``/v1/models`` replaces the built-in listing."""
 
-    def __init__(self, state: FaultState, model: str, endpoints: dict[str, Any] | None = None) -> None:
+    def __init__(self, state: FaultState, model: str, endpoints: dict[str, Any] | None = None,
+                 chat_template: chat_tokens.ChatTemplate = "chatml") -> None:
         self.state = state
         self.model = model
+        self.chat_template = chat_template
         extra = [Route(path, _fixed(value), methods=["GET", "POST"]) for path, value in (endpoints or {}).items()]
-        self.routes = Starlette(routes=[*extra, Route("/v1/models", self._models), Route("/health", self._health)])
+        self.routes = Starlette(routes=[*extra, Route("/v1/models", self._models), Route("/health", self._health),
+                                        Route("/tokenize", self._tokenize, methods=["POST"])])
 
     async def _models(self, request: Request) -> JSONResponse:
         return JSONResponse(
@@ -113,12 +119,16 @@ class FaultApp:
     async def _health(self, request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
+    async def _tokenize(self, request: Request) -> JSONResponse:
+        body = await request.json()
+        return JSONResponse(chat_tokens.tokenize(body if isinstance(body, dict) else {}, self.chat_template))
+
     async def __call__(self, scope, receive, send) -> None:
         key, original = None, scope.get("path", "")
         if scope["type"] == "http":
             key, path = split_key(scope["path"])
             scope = {**scope, "path": path, "raw_path": path.encode()}
-        if scope["type"] != "http" or scope["path"] != "/v1/chat/completions":
+        if scope["type"] != "http" or scope["path"] not in COMPLETIONS:
             await self.routes(scope, receive, send)
             return
         raw = bytearray()
@@ -148,9 +158,10 @@ class FaultApp:
                 json.dumps({"error": {"message": str(exc), "type": "fault_server"}}).encode(),
             )
             return
-        await self._play(scenario, body, index, send, receive)
+        await self._play(scenario, body, index, send, receive, text=scope["path"] == "/v1/completions")
 
-    async def _play(self, scenario: Scenario, body: dict[str, Any], index: int, send, receive) -> None:
+    async def _play(self, scenario: Scenario, body: dict[str, Any], index: int, send, receive, *,
+                    text: bool = False) -> None:
         if scenario.kind == "hangup":
             _hang_up(send)
             return
@@ -162,10 +173,10 @@ class FaultApp:
             await self._raw(scenario, send)
         elif isinstance(scenario, Oversized):
             await self._oversized(scenario, body, send)
-        elif body.get("stream"):
+        elif body.get("stream") and not text:
             await self._stream(scenario, body, index, send, receive)
         else:
-            data, tokens = render.whole_body(scenario, body, index)
+            data, tokens = (render.completion_body if text else render.whole_body)(scenario, body, index)
             if scenario.tokens_per_s:
                 await anyio.sleep(tokens / scenario.tokens_per_s)
             await _respond(send, 200, b"application/json", data, scenario.headers)

@@ -201,3 +201,33 @@ def whole_body(reply: Reply, body: dict[str, Any], index: int) -> tuple[bytes, i
     if usage is not None:
         out["usage"] = usage
     return _dumps(out).encode("utf-8"), tokens
+
+
+def completion_body(reply: Reply, body: dict[str, Any], index: int) -> tuple[bytes, int]:
+    """vLLM's ``/v1/completions`` answer (never streamed here): the text, and
+    with ``return_token_ids`` each choice's sampled ``token_ids`` and the
+    ``prompt_token_ids`` it read (the script's, else the prompt's ids as
+    sent); with ``logprobs``, one ``token_logprobs`` entry per sampled id
+    (per chunk of text without ids)."""
+    ids = reply.completion_token_ids
+    pieces = [reply.text if n == 0 else "" for n in range(len(ids))] if ids is not None else (
+        _pieces(reply.text, reply.chunk_chars))
+    choice: dict[str, Any] = {"index": 0, "text": reply.text, "logprobs": None,
+                              "finish_reason": reply.effective_finish_reason, "stop_reason": None}
+    if isinstance(body.get("logprobs"), int):
+        k = body["logprobs"]
+        choice["logprobs"] = {
+            "text_offset": [0] * len(pieces), "tokens": pieces, "token_logprobs": [-0.25] * len(pieces),
+            "top_logprobs": [{p if i == 0 else f"{p}~{i}": -0.25 - i for i in range(k)} for p in pieces]}
+    prompt = body.get("prompt")
+    sent = prompt if isinstance(prompt, list) and all(isinstance(i, int) for i in prompt) else None
+    if body.get("return_token_ids"):
+        choice["token_ids"] = ids
+        choice["prompt_token_ids"] = reply.prompt_token_ids if reply.prompt_token_ids is not None else sent
+    out = {**_envelope(reply, body, index, "text_completion"), "choices": [choice]}
+    usage = usage_for(reply, {"messages": []}, len(pieces))
+    if usage is not None and sent is not None and reply.prompt_token_ids is None and reply.usage == "auto":
+        usage = {**usage, "prompt_tokens": len(sent), "total_tokens": len(sent) + usage["completion_tokens"]}
+    if usage is not None:
+        out["usage"] = usage
+    return _dumps(out).encode("utf-8"), len(pieces)

@@ -21,6 +21,7 @@ import uvicorn
 
 from orchestrator.errors import EscrowError
 from orchestrator.fault_server.app import FaultApp, FaultState
+from orchestrator.fault_server.chat_tokens import ChatTemplate
 from orchestrator.fault_server.records import Disconnect, RecordedRequest, StreamRecord
 from orchestrator.fault_server.scenario import Scenario, Script
 
@@ -39,12 +40,14 @@ class FaultServer:
         default: Scenario | None = None,
         startup_timeout_s: float = 10.0,
         endpoints: dict[str, Any] | None = None,
+        chat_template: ChatTemplate = "chatml",
     ) -> None:
         self.host = host
         self._port = port
         self.model = model
         self.startup_timeout_s = startup_timeout_s
         self.endpoints = endpoints
+        self.chat_template: ChatTemplate = chat_template
         self._state = FaultState(default)
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -64,7 +67,8 @@ class FaultServer:
         self._sock = sock
         self._port = sock.getsockname()[1]
         config = uvicorn.Config(
-            FaultApp(self._state, self.model, self.endpoints), http="h11", lifespan="off", log_level="warning",
+            FaultApp(self._state, self.model, self.endpoints, self.chat_template), http="h11", lifespan="off",
+            log_level="warning",
             access_log=False, server_header=False, date_header=False, proxy_headers=False,
             timeout_graceful_shutdown=1,
         )

@@ -40,7 +40,7 @@ def open_token_exact(settings: Settings) -> TokenExactClient:
         raise ConfigError(
             f"--token-exact reads tool calls from the sampled text, which the {settings.tool_protocol!r} tool "
             "protocol does not: use --tool-protocol text", tool_protocol=settings.tool_protocol)
-    client = TokenExactClient(settings.model_url)
+    client = TokenExactClient(settings.model_url, model=settings.model)
     try:
         # The loop appends user messages after an answer: the text
         # protocol's tool results and the loop's notices.

@@ -5,7 +5,10 @@ llama.cpp's ``llama-server``: ``POST /tokenize {"content", "add_special",
 "parse_special"}`` -> ``{"tokens": [...]}``, ``POST /detokenize {"tokens"}``
 -> ``{"content"}``, ``POST /apply-template {"messages"}`` -> ``{"prompt"}``;
 ``/v1/models`` carries ``meta.n_vocab``. vLLM: ``POST /detokenize {"model",
-"tokens"}`` -> ``{"prompt"}`` and ``/tokenize`` at the server root. Each
+"tokens"}`` -> ``{"prompt"}``; ``POST /tokenize`` at the server root renders
+and tokenizes in one call (``{"model", "messages", "add_generation_prompt",
+"add_special_tokens"}``, or ``{"model", "prompt", ...}`` for text) ->
+``{"tokens", "count", "max_model_len"}``. Each
 answer is read strictly: anything else is a ``TokenizerError``, never a guess.
 """
 
@@ -63,16 +66,33 @@ class EngineTokens:
             raise TokenizerError(f"{self.root}/detokenize gave no text", url=self.root)
         return text
 
+    def _ids(self, data: dict[str, Any]) -> tuple[int, ...]:
+        tokens = data.get("tokens")
+        if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+            raise TokenizerError(f"{self.root}/tokenize gave no list of ids", url=self.root)
+        return tuple(tokens)
+
+    def _vllm(self, body: dict[str, Any]) -> tuple[int, ...]:
+        if self.model is not None:
+            body = {"model": self.model, **body}
+        return self._ids(self._post("/tokenize", body))
+
+    def tokenize_chat(self, messages: Sequence[dict[str, Any]]) -> tuple[int, ...]:
+        """vLLM: the conversation rendered by the engine's template with its
+        generation prompt and tokenized, in one call; the template writes its
+        own BOS (``add_special_tokens`` false, as vLLM's chat endpoint does)."""
+        return self._vllm({"messages": list(messages), "add_generation_prompt": True, "add_special_tokens": False})
+
+    def tokenize_prompt(self, text: str) -> tuple[int, ...]:
+        """vLLM: ids of ``text``, no BOS added."""
+        return self._vllm({"prompt": text, "add_special_tokens": False})
+
     def tokenize(self, text: str, *, special: bool = True, bos: bool = False) -> tuple[int, ...]:
         """Ids of ``text``; with ``special``, special tokens written in it
         (``<start_of_turn>``) are read as themselves; ``bos`` adds the
         model's BOS (a conversation's first prompt: llama-server's chat
         endpoint adds it to the rendered template, which holds none)."""
-        data = self._post("/tokenize", {"content": text, "add_special": bos, "parse_special": special})
-        tokens = data.get("tokens")
-        if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
-            raise TokenizerError(f"{self.root}/tokenize gave no list of ids", url=self.root)
-        return tuple(tokens)
+        return self._ids(self._post("/tokenize", {"content": text, "add_special": bos, "parse_special": special}))
 
     def apply_template(self, messages: Sequence[dict[str, Any]]) -> str:
         """The conversation as the engine's template renders it for the next

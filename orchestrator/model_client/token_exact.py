@@ -14,10 +14,13 @@ template's text after an empty answer follows the last prompt. A history
 rewritten (compaction) is rendered and tokenized whole, which the drift
 check (``escrow tokens``) reads as a FORK.
 
-llama.cpp's ``llama-server`` only (``/completion`` with a prompt of ids,
-``return_tokens``, ``n_probs``; its ``/apply-template`` and ``/tokenize``).
-Stop strings are not sent: llama-server cuts them from the text but not
-from the sampled ids (nor the logprobs), so the two would disagree. A
+llama.cpp's ``llama-server`` (``/completion`` with a prompt of ids,
+``return_tokens``, ``n_probs``; its ``/apply-template`` and ``/tokenize``)
+and vLLM >= 0.10.2 (``/v1/completions`` with a prompt of ids,
+``return_token_ids``, ``logprobs``; its ``/tokenize`` renders and tokenizes
+a conversation in one call, so vLLM's delta is cut from ids). Stop strings
+are not sent: llama-server cuts them from the text but not from the sampled
+ids (nor the logprobs), so the two would disagree. A
 grammar constraint is sent as chat sends it. One attempt per call, no
 retry; every outcome is an Envelope.
 """
@@ -27,7 +30,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import httpx
 
@@ -40,39 +43,115 @@ from orchestrator.model_client.provenance import EngineInfo, probe
 from orchestrator.model_client.token_endpoints import EngineTokens
 from orchestrator.token_drift import first_difference
 
-TOKEN_EXACT_ENGINES = ("llama.cpp",)
+TOKEN_EXACT_ENGINES = ("llama.cpp", "vllm")
 # Stands in for an answer in a rendering: text no template writes itself.
 SENTINEL = "\u2063escrow-answer-7f3a\u2063"
 _FINISH = {"eos": "stop", "word": "stop", "limit": "length"}
-_SHOWN = 40  # characters on each side of a first difference
+_SHOWN = 40  # characters (or ids) on each side of a first difference
+R = TypeVar("R", str, tuple[int, ...])
 
 
-def after_answer(before: str, after: str) -> str:
+def after_answer(before: R, after: R, sentinel: R | None = None) -> R:
     """What the template writes after an answer: ``before`` is the
     conversation up to the answer rendered with its generation prompt,
     ``after`` the same with the answer (``SENTINEL``) and the messages that
-    follow it. Raises ``TemplateNotPrefixPreserving`` when ``before`` does
-    not begin ``after``, or when the template writes anything between its
-    generation prompt and the answer (a sampled id would then not follow the
-    last prompt's)."""
-    if not after.startswith(before):
+    follow it - both as text (llama-server's ``/apply-template``) or both as
+    ids (vLLM's ``/tokenize``, ``sentinel`` then the ids of ``SENTINEL``).
+    Raises ``TemplateNotPrefixPreserving`` when ``before`` does not begin
+    ``after``, or when the template writes anything between its generation
+    prompt and the answer (a sampled id would then not follow the last
+    prompt's)."""
+    unit = "character" if isinstance(before, str) else "token"
+    if after[:len(before)] != before:
         at = next((i for i, (a, b) in enumerate(zip(before, after, strict=False)) if a != b),
                   min(len(before), len(after)))
+        shown_before, shown_after = before[max(0, at - _SHOWN):at + _SHOWN], after[max(0, at - _SHOWN):at + _SHOWN]
         raise TemplateNotPrefixPreserving(
             f"the chat template is not prefix-preserving: the conversation rendered with one more answer "
-            f"does not begin with its rendering before it (first difference at character {at}: "
-            f"{before[max(0, at - _SHOWN):at + _SHOWN]!r} became {after[max(0, at - _SHOWN):at + _SHOWN]!r}); "
-            f"--token-exact cannot extend the last prompt's ids",
-            position=at, before=before[max(0, at - _SHOWN):at + _SHOWN], after=after[max(0, at - _SHOWN):at + _SHOWN])
+            f"does not begin with its rendering before it (first difference at {unit} {at}: "
+            f"{shown_before!r} became {shown_after!r}); --token-exact cannot extend the last prompt's ids",
+            position=at, before=str(shown_before), after=str(shown_after))
+    mark: Any = SENTINEL if sentinel is None else sentinel
     tail = after[len(before):]
-    head, found, rest = tail.partition(SENTINEL)
-    if not found or head:
-        what = (f"writes {head[:2 * _SHOWN]!r} between its generation prompt and the answer" if found
+    found = _find(tail, mark)
+    if found != 0:
+        head = tail[:found] if found > 0 else tail[:0]
+        what = (f"writes {head[:2 * _SHOWN]!r} between its generation prompt and the answer" if found > 0
                 else "does not render an earlier answer's text as it was written")
         raise TemplateNotPrefixPreserving(
             f"the chat template {what}; --token-exact cannot put the sampled ids after the last prompt's",
-            inserted=head[:2 * _SHOWN])
-    return rest
+            inserted=str(head[:2 * _SHOWN]))
+    return tail[len(mark):]
+
+
+def _find(tail: R, mark: R) -> int:
+    """Where ``mark`` first occurs in ``tail``; -1 when it does not."""
+    if isinstance(tail, str):
+        return tail.find(str(mark))
+    return next((i for i in range(len(tail) - len(mark) + 1) if tail[i:i + len(mark)] == mark), -1)
+
+
+class _Template(Generic[R]):
+    """An engine's chat template and tokenizer: a conversation's rendering
+    (``R``), the ids written after an answer between two renderings, and a
+    conversation's ids whole."""
+
+    def render(self, messages: Sequence[dict[str, Any]]) -> R:
+        raise NotImplementedError
+
+    def delta(self, before: R, after: R) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def whole(self, messages: Sequence[dict[str, Any]]) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def extends(self, before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]]) -> tuple[int, ...]:
+        return self.delta(self.render(before), self.render(after))
+
+
+class TextTemplate(_Template[str]):
+    """llama-server: a rendering is text (``/apply-template``); what the
+    template writes after an answer is tokenized on its own."""
+
+    def __init__(self, tokens: EngineTokens) -> None:
+        self.tokens = tokens
+        self._bos: tuple[int, ...] | None = None
+
+    def render(self, messages: Sequence[dict[str, Any]]) -> str:
+        return self.tokens.apply_template(messages)
+
+    def delta(self, before: str, after: str) -> tuple[int, ...]:
+        return self.tokens.tokenize(after_answer(before, after))
+
+    def whole(self, messages: Sequence[dict[str, Any]]) -> tuple[int, ...]:
+        """Rendered and tokenized, with the model's BOS once: a template may
+        write it itself (Gemma's does) or not (ChatML)."""
+        ids = self.tokens.tokenize(self.render(messages))
+        if self._bos is None:
+            self._bos = self.tokens.tokenize("", bos=True)
+        return ids if ids[:len(self._bos)] == self._bos else self._bos + ids
+
+
+class IdTemplate(_Template[tuple[int, ...]]):
+    """vLLM: a rendering is ids (``/tokenize`` with messages renders and
+    tokenizes in one call), so the delta is cut at the sentinel's ids."""
+
+    def __init__(self, tokens: EngineTokens) -> None:
+        self.tokens = tokens
+        self._sentinel: tuple[int, ...] | None = None
+
+    def render(self, messages: Sequence[dict[str, Any]]) -> tuple[int, ...]:
+        return self.tokens.tokenize_chat(messages)
+
+    def delta(self, before: tuple[int, ...], after: tuple[int, ...]) -> tuple[int, ...]:
+        if self._sentinel is None:
+            self._sentinel = self.tokens.tokenize_prompt(SENTINEL)
+        return after_answer(before, after, self._sentinel)
+
+    def whole(self, messages: Sequence[dict[str, Any]]) -> tuple[int, ...]:
+        return self.render(messages)
+
+
 
 
 class TokenSequence:
@@ -82,17 +161,17 @@ class TokenSequence:
     Every earlier answer is rendered as ``SENTINEL`` too (the delta does not
     depend on what an answer says), so the last call's rendering is the next
     call's ``before`` and a turn costs one ``/apply-template`` and one
-    ``/tokenize``. After a quarantined answer (rendered as an empty turn the
-    history does not hold) the conversation is rendered afresh."""
+    ``/tokenize`` (llama-server) or one ``/tokenize`` (vLLM). After a
+    quarantined answer (rendered as an empty turn the history does not
+    hold) the conversation is rendered afresh."""
 
-    def __init__(self, tokens: EngineTokens) -> None:
-        self.tokens = tokens
+    def __init__(self, template: _Template[Any]) -> None:
+        self.template = template
         self._messages: tuple[Message, ...] | None = None  # the last prompt's conversation
         self._prompt: tuple[int, ...] = ()
         self._sampled: tuple[int, ...] = ()
-        self._rendered: str | None = None  # the last prompt's conversation rendered, its answers as SENTINEL
-        self._pending: tuple[tuple[Message, ...], str] | None = None
-        self._bos: tuple[int, ...] | None = None
+        self._rendered: Any = None  # the last prompt's conversation rendered, its answers as SENTINEL
+        self._pending: tuple[tuple[Message, ...], Any] | None = None
 
     def advance(self, messages: tuple[Message, ...], prompt: tuple[int, ...], sampled: tuple[int, ...]) -> None:
         """The engine answered ``messages``, sent as ``prompt``, with ``sampled``."""
@@ -105,25 +184,18 @@ class TokenSequence:
         self._pending = None
         last = self._messages
         if last is None or messages[:len(last)] != last:
-            return self._whole(messages)
+            return self.template.whole([m.to_wire() for m in messages])
         new = messages[len(last):]
         if not new:
             return self._prompt
         answered = new[0].role == "assistant"
         sampled, rest = (self._sampled, new[1:]) if answered else ((), new)
-        before = self._rendered if self._rendered is not None else self.tokens.apply_template(_masked(last))
-        rendered = self.tokens.apply_template([*_masked(last), _ANSWER, *_masked(rest)])
+        template = self.template
+        before = self._rendered if self._rendered is not None else template.render(_masked(last))
+        rendered = template.render([*_masked(last), _ANSWER, *_masked(rest)])
         if answered:
             self._pending = (messages, rendered)
-        return self._prompt + sampled + self.tokens.tokenize(after_answer(before, rendered))
-
-    def _whole(self, messages: tuple[Message, ...]) -> tuple[int, ...]:
-        """A conversation rendered and tokenized whole, with the model's BOS
-        once: a template may write it itself (Gemma's does) or not (ChatML)."""
-        ids = self.tokens.tokenize(self.tokens.apply_template([m.to_wire() for m in messages]))
-        if self._bos is None:
-            self._bos = self.tokens.tokenize("", bos=True)
-        return ids if ids[:len(self._bos)] == self._bos else self._bos + ids
+        return self._prompt + sampled + template.delta(before, rendered)
 
 
 _ANSWER = {"role": "assistant", "content": SENTINEL}
@@ -133,18 +205,33 @@ def _masked(messages: Sequence[Message]) -> list[dict[str, Any]]:
     return [_ANSWER if m.role == "assistant" else m.to_wire() for m in messages]
 
 
-class TokenExactClient:
-    """A ``Model`` sending prompts as token ids to llama-server's
-    ``/completion``; ``base_url`` ends in ``/v1`` (or not)."""
+class _Answer(NamedTuple):
+    """An engine's answer to a prompt of ids, read from its own shape."""
 
-    def __init__(self, base_url: str, *, clock: Callable[[], float] = time.monotonic) -> None:
+    text: str
+    sampled: tuple[int, ...]
+    logprobs: list[dict[str, Any]] | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    cached: int | None
+    finish: str | None
+    model: str | None
+
+
+class TokenExactClient:
+    """A ``Model`` sending prompts as token ids: to llama-server's
+    ``/completion``, or vLLM's ``/v1/completions`` (``return_token_ids``,
+    vLLM >= 0.10.2); ``base_url`` ends in ``/v1`` (or not). ``model`` names
+    the model to vLLM's ``/tokenize`` (a request names its own)."""
+
+    def __init__(self, base_url: str, *, model: str | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.base_url = base_url.rstrip("/")
         self._http = httpx.Client(follow_redirects=False)
-        self.tokens = EngineTokens(self.base_url, http=self._http)
-        self.url = self.tokens.root + "/completion"
+        self.tokens = EngineTokens(self.base_url, http=self._http, model=model)
         self._clock = clock
         self._engine: EngineInfo | None = None
-        self.sequence = TokenSequence(self.tokens)
+        self._sequence: TokenSequence | None = None
 
     def __enter__(self) -> "TokenExactClient":
         return self
@@ -161,6 +248,20 @@ class TokenExactClient:
                                  self._http)
         return self._engine
 
+    @property
+    def vllm(self) -> bool:
+        return self.engine_info().engine == "vllm"
+
+    @property
+    def url(self) -> str:
+        return self.tokens.root + ("/v1/completions" if self.vllm else "/completion")
+
+    @property
+    def sequence(self) -> TokenSequence:
+        if self._sequence is None:
+            self._sequence = TokenSequence(IdTemplate(self.tokens) if self.vllm else TextTemplate(self.tokens))
+        return self._sequence
+
     def prepare(self, roles: Sequence[str] = ("user",)) -> None:
         """Refuse, before the first call, an engine that takes no prompt of ids
         and a template the loop cannot extend: a conversation of one user
@@ -169,42 +270,31 @@ class TokenExactClient:
         engine = self.engine_info()
         if engine.engine not in TOKEN_EXACT_ENGINES:
             raise TokenExactUnsupported(
-                f"--token-exact sends prompts as token ids, which only llama.cpp's llama-server takes "
-                f"(/completion); the engine at {self.base_url} is {engine.label}", engine=engine.label)
+                f"--token-exact sends prompts as token ids, which only llama.cpp's llama-server (/completion) "
+                f"and vLLM (/v1/completions) take here; the engine at {self.base_url} is {engine.label}",
+                engine=engine.label)
         first = [{"role": "user", "content": "a"}]
         answered = [*first, {"role": "assistant", "content": SENTINEL},
                     *({"role": role, "content": "b"} for role in roles)]
-        after_answer(self.tokens.apply_template(first), self.tokens.apply_template(answered))
+        self.sequence.template.extends(first, answered)
 
     def call(self, request: ModelRequest, *, cancel: threading.Event | None = None) -> Envelope:
         start = self._clock()
         sha = request.sha256()
         if cancel is not None and cancel.is_set():
-            return _failed(Status.CANCELED, Cause.EXTERNAL_CANCEL, "cancelled before the request was sent",
-                           start, self._clock(), sha)
+            return self._failed(Status.CANCELED, Cause.EXTERNAL_CANCEL, "cancelled before the request was sent",
+                                start, self._clock(), sha)
         try:
             ids = self.sequence.prompt_ids(request.messages)
         except TokenizerError as exc:
-            return _failed(Status.FAULTED, Cause.INTERNAL_ERROR, str(exc), start, self._clock(), sha)
+            return self._failed(Status.FAULTED, Cause.INTERNAL_ERROR, str(exc), start, self._clock(), sha)
+        body = _vllm_body(request, ids) if self.vllm else _llama_body(request, ids)
         try:
-            response = self._http.post(self.url, json=self._body(request, ids), timeout=request.deadline_s)
+            response = self._http.post(self.url, json=body, timeout=request.deadline_s)
         except httpx.HTTPError as exc:
             cause = Cause.DEADLINE if isinstance(exc, httpx.TimeoutException) else Cause.CONNECT_ERROR
-            return _failed(Status.TRANSPORT_FAILURE, cause, f"{self.url}: {exc}", start, self._clock(), sha)
+            return self._failed(Status.TRANSPORT_FAILURE, cause, f"{self.url}: {exc}", start, self._clock(), sha)
         return self._envelope(request, ids, response, start, sha)
-
-    def _body(self, request: ModelRequest, ids: tuple[int, ...]) -> dict[str, Any]:
-        sampling = request.sampling
-        body: dict[str, Any] = {"prompt": list(ids), "n_predict": request.max_tokens, "stream": False,
-                                "return_tokens": True, "cache_prompt": True}
-        for key in ("temperature", "top_p", "top_k", "seed"):
-            if getattr(sampling, key) is not None:
-                body[key] = getattr(sampling, key)
-        if sampling.logprobs:
-            body["n_probs"] = max(1, sampling.top_logprobs or 1)
-        if request.constraint is not None and request.constraint.kind == "grammar":
-            body.update(request.constraint.fields)  # llama-server's own field (grammar), as chat takes it
-        return body
 
     def _envelope(self, request: ModelRequest, ids: tuple[int, ...], response: httpx.Response, start: float,
                   sha: str) -> Envelope:
@@ -212,51 +302,137 @@ class TokenExactClient:
         raw = response.text[:RAW_CAP]
         if response.status_code != 200:
             status = Status.TRANSPORT_FAILURE if response.status_code >= 500 else Status.REJECTED
-            return _failed(status, Cause.HTTP_ERROR, f"{self.url} answered HTTP {response.status_code}: {raw[:300]}",
-                           start, end, sha, http_status=response.status_code, raw=raw)
+            return self._failed(status, Cause.HTTP_ERROR,
+                                f"{self.url} answered HTTP {response.status_code}: {raw[:300]}",
+                                start, end, sha, http_status=response.status_code, raw=raw)
         data = _object(response)
-        content, sampled = data.get("content"), data.get("tokens")
-        if not isinstance(content, str) or not _ids(sampled):
-            return _failed(Status.FAULTED, Cause.MALFORMED_PROTOCOL,
-                           f"{self.url} answered without its text and sampled ids (content, tokens)",
-                           start, end, sha, http_status=200, raw=raw)
-        assert isinstance(sampled, list)
-        evaluated, predicted = data.get("tokens_evaluated"), data.get("tokens_predicted")
-        timings = data.get("timings") if isinstance(data.get("timings"), dict) else {}
-        cached = timings.get("cache_n") if isinstance(timings, dict) else None
-        finish = _FINISH.get(str(data.get("stop_type")))
-        status = Status.TRUNCATED if finish == "length" else Status.COMPLETED
-        probs = data.get("completion_probabilities") if request.sampling.logprobs else None
-        self.sequence.advance(request.messages, ids, tuple(sampled))
-        engine = self._engine.label if self._engine is not None else "llama.cpp"
+        read = _read_vllm(data, ids) if self.vllm else _read_llama(data, request)
+        if isinstance(read, str):
+            return self._failed(Status.FAULTED, Cause.MALFORMED_PROTOCOL, f"{self.url} {read}",
+                                start, end, sha, http_status=200, raw=raw)
+        status = Status.TRUNCATED if read.finish == "length" else Status.COMPLETED
+        self.sequence.advance(request.messages, ids, read.sampled)
+        prompt, completion, cached = read.prompt_tokens, read.completion_tokens, read.cached
         return Envelope(
             status=status,
-            payload=Payload(text=content),
-            finish_reason=finish,
+            payload=Payload(text=read.text),
+            finish_reason=read.finish,
             http_status=200,
             usage=Usage(
-                prompt_tokens=evaluated if isinstance(evaluated, int) else 0,
-                prompt_source="server" if isinstance(evaluated, int) else "absent",
-                cached_prompt_tokens=cached if isinstance(cached, int) and isinstance(evaluated, int)
-                and 0 <= cached <= evaluated else 0,
-                cached_source="server" if isinstance(cached, int) else "absent",
-                completion_tokens=predicted if isinstance(predicted, int) else 0,
-                completion_source="server" if isinstance(predicted, int) else "absent",
+                prompt_tokens=prompt or 0,
+                prompt_source="server" if prompt is not None else "absent",
+                cached_prompt_tokens=cached if cached is not None and prompt is not None
+                and 0 <= cached <= prompt else 0,
+                cached_source="server" if cached is not None else "absent",
+                completion_tokens=completion or 0,
+                completion_source="server" if completion is not None else "absent",
             ),
             timings=Timings(total_s=end - start),
-            model=data.get("model") if isinstance(data.get("model"), str) else None,
-            engine=engine,
-            logprobs=probs if isinstance(probs, list) else None,
+            model=read.model,
+            engine=self._label(),
+            logprobs=read.logprobs,
             top_logprobs=request.sampling.top_logprobs if request.sampling.logprobs else None,
             prompt_token_ids=ids,
-            completion_token_ids=tuple(sampled),
+            completion_token_ids=read.sampled,
             error=None if status is Status.COMPLETED else ErrorDetail(
                 kind=Cause.FINISH_LENGTH.value, message="the answer reached its output limit"),
             attempts=(Attempt(number=1, status=status, http_status=200, duration_s=end - start),),
             request_sha256=sha,
-            payload_bytes=len(content.encode()),
+            payload_bytes=len(read.text.encode()),
             raw_response=raw,
         )
+
+    def _label(self) -> str:
+        return self._engine.label if self._engine is not None else "llama.cpp"
+
+    def _failed(self, status: Status, cause: Cause, message: str, start: float, end: float, sha: str, *,
+                http_status: int | None = None, raw: str | None = None) -> Envelope:
+        error = ErrorDetail(kind=cause.value, message=message)
+        return Envelope(status=status, error=error, http_status=http_status, timings=Timings(total_s=end - start),
+                        attempts=(Attempt(number=1, status=status, http_status=http_status, error=error,
+                                          duration_s=end - start),),
+                        request_sha256=sha, raw_response=raw, engine=self._label())
+
+
+def _sampling(request: ModelRequest, body: dict[str, Any]) -> dict[str, Any]:
+    for key in ("temperature", "top_p", "top_k", "seed"):
+        if getattr(request.sampling, key) is not None:
+            body[key] = getattr(request.sampling, key)
+    if request.constraint is not None and request.constraint.kind == "grammar":
+        body.update(request.constraint.fields)  # the engine's own field, as chat sends it
+    return body
+
+
+def _llama_body(request: ModelRequest, ids: tuple[int, ...]) -> dict[str, Any]:
+    body: dict[str, Any] = {"prompt": list(ids), "n_predict": request.max_tokens, "stream": False,
+                            "return_tokens": True, "cache_prompt": True}
+    if request.sampling.logprobs:
+        body["n_probs"] = max(1, request.sampling.top_logprobs or 1)
+    return _sampling(request, body)
+
+
+def _vllm_body(request: ModelRequest, ids: tuple[int, ...]) -> dict[str, Any]:
+    # A logprob per sampled id always: a trainer reads them (vLLM sends the
+    # sampled token's logprob besides the top ``logprobs``).
+    top = max(1, request.sampling.top_logprobs or 1) if request.sampling.logprobs else 1
+    return _sampling(request, {"model": request.model, "prompt": list(ids), "max_tokens": request.max_tokens,
+                               "stream": False, "return_token_ids": True, "logprobs": top})
+
+
+def _read_llama(data: dict[str, Any], request: ModelRequest) -> _Answer | str:
+    content, sampled = data.get("content"), data.get("tokens")
+    if not isinstance(content, str) or not _ids(sampled):
+        return "answered without its text and sampled ids (content, tokens)"
+    assert isinstance(sampled, list)
+    timings = data.get("timings") if isinstance(data.get("timings"), dict) else {}
+    probs = data.get("completion_probabilities") if request.sampling.logprobs else None
+    return _Answer(text=content, sampled=tuple(sampled), logprobs=probs if isinstance(probs, list) else None,
+                   prompt_tokens=_count(data.get("tokens_evaluated")),
+                   completion_tokens=_count(data.get("tokens_predicted")),
+                   cached=_count(timings.get("cache_n")) if isinstance(timings, dict) else None,
+                   finish=_FINISH.get(str(data.get("stop_type"))),
+                   model=data.get("model") if isinstance(data.get("model"), str) else None)
+
+
+def _read_vllm(data: dict[str, Any], sent: tuple[int, ...]) -> _Answer | str:
+    """vLLM's ``/v1/completions`` answer: ``choices[0]`` holds the text, the
+    sampled ``token_ids``, the ``prompt_token_ids`` it read and ``logprobs``
+    (``tokens``, ``token_logprobs``, ``top_logprobs``), normalised to the
+    chat endpoint's entries (``token``, ``logprob``, ``top_logprobs``)."""
+    choices = data.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    text, sampled, read = choice.get("text"), choice.get("token_ids"), choice.get("prompt_token_ids")
+    if not isinstance(text, str) or not _ids(sampled):
+        return "answered without its text and sampled ids (choices[0].text, token_ids: vLLM >= 0.10.2)"
+    assert isinstance(sampled, list)
+    if read is not None and (not _ids(read) or tuple(read) != sent):
+        at = first_difference(tuple(read), sent) if _ids(read) else 0
+        return (f"read other prompt ids than were sent (prompt_token_ids differ from position {at}): "
+                f"the sampled ids would not follow the prompt recorded")
+    logprobs = choice.get("logprobs") if isinstance(choice.get("logprobs"), dict) else {}
+    assert isinstance(logprobs, dict)
+    tokens, values, tops = (logprobs.get(k) for k in ("tokens", "token_logprobs", "top_logprobs"))
+    if not isinstance(tokens, list) or not isinstance(values, list) or not len(tokens) == len(values) == len(sampled):
+        given = len(values) if isinstance(values, list) else "no"
+        return f"answered {given} logprobs for {len(sampled)} sampled ids (choices[0].logprobs.token_logprobs)"
+    entries = [{"token": t, "logprob": v,
+                "top_logprobs": [{"token": k, "logprob": p} for k, p in top.items()] if isinstance(top, dict) else []}
+               for t, v, top in zip(tokens, values, tops if isinstance(tops, list) else [None] * len(tokens),
+                                    strict=False)]
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    assert isinstance(usage, dict)
+    details = usage.get("prompt_tokens_details")
+    finish = choice.get("finish_reason")
+    return _Answer(text=text, sampled=tuple(sampled), logprobs=entries,
+                   prompt_tokens=_count(usage.get("prompt_tokens")),
+                   completion_tokens=_count(usage.get("completion_tokens")),
+                   cached=_count(details.get("cached_tokens")) if isinstance(details, dict) else None,
+                   finish=finish if finish in ("stop", "length") else None,
+                   model=data.get("model") if isinstance(data.get("model"), str) else None)
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _ids(value: object) -> bool:
@@ -269,15 +445,6 @@ def _object(response: httpx.Response) -> dict[str, Any]:
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def _failed(status: Status, cause: Cause, message: str, start: float, end: float, sha: str, *,
-            http_status: int | None = None, raw: str | None = None) -> Envelope:
-    error = ErrorDetail(kind=cause.value, message=message)
-    return Envelope(status=status, error=error, http_status=http_status, timings=Timings(total_s=end - start),
-                    attempts=(Attempt(number=1, status=status, http_status=http_status, error=error,
-                                      duration_s=end - start),),
-                    request_sha256=sha, raw_response=raw, engine="llama.cpp")
 
 
 class Rebuilt(Frozen):
@@ -302,8 +469,10 @@ def rebuild_prompts(tokens: EngineTokens, calls: Sequence[tuple[str, int | None,
     """Replay a token-exact run's prompts at the token level: each call's
     prompt ids rebuilt as the loop built them, compared with the recording.
     Each call continues from the recorded ids, so every divergence is named
-    where it happens, not carried on."""
-    sequence = TokenSequence(tokens)
+    where it happens, not carried on. A run recorded from vLLM is rendered
+    with vLLM's ``/tokenize``, any other with llama-server's endpoints."""
+    vllm = any((envelope.engine or "").startswith("vllm") for *_, envelope in calls)
+    sequence = TokenSequence(IdTemplate(tokens) if vllm else TextTemplate(tokens))
     out: list[Rebuilt] = []
     for call_id, turn, request, envelope in calls:
         recorded = envelope.prompt_token_ids
