@@ -6,7 +6,7 @@ One row per (day, replay, spend flag, model, engine, bucket): the calls of
 ``run_ttfts`` rows of the runs started that day. ``day`` is the day number
 since the epoch (``floor(created_at / 86400)``); ``replay`` is 1 for an
 offline replay or re-execution (left out of real spend). It is derived data,
-kept equal to the sum of ``run_ttfts``: ``run_totals.write`` moves a run's
+kept equal to the sum of ``run_ttfts``: ``totals_write.write`` moves a run's
 buckets out and in again (``moved``), ``gc`` moves a deleted run's out,
 migration 9 builds it, and ``escrow verify`` recomputes it (``problems``).
 
@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy import Connection, Index, Table, and_, delete, func, select, true, update
 from sqlmodel import Field, SQLModel
 
-from store import run_totals
+from store import totals_check
 from store.cells import check_row
 from store.run_totals import RUNS, TTFTS, has_totals
 from store.tables import outside, table_of
@@ -152,7 +152,7 @@ def problems(conn: Connection, run_id: str | None = None,
         if want.get(key, 0) == have.get(key, 0) or owners & skip:
             continue
         if run_id is not None and owners and (
-                run_id not in owners or any(run_totals.problems(conn, other) for other in sorted(owners - {run_id}))):
+                run_id not in owners or any(totals_check.problems(conn, other) for other in sorted(owners - {run_id}))):
             continue
         row = ",".join(str(i) for i in ids.get(key, [])) or "none"
         problem = (f"ttft_days row {row} (day {key[0]}, model {key[3]!r}, engine {key[4]!r}, own {key[2]}, "

@@ -47,16 +47,17 @@ from orchestrator.costing.figures import (
 )
 from orchestrator.interop.records import IMPORT_MODE
 from orchestrator.source_figures import IMPORT_EVENT, counted_run_level
-from store import run_totals
+from store import run_totals, ttft_buckets
 from store.batch_tables import BatchAttemptRow
 from store.cells import check_numbers, check_row
 from store.engine import driver_rows
 from store.errors import BatchAttributionMismatch, RollupMismatch, StoreDamaged, TtftRollupMismatch, UncheckedRows
 from store.liveness import CRASHED, RUNNING, lapsed, now_or, status_sql
-from store.run_totals import RUNS, TOOLS, TOTALS, TTFT_CHECK_MODULUS, TTFTS, Key, Totals, bucket_seconds
+from store.run_totals import RUNS, TOOLS, TOTALS, TTFTS, Key, Totals
 from store.store import Store
 from store.tables import CallAttempt, EventRow, ModelResponse, table_of
 from store.text_codec import unescape
+from store.ttft_buckets import TTFT_CHECK_MODULUS, bucket_seconds
 from store.ttft_days import DAY_S, DAYS, REPLAY_MODES, day_of
 
 RESPONSES = table_of(ModelResponse)
@@ -421,7 +422,7 @@ def slices(totals: Mapping[Key, Figures], runs: Mapping[str, RunCells], by_engin
            batch_of: Mapping[str, str]) -> tuple[list[RunSlice], list[int]]:
     """Totals folded into slices, in one fixed order (so the float sums come
     out the same whichever way the totals were read), and each slice's TTFT
-    check (``run_totals.ttft_check``)."""
+    check (``ttft_buckets.ttft_check``)."""
     # Keys gathered by slot first: most slots have one row, taken as it is;
     # a slot of several (engines under one model, or both spend flags) adds
     # them in ``run_totals.order``, as does a run's tool seconds.
@@ -588,12 +589,12 @@ def ttft_histogram(conn: Connection, since: float | None, until: float | None, b
             raise StoreDamaged(f"damaged store: a cell of {read_from[name].name} summed for the TTFT histogram "
                                "is not a number", table=read_from[name].name)
         for key, value, n in rows:
-            bucket = run_totals.ttft_bucket(int(value)) if name == "from_rows" else int(value)
+            bucket = ttft_buckets.ttft_bucket(int(value)) if name == "from_rows" else int(value)
             if key not in labels:
                 labels[key] = group_label(key, by, rolled_up=name == "days")
             counts[(labels[key], bucket)] += int(n)
             if name != "from_rows":
-                summed[labels[key]] += run_totals.bucket_weight(bucket) * int(n)
+                summed[labels[key]] += ttft_buckets.bucket_weight(bucket) * int(n)
     if checks is not None:
         off = sorted(group for group in summed.keys() | checks.keys()
                      if summed.get(group, 0) % TTFT_CHECK_MODULUS != checks.get(group, 0))
