@@ -24,7 +24,8 @@ from store.engine import driver_rows
 from store.errors import StoreDamaged, TtftRollupMismatch, UncheckedRows
 from store.importer import import_file
 from store.reports import read_slices
-from store.reports.aggregate_query import query_plans, whole_days
+from store.reports.query_plans import query_plans
+from store.reports.ttft_histogram import whole_days
 from store.retention import collect
 from store.text_codec import unescape
 from tests.interop.conftest import own
