@@ -12,8 +12,7 @@ from sqlalchemy import Connection, Table, select
 
 from store import blob_check, model_column, run_totals, token_check, totals_check, ttft_days
 from store.cells import check_row
-from store.chain import ChainCheck, ChainRow, check_chain
-from store.recorder import VERDICT_EVENT
+from store.chain import VERDICT_EVENT, ChainCheck, ChainRow, check_chain
 from store.tables import CHAINED, EventRow, Run, table_of
 
 RUNS: Table = table_of(Run)
