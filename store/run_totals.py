@@ -32,59 +32,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Index, Integer, Table, case, cast, exists, func, or_, select
-from sqlmodel import Field, SQLModel
+from sqlalchemy import Connection, Integer, Table, case, cast, exists, func, or_, select
 
 from store.cells import check_row, not_a_number
-from store.tables import CallAttempt, ModelResponse, Run, ToolExecution, outside, table_of
+from store.tables import CallAttempt, ModelResponse, Run, RunTotal, RunTtft, ToolExecution, table_of
 from store.ttft_buckets import TTFT_CHECK_MODULUS, ttft_bucket, ttft_check
-
-
-class RunTotal(SQLModel, table=True):
-    __tablename__ = "run_totals"
-
-    id: int | None = Field(default=None, primary_key=True)
-    run_id: str = Field(foreign_key="runs.id", index=True)
-    own: int
-    model: str | None = outside(default=None)
-    engine: str | None = outside(default=None)
-    calls: int
-    prompt_tokens: int
-    cached_tokens: int
-    cached_reported: int | None = None
-    """How many of the row's calls carried a cached count (schema 12): with
-    none, ``cached_tokens`` is absent, not 0."""
-    output_tokens: int
-    direct_s: float
-    http_s: float
-    wait_s: float
-    decode_s: float
-    retries: int
-    ttft_check: int | None = None
-    """The row's TTFT buckets folded into one number (``ttft_check``), so the
-    TTFT rollups a report sums can be checked against the digested totals
-    of the runs they sum (schema 11)."""
-    tool_s: float
-    digest: str | None = None
-    """sha256 of the run's chain head when the row was computed, the row's
-    key and figures (``digest``): checked by every report that reads the row."""
-
-
-class RunTtft(SQLModel, table=True):
-    """How many of a totals row's calls had their TTFT in one bucket."""
-
-    __tablename__ = "run_ttfts"
-    # Covering: a report sums a window's buckets without reading the table's rows.
-    __table_args__ = (Index("ix_run_ttfts_run", "run_id", "own", "model", "engine", "bucket_ms", "calls"),)
-
-    id: int | None = Field(default=None, primary_key=True)
-    run_id: str = Field(foreign_key="runs.id")
-    own: int
-    model: str | None = outside(default=None)
-    engine: str | None = outside(default=None)
-    bucket_ms: int
-    calls: int
-
 
 TOTALS: Table = table_of(RunTotal)
 TTFTS: Table = table_of(RunTtft)

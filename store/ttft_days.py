@@ -21,32 +21,17 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import Connection, Index, Table, and_, delete, func, select, true, update
-from sqlmodel import Field, SQLModel
+from sqlalchemy import Connection, Table, and_, delete, func, select, true, update
+from sqlmodel import SQLModel
 
 from store import totals_check
 from store.cells import check_row
 from store.run_totals import RUNS, TTFTS, has_totals
-from store.tables import outside, table_of
+from store.tables import TtftDay, table_of
 
 DAY_S = 86400
 # Runs whose model calls were served from a recording: no spend of their own.
 REPLAY_MODES = ("replay", "reexecute")
-
-
-class TtftDay(SQLModel, table=True):
-    __tablename__ = "ttft_days"
-    # Covering: a report sums whole days without reading the table's rows.
-    __table_args__ = (Index("ix_ttft_days_key", "day", "replay", "own", "model", "engine", "bucket_ms", "calls"),)
-
-    id: int | None = Field(default=None, primary_key=True)
-    day: int
-    replay: int
-    own: int
-    model: str | None = outside(default=None)
-    engine: str | None = outside(default=None)
-    bucket_ms: int
-    calls: int
 
 
 DAYS: Table = table_of(TtftDay)
