@@ -32,6 +32,10 @@ class BatchTaskRow(SQLModel, table=True):
     task_json: str = Field(sa_type=Text)
 
 
+ATTEMPT_STARTED = "started"
+"""An attempt's ``outcome`` while it is in flight (or after its process died)."""
+
+
 class BatchAttemptRow(SQLModel, table=True):
     """One try of a task. ``outcome`` is ``model`` (the run's verdict counts),
     ``infrastructure`` (retried, never a model failure) or ``started`` (in flight,

@@ -16,17 +16,19 @@ from sqlalchemy import Connection, delete, func, insert, inspect, select, update
 
 from orchestrator.contract import Frozen
 from store import liveness
-from store.batch_tables import BatchAttemptRow, BatchRow, BatchTaskRow, RunLease
+from store.batch_tables import ATTEMPT_STARTED, BatchAttemptRow, BatchRow, BatchTaskRow, RunLease
 from store.cells import check_row
+from store.chain import VERDICT_EVENT
 from store.errors import StoreDamaged
+from store.liveness import LeaseClaim, claim_run
 from store.tables import EventRow, Run, table_of
 
-if TYPE_CHECKING:  # the Recorder takes a lease with a new run (claim_run): store.store imports it
+if TYPE_CHECKING:
     from store.store import Store
 
 MODEL = "model"
 INFRASTRUCTURE = "infrastructure"
-STARTED = "started"
+STARTED = ATTEMPT_STARTED
 INTERRUPTED = "interrupted"  # Ctrl-C ended it: not a verdict; --resume reruns the task
 
 B = table_of(BatchRow)
@@ -35,7 +37,6 @@ BA = table_of(BatchAttemptRow)
 RL = table_of(RunLease)
 R = table_of(Run)
 E = table_of(EventRow)
-VERDICT_EVENT = "verdict"  # store.recorder's (it imports this module)
 INFRA_ERROR = "INFRA_ERROR"  # the run-level verdict of an infrastructure failure
 CANCELED = "CANCELED"
 
@@ -159,32 +160,7 @@ def finish_attempt(store: Store, attempt_id: str, *, outcome: str, run_id: str |
     return bool(done.rowcount)
 
 
-# Leases: a run is crashed when it is still running and its lease expired.
-
-class LeaseClaim(Frozen):
-    """A run's lease, taken as the run is created (``Recorder.start_run``):
-    ``owner`` holds it for ``lease_s`` seconds; ``attempt_id`` is the batch
-    attempt that notes the run in the same transaction."""
-
-    owner: str
-    lease_s: float
-    attempt_id: str | None = None
-
-
-def claim_run(conn: Connection, run_id: str, claim: LeaseClaim) -> None:
-    """Take ``claim`` for the run inside the caller's transaction, noting the
-    attempt's run (fenced as ``finish_attempt``). Written with the run's own
-    row, a process killed at any point leaves either no run or a run with
-    its lease: never a ``running`` run without one, which would never read
-    as crashed."""
-    now = time.time()
-    if claim.attempt_id is not None:
-        conn.execute(update(BA).where((BA.c.id == claim.attempt_id) & (BA.c.outcome == STARTED))
-                     .values(run_id=run_id))
-    conn.execute(delete(RL).where(RL.c.run_id == run_id))
-    conn.execute(insert(RL).values(run_id=run_id, owner=claim.owner, heartbeat_at=now,
-                                   expires_at=now + claim.lease_s))
-
+# Leases taken and renewed for a run that exists (``liveness.claim_run`` takes the first).
 
 def take_lease(store: Store, run_id: str, owner: str, lease_s: float, *, attempt_id: str | None = None) -> None:
     """The lease of a run that already exists, in a transaction of its own."""

@@ -25,6 +25,8 @@ GENESIS_COLUMNS: tuple[str, ...] = (
 )
 GENESIS_EVENT = "genesis"
 """The event ``start_run`` chains first (seq 1): the genesis columns as data."""
+VERDICT_EVENT = "verdict"
+"""The event ``finish_run`` chains last: the run's verdict and its detail."""
 
 
 # Columns copied from another chained row for reports (schema 7): not hashed,

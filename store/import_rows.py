@@ -20,7 +20,7 @@ from orchestrator.interop.records import SourceMessage
 from orchestrator.source_figures import IMPORT_EVENT, RUN_LEVEL
 from store import rows as build
 from store.blobs import History
-from store.recorder import VERDICT_EVENT
+from store.chain import VERDICT_EVENT
 from store.rows import Pending
 
 IMPORTED_VERDICT = "IMPORTED"

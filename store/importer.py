@@ -35,7 +35,7 @@ from orchestrator.interop import (
 from orchestrator.interop.openhands_v1 import wanted
 from orchestrator.interop.records import IMPORT_MODE
 from store import rows as build
-from store import run_totals
+from store import totals_write
 from store.blobs import put as put_blobs
 from store.import_rows import IMPORTED_VERDICT, first_time, last_time, trajectory_rows
 from store.store import Store
@@ -252,7 +252,7 @@ def import_files(
                 runs += new
                 done[i] = seen[item.sha256] = outcome(item, [r.run["id"] for r in new])
             write(conn, runs)
-            run_totals.write(conn, [r.run["id"] for r in runs])
+            totals_write.write(conn, [r.run["id"] for r in runs])
         for item in done:
             assert not isinstance(item, Parsed)
             yield item

@@ -17,8 +17,9 @@ from orchestrator.candidate import Transition
 from orchestrator.contract import Message, ModelRequest, ToolCall
 from orchestrator.envelope import Envelope
 from orchestrator.ports import DecisionLike, ToolOutcome
+from store.chain import VERDICT_EVENT
 from store.errors import RecordingError
-from store.recorder import VERDICT_EVENT, Recorder, TurnWriter
+from store.recorder import Recorder, TurnWriter
 
 OUTPUT_KEYS = ("stdout", "stderr")
 

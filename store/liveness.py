@@ -2,23 +2,26 @@
 from its first row, renewed while its process lives. A run still ``running``
 whose lease expired reads ``crashed``, with the moment it was last alive (the
 lease's last heartbeat). The one reading of that rule for every view of a run:
-``runs``, ``show``, ``report``, the viewer and ``--status``."""
+``runs``, ``show``, ``report``, the viewer and ``--status``. A run's lease is
+claimed with its first row (``claim_run``)."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, and_, case, exists, not_, select
+from sqlalchemy import ColumnElement, Connection, and_, case, delete, exists, insert, not_, select, update
 
+from orchestrator.contract import Frozen
 from orchestrator.trajectory import RunView
-from store.batch_tables import RunLease
+from store.batch_tables import ATTEMPT_STARTED, BatchAttemptRow, RunLease
 from store.tables import Run, table_of
 
 CRASHED = "crashed"
 RUNNING = "running"
 RL = table_of(RunLease)
 R = table_of(Run)
+BA = table_of(BatchAttemptRow)
 
 
 def now_or(now: float | None) -> float:
@@ -66,3 +69,28 @@ def is_open(status: str) -> bool:
     """Still without a verdict: running, or crashed (its owner gone, or
     seemingly gone to a reader while it lives on)."""
     return status in (RUNNING, CRASHED)
+
+
+class LeaseClaim(Frozen):
+    """A run's lease, taken as the run is created (``Recorder.start_run``):
+    ``owner`` holds it for ``lease_s`` seconds; ``attempt_id`` is the batch
+    attempt that notes the run in the same transaction."""
+
+    owner: str
+    lease_s: float
+    attempt_id: str | None = None
+
+
+def claim_run(conn: Connection, run_id: str, claim: LeaseClaim) -> None:
+    """Take ``claim`` for the run inside the caller's transaction, noting the
+    attempt's run (fenced as ``finish_attempt``). Written with the run's own
+    row, a process killed at any point leaves either no run or a run with
+    its lease: never a ``running`` run without one, which would never read
+    as crashed."""
+    now = time.time()
+    if claim.attempt_id is not None:
+        conn.execute(update(BA).where((BA.c.id == claim.attempt_id) & (BA.c.outcome == ATTEMPT_STARTED))
+                     .values(run_id=run_id))
+    conn.execute(delete(RL).where(RL.c.run_id == run_id))
+    conn.execute(insert(RL).values(run_id=run_id, owner=claim.owner, heartbeat_at=now,
+                                   expires_at=now + claim.lease_s))

@@ -11,13 +11,37 @@ never edited.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Column, Connection, Engine, Float, Index, Integer, MetaData, String, Table, inspect, select
+from sqlalchemy import (
+    Column,
+    Connection,
+    Engine,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    exists,
+    inspect,
+    select,
+)
 from sqlmodel import SQLModel
 
-from store import batch_tables, content_migration, model_column, run_totals, schema_version, tables, ttft_days
+from store import (
+    batch_tables,
+    content_migration,
+    model_column,
+    run_totals,
+    schema_version,
+    tables,
+    totals_write,
+    ttft_days,
+)
+from store.run_totals import DERIVED, RUNS, TOTALS, has_totals
 from store.tables import table_of
 
 migration_log_metadata = MetaData()
@@ -109,6 +133,96 @@ def _reasoning_columns(conn: Connection) -> None:
             conn.exec_driver_sql(f'ALTER TABLE {table_name} ADD COLUMN "{column}" {sql_type}')
 
 
+# Per-run totals (schemas 8, 10-12): each backfill recomputes a batch of runs per
+# transaction in id order, so an upgrade killed at any point resumes.
+BACKFILL_RUNS = 200
+
+
+def _add_totals_tables(conn: Connection) -> None:
+    """The totals table (idempotent: re-run when an upgrade resumes)."""
+    SQLModel.metadata.create_all(conn, tables=list(DERIVED))
+
+
+def _add_ttft_check(conn: Connection) -> None:
+    """Schema 11: the TTFT check column, and schema 12's count of calls
+    that reported a cached count with it: this schema's backfill writes
+    rows as ``totals_write.write`` does today (idempotent: re-run when an upgrade resumes)."""
+    _add_totals_columns(conn, {"ttft_check": "INTEGER", "cached_reported": "INTEGER"})
+
+
+def _add_cached_reported(conn: Connection) -> None:
+    """Schema 12: the count of calls that reported a cached count
+    (idempotent: re-run when an upgrade resumes)."""
+    _add_totals_columns(conn, {"cached_reported": "INTEGER"})
+
+
+def _backfill_cached_reported(engine: Engine, batch_runs: int | None = None) -> None:
+    """Every run's totals computed again from its rows, now with how many of
+    their calls reported a cached count (and digests over it), as
+    ``_backfill_totals_digests`` does."""
+    _rewrite_totals(engine, lambda marker: marker.c.cached_reported.is_(None), batch_runs)
+
+
+def _add_totals_columns(conn: Connection, columns: Mapping[str, str]) -> None:
+    have = {c["name"] for c in inspect(conn).get_columns(TOTALS.name)}
+    for name, sql_type in columns.items():
+        if name not in have:
+            conn.exec_driver_sql(f"ALTER TABLE {TOTALS.name} ADD COLUMN {name} {sql_type}")
+
+
+def _backfill_ttft_checks(engine: Engine, batch_runs: int | None = None) -> None:
+    """Every run's totals computed again from its rows, now with their TTFT
+    checks (and digests over them), as ``_backfill_totals_digests`` does."""
+    _rewrite_totals(engine, lambda marker: marker.c.ttft_check.is_(None), batch_runs)
+
+
+def _add_totals_digest(conn: Connection) -> None:
+    """Schema 10: the digest column, and schema 11's TTFT check and schema
+    12's cached count with it: this schema's backfill writes rows as
+    ``write`` does today, with all three (idempotent: re-run when an upgrade resumes)."""
+    _add_totals_columns(conn, {"digest": "VARCHAR", "ttft_check": "INTEGER", "cached_reported": "INTEGER"})
+
+
+def _backfill_totals_digests(engine: Engine, batch_runs: int | None = None) -> None:
+    """Every run's totals computed again from its rows, now with their digests,
+    a batch of runs per transaction in id order, so an upgrade killed at any
+    point resumes. Recomputed, not stamped as they are: totals altered before
+    the upgrade are not vouched for by it."""
+    _rewrite_totals(engine, lambda marker: marker.c.digest.is_(None), batch_runs)
+
+
+def _rewrite_totals(engine: Engine, lacking: Any, batch_runs: int | None) -> None:
+    """Recompute the totals of every run whose tool seconds row is ``lacking``
+    a column, a batch of runs per transaction in id order (resumable)."""
+    marker = TOTALS.alias("marker")
+    undigested = exists().where(marker.c.run_id == RUNS.c.id, marker.c.own == 1, marker.c.model.is_(None),
+                                lacking(marker))
+    after = ""
+    while True:
+        with engine.begin() as conn:
+            ids = list(conn.execute(select(RUNS.c.id).where(RUNS.c.id > after, undigested)
+                                    .order_by(RUNS.c.id).limit(batch_runs or BACKFILL_RUNS)).scalars())
+            if not ids:
+                return
+            totals_write.write(conn, ids)
+            after = ids[-1]
+
+
+def _backfill_totals(engine: Engine, batch_runs: int | None = None) -> None:
+    """Totals for every finished run that has none, a batch of runs per
+    transaction in id order, so an upgrade killed at any point resumes."""
+    after = ""
+    while True:
+        with engine.begin() as conn:
+            ids = list(conn.execute(
+                select(RUNS.c.id).where(RUNS.c.id > after, RUNS.c.status == "finished", ~has_totals())
+                .order_by(RUNS.c.id).limit(batch_runs or BACKFILL_RUNS)).scalars())
+            if not ids:
+                return
+            totals_write.write(conn, ids, days=False)  # migration 9 builds the rollup from all of them
+            after = ids[-1]
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -134,29 +248,29 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         8,
         "per-run totals for aggregate reports, written when a run finishes; backfilled for finished runs",
-        run_totals.add_table,
-        run_totals.backfill,
+        _add_totals_tables,
+        _backfill_totals,
     ),
     Migration(9, "the TTFT histogram of the runs with totals summed per day, for aggregate reports", ttft_days.rebuild),
     Migration(
         10,
         "a digest on each per-run totals row (the run's chain head, the row's key and figures), checked by reports",
-        run_totals.add_digest,
-        run_totals.backfill_digests,
+        _add_totals_digest,
+        _backfill_totals_digests,
     ),
     Migration(
         11,
         "a TTFT check on each per-run totals row (its buckets folded into one number, under the digest), with which "
         "reports check the TTFT rollups they sum",
-        run_totals.add_ttft_check,
-        run_totals.backfill_ttft_checks,
+        _add_ttft_check,
+        _backfill_ttft_checks,
     ),
     Migration(
         12,
         "on each per-run totals row, how many of its calls reported a cached count (under the digest), so that "
         "aggregate reports show a cached figure no call reported as absent, not 0",
-        run_totals.add_cached_reported,
-        run_totals.backfill_cached_reported,
+        _add_cached_reported,
+        _backfill_cached_reported,
     ),
 )
 LATEST = MIGRATIONS[-1].version

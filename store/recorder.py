@@ -21,11 +21,11 @@ from orchestrator.contract import Message, ModelRequest
 from orchestrator.envelope import Envelope
 from store import rows as build
 from store import token_ids
-from store.batches import LeaseClaim, claim_run
 from store.blobs import History
 from store.blobs import put as put_blobs
-from store.chain import GENESIS_EVENT
+from store.chain import GENESIS_EVENT, VERDICT_EVENT
 from store.errors import RecordingError
+from store.liveness import LeaseClaim, claim_run
 from store.rows import Output, Pending
 from store.tables import CandidateRow, ModelCall, Run, TransitionRow, table_of
 from store.writer import append
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from store.journal import RunJournal
     from store.store import Store
 
-VERDICT_EVENT = "verdict"
 DEFAULT_OUTPUT_CAP = 64 * 1024
 
 

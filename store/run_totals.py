@@ -16,14 +16,15 @@ holds the tool seconds of its spend flag; every run with totals has the
 Totals are derived data, never chained: ``compute`` is the one definition
 (the report's raw path, the writer, the migration's backfill and ``escrow
 verify``'s recomputation all call it), so a report reads the same figures
-either way, and ``problems`` names a run whose stored totals differ from its
-rows. A run with a cell that is not a number gets no totals: the report then
-reads its rows and stops on the damaged cell, as before.
+either way, and ``totals_check.problems`` names a run whose stored totals
+differ from its rows. A run with a cell that is not a number gets no totals:
+the report then reads its rows and stops on the damaged cell, as before.
+``totals_write`` writes them, ``ttft_buckets`` is the histograms'
+arithmetic, and ``store.migrations`` adds and backfills them.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import struct
 from collections import Counter
@@ -31,81 +32,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import (
-    Connection,
-    Engine,
-    Index,
-    Integer,
-    Table,
-    and_,
-    case,
-    cast,
-    delete,
-    exists,
-    func,
-    inspect,
-    or_,
-    select,
-    true,
-)
-from sqlmodel import Field, SQLModel
+from sqlalchemy import Connection, Integer, Table, case, cast, exists, func, or_, select
 
 from store.cells import check_row, not_a_number
-from store.tables import CallAttempt, ModelResponse, Run, ToolExecution, outside, table_of
-
-TTFT_CHECK_MODULUS = 2_147_483_647
-"""A prime below 2**31, so a check fits every SQL integer column."""
-TTFT_BITS = 5
-"""Significant bits a TTFT keeps, in milliseconds: exact below 32 ms, then 16
-buckets an octave, reported at their midpoint (within 1/32 of the value)."""
-BACKFILL_RUNS = 200
-
-
-class RunTotal(SQLModel, table=True):
-    __tablename__ = "run_totals"
-
-    id: int | None = Field(default=None, primary_key=True)
-    run_id: str = Field(foreign_key="runs.id", index=True)
-    own: int
-    model: str | None = outside(default=None)
-    engine: str | None = outside(default=None)
-    calls: int
-    prompt_tokens: int
-    cached_tokens: int
-    cached_reported: int | None = None
-    """How many of the row's calls carried a cached count (schema 12): with
-    none, ``cached_tokens`` is absent, not 0."""
-    output_tokens: int
-    direct_s: float
-    http_s: float
-    wait_s: float
-    decode_s: float
-    retries: int
-    ttft_check: int | None = None
-    """The row's TTFT buckets folded into one number (``ttft_check``), so the
-    TTFT rollups a report sums can be checked against the digested totals
-    of the runs they sum (schema 11)."""
-    tool_s: float
-    digest: str | None = None
-    """sha256 of the run's chain head when the row was computed, the row's
-    key and figures (``digest``): checked by every report that reads the row."""
-
-
-class RunTtft(SQLModel, table=True):
-    """How many of a totals row's calls had their TTFT in one bucket."""
-
-    __tablename__ = "run_ttfts"
-    # Covering: a report sums a window's buckets without reading the table's rows.
-    __table_args__ = (Index("ix_run_ttfts_run", "run_id", "own", "model", "engine", "bucket_ms", "calls"),)
-
-    id: int | None = Field(default=None, primary_key=True)
-    run_id: str = Field(foreign_key="runs.id")
-    own: int
-    model: str | None = outside(default=None)
-    engine: str | None = outside(default=None)
-    bucket_ms: int
-    calls: int
-
+from store.tables import CallAttempt, ModelResponse, Run, RunTotal, RunTtft, ToolExecution, table_of
+from store.ttft_buckets import TTFT_CHECK_MODULUS, ttft_bucket, ttft_check
 
 TOTALS: Table = table_of(RunTotal)
 TTFTS: Table = table_of(RunTtft)
@@ -132,36 +63,6 @@ MARKER_ROW = struct.Struct(_FIGURES_FORMAT + "q")
 
 Key = tuple[str, int, str | None, str | None]
 """(run id, own, model, engine); model None: the tool seconds row."""
-
-
-def ttft_bucket(ms: int) -> int:
-    """The lower bound of the bucket ``ms`` falls in (see ``TTFT_BITS``)."""
-    if ms < 1 << TTFT_BITS:
-        return ms
-    shift = ms.bit_length() - TTFT_BITS
-    return (ms >> shift) << shift
-
-
-@functools.cache
-def bucket_weight(bucket_ms: int) -> int:
-    """A bucket's weight in ``ttft_check``: a hash, so that calls moved from
-    one bucket to another change the check as surely as calls added."""
-    raw = hashlib.sha256(b"escrow ttft bucket %d" % bucket_ms).digest()
-    return int.from_bytes(raw[:8], "little") % TTFT_CHECK_MODULUS
-
-
-def ttft_check(counts: Iterable[tuple[int, int]]) -> int:
-    """(bucket, calls) pairs folded into one number: the sum of each bucket's
-    weight times its calls, modulo a prime. It adds up: the check of a sum of
-    histograms (a day's rollup, a group's) is the sum of their checks, so a
-    report compares the rollup rows it summed with the totals of their runs."""
-    return sum(bucket_weight(bucket) * calls for bucket, calls in counts) % TTFT_CHECK_MODULUS
-
-
-def bucket_seconds(lower: int) -> float:
-    """The TTFT a bucket stands for: its midpoint, in seconds."""
-    width = 1 << max(0, lower.bit_length() - TTFT_BITS) if lower >= 1 << TTFT_BITS else 1
-    return (lower + (width - 1) / 2) / 1000.0
 
 
 @dataclass
@@ -351,27 +252,6 @@ def order(key: Key) -> tuple[str, int, bool, str, str]:
     return run_id, own, model is not None, model or "", engine or ""
 
 
-def write(conn: Connection, run_ids: Iterable[str], days: bool = True) -> None:
-    """Write the totals of these runs (in the caller's transaction), replacing
-    any; a run with a damaged cell gets none. ``days``: the per-day TTFT
-    rollup follows (schema 9; not while migration 8 backfills, before it exists)."""
-    from store import ttft_days  # it reads this module's tables
-
-    ids = list(run_ids)
-    if not ids:
-        return
-    before = ttft_days.sums(conn, RUNS.c.id.in_(ids))[0] if days else {}
-    for table in DERIVED:
-        conn.execute(delete(table).where(table.c.run_id.in_(ids)))
-    totals, damaged = compute(conn, RUNS.c.id.in_(ids))
-    kept = {k: t for k, t in totals.items() if k[0] not in damaged}
-    for table, rows in zip(DERIVED, as_rows(kept, heads(conn, {k[0] for k in kept})), strict=True):
-        if rows:
-            conn.execute(table.insert(), rows)
-    if days:
-        ttft_days.moved(conn, before, ttft_days.sums(conn, RUNS.c.id.in_(ids))[0])
-
-
 def has_totals() -> Any:
     """A condition on ``runs``: the run has stored totals."""
     marker = TOTALS.alias("marker")
@@ -396,124 +276,3 @@ def stored(conn: Connection, runs: Any) -> dict[Key, Totals]:
     return out
 
 
-def problems(conn: Connection, run_id: str | None = None) -> dict[str, str]:
-    """Per run whose stored totals are not what its rows add up to, what differs."""
-    runs = and_(true() if run_id is None else RUNS.c.id == run_id, has_totals())
-    have = stored(conn, runs)
-    want, _ = compute(conn, runs)
-    found: dict[str, str] = {}
-    for key in sorted(have.keys() | want.keys(), key=order):
-        if have.get(key) != want.get(key) and key[0] not in found:
-            found[key[0]] = (f"run_totals for model {key[2]!r}, engine {key[3]!r}, own {key[1]} are "
-                             f"{have.get(key)}, the run's rows add up to {want.get(key)}")
-    for run, problem in digest_problems(conn, runs).items():
-        found.setdefault(run, problem)
-    return found
-
-
-def digest_problems(conn: Connection, runs: Any) -> dict[str, str]:
-    """Per run, the first totals row whose stored digest is not the one its
-    figures and its run's chain head give now, as a report recomputes it
-    (``aggregate_query.unchecked``): a digest altered, or the row stale."""
-    rows = [dict(r) for r in conn.execute(
-        select(TOTALS, RUNS.c.chain_head).join(RUNS, RUNS.c.id == TOTALS.c.run_id).where(runs)
-        .order_by(TOTALS.c.id)).mappings()]
-    for row in rows:
-        check_row(TOTALS, row)
-    model_rows = Counter((r["run_id"], r["own"]) for r in rows if r["model"] is not None)
-    tool_s = {(r["run_id"], r["own"]): r["tool_s"] for r in rows if r["model"] is None}
-    found: dict[str, str] = {}
-    for r in rows:
-        run_id, own, model, engine = r["run_id"], r["own"], r["model"], r["engine"]
-        figures = tuple(r[name] for name in FIGURES)
-        hashed = in_run(figures, model, tool_s.get((run_id, own), 0.0), model_rows[(run_id, own)])
-        head = r["chain_head"] if isinstance(r["chain_head"], str) else ""
-        if digest(head, (run_id, own, model, engine), hashed) != r["digest"] and run_id not in found:
-            found[run_id] = (f"run_totals row {r['id']} (model {model!r}, engine {engine!r}, own {own}): its "
-                             f"digest is not the one its figures and the run's chain head give")
-    return found
-
-
-def add_table(conn: Connection) -> None:
-    """The totals table (idempotent: re-run when an upgrade resumes)."""
-    SQLModel.metadata.create_all(conn, tables=list(DERIVED))
-
-
-def add_ttft_check(conn: Connection) -> None:
-    """Schema 11: the TTFT check column, and schema 12's count of calls
-    that reported a cached count with it: this schema's backfill writes
-    rows as ``write`` does today (idempotent: re-run when an upgrade resumes)."""
-    _add_columns(conn, {"ttft_check": "INTEGER", "cached_reported": "INTEGER"})
-
-
-def add_cached_reported(conn: Connection) -> None:
-    """Schema 12: the count of calls that reported a cached count
-    (idempotent: re-run when an upgrade resumes)."""
-    _add_columns(conn, {"cached_reported": "INTEGER"})
-
-
-def backfill_cached_reported(engine: Engine, batch_runs: int | None = None) -> None:
-    """Every run's totals computed again from its rows, now with how many of
-    their calls reported a cached count (and digests over it), as
-    ``backfill_digests`` does."""
-    _rewrite(engine, lambda marker: marker.c.cached_reported.is_(None), batch_runs)
-
-
-def _add_columns(conn: Connection, columns: Mapping[str, str]) -> None:
-    have = {c["name"] for c in inspect(conn).get_columns(TOTALS.name)}
-    for name, sql_type in columns.items():
-        if name not in have:
-            conn.exec_driver_sql(f"ALTER TABLE {TOTALS.name} ADD COLUMN {name} {sql_type}")
-
-
-def backfill_ttft_checks(engine: Engine, batch_runs: int | None = None) -> None:
-    """Every run's totals computed again from its rows, now with their TTFT
-    checks (and digests over them), as ``backfill_digests`` does."""
-    _rewrite(engine, lambda marker: marker.c.ttft_check.is_(None), batch_runs)
-
-
-def add_digest(conn: Connection) -> None:
-    """Schema 10: the digest column, and schema 11's TTFT check and schema
-    12's cached count with it: this schema's backfill writes rows as
-    ``write`` does today, with all three (idempotent: re-run when an upgrade resumes)."""
-    _add_columns(conn, {"digest": "VARCHAR", "ttft_check": "INTEGER", "cached_reported": "INTEGER"})
-
-
-def backfill_digests(engine: Engine, batch_runs: int | None = None) -> None:
-    """Every run's totals computed again from its rows, now with their digests,
-    a batch of runs per transaction in id order, so an upgrade killed at any
-    point resumes. Recomputed, not stamped as they are: totals altered before
-    the upgrade are not vouched for by it."""
-    _rewrite(engine, lambda marker: marker.c.digest.is_(None), batch_runs)
-
-
-def _rewrite(engine: Engine, lacking: Any, batch_runs: int | None) -> None:
-    """Recompute the totals of every run whose tool seconds row is ``lacking``
-    a column, a batch of runs per transaction in id order (resumable)."""
-    marker = TOTALS.alias("marker")
-    undigested = exists().where(marker.c.run_id == RUNS.c.id, marker.c.own == 1, marker.c.model.is_(None),
-                                lacking(marker))
-    after = ""
-    while True:
-        with engine.begin() as conn:
-            ids = list(conn.execute(select(RUNS.c.id).where(RUNS.c.id > after, undigested)
-                                    .order_by(RUNS.c.id).limit(batch_runs or BACKFILL_RUNS)).scalars())
-            if not ids:
-                return
-            write(conn, ids)
-            after = ids[-1]
-
-
-def backfill(engine: Engine, batch_runs: int | None = None) -> None:
-    """Totals for every finished run that has none, a batch of runs per
-    transaction in id order, so an upgrade killed at any point resumes."""
-    after = ""
-    while True:
-        with engine.begin() as conn:
-            ids = list(conn.execute(
-                select(RUNS.c.id).where(RUNS.c.id > after, RUNS.c.status == "finished", ~has_totals())
-                .order_by(RUNS.c.id).limit(batch_runs or BACKFILL_RUNS)).scalars())
-            if not ids:
-                return
-            write(conn, ids, days=False)  # migration 9 builds the rollup from all of them
-            after = ids[-1]

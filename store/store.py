@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy import exc as sa_exc
 
-from store import browse, migrations, reader, request_texts, run_totals, token_check, turn_browse, verify
+from store import browse, migrations, reader, request_texts, token_check, totals_check, turn_browse, verify
 from store.browse import ChainPosition, Facets
 from store.chain import ChainCheck
 from store.engine import ensure_parent, make_engine, parse_url, probe_file, sqlite_path, use_wal
@@ -195,7 +195,7 @@ class Store:
         reports sum) differ from what its rows add up to: one of them was
         altered. A run without totals has nothing to differ."""
         with self.read() as conn:
-            found = run_totals.problems(conn, run_id)
+            found = totals_check.problems(conn, run_id)
         if found:
             raise RollupMismatch([run_id], detail=found[run_id])
 

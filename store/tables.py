@@ -1,8 +1,10 @@
 """The store's tables, as SQLModel classes: the public schema (docs/SCHEMA.md).
 
-Every table but ``runs`` is append-only and part of its run's hash chain: it
-carries ``run_id``, a per-run sequence number ``seq`` shared by all chained
-tables, and ``chain_hash``. Columns are named after OpenTelemetry GenAI
+Every table but ``runs`` and the derived ones at the end (per-run totals,
+their TTFT buckets, the per-day rollup) is append-only and part of its run's
+hash chain: it carries ``run_id``, a per-run sequence number ``seq`` shared
+by all chained tables, and ``chain_hash``. The batch tables are in
+``store.batch_tables``. Columns are named after OpenTelemetry GenAI
 attributes where one fits; the Python attribute keeps a plain name. JSON is
 stored as canonical text (not a JSON type) so the hashed bytes are the stored
 bytes on every backend. Timestamps are Unix seconds (REAL).
@@ -303,3 +305,71 @@ CHAINED: tuple[type[Chained], ...] = (
     Turn, ModelCall, ModelResponse, CallAttempt, CandidateRow, TransitionRow, ToolExecution, EventRow,
 )
 CHAINED_TABLES: tuple[str, ...] = tuple(table_of(model).name for model in CHAINED)
+
+
+# Derived tables (schemas 8 and 9): computed from a run's chained rows, never
+# chained themselves; written by ``store.totals_write``, checked by verify.
+
+class RunTotal(SQLModel, table=True):
+    """Per-run totals for aggregate reports (``store.run_totals``)."""
+
+    __tablename__ = "run_totals"
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="runs.id", index=True)
+    own: int
+    model: str | None = outside(default=None)
+    engine: str | None = outside(default=None)
+    calls: int
+    prompt_tokens: int
+    cached_tokens: int
+    cached_reported: int | None = None
+    """How many of the row's calls carried a cached count (schema 12): with
+    none, ``cached_tokens`` is absent, not 0."""
+    output_tokens: int
+    direct_s: float
+    http_s: float
+    wait_s: float
+    decode_s: float
+    retries: int
+    ttft_check: int | None = None
+    """The row's TTFT buckets folded into one number (``ttft_buckets.ttft_check``), so the
+    TTFT rollups a report sums can be checked against the digested totals
+    of the runs they sum (schema 11)."""
+    tool_s: float
+    digest: str | None = None
+    """sha256 of the run's chain head when the row was computed, the row's
+    key and figures (``digest``): checked by every report that reads the row."""
+
+
+class RunTtft(SQLModel, table=True):
+    """How many of a totals row's calls had their TTFT in one bucket."""
+
+    __tablename__ = "run_ttfts"
+    # Covering: a report sums a window's buckets without reading the table's rows.
+    __table_args__ = (Index("ix_run_ttfts_run", "run_id", "own", "model", "engine", "bucket_ms", "calls"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="runs.id")
+    own: int
+    model: str | None = outside(default=None)
+    engine: str | None = outside(default=None)
+    bucket_ms: int
+    calls: int
+
+
+class TtftDay(SQLModel, table=True):
+    """The runs' TTFT buckets summed per day they started (``store.ttft_days``)."""
+
+    __tablename__ = "ttft_days"
+    # Covering: a report sums whole days without reading the table's rows.
+    __table_args__ = (Index("ix_ttft_days_key", "day", "replay", "own", "model", "engine", "bucket_ms", "calls"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    day: int
+    replay: int
+    own: int
+    model: str | None = outside(default=None)
+    engine: str | None = outside(default=None)
+    bucket_ms: int
+    calls: int

@@ -6,7 +6,7 @@ One row per (day, replay, spend flag, model, engine, bucket): the calls of
 ``run_ttfts`` rows of the runs started that day. ``day`` is the day number
 since the epoch (``floor(created_at / 86400)``); ``replay`` is 1 for an
 offline replay or re-execution (left out of real spend). It is derived data,
-kept equal to the sum of ``run_ttfts``: ``run_totals.write`` moves a run's
+kept equal to the sum of ``run_ttfts``: ``totals_write.write`` moves a run's
 buckets out and in again (``moved``), ``gc`` moves a deleted run's out,
 migration 9 builds it, and ``escrow verify`` recomputes it (``problems``).
 
@@ -21,32 +21,17 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import Connection, Index, Table, and_, delete, func, select, true, update
-from sqlmodel import Field, SQLModel
+from sqlalchemy import Connection, Table, and_, delete, func, select, true, update
+from sqlmodel import SQLModel
 
-from store import run_totals
+from store import totals_check
 from store.cells import check_row
 from store.run_totals import RUNS, TTFTS, has_totals
-from store.tables import outside, table_of
+from store.tables import TtftDay, table_of
 
 DAY_S = 86400
 # Runs whose model calls were served from a recording: no spend of their own.
 REPLAY_MODES = ("replay", "reexecute")
-
-
-class TtftDay(SQLModel, table=True):
-    __tablename__ = "ttft_days"
-    # Covering: a report sums whole days without reading the table's rows.
-    __table_args__ = (Index("ix_ttft_days_key", "day", "replay", "own", "model", "engine", "bucket_ms", "calls"),)
-
-    id: int | None = Field(default=None, primary_key=True)
-    day: int
-    replay: int
-    own: int
-    model: str | None = outside(default=None)
-    engine: str | None = outside(default=None)
-    bucket_ms: int
-    calls: int
 
 
 DAYS: Table = table_of(TtftDay)
@@ -152,7 +137,7 @@ def problems(conn: Connection, run_id: str | None = None,
         if want.get(key, 0) == have.get(key, 0) or owners & skip:
             continue
         if run_id is not None and owners and (
-                run_id not in owners or any(run_totals.problems(conn, other) for other in sorted(owners - {run_id}))):
+                run_id not in owners or any(totals_check.problems(conn, other) for other in sorted(owners - {run_id}))):
             continue
         row = ",".join(str(i) for i in ids.get(key, [])) or "none"
         problem = (f"ttft_days row {row} (day {key[0]}, model {key[3]!r}, engine {key[4]!r}, own {key[2]}, "

@@ -10,10 +10,9 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, select
 
-from store import blob_check, model_column, run_totals, token_check, ttft_days
+from store import blob_check, model_column, run_totals, token_check, totals_check, ttft_days
 from store.cells import check_row
-from store.chain import ChainCheck, ChainRow, check_chain
-from store.recorder import VERDICT_EVENT
+from store.chain import VERDICT_EVENT, ChainCheck, ChainRow, check_chain
 from store.tables import CHAINED, EventRow, Run, table_of
 
 RUNS: Table = table_of(Run)
@@ -106,7 +105,7 @@ def _checked(conn: Connection, run_rows: list[dict[str, Any]], rows: list[ChainR
     its rows (derived data: a mismatch is a changed total or a changed row)."""
     hashed, blob_problems = blob_check.prepare(conn, rows)
     checks = blob_check.flag(check_records(run_rows, hashed), blob_problems)
-    totals = run_totals.problems(conn, run_id)
+    totals = totals_check.problems(conn, run_id)
     days = ttft_days.problems(conn, run_id, explained=totals)
     tokens = token_check.problems(rows)
 

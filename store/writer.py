@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, select, update
 
-from store import model_column, run_totals
+from store import model_column, run_totals, totals_write
 from store.chain import link
 from store.errors import RecordingError
 from store.rows import Pending, normalise
@@ -69,5 +69,5 @@ def append(
     # with any row appended after it finished (its digest is of the chain
     # head, which any row moves on).
     if (run_update or {}).get("status") == "finished" or run_totals.has_any(conn, run_id):
-        run_totals.write(conn, [run_id])
+        totals_write.write(conn, [run_id])
     return [row for _, row in rows]

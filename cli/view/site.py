@@ -10,8 +10,9 @@ from urllib.parse import urlencode
 
 from cli.view import batches
 from cli.view.compare import Comparison, align, first_divergent_turn, request_pairs, with_requests
-from cli.view.pages import RunShown, matching, run_shown
+from cli.view.pages import matching, run_shown
 from cli.view.render import Links, Renderer, marked, text_block
+from cli.view.shown import RunShown
 from orchestrator.trajectory import Trajectory
 from store import ChainCheck, Store
 from store import batches as bstore

@@ -51,8 +51,7 @@ from sandbox.loop_tools import SandboxTools
 from sandbox.runtime import choose_runtime
 from sandbox.workspace import patch_paths
 from store import Recorder, RunJournal
-from store.batches import LeaseClaim
-from store.liveness import is_open
+from store.liveness import LeaseClaim, is_open
 
 Progress = Callable[[int, Envelope, Tally], None]
 

@@ -2,8 +2,9 @@
 the aggregates over runs are computed from (priced by
 ``orchestrator.launch.reports``), and JSONL exports for training and audit."""
 
-from store.reports.aggregate_query import query_plans, read_slices
+from store.reports.aggregate_query import read_slices
 from store.reports.export import FORMATS, ExportError, conversation, event_lines, is_verified_pass, run_ids
+from store.reports.query_plans import query_plans
 from store.reports.run_report import call_figures, constraint_of, engines_of, run_level_of, source_of, tool_figures
 
 __all__ = [

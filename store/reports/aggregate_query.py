@@ -9,7 +9,9 @@ crashed, or with a damaged cell) is read from its rows, through the same
 figures. ``raw=True`` reads every run from its rows (the bench's "before" and
 the test that compares the two). Cached tokens are clamped to each call's
 prompt tokens, so sums can be priced linearly, and absent (None) in a slice
-none of whose calls reported a cached count.
+none of whose calls reported a cached count. Which runs are read how is
+``report_window``; the TTFT histogram ``ttft_histogram``; the checks made
+before rows are summed ``report_checks``.
 """
 
 from __future__ import annotations
@@ -18,115 +20,33 @@ import operator
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import (
-    JSON,
-    Connection,
-    Integer,
-    String,
-    and_,
-    case,
-    cast,
-    func,
-    or_,
-    select,
-    true,
-    type_coerce,
-)
+from sqlalchemy import Connection, String, and_, case, func, select, true, type_coerce
 
-from orchestrator.costing.figures import (
-    DAY_FORMAT,
-    ESCROW_SOURCE,
-    NO_BATCH,
-    NO_ENGINE,
-    NO_VERDICT,
-    RunSlice,
-    keyer,
-)
+from orchestrator.costing.figures import RunSlice, keyer
 from orchestrator.interop.records import IMPORT_MODE
 from orchestrator.source_figures import IMPORT_EVENT, counted_run_level
 from store import run_totals
-from store.batch_tables import BatchAttemptRow
 from store.cells import check_numbers, check_row
 from store.engine import driver_rows
-from store.errors import BatchAttributionMismatch, RollupMismatch, StoreDamaged, TtftRollupMismatch, UncheckedRows
-from store.liveness import CRASHED, RUNNING, lapsed, now_or, status_sql
-from store.run_totals import RUNS, TOOLS, TOTALS, TTFT_CHECK_MODULUS, TTFTS, Key, Totals, bucket_seconds
+from store.errors import RollupMismatch, StoreDamaged
+from store.liveness import CRASHED, RUNNING, lapsed, now_or
+from store.reports.report_checks import check_attribution, check_unsummed
+from store.reports.report_window import BATCH_ATTEMPTS, NUMBER_TYPES, RESPONSES, off_types, source_sql, unsummed, window
+from store.reports.ttft_histogram import ttft_histogram
+from store.run_totals import RUNS, TOOLS, TOTALS, Key, Totals
 from store.store import Store
-from store.tables import CallAttempt, EventRow, ModelResponse, table_of
+from store.tables import CallAttempt, EventRow, table_of
 from store.text_codec import unescape
-from store.ttft_days import DAY_S, DAYS, REPLAY_MODES, day_of
+from store.ttft_buckets import TTFT_CHECK_MODULUS
 
-RESPONSES = table_of(ModelResponse)
 EVENTS = table_of(EventRow)
 Figures = tuple[Any, ...]
 """A totals row's figures, in ``run_totals.FIGURES`` order."""
 ZERO: Figures = tuple(getattr(Totals(), name) for name in run_totals.FIGURES)
 TOOL_S = run_totals.FIGURES.index("tool_s")
 ATTEMPTS = table_of(CallAttempt)
-BATCH_ATTEMPTS = table_of(BatchAttemptRow)
-
-
-
-def window(since: float | None, until: float | None, include_replays: bool = False) -> Any:
-    """Runs started in the window; unless ``include_replays``, not an offline
-    replay nor a re-execution. (A fork's shared prefix, turns before its fork
-    turn, is its parent's spend: the ``own`` flag of its totals.)"""
-    created = RUNS.c.created_at
-    bounds = [created >= since] if since is not None else []
-    bounds += [created < until] if until is not None else []
-    if not include_replays:
-        bounds.append(RUNS.c.mode.not_in(REPLAY_MODES))
-    return and_(true(), *bounds)
-
-
-def source_sql(dialect: str) -> Any:
-    """"escrow" for Escrow's own runs, the source format for imported ones
-    (recorded in the run's genesis config)."""
-    if dialect == "sqlite":
-        fmt = func.json_extract(RUNS.c.config_json, "$.import.format")
-    else:
-        fmt = cast(RUNS.c.config_json, JSON)["import"]["format"].as_string()
-    return case((RUNS.c.mode == IMPORT_MODE, func.coalesce(fmt, IMPORT_MODE)), else_=ESCROW_SOURCE)
-
-
-def batch_note_sql(dialect: str, key: str) -> Any:
-    """The batch or task a run's config names (``batches.batch_note``), NULL for a run outside a batch."""
-    if dialect == "sqlite":
-        return func.json_extract(RUNS.c.config_json, f"$.batch.{key}")
-    return cast(RUNS.c.config_json, JSON)["batch"][key].as_string()
-
-
-def check_attribution(conn: Connection, runs: Any) -> None:
-    """Raise BatchAttributionMismatch for the runs ``runs`` selects whose
-    batch attempts (batch, task) are not the one their own config names: an
-    attempt's batch, task or run edited. A run that names none, attributed
-    to a batch whose other runs name theirs, is blamed too (an attempt
-    pointed at a plain run); in a batch none of whose runs names one (runs
-    recorded before they did) there is nothing to check against."""
-    dialect = conn.dialect.name
-    noted = {run_id: (batch, task) for run_id, batch, task in driver_rows(conn, select(
-        RUNS.c.id, batch_note_sql(dialect, "id"), batch_note_sql(dialect, "task_id")).where(runs))}
-    attributed: dict[str, set[tuple[Any, Any]]] = defaultdict(set)
-    for row in conn.execute(select(BATCH_ATTEMPTS.c.id, BATCH_ATTEMPTS.c.run_id, BATCH_ATTEMPTS.c.batch_id,
-                                   BATCH_ATTEMPTS.c.task_id).where(BATCH_ATTEMPTS.c.run_id.in_(list(noted)))).mappings():
-        check_row(BATCH_ATTEMPTS, row)
-        attributed[row["run_id"]].add((row["batch_id"], row["task_id"]))
-    noting = {batch for batch, _ in noted.values() if batch is not None}
-    noting |= {batch for run_id, pairs in attributed.items() for batch, _ in pairs if noted[run_id][0] is not None}
-    bad: dict[str, str] = {}
-    for run_id, note in sorted(noted.items()):
-        got = attributed.get(run_id, set())
-        if note[0] is None:
-            if any(batch in noting for batch, _ in got):
-                bad[run_id] = f"run {run_id} names no batch, an attempt of batch {sorted(got, key=repr)[0][0]} names it"
-        elif got != {note}:
-            said = ", ".join(f"batch {b} task {t}" for b, t in sorted(got, key=repr)) or "no attempt"
-            bad[run_id] = f"run {run_id} recorded batch {note[0]} task {note[1]}, the attempts say {said}"
-    if bad:
-        raise BatchAttributionMismatch(sorted(bad), detail=next(iter(bad.values())))
 
 
 RUN_COLUMNS = ("created_at", "status", "verdict", "source")
@@ -212,15 +132,9 @@ def unchecked(rows: list[Any], shared: list[Any], names: Mapping[str | None, str
     return bad
 
 
-NUMBER_TYPES: frozenset[type] = frozenset((int, float, type(None)))
 RUN_TYPES: tuple[frozenset[type], ...] = (frozenset((float, int)), frozenset((str,)), frozenset((str, type(None))),
                                           frozenset((str,)))
 """The types ``RUN_COLUMNS`` must hold (``RunSlice`` is not validated: a damaged cell is named here)."""
-
-
-def off_types(values: Any, allowed: frozenset[type]) -> bool:
-    """Whether a column of fetched values holds a value of another type (one C-speed pass)."""
-    return not set(map(type, values)) <= allowed
 
 
 def _stored(conn: Connection, since: float | None, until: float | None,
@@ -291,43 +205,6 @@ def _from_rows(conn: Connection, runs: Any, include_replays: bool) -> dict[Key, 
         check_numbers(conn, TOOLS, TOOLS.c.run_id.in_(select(RUNS.c.id).where(ids)), run_totals.TOOL_SUMMED)
     return {k: tuple(getattr(t, name) for name in run_totals.FIGURES)
             for k, t in totals.items() if include_replays or k[1] == 1}
-
-
-def unsummed(since: float | None, until: float | None, include_replays: bool, raw: bool) -> Any:
-    """The runs in the window read from their rows: those without totals, or, ``raw``, all."""
-    in_window = window(since, until, include_replays)
-    return in_window if raw else and_(in_window, ~run_totals.has_totals())
-
-
-def check_unsummed(conn: Connection, runs: Any) -> None:
-    """Raise UncheckedRows unless the chain of every run ``runs`` selects
-    (those read from their rows: no digested totals vouch for them)
-    verifies: the rows a report sums are then the rows the run recorded."""
-    from store import verify  # it reads the tables reports do; imported where a report needs it
-
-    # PostgreSQL reads each statement at its own moment (read committed): a
-    # live run's row and its chained rows read while it appends may disagree
-    # once; an altered row disagrees every time. SQLite reads one snapshot.
-    tries = 1 if conn.dialect.name == "sqlite" else 3
-    bad: dict[str, str] = {}
-    for run_id in conn.execute(select(RUNS.c.id).where(runs).order_by(RUNS.c.id)).scalars():
-        for _ in range(tries):
-            check = verify.verify_run(conn, run_id)
-            if check is None or check.ok:
-                break
-        if check is not None and not check.ok:
-            bad[run_id] = f"run {run_id}: {check.problem}"
-    if bad:
-        raise UncheckedRows(sorted(bad), detail=next(iter(bad.values())))
-
-
-def any_unsummed(conn: Connection, since: float | None, until: float | None, include_replays: bool,
-                 raw: bool) -> bool:
-    """Whether a run in the window is read from its rows: one pass over the
-    window's runs, so that a fleet of finished runs skips the queries over
-    the rows (their plans may scan a whole table to find no run)."""
-    return raw or conn.execute(select(RUNS.c.id).where(unsummed(since, until, include_replays, raw))
-                               .limit(1)).first() is not None
 
 
 def run_slices(conn: Connection, since: float | None, until: float | None, by: str = "model",
@@ -421,7 +298,7 @@ def slices(totals: Mapping[Key, Figures], runs: Mapping[str, RunCells], by_engin
            batch_of: Mapping[str, str]) -> tuple[list[RunSlice], list[int]]:
     """Totals folded into slices, in one fixed order (so the float sums come
     out the same whichever way the totals were read), and each slice's TTFT
-    check (``run_totals.ttft_check``)."""
+    check (``ttft_buckets.ttft_check``)."""
     # Keys gathered by slot first: most slots have one row, taken as it is;
     # a slot of several (engines under one model, or both spend flags) adds
     # them in ``run_totals.order``, as does a run's tool seconds.
@@ -472,137 +349,6 @@ def slices(totals: Mapping[Key, Figures], runs: Mapping[str, RunCells], by_engin
     return out, checks
 
 
-def group_key_sql(by: str, dialect: str, model: Any, engine: Any, now: float) -> Any:
-    """The SQL twin of ``orchestrator.costing.aggregate.group_key``."""
-    if by == "model":
-        return model
-    if by == "status":
-        return status_sql(now)
-    if by == "verdict":
-        return func.coalesce(RUNS.c.verdict, NO_VERDICT)
-    if by == "engine":
-        return func.coalesce(engine, NO_ENGINE)
-    if by == "batch":
-        return func.coalesce(BATCH_ATTEMPTS.c.batch_id, NO_BATCH)
-    if by == "day" and dialect == "sqlite":
-        return func.strftime(DAY_FORMAT, RUNS.c.created_at, "unixepoch")
-    if by == "source":
-        return source_sql(dialect)
-    if by == "day":
-        return func.to_char(func.timezone("UTC", func.to_timestamp(RUNS.c.created_at)), "YYYY-MM-DD")
-    raise ValueError(f"cannot group by {by!r}")
-
-
-ROLLED_UP_BY = ("model", "engine", "day")
-"""Groupings the per-day TTFT rollup (``store.ttft_days``) holds the key of."""
-
-
-def whole_days(since: float | None, until: float | None) -> tuple[int | None, int | None] | None:
-    """The days [first, end) the window covers whole (None: unbounded), or None when it covers none."""
-    first = None if since is None else day_of(since) + (since > day_of(since) * DAY_S)
-    end = None if until is None else day_of(until)
-    return None if first is not None and end is not None and first >= end else (first, end)
-
-
-def ttft_queries(since: float | None, until: float | None, by: str, dialect: str, include_replays: bool = False,
-                 raw: bool = False, now: float | None = None) -> dict[str, Any]:
-    """Per group: calls per TTFT bucket from the per-day rollup over the
-    window's whole days (grouped by model, engine or day), from the runs'
-    stored buckets over the rest of it, and calls per millisecond from the
-    rows of the runs without totals."""
-    def grouped(rows: Any, model: Any, engine: Any) -> tuple[Any, Any]:
-        joins = RUNS.join(rows, rows.c.run_id == RUNS.c.id)
-        if by == "batch":
-            joins = joins.outerjoin(BATCH_ATTEMPTS, BATCH_ATTEMPTS.c.run_id == RUNS.c.id)
-        return joins, group_key_sql(by, dialect, model, engine, at)
-
-    at = now_or(now)
-    days = whole_days(since, until) if by in ROLLED_UP_BY else None
-    in_window = window(since, until, include_replays)
-    queries: dict[str, Any] = {}
-    if days is not None:
-        first, end = days
-        key = DAYS.c.day if by == "day" else group_key_sql(by, dialect, DAYS.c.model, DAYS.c.engine, at)
-        bounds = [DAYS.c.day >= first] if first is not None else []
-        bounds += [DAYS.c.day < end] if end is not None else []
-        real = [] if include_replays else [DAYS.c.own == 1, DAYS.c.replay == 0]
-        queries["days"] = (select(key, DAYS.c.bucket_ms, func.sum(DAYS.c.calls)).where(true(), *bounds, *real)
-                           .group_by(key, DAYS.c.bucket_ms))
-        created = RUNS.c.created_at
-        edges = [created < first * DAY_S] if first is not None else []
-        edges += [created >= end * DAY_S] if end is not None else []
-        in_window = and_(in_window, or_(*edges)) if edges else None
-    if in_window is not None:
-        joins, key = grouped(TTFTS, TTFTS.c.model, TTFTS.c.engine)
-        spend = true() if include_replays else TTFTS.c.own == 1
-        queries["stored"] = (select(key, TTFTS.c.bucket_ms, func.sum(TTFTS.c.calls)).select_from(joins)
-                             .where(in_window, run_totals.has_totals(), spend)
-                             .group_by(key, TTFTS.c.bucket_ms))
-    joins, key = grouped(RESPONSES, RESPONSES.c[run_totals.MODEL], RESPONSES.c.engine)
-    own = true() if include_replays else run_totals.own_flag(RESPONSES) == 1
-    millis = cast(func.round(RESPONSES.c.ttft_s * 1000), Integer)
-    queries["from_rows"] = (select(key, millis, func.count()).select_from(joins)
-                            .where(unsummed(since, until, include_replays, raw), own, RESPONSES.c.ttft_s.is_not(None))
-                            .group_by(key, millis))
-    return {"from_rows": queries["from_rows"]} if raw else queries
-
-
-def day_label(day: int) -> str:
-    return datetime.fromtimestamp(day * DAY_S, tz=timezone.utc).strftime(DAY_FORMAT)
-
-
-def group_label(key: Any, by: str, *, rolled_up: bool) -> str:
-    """A TTFT row's group key as ``group_key`` makes it: the day of the
-    rollup's day number; a model or engine name unescaped (driver rows hold
-    them as stored, docs/SCHEMA.md)."""
-    if rolled_up and by == "day":
-        return day_label(key)
-    if by in ("model", "engine") and isinstance(key, str):
-        return unescape(key)
-    return str(key)
-
-
-def ttft_histogram(conn: Connection, since: float | None, until: float | None, by: str,
-                   include_replays: bool = False, raw: bool = False,
-                   from_rows: bool | None = None, now: float | None = None,
-                   checks: dict[str, int] | None = None) -> list[tuple[str, float, int]]:
-    """(group key, TTFT seconds, calls): the buckets of docs/SCHEMA.md, whichever way a run is read.
-    ``from_rows``: whether a run in the window is read from its rows (None: find out).
-    ``checks``: per group, the TTFT checks of its runs' stored totals, which
-    the rollup rows summed for it must match (``TtftRollupMismatch``)."""
-    counts: dict[tuple[str, int], int] = defaultdict(int)
-    summed: dict[str, int] = defaultdict(int)  # per group, the check of the rollup rows read
-    queries = ttft_queries(since, until, by, conn.dialect.name, include_replays, raw, now)
-    if from_rows is None:
-        from_rows = any_unsummed(conn, since, until, include_replays, raw)
-    if not from_rows:
-        del queries["from_rows"]
-    labels: dict[Any, str] = {}
-    read_from = {"days": DAYS, "stored": TTFTS, "from_rows": RESPONSES}
-    for name, query in queries.items():
-        rows = driver_rows(conn, query)
-        # A number cell holding text (only SQLite stores one) is named, never int()'d nor summed as 0.
-        if (off_types((r[1] for r in rows), NUMBER_TYPES) or off_types((r[2] for r in rows), frozenset((int,)))
-                or (name == "days" and by == "day" and off_types((r[0] for r in rows), frozenset((int,))))):
-            check_numbers(conn, read_from[name], true())
-            raise StoreDamaged(f"damaged store: a cell of {read_from[name].name} summed for the TTFT histogram "
-                               "is not a number", table=read_from[name].name)
-        for key, value, n in rows:
-            bucket = run_totals.ttft_bucket(int(value)) if name == "from_rows" else int(value)
-            if key not in labels:
-                labels[key] = group_label(key, by, rolled_up=name == "days")
-            counts[(labels[key], bucket)] += int(n)
-            if name != "from_rows":
-                summed[labels[key]] += run_totals.bucket_weight(bucket) * int(n)
-    if checks is not None:
-        off = sorted(group for group in summed.keys() | checks.keys()
-                     if summed.get(group, 0) % TTFT_CHECK_MODULUS != checks.get(group, 0))
-        if off:
-            raise TtftRollupMismatch(by, off)
-    # A rollup key may sum to nothing (its runs deleted): the rows never give one.
-    return [(key, bucket_seconds(bucket), n) for (key, bucket), n in sorted(counts.items()) if n]
-
-
 def read_slices(store: Store, *, by: str, since: float | None, until: float | None,
                 include_replays: bool = False, raw: bool = False, now: float | None = None,
                 ) -> tuple[list[RunSlice], list[tuple[str, float, int]]]:
@@ -615,23 +361,3 @@ def read_slices(store: Store, *, by: str, since: float | None, until: float | No
         ttfts = ttft_histogram(conn, since, until, by, include_replays, raw, sliced.from_rows, at,
                                None if raw else sliced.stored_checks)
     return sliced.slices, ttfts
-
-
-def query_plans(store: Store, since: float | None, until: float | None, raw: bool = False) -> dict[str, list[str]]:
-    """SQLite's EXPLAIN QUERY PLAN of each report query (for the bench): the
-    stored totals', or, ``raw``, those of the queries over the rows."""
-    if raw:
-        queries = {**run_totals.queries(window(since, until), "sqlite"),
-                   "ttft": ttft_queries(since, until, "model", "sqlite", raw=True)["from_rows"]}
-    else:
-        ttft = ttft_queries(since, until, "model", "sqlite")
-        queries = {"totals": totals_query(since, until),
-                   **{f"ttft {name}": ttft[name] for name in ("days", "stored") if name in ttft}}
-    plans: dict[str, list[str]] = {}
-    with store.read() as conn:
-        for name, query in queries.items():
-            compiled = query.compile(conn, compile_kwargs={"render_postcompile": True})
-            params = tuple(compiled.params[key] for key in compiled.positiontup or ())
-            rows = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {compiled}", params).all()
-            plans[name] = [str(row[-1]) for row in rows]
-    return plans

@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.suspect import (
-    AST_MAX_BYTES,
     CODES,
     SCAN_MAX_BYTES,
     flag_reasons,
@@ -16,6 +15,7 @@ from orchestrator.suspect import (
     scan_changes,
     summary,
 )
+from orchestrator.suspect_scan import AST_MAX_BYTES
 from policies import Flag, FlagReason
 
 # code -> sources that each must give that code (added to a new calc.py)

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from orchestrator.costing import GROUP_BY
-from store import Store, run_totals, synthetic, ttft_days
+from store import Store, run_totals, synthetic, totals_write, ttft_days
 from store.batch_tables import BATCH_TABLES
 from store.importer import import_file
 from store.reports import read_slices
@@ -65,7 +65,7 @@ def stores(postgres_url: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
         copy_rows(source, pg)
         with pg.write() as conn:  # the totals of schema 8, computed by PostgreSQL from the copied rows
             finished = conn.execute(select(RUNS.c.id).where(RUNS.c.status == "finished")).scalars().all()
-            run_totals.write(conn, finished)
+            totals_write.write(conn, finished)
     home = folder / "home"
     home.mkdir()
     yield {"urls": {"sqlite": lite, "postgresql": postgres_url}, "runs": [ids[0], ids[7], nul_run, imported],

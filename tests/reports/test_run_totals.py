@@ -19,12 +19,13 @@ from orchestrator.costing.figures import GROUP_BY
 from orchestrator.envelope import Attempt, Envelope, Payload, Status, Timings, Usage
 from orchestrator.launch.reports import report_runs
 from policies.price_table import load_price_table, set_price
-from store import Recorder, Store, run_totals, ttft_days
+from store import Recorder, Store, run_totals, totals_write, ttft_buckets, ttft_days
 from store.engine import driver_rows
 from store.errors import StoreDamaged, TtftRollupMismatch, UncheckedRows
 from store.importer import import_file
 from store.reports import read_slices
-from store.reports.aggregate_query import query_plans, whole_days
+from store.reports.query_plans import query_plans
+from store.reports.ttft_histogram import whole_days
 from store.retention import collect
 from store.text_codec import unescape
 from tests.interop.conftest import own
@@ -96,7 +97,7 @@ def varied(store: Store, home: Path) -> Store:
     with store.write() as conn:
         conn.exec_driver_sql('UPDATE model_responses SET "gen_ai.usage.input_tokens" = NULL, ttft_s = NULL, '
                              "decode_s = NULL WHERE run_id = ? AND turn = 0", (parents[4],))
-        run_totals.write(conn, [parents[4]])
+        totals_write.write(conn, [parents[4]])
     for model in MODELS:
         set_price(home, model, PRICE)
     return store
@@ -286,11 +287,11 @@ def test_the_ttft_histogram_does_not_grow_with_calls() -> None:
     """A thousand TTFTs between 0.2 s and 3 s (as prefill grows over a run)
     fall in at most the buckets of that range: 16 an octave."""
     ttfts = [round(200 + i * 2.8) for i in range(1000)]
-    buckets = {run_totals.ttft_bucket(ms) for ms in ttfts}
+    buckets = {ttft_buckets.ttft_bucket(ms) for ms in ttfts}
     assert len(buckets) <= 16 * 4 + 1
     for ms in ttfts:
-        assert abs(run_totals.bucket_seconds(run_totals.ttft_bucket(ms)) * 1000 - ms) <= ms / 32
-    assert [run_totals.ttft_bucket(ms) for ms in range(32)] == list(range(32))
+        assert abs(ttft_buckets.bucket_seconds(ttft_buckets.ttft_bucket(ms)) * 1000 - ms) <= ms / 32
+    assert [ttft_buckets.ttft_bucket(ms) for ms in range(32)] == list(range(32))
 
 
 def test_a_summed_row_recorded_after_the_finish_updates_the_totals(store: Store) -> None:
