@@ -176,6 +176,11 @@ def remove_sandboxes(docker_client, run_ids: list[str]) -> None:
                 docker_client.api.remove_container(found["Id"], force=True)
             except docker.errors.NotFound:
                 pass
+            except docker.errors.APIError as removing:
+                # Its own removal (the sandbox's auto-remove, or a sweep) may
+                # be under way already: that container is going too.
+                if "already in progress" not in str(removing):
+                    raise
 
 
 def kill(proc: subprocess.Popen) -> float:
