@@ -170,7 +170,7 @@ def kill_in_phase(name: str, phase: Phase, server: FaultServer, client: docker.D
         server.reset()
         server.script([READ] * before + list(phase.script))
         proc = start(tmp, server, runtime, phase.verify)
-        with reach(phase, proc, server, client, tmp, calls_before=before):
+        with reach(phase, proc, server, client, tmp, calls_before=before, own_sandbox=True):
             acknowledged = committed_turns(tmp)
             proc.send_signal(signal.SIGKILL)
             proc.wait()
