@@ -88,7 +88,8 @@ def kill_at_random(proc: subprocess.Popen[str], db: Path, rng: random.Random, wi
     if window:
         if wait(proc, lambda: verdict_with_attempt_started(db)):
             kill_group(proc)
-            return "in the window"
+            # Still so once the driver is dead: the kill landed in the window, not just after it.
+            return "in the window" if verdict_with_attempt_started(db) else "just after the window"
         return "ended first"
     if not wait(proc, lambda: any(a.outcome == bstore.STARTED for a in attempts(db))):
         return "ended first"
