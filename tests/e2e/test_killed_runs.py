@@ -29,7 +29,7 @@ from typer.testing import CliRunner
 from cli.main import app
 from cli.view.app import create_app
 from orchestrator.fault_server import FaultServer, Reply
-from sandbox.hardening import LABEL_ROLE, LABEL_RUN
+from sandbox.hardening import LABEL_PID, LABEL_ROLE, LABEL_RUN
 from store import Store
 from tests.container_processes import commands_in
 from tests.processes import IN_PROCESS, cli_env, start_escrow
@@ -101,10 +101,13 @@ def wait_until(proc: subprocess.Popen, reached: Callable[[], bool], what: str) -
     pytest.fail(f"the run never reached {what}")
 
 
-def container_runs(docker_client, text: str) -> Callable[[], bool]:
-    """Whether a sandbox (of any owner: a batch's run may live in a Ray worker) runs ``text``."""
+def container_runs(docker_client, text: str, owner_pid: int | None = None) -> Callable[[], bool]:
+    """Whether a sandbox runs ``text``: one of ``owner_pid``'s, or of any owner
+    (a batch's run may live in a Ray worker)."""
+    label = f"{LABEL_ROLE}=1" if owner_pid is None else f"{LABEL_PID}={owner_pid}"
+
     def running() -> bool:
-        return any(text in command for container in docker_client.containers.list(filters={"label": f"{LABEL_ROLE}=1"})
+        return any(text in command for container in docker_client.containers.list(filters={"label": label})
                    for command in commands_in(container))
     return running
 
@@ -143,16 +146,17 @@ def assert_reads(tmp: Path, status: str) -> dict:
 
 @contextmanager
 def reach(phase: Phase, proc: subprocess.Popen, server: FaultServer, docker_client, tmp: Path,
-          calls_before: int = 0) -> Iterator[None]:
+          calls_before: int = 0, own_sandbox: bool = False) -> Iterator[None]:
     """Wait until the run is in ``phase`` (``calls_before``: the model calls
-    the server saw before it); for a turn's end, hold the store (a write lock:
-    readers go on) while the caller kills it, so the run can neither end its
-    turn nor start the next call."""
+    the server saw before it; ``own_sandbox``: look only in ``proc``'s
+    sandboxes, not in every one on a shared machine); for a turn's end, hold
+    the store (a write lock: readers go on) while the caller kills it, so the
+    run can neither end its turn nor start the next call."""
     if phase.running is None:
         wait_until(proc, lambda: len(server.requests) > calls_before, "its model call")
         yield
         return
-    running = container_runs(docker_client, phase.running)
+    running = container_runs(docker_client, phase.running, proc.pid if own_sandbox else None)
     wait_until(proc, running, phase.running)
     if not phase.turn_end:
         yield

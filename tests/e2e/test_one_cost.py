@@ -8,6 +8,7 @@ move every figure by the seconds slept."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -25,7 +26,7 @@ TOLERANCE = 1e-9
 BACKOFF_S = 0.4
 
 
-def cli_json(env: dict[str, str], *args: str) -> object:
+def cli_json(env: dict[str, str], *args: str) -> Any:
     result = CliRunner().invoke(app, [*args], env=env)
     assert result.exit_code in (0, 1), result.output
     return json.loads(result.stdout)

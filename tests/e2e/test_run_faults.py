@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,7 +34,7 @@ TEST = tool("bash", command="python3 -m pytest -q")
 SUBMIT = tool("submit", summary="mean() divided by n+1; now divides by n")
 
 
-def run(settings: Settings, repo: Path, **kw: object) -> RunOutcome:
+def run(settings: Settings, repo: Path, **kw: Any) -> RunOutcome:
     return run_agent(settings, RunRequest(task=TASK, repo=repo, verify="python3 -m pytest -q"), **kw)
 
 
