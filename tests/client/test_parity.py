@@ -209,9 +209,10 @@ def test_text_report_and_bad_input(srv, recorded_run):
     srv.script([Fault.raw_stream(answer(NEAR_TIE)), Fault.raw_stream(answer(REAL))])
     result = CliRunner().invoke(app, ["parity", run_id, "--model-url", srv.base_url, "--db", f"sqlite:///{db}"])
     assert result.exit_code == 1
-    assert "near-tie; first difference at token 1: ' cat' vs ' dog'" in result.stdout
-    assert "divergent; first difference at token 2: ' sat' vs ' exploded'" in result.stdout
-    assert "2 calls: 1 near-tie, 1 divergent" in result.stdout
+    shown = " ".join(result.stdout.split())  # the report folds its lines to the width
+    assert "near-tie; first difference at token 1: ' cat' vs ' dog'" in shown
+    assert "divergent; first difference at token 2: ' sat' vs ' exploded'" in shown
+    assert "2 calls: 1 near-tie, 1 divergent" in shown
     down = CliRunner().invoke(app, ["parity", run_id, "--model-url", "http://127.0.0.1:9/v1", "--db", f"sqlite:///{db}"])
     assert isinstance(down.exception, ConfigError) and "no server answered" in str(down.exception)
     missing = CliRunner().invoke(app, ["parity", "nosuchrun", "--model-url", srv.base_url, "--db", f"sqlite:///{db}"])
