@@ -126,6 +126,17 @@ def on_runtime(settings: Settings, runtime: str) -> Settings:
     return settings.model_copy(update={"sandbox_runtime": runtime})
 
 
+@pytest.fixture
+def on_first_runtime(settings: Settings, docker_client) -> Settings:
+    """The suite's first runtime (the default, gVisor) alone: what the
+    allow-list leaves out is decided on the host, the same under each
+    runtime, and the forgeries alone run under every runtime above."""
+    from sandbox.runtime import registered_runtimes
+
+    require(SUITE_RUNTIMES[0] in registered_runtimes(docker_client), f"the {SUITE_RUNTIMES[0]} runtime in dockerd")
+    return settings.model_copy(update={"sandbox_runtime": SUITE_RUNTIMES[0]})
+
+
 def run(settings: Settings, repo: Path, *, apply: bool = False, accept_suspect: bool = False):
     return run_agent(settings, RunRequest(task=TASK, repo=repo, verify=VERIFY, apply=apply,
                                           accept_suspect=accept_suspect))
@@ -151,11 +162,11 @@ def test_what_stands_beside_the_code_cannot_forge_pass(on_runtime, repo, fault, 
 
 
 @pytest.mark.parametrize("name", sorted(FORGERIES))
-def test_a_real_fix_beside_each_forgery_passes_the_verifier_is_suspect_and_not_applied(on_runtime, repo, fault,
-                                                                                        name):
+def test_a_real_fix_beside_each_forgery_passes_the_verifier_is_suspect_and_not_applied(on_first_runtime, repo,
+                                                                                        fault, name):
     forgery = FORGERIES[name]
     fault.script([Reply(tool_calls=(EDIT, *(forgery.beside or forgery.calls), SUBMIT))])
-    outcome = run(on_runtime, repo, apply=True)
+    outcome = run(on_first_runtime, repo, apply=True)
 
     # The fix passes the verifier without the forgery; a patch that carried
     # what the allow-list left out is SUSPECT (issue 39, point 3), never PASS.
