@@ -45,6 +45,7 @@ from policies import Decision, Effect, Policy, decide
 from policies.paths import first_match
 from sandbox.capture import CappedOutput
 from sandbox.container import Sandbox
+from sandbox.early_verifier import EarlyVerifier
 from sandbox.errors import ExportRefused, InfraFailure, SandboxError, WorkspaceFault
 from sandbox.execution import ExecLimits, ExecOutcome, FileOpOutcome
 from sandbox.patch_scan import suspect_reasons
@@ -92,8 +93,38 @@ class ToolBox:
         # (run once, at the first submit); None once known to be exit code only.
         self._required: Required | None = Required(ids=required_tests, source="named") if required_tests else None
         self._required_known = bool(required_tests)
+        self._early: EarlyVerifier | None = None
         self._reference_paths: tuple[str, ...] | None = None
         self._secret_lines: frozenset[str] = frozenset()
+
+    def start_early(self) -> None:
+        """Start the first submit's verifier container and its pre-pass now,
+        in a thread (``sandbox.early_verifier``), when that submit would need
+        one; the sandbox's close removes what is not used."""
+        if self._early is not None or not self.verifier_command or not self._needs_pre_pass(
+                is_pytest_command(self.verifier_command)):
+            return
+        self._early = EarlyVerifier(self._early_pre_pass)
+        self.sandbox.on_close(self.close)
+
+    def close(self) -> None:
+        """Stop an early pre-pass and remove its unused container."""
+        if self._early is not None:
+            self._early.close()
+
+    def _early_pre_pass(self, stop: threading.Event) -> tuple[Sandbox, Required | None]:
+        """The pre-pass of ``_verify`` on the starting copy, under the
+        policy's limits (the run's remaining time is the run's to enforce: it
+        closes the sandbox, which stops this)."""
+        r = self.policy.resources
+        limits = ExecLimits(timeout_s=r.command_timeout_s, stdout_cap=r.stdout_cap_bytes,
+                            stderr_cap=r.stderr_cap_bytes)
+        verifier = self.sandbox.fresh(self.sandbox.verifier_start(self.policy), "verify")
+        try:
+            return verifier, self._collect_required(verifier, self.verifier_command or "", limits, stop)
+        except BaseException:
+            verifier.close()
+            raise
 
     def specs(self) -> tuple[ToolSpec, ...]:
         return tool_specs(self.policy.tools.allowed)
@@ -155,18 +186,17 @@ class ToolBox:
         starting copy: a pytest verifier with no named tests, once a run."""
         return evidence_wanted and not self._required_known
 
-    def _collect_required(self, verifier: Sandbox, command: str) -> None:
+    def _collect_required(self, verifier: Sandbox, command: str, limits: ExecLimits,
+                          cancel: threading.Event | None) -> Required | None:
         """The trusted pre-pass: the verify command itself, collect-only,
         with the reporter, on the starting copy (hidden tests and reference
         tests included), in the verifier's container before the patch is laid
-        over it. No code of the model's has run there yet."""
-        self._required_known = True
-        applied = self._apply_verifier_patch(verifier)
-        if applied is not None:
-            self._required = None
-            return
-        verifier.bash(command, self.limits(), cancel=self.cancel, env=reporter_env(_COLLECT_CHANNEL, "collect"))
-        self._required = required_from_collection(_read_channel(verifier, _COLLECT_CHANNEL))
+        over it. No code of the model's has run there yet. None when the
+        reference tests do not apply or the reporter did not run."""
+        if self._apply_verifier_patch(verifier, limits, cancel) is not None:
+            return None
+        verifier.bash(command, limits, cancel=cancel, env=reporter_env(_COLLECT_CHANNEL, "collect"))
+        return required_from_collection(_read_channel(verifier, _COLLECT_CHANNEL))
 
     def _evidence(self, outcome: ExecOutcome, channel: Channel, evidence_wanted: bool) -> Evidence:
         """The evidence rule (``orchestrator.evidence.judge``), or the exit
@@ -247,26 +277,41 @@ class ToolBox:
         when the verifier is pytest; the first submit of a run first collects
         the required tests from the starting copy there (never the canary's)."""
         pre_pass = not canary and self._needs_pre_pass(evidence_wanted)
+        archive = self.sandbox.archive_for(copy)  # ExportRefused here leaves an early container for the next submit
+        early = self._early.take(self.cancel) if pre_pass and self._early is not None else None
+        if early is not None:  # started and pre-passed while the agent worked (start_early)
+            verifier, self._required = early
+            self._required_known = True
+            with verifier:
+                verifier.refill(archive)
+                return self._verify_in(verifier, evidence_wanted)
         first = self.sandbox.starting_archive(copy) if pre_pass else None
-        with self.sandbox.fresh(first or self.sandbox.archive_for(copy), "verify") as verifier:
+        with self.sandbox.fresh(first or archive, "verify") as verifier:
             if first is not None:
-                self._collect_required(verifier, self.verifier_command or "")
-                verifier.refill(self.sandbox.archive_for(copy))
-            env = reporter_env(_RUN_CHANNEL, "run") if evidence_wanted else None
-            outcome = self._apply_verifier_patch(verifier) or verifier.bash(
-                self.verifier_command or "", self.limits(), cancel=self.cancel, env=env)
-            channel = _read_channel(verifier, _RUN_CHANNEL) if env else Channel()
+                self._required_known = True
+                self._required = self._collect_required(verifier, self.verifier_command or "", self.limits(),
+                                                        self.cancel)
+                verifier.refill(archive)
+            return self._verify_in(verifier, evidence_wanted)
+
+    def _verify_in(self, verifier: Sandbox, evidence_wanted: bool) -> tuple[ExecOutcome, Channel]:
+        """The reference tests and the verify command in ``verifier``, which holds the copy."""
+        env = reporter_env(_RUN_CHANNEL, "run") if evidence_wanted else None
+        outcome = self._apply_verifier_patch(verifier, self.limits(), self.cancel) or verifier.bash(
+            self.verifier_command or "", self.limits(), cancel=self.cancel, env=env)
+        channel = _read_channel(verifier, _RUN_CHANNEL) if env else Channel()
         return outcome, channel
 
-    def _apply_verifier_patch(self, verifier: Sandbox) -> ExecOutcome | None:
+    def _apply_verifier_patch(self, verifier: Sandbox, limits: ExecLimits,
+                              cancel: threading.Event | None) -> ExecOutcome | None:
         """Apply the task's reference tests after the model's patch, as
         SWE-bench's harness does; the outcome only when they do not apply
         (then the verifier does not run, and the submit fails)."""
         if not self.verifier_patch:
             return None
         outcome = verifier.exec(["/usr/bin/git", "-c", "core.attributesFile=/dev/null", "apply",
-                                 "--whitespace=nowarn", "-"], self.limits(),
-                                stdin=self.verifier_patch.encode("utf-8", "surrogateescape"), cancel=self.cancel)
+                                 "--whitespace=nowarn", "-"], limits,
+                                stdin=self.verifier_patch.encode("utf-8", "surrogateescape"), cancel=cancel)
         if outcome.exit_code == 0 and not outcome.timed_out:
             return None
         return outcome.model_copy(update={"exit_code": outcome.exit_code or 1})
