@@ -81,6 +81,7 @@ class Sandbox:
         self._installed: frozenset[str] | None = None
         self._base_entries: dict[bytes, tuple[str, str]] | None = None
         self._starting_repos: dict[int, bytes] = {}
+        self._repo_lock = threading.Lock()
         self.hidden: tuple[str, ...] = ()  # [verify] hidden: in the starting copy, not in this container
         self._on_close: list[Callable[[], None]] = []
         self.channel: ExecutorChannel  # set by _start_executor
@@ -373,10 +374,11 @@ class Sandbox:
             raise WorkspaceError("this sandbox has no starting copy", run_id=self.run_id)
         entries = self._starting_entries() if view is None else view
         key = hash(tuple(sorted(entries.items())))
-        if key not in self._starting_repos:
-            commit = self.base if entries == self._starting_entries() else view_commit(self.git, entries)
-            self._starting_repos[key] = starting_repo_tar(self.git, commit)
-        return self._starting_repos[key]
+        with self._repo_lock:  # one fixed place in the private git dir; an early verifier makes it in a thread
+            if key not in self._starting_repos:
+                commit = self.base if entries == self._starting_entries() else view_commit(self.git, entries)
+                self._starting_repos[key] = starting_repo_tar(self.git, commit)
+            return self._starting_repos[key]
 
     def starting_texts(self, globs: tuple[str, ...], cap: int = 8 << 20) -> list[str]:
         """The text of the starting copy's files under ``globs`` (the hidden

@@ -150,3 +150,33 @@ def test_a_killed_runs_early_verifier_is_removed_by_the_orphan_sweep(docker_clie
     assert early.name in run_containers(docker_client, run_id), "the kill left it behind"
     assert early.name in remove_orphans(docker_client)
     assert run_containers(docker_client, run_id) == []
+
+
+def test_repositories_of_views_made_at_once_are_each_whole(start_sandbox, demo_repo, tmp_path):
+    """The early verifier makes its view's repository in a thread while a
+    submit may make another: each is made in one fixed place of the private
+    git dir, so they are made one at a time, and each holds its view."""
+    import io
+    import itertools
+    import tarfile
+
+    from tests.sandbox.conftest import all_at_once
+
+    sandbox = start_sandbox(demo_repo)
+    base = sandbox._starting_entries()
+    views = [{p: e for p, e in base.items() if p != b"calc.py"}, base] * 3  # a denied path's view, and the whole
+    order = itertools.count()
+    made: dict[int, bytes] = {}
+
+    def make() -> None:
+        n = next(order)
+        made[n] = sandbox.starting_repo(views[n])
+
+    assert all_at_once(make, len(views)) == []
+    for n, repo in made.items():
+        target = tmp_path / f"repo{n}"
+        with tarfile.open(fileobj=io.BytesIO(repo + b"\0" * 1024), mode="r:") as tar:
+            tar.extractall(target, filter="data")
+        listed = subprocess.run(["git", f"--git-dir={target / '.git'}", "ls-tree", "-r", "--name-only", "HEAD"],
+                                capture_output=True, text=True, check=True).stdout.split()
+        assert sorted(listed) == sorted(p.decode() for p in views[n]), n
