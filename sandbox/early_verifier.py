@@ -1,12 +1,13 @@
-"""The verifier's container of a run's first submit, started while the agent
-works: a fresh container filled with the starting copy, in which the trusted
-pre-pass collects the required tests (``ToolBox._collect_required``). Its
-work depends on nothing of the model's, so it runs in a thread from the
-run's start and ``submit`` pays only the copy and the tests.
+"""The verifier's container of a run's next submit, started while the agent
+works: a fresh container filled with the starting copy in which, for the
+first submit, the trusted pre-pass collects the required tests
+(``ToolBox._collect_required``). Its work depends on nothing of the model's,
+so it runs in a thread (from the run's start, and again after each failed
+submit) and ``submit`` pays only the copy and the tests.
 
-The container is the same as the one the first submit started itself (same
-spec, same owner labels: the orphan sweep finds it when the run is killed).
-It is handed out once (``take``); ``close`` stops the pre-pass and removes
+The container is the same as the one a submit starts itself (same spec,
+same owner labels: the orphan sweep finds it when the run is killed). It is
+handed out once (``take``); ``close`` stops the pre-pass and removes
 whatever is not handed out, also a container that lands after the close.
 """
 

@@ -93,38 +93,54 @@ class ToolBox:
         # (run once, at the first submit); None once known to be exit code only.
         self._required: Required | None = Required(ids=required_tests, source="named") if required_tests else None
         self._required_known = bool(required_tests)
-        self._early: EarlyVerifier | None = None
+        self._early: EarlyVerifier | None = None  # the next submit's container, started early (start_early)
+        self._early_wanted = False
+        self._early_collects = False
         self._reference_paths: tuple[str, ...] | None = None
         self._secret_lines: frozenset[str] = frozenset()
 
     def start_early(self) -> None:
-        """Start the first submit's verifier container and its pre-pass now,
-        in a thread (``sandbox.early_verifier``), when that submit would need
-        one; the sandbox's close removes what is not used."""
-        if self._early is not None or not self.verifier_command or not self._needs_pre_pass(
-                is_pytest_command(self.verifier_command)):
+        """Start the next submit's verifier container now, in a thread
+        (``sandbox.early_verifier``), with the pre-pass when that submit
+        needs one; again after each failed submit. The sandbox's close
+        removes what is not used."""
+        command = self.verifier_command
+        if self._early is not None or not command:
             return
-        self._early = EarlyVerifier(self._early_pre_pass)
-        self.sandbox.on_close(self.close)
+        if not self._early_wanted:
+            self._early_wanted = True
+            self.sandbox.on_close(self.close)
+        collects = self._needs_pre_pass(is_pytest_command(command))
+        self._early_collects = collects
+        self._early = EarlyVerifier(lambda stop: self._prepare_verifier(stop, collects))
 
     def close(self) -> None:
-        """Stop an early pre-pass and remove its unused container."""
-        if self._early is not None:
-            self._early.close()
+        """Stop an early verifier's pre-pass and remove its unused container."""
+        early, self._early = self._early, None
+        if early is not None:
+            early.close()
 
-    def _early_pre_pass(self, stop: threading.Event) -> tuple[Sandbox, Required | None]:
-        """The pre-pass of ``_verify`` on the starting copy, under the
-        policy's limits (the run's remaining time is the run's to enforce: it
+    def _prepare_verifier(self, stop: threading.Event, collects: bool) -> tuple[Sandbox, Required | None]:
+        """A verifier's fresh container on the starting copy and, when
+        ``collects``, the pre-pass of ``_verify`` there, under the policy's
+        limits (the run's remaining time is the run's to enforce: its end
         closes the sandbox, which stops this)."""
         r = self.policy.resources
         limits = ExecLimits(timeout_s=r.command_timeout_s, stdout_cap=r.stdout_cap_bytes,
                             stderr_cap=r.stderr_cap_bytes)
         verifier = self.sandbox.fresh(self.sandbox.verifier_start(self.policy), "verify")
         try:
-            return verifier, self._collect_required(verifier, self.verifier_command or "", limits, stop)
+            required = self._collect_required(verifier, self.verifier_command or "", limits, stop) if collects else None
         except BaseException:
             verifier.close()
             raise
+        return verifier, required
+
+    def _take_early(self) -> tuple[Sandbox, Required | None] | None:
+        """The early verifier's container and pre-pass, awaited (None when
+        none was started or it failed: then the submit starts its own)."""
+        early, self._early = self._early, None
+        return early.take(self.cancel) if early is not None else None
 
     def specs(self) -> tuple[ToolSpec, ...]:
         return tool_specs(self.policy.tools.allowed)
@@ -163,9 +179,15 @@ class ToolBox:
         if not self.verifier_command:
             return ToolResult(tool="submit", ok=False, exit_code=None, duration_s=0.0, verifier_passed=False,
                               observation="no verifier is configured for this task; submit cannot be judged")
+        result = self._submit(self.verifier_command)
+        if self._early_wanted and not result.verifier_passed and not (self.cancel and self.cancel.is_set()):
+            self.start_early()  # the run goes on: the next submit's container, while the agent works
+        return result
+
+    def _submit(self, command: str) -> ToolResult:
         try:
             patch, copy = self._verifier_copy(self.workspace_patch())
-            evidence_wanted = is_pytest_command(self.verifier_command)
+            evidence_wanted = is_pytest_command(command)
             outcome, channel = self._verify_blaming(copy, evidence_wanted)
         except WorkspaceFault as exc:
             return ToolResult(tool="submit", ok=False, exit_code=None, duration_s=0.0, verifier_passed=False,
@@ -273,15 +295,20 @@ class ToolBox:
     def _verify(self, copy: VerifierCopy, evidence_wanted: bool, *,
                 canary: bool = False) -> tuple[ExecOutcome, Channel]:
         """The task's reference tests and verify command on ``copy``, in a
-        fresh container, under the run's limits, with the trusted reporter
-        when the verifier is pytest; the first submit of a run first collects
-        the required tests from the starting copy there (never the canary's)."""
+        fresh container (one started early, when there is one), under the
+        run's limits, with the trusted reporter when the verifier is pytest;
+        the first submit of a run first collects the required tests from the
+        starting copy there (never the canary's)."""
         pre_pass = not canary and self._needs_pre_pass(evidence_wanted)
         archive = self.sandbox.archive_for(copy)  # ExportRefused here leaves an early container for the next submit
-        early = self._early.take(self.cancel) if pre_pass and self._early is not None else None
-        if early is not None:  # started and pre-passed while the agent worked (start_early)
-            verifier, self._required = early
-            self._required_known = True
+        early = None if canary else self._take_early()
+        if early is not None and pre_pass and not self._early_collects:  # not started for a pre-pass
+            early[0].close()
+            early = None
+        if early is not None:  # started (and pre-passed) while the agent worked: start_early
+            verifier, required = early
+            if pre_pass:
+                self._required_known, self._required = True, required
             with verifier:
                 verifier.refill(archive)
                 return self._verify_in(verifier, evidence_wanted)

@@ -82,6 +82,21 @@ def test_the_first_submit_uses_the_early_container_and_its_pre_pass(start_sandbo
     assert [(r, t) for r, t, _ in starts[1:]] == [("verify", threading.current_thread().name)]
 
 
+def test_after_a_failed_submit_the_next_ones_container_is_started_early(start_sandbox, demo_repo, monkeypatch):
+    sandbox = start_sandbox(demo_repo)
+    starts = counted_fresh(monkeypatch, sandbox)
+    box = ToolBox(sandbox, default_policy(), verifier_command=VERIFY)
+    box.start_early()
+    failed = box.submit()
+    assert failed.verifier_passed is False and failed.evidence is not None and failed.evidence.required == 1
+    assert box.command("bash", "sed -i 's/a - b/a + b/' calc.py", None).ok
+    passed = box.submit()
+    assert passed.verifier_passed and passed.evidence is not None and passed.evidence.required == 1
+    # Each submit's container was started by the early thread; none after the pass (the run ends).
+    assert [(r, t) for r, t, _ in starts] == [("verify", "escrow-early-verifier")] * 2
+    assert box._early is None
+
+
 def test_an_early_verifier_whose_start_fails_leaves_the_submit_to_start_its_own(start_sandbox, demo_repo,
                                                                                monkeypatch):
     """The early start failed (here its container never started): the submit
@@ -112,6 +127,7 @@ def test_an_early_verifier_is_gone_when_the_run_ends_without_it(start_sandbox, d
     cancel = threading.Event()
     box = ToolBox(sandbox, default_policy(), verifier_command=SLOW_VERIFY, cancel=cancel)
     box.start_early()
+    thread = box._early
     early = sleeping_verifier(docker_client, sandbox.run_id)
     if ending == "canceled at submit":  # Ctrl-C while the submit awaits the pre-pass
         threading.Timer(1.0, cancel.set).start()
@@ -120,7 +136,7 @@ def test_an_early_verifier_is_gone_when_the_run_ends_without_it(start_sandbox, d
         assert early.name not in run_containers(docker_client, sandbox.run_id)
     sandbox.close()  # how every run ends: done, timed out, canceled, out of turns
     assert run_containers(docker_client, sandbox.run_id) == []
-    assert box._early is not None and box._early.done
+    assert thread is not None and thread.done and box._early is None, "no later submit's either"
 
 
 CHILD = """
