@@ -13,12 +13,16 @@
           out, hidden paths), planned and streamed a blob at a time; samples
           alternate between the two
   evidence: a verification as before (fresh container, the verify command)
-          against one with the evidence steps: the first submit of a run
-          (the trusted pre-pass collecting the required tests from the
-          starting copy in the same container, the workspace refilled with
-          the patched copy, the verify command under the reporter, its
-          channel read back and judged) and a later one (the pre-pass is
-          cached: only the reporter and the channel); samples alternate
+          against ToolBox's with the evidence steps: the first submit of a
+          run doing the trusted pre-pass itself (collecting the required
+          tests from the starting copy in its fresh container, the workspace
+          refilled with the patched copy, the verify command under the
+          reporter, its channel read back and judged); the first submit
+          whose container and pre-pass were started early, while the agent
+          works (only the refill and the judged run on its path); and a
+          later submit (the list is known: only the reporter and the
+          channel), in a container it starts and in one started early;
+          samples alternate
   attack: one 1 MB file hard-linked 600 times: host peak memory and time of
           the new export (refused at the patch cap); --old-attack also runs
           the previous path on it (hundreds of MB, GBs of memory: use with care)
@@ -44,17 +48,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from orchestrator.evidence import (
-    MAX_CHANNEL_BYTES,
-    Required,
-    judge,
-    parse_channel,
-    reporter_env,
-    required_from_collection,
-)
 from orchestrator.settings import DEFAULT_SANDBOX_IMAGE
 from policies import Policy, default_policy
-from sandbox import ExecLimits, Sandbox, connect
+from sandbox import ExecLimits, Sandbox, ToolBox, connect
 from sandbox.capture import BytesCapture
 from sandbox.errors import ExportRefused
 from sandbox.hostgit import PrivateGit
@@ -218,49 +214,65 @@ def bench_repo(client, image: str, repo: Path, n: int) -> dict[str, float]:
     return out
 
 
-EVIDENCE_COLLECT, EVIDENCE_RUN = "/tmp/escrow-evidence-collect.jsonl", "/tmp/escrow-evidence-run.jsonl"
-
-
 def bench_evidence(client, image: str, repo: Path, n: int, runtime: RuntimeName) -> dict[str, float]:
-    """Verification with and without the evidence steps, as ToolBox.submit runs them."""
+    """Verification with and without the evidence steps, through ToolBox's
+    own verify path (``_verify``, ``_evidence``): a verification without
+    evidence (the old one); a run's first submit that does the pre-pass
+    itself; a first submit whose pre-pass and container were started early
+    (``start_early``; the time until it is ready is the agent's, not counted
+    here but shown); a later submit (the list is known) in a container it
+    starts, and in one started early. Samples alternate."""
     policy = default_policy()
     with Sandbox.start(client, image, policy, repo, runtime=runtime) as sandbox:
         sandbox.bash("sed -i 's/(len(values) + 1)/len(values)/' calc.py", LIMITS)
         copy = sandbox.verifier_copy(sandbox.patch(), policy)
         sandbox.archive_for(copy)  # the repository is made once per run, before the first verification
+        later = ToolBox(sandbox, policy, verifier_command=VERIFIER)
+
+        def verified(box: ToolBox, evidence: bool = True) -> None:
+            outcome, channel = box._verify(copy, evidence)
+            assert box._evidence(outcome, channel, evidence).passed
 
         def plain() -> None:
-            with sandbox.fresh(sandbox.archive_for(copy), "bench") as verifier:
-                assert verifier.bash(VERIFIER, LIMITS).exit_code == 0
+            verified(later, evidence=False)
 
-        def judged(verifier: Sandbox, required: Required) -> None:
-            outcome = verifier.bash(VERIFIER, LIMITS, env=reporter_env(EVIDENCE_RUN, "run"))
-            data, cut = verifier.read_file(EVIDENCE_RUN, MAX_CHANNEL_BYTES)
-            assert judge(outcome.exit_code, outcome.timed_out, parse_channel(data, truncated=cut), required).passed
+        def first_inline() -> None:
+            verified(ToolBox(sandbox, policy, verifier_command=VERIFIER))
 
-        def first_submit() -> None:
-            with sandbox.fresh(sandbox.starting_archive(copy), "bench") as verifier:
-                verifier.bash(VERIFIER, LIMITS, env=reporter_env(EVIDENCE_COLLECT, "collect"))
-                data, cut = verifier.read_file(EVIDENCE_COLLECT, MAX_CHANNEL_BYTES)
-                required = required_from_collection(parse_channel(data, truncated=cut))
-                assert required is not None and len(required.ids) == 2
-                verifier.refill(sandbox.archive_for(copy))
-                judged(verifier, required)
+        early_box: list[ToolBox] = []
+        ready: list[float] = []
 
-        def later_submit() -> None:
-            with sandbox.fresh(sandbox.archive_for(copy), "bench") as verifier:
-                judged(verifier, Required(ids=("test_calc.py::test_add", "test_calc.py::test_mean")))
+        def start_early(box: ToolBox) -> None:
+            """Untimed: the early start runs while the model would think."""
+            start = time.perf_counter()
+            box.start_early()
+            assert box._early is not None
+            while not box._early.done:
+                time.sleep(0.005)
+            if box is not later:
+                ready.append(time.perf_counter() - start)
+            early_box.append(box)
+
+        def from_early() -> None:
+            verified(early_box.pop())
 
         plain()  # warm-up, not counted
-        samples: tuple[list[float], list[float], list[float]] = ([], [], [])
+        verified(later)  # its pre-pass: later submits know the list
+        steps = (plain, first_inline, from_early, lambda: verified(later), from_early)
+        samples: tuple[list[float], ...] = tuple([] for _ in steps)
         for _ in range(n):
-            for fn, out in ((plain, samples[0]), (first_submit, samples[1]), (later_submit, samples[2])):
+            for index, (fn, out) in enumerate(zip(steps, samples, strict=True)):
+                if index in (2, 4):  # the first submit's container and pre-pass, a later submit's container
+                    start_early(ToolBox(sandbox, policy, verifier_command=VERIFIER) if index == 2 else later)
                 start = time.perf_counter()
                 fn()
                 out.append(time.perf_counter() - start)
     return {"verify without evidence": statistics.median(samples[0]),
-            "verify + pre-pass + reporter (1st)": statistics.median(samples[1]),
-            "verify + reporter (later submits)": statistics.median(samples[2])}
+            "1st submit, pre-pass inline": statistics.median(samples[1]),
+            "1st submit, pre-pass early": statistics.median(samples[2]),
+            "later submits (reporter)": statistics.median(samples[3]),
+            "later submits, container early": statistics.median(samples[4]),
+            "  1st's early start, off the path": statistics.median(ready)}
 
 
 def bench_attack(client, image: str, old: bool) -> None:

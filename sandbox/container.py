@@ -11,6 +11,7 @@ given state (the verifier's).
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import tempfile
 import threading
@@ -76,11 +77,13 @@ class Sandbox:
         self.git = git  # the private repo holding the starting copy (None in a verifier's sandbox)
         self.base = base
         self._own_state_dir = own_state_dir
-        self._exports = 0
+        self._exports = itertools.count(1)  # next() is atomic: an early verifier starts in a thread
         self._installed: frozenset[str] | None = None
         self._base_entries: dict[bytes, tuple[str, str]] | None = None
         self._starting_repos: dict[int, bytes] = {}
+        self._repo_lock = threading.Lock()
         self.hidden: tuple[str, ...] = ()  # [verify] hidden: in the starting copy, not in this container
+        self._on_close: list[Callable[[], None]] = []
         self.channel: ExecutorChannel  # set by _start_executor
 
     @classmethod
@@ -110,10 +113,10 @@ class Sandbox:
         """Another container from this one's spec, filled with ``archive`` (a
         tar, whole or as a stream) and nothing else: no shared /tmp, home,
         processes or workspace."""
-        self._exports += 1
+        number = next(self._exports)
         state = Path(tempfile.mkdtemp(prefix=f"escrow-{self.run_id[:12]}-{role}-"))
         claim_state_dir(state, self.run_id)
-        return Sandbox._launch(self.client, self.spec, self.run_id, f"escrow-{self.run_id[:24]}-{role}{self._exports}",
+        return Sandbox._launch(self.client, self.spec, self.run_id, f"escrow-{self.run_id[:24]}-{role}{number}",
                                archive, state, True, None, "")
 
     @classmethod
@@ -267,11 +270,11 @@ class Sandbox:
         host and fed into the private git dir as blobs (never extracted)."""
         if self.git is None:
             raise WorkspaceError("this sandbox has no starting copy to diff against", run_id=self.run_id)
-        self._exports += 1
+        number = next(self._exports)
         tree = TreeBuilder(self.git)
         try:
             parser = self._export(self, tree)
-            after = commit_export(parser, self.git, self.base, f"refs/heads/export-{self._exports}", self.hidden)
+            after = commit_export(parser, self.git, self.base, f"refs/heads/export-{number}", self.hidden)
         finally:
             tree.abort()
         return diff_patch(self.git, self.base, after, tuple(parser.skipped), self.export_limits)
@@ -355,6 +358,13 @@ class Sandbox:
             raise WorkspaceError("this sandbox has no private git dir to read the copy from", run_id=self.run_id)
         return stream_archive(self.git, copy.view, self.spec.workspace_bytes, self.starting_repo(copy.view))
 
+    def verifier_start(self, policy: Policy) -> Iterator[bytes]:
+        """``starting_archive`` of any patch's verifier copy under ``policy``
+        (the view depends on the policy alone): what an early pre-pass
+        collects tests from, before any patch exists."""
+        view = starting_view(self._starting_entries(), policy.verify, policy.paths.deny)
+        return self.starting_archive(VerifierCopy(entries=view, flags=(), view=view))
+
     def starting_repo(self, view: Mapping[bytes, tuple[str, str]] | None = None) -> bytes:
         """The ``.git`` for a fresh container: one parentless commit of
         ``view`` (the starting copy as the verifier may see it; all of it
@@ -364,10 +374,11 @@ class Sandbox:
             raise WorkspaceError("this sandbox has no starting copy", run_id=self.run_id)
         entries = self._starting_entries() if view is None else view
         key = hash(tuple(sorted(entries.items())))
-        if key not in self._starting_repos:
-            commit = self.base if entries == self._starting_entries() else view_commit(self.git, entries)
-            self._starting_repos[key] = starting_repo_tar(self.git, commit)
-        return self._starting_repos[key]
+        with self._repo_lock:  # one fixed place in the private git dir; an early verifier makes it in a thread
+            if key not in self._starting_repos:
+                commit = self.base if entries == self._starting_entries() else view_commit(self.git, entries)
+                self._starting_repos[key] = starting_repo_tar(self.git, commit)
+            return self._starting_repos[key]
 
     def starting_texts(self, globs: tuple[str, ...], cap: int = 8 << 20) -> list[str]:
         """The text of the starting copy's files under ``globs`` (the hidden
@@ -393,8 +404,22 @@ class Sandbox:
             self._installed = installed_modules(outcome.stdout.text())
         return self._installed
 
+    def on_close(self, action: Callable[[], None]) -> None:
+        """Run ``action`` first when this sandbox closes (an early verifier's
+        removal: whatever ends the run removes it with the run)."""
+        self._on_close.append(action)
+
     def close(self) -> None:
-        """Remove the container and the host-side state (idempotent)."""
+        """Remove what ``on_close`` holds, the container and the host-side
+        state (idempotent)."""
+        actions, self._on_close = self._on_close, []
+        try:
+            for action in actions:
+                action()
+        finally:
+            self._close_own()
+
+    def _close_own(self) -> None:
         channel = getattr(self, "channel", None)
         if channel is not None:
             channel.close()

@@ -45,6 +45,7 @@ from policies import Decision, Effect, Policy, decide
 from policies.paths import first_match
 from sandbox.capture import CappedOutput
 from sandbox.container import Sandbox
+from sandbox.early_verifier import EarlyVerifier
 from sandbox.errors import ExportRefused, InfraFailure, SandboxError, WorkspaceFault
 from sandbox.execution import ExecLimits, ExecOutcome, FileOpOutcome
 from sandbox.patch_scan import suspect_reasons
@@ -92,8 +93,54 @@ class ToolBox:
         # (run once, at the first submit); None once known to be exit code only.
         self._required: Required | None = Required(ids=required_tests, source="named") if required_tests else None
         self._required_known = bool(required_tests)
+        self._early: EarlyVerifier | None = None  # the next submit's container, started early (start_early)
+        self._early_wanted = False
+        self._early_collects = False
         self._reference_paths: tuple[str, ...] | None = None
         self._secret_lines: frozenset[str] = frozenset()
+
+    def start_early(self) -> None:
+        """Start the next submit's verifier container now, in a thread
+        (``sandbox.early_verifier``), with the pre-pass when that submit
+        needs one; again after each failed submit. The sandbox's close
+        removes what is not used."""
+        command = self.verifier_command
+        if self._early is not None or not command:
+            return
+        if not self._early_wanted:
+            self._early_wanted = True
+            self.sandbox.on_close(self.close)
+        collects = self._needs_pre_pass(is_pytest_command(command))
+        self._early_collects = collects
+        self._early = EarlyVerifier(lambda stop: self._prepare_verifier(stop, collects))
+
+    def close(self) -> None:
+        """Stop an early verifier's pre-pass and remove its unused container."""
+        early, self._early = self._early, None
+        if early is not None:
+            early.close()
+
+    def _prepare_verifier(self, stop: threading.Event, collects: bool) -> tuple[Sandbox, Required | None]:
+        """A verifier's fresh container on the starting copy and, when
+        ``collects``, the pre-pass of ``_verify`` there, under the policy's
+        limits (the run's remaining time is the run's to enforce: its end
+        closes the sandbox, which stops this)."""
+        r = self.policy.resources
+        limits = ExecLimits(timeout_s=r.command_timeout_s, stdout_cap=r.stdout_cap_bytes,
+                            stderr_cap=r.stderr_cap_bytes)
+        verifier = self.sandbox.fresh(self.sandbox.verifier_start(self.policy), "verify")
+        try:
+            required = self._collect_required(verifier, self.verifier_command or "", limits, stop) if collects else None
+        except BaseException:
+            verifier.close()
+            raise
+        return verifier, required
+
+    def _take_early(self) -> tuple[Sandbox, Required | None] | None:
+        """The early verifier's container and pre-pass, awaited (None when
+        none was started or it failed: then the submit starts its own)."""
+        early, self._early = self._early, None
+        return early.take(self.cancel) if early is not None else None
 
     def specs(self) -> tuple[ToolSpec, ...]:
         return tool_specs(self.policy.tools.allowed)
@@ -132,9 +179,15 @@ class ToolBox:
         if not self.verifier_command:
             return ToolResult(tool="submit", ok=False, exit_code=None, duration_s=0.0, verifier_passed=False,
                               observation="no verifier is configured for this task; submit cannot be judged")
+        result = self._submit(self.verifier_command)
+        if self._early_wanted and not result.verifier_passed and not (self.cancel and self.cancel.is_set()):
+            self.start_early()  # the run goes on: the next submit's container, while the agent works
+        return result
+
+    def _submit(self, command: str) -> ToolResult:
         try:
             patch, copy = self._verifier_copy(self.workspace_patch())
-            evidence_wanted = is_pytest_command(self.verifier_command)
+            evidence_wanted = is_pytest_command(command)
             outcome, channel = self._verify_blaming(copy, evidence_wanted)
         except WorkspaceFault as exc:
             return ToolResult(tool="submit", ok=False, exit_code=None, duration_s=0.0, verifier_passed=False,
@@ -155,18 +208,17 @@ class ToolBox:
         starting copy: a pytest verifier with no named tests, once a run."""
         return evidence_wanted and not self._required_known
 
-    def _collect_required(self, verifier: Sandbox, command: str) -> None:
+    def _collect_required(self, verifier: Sandbox, command: str, limits: ExecLimits,
+                          cancel: threading.Event | None) -> Required | None:
         """The trusted pre-pass: the verify command itself, collect-only,
         with the reporter, on the starting copy (hidden tests and reference
         tests included), in the verifier's container before the patch is laid
-        over it. No code of the model's has run there yet."""
-        self._required_known = True
-        applied = self._apply_verifier_patch(verifier)
-        if applied is not None:
-            self._required = None
-            return
-        verifier.bash(command, self.limits(), cancel=self.cancel, env=reporter_env(_COLLECT_CHANNEL, "collect"))
-        self._required = required_from_collection(_read_channel(verifier, _COLLECT_CHANNEL))
+        over it. No code of the model's has run there yet. None when the
+        reference tests do not apply or the reporter did not run."""
+        if self._apply_verifier_patch(verifier, limits, cancel) is not None:
+            return None
+        verifier.bash(command, limits, cancel=cancel, env=reporter_env(_COLLECT_CHANNEL, "collect"))
+        return required_from_collection(_read_channel(verifier, _COLLECT_CHANNEL))
 
     def _evidence(self, outcome: ExecOutcome, channel: Channel, evidence_wanted: bool) -> Evidence:
         """The evidence rule (``orchestrator.evidence.judge``), or the exit
@@ -243,30 +295,50 @@ class ToolBox:
     def _verify(self, copy: VerifierCopy, evidence_wanted: bool, *,
                 canary: bool = False) -> tuple[ExecOutcome, Channel]:
         """The task's reference tests and verify command on ``copy``, in a
-        fresh container, under the run's limits, with the trusted reporter
-        when the verifier is pytest; the first submit of a run first collects
-        the required tests from the starting copy there (never the canary's)."""
+        fresh container (one started early, when there is one), under the
+        run's limits, with the trusted reporter when the verifier is pytest;
+        the first submit of a run first collects the required tests from the
+        starting copy there (never the canary's)."""
         pre_pass = not canary and self._needs_pre_pass(evidence_wanted)
+        archive = self.sandbox.archive_for(copy)  # ExportRefused here leaves an early container for the next submit
+        early = None if canary else self._take_early()
+        if early is not None and pre_pass and not self._early_collects:  # not started for a pre-pass
+            early[0].close()
+            early = None
+        if early is not None:  # started (and pre-passed) while the agent worked: start_early
+            verifier, required = early
+            if pre_pass:
+                self._required_known, self._required = True, required
+            with verifier:
+                verifier.refill(archive)
+                return self._verify_in(verifier, evidence_wanted)
         first = self.sandbox.starting_archive(copy) if pre_pass else None
-        with self.sandbox.fresh(first or self.sandbox.archive_for(copy), "verify") as verifier:
+        with self.sandbox.fresh(first or archive, "verify") as verifier:
             if first is not None:
-                self._collect_required(verifier, self.verifier_command or "")
-                verifier.refill(self.sandbox.archive_for(copy))
-            env = reporter_env(_RUN_CHANNEL, "run") if evidence_wanted else None
-            outcome = self._apply_verifier_patch(verifier) or verifier.bash(
-                self.verifier_command or "", self.limits(), cancel=self.cancel, env=env)
-            channel = _read_channel(verifier, _RUN_CHANNEL) if env else Channel()
+                self._required_known = True
+                self._required = self._collect_required(verifier, self.verifier_command or "", self.limits(),
+                                                        self.cancel)
+                verifier.refill(archive)
+            return self._verify_in(verifier, evidence_wanted)
+
+    def _verify_in(self, verifier: Sandbox, evidence_wanted: bool) -> tuple[ExecOutcome, Channel]:
+        """The reference tests and the verify command in ``verifier``, which holds the copy."""
+        env = reporter_env(_RUN_CHANNEL, "run") if evidence_wanted else None
+        outcome = self._apply_verifier_patch(verifier, self.limits(), self.cancel) or verifier.bash(
+            self.verifier_command or "", self.limits(), cancel=self.cancel, env=env)
+        channel = _read_channel(verifier, _RUN_CHANNEL) if env else Channel()
         return outcome, channel
 
-    def _apply_verifier_patch(self, verifier: Sandbox) -> ExecOutcome | None:
+    def _apply_verifier_patch(self, verifier: Sandbox, limits: ExecLimits,
+                              cancel: threading.Event | None) -> ExecOutcome | None:
         """Apply the task's reference tests after the model's patch, as
         SWE-bench's harness does; the outcome only when they do not apply
         (then the verifier does not run, and the submit fails)."""
         if not self.verifier_patch:
             return None
         outcome = verifier.exec(["/usr/bin/git", "-c", "core.attributesFile=/dev/null", "apply",
-                                 "--whitespace=nowarn", "-"], self.limits(),
-                                stdin=self.verifier_patch.encode("utf-8", "surrogateescape"), cancel=self.cancel)
+                                 "--whitespace=nowarn", "-"], limits,
+                                stdin=self.verifier_patch.encode("utf-8", "surrogateescape"), cancel=cancel)
         if outcome.exit_code == 0 and not outcome.timed_out:
             return None
         return outcome.model_copy(update={"exit_code": outcome.exit_code or 1})

@@ -256,6 +256,7 @@ def run_agent(
                 with verdict_on_failure(recorder, run_id):
                     toolbox = ToolBox(sandbox, policy, verifier_command=verifier, cancel=cancel,
                                       verifier_patch=request.verify_patch, required_tests=request.required_tests)
+                    toolbox.start_early()  # the first submit's pre-pass, while the agent works
                     tools = SandboxTools(toolbox, policy)
                     model, counter = around_model(client, probe.counter)
                     agent = build_agent(

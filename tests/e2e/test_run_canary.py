@@ -189,9 +189,9 @@ class CreateDroppingProxy(FlakyDockerProxy):
     stops answering every later one (the connection is dropped): a daemon
     that can no longer start a container, for the verifier or its canary."""
 
-    def __init__(self, path: Path, *, creates: int) -> None:
+    def __init__(self, path: Path, *, creates: int, drop: tuple[int, ...] = ()) -> None:
         super().__init__(path, refuse=0)
-        self.allowed, self.creates = creates, 0
+        self.allowed, self.creates, self.drop = creates, 0, drop
 
     def _requests(self, client: socket.socket, upstream: socket.socket) -> None:
         _pipe(client, upstream, before=self._drop_create)
@@ -200,7 +200,7 @@ class CreateDroppingProxy(FlakyDockerProxy):
         line = data.split(b"\r\n", 1)[0]
         if b"/containers/create" in line:
             self.creates += 1
-            if self.creates > self.allowed:
+            if self.creates > self.allowed or self.creates in self.drop:
                 raise OSError("create dropped: the daemon stopped answering")
 
 
@@ -210,7 +210,9 @@ PROTECTED_TO_DIR = bash("rm test_calc.py && mkdir test_calc.py && echo 'x = 1' >
 def test_a_daemon_that_stops_answering_is_infra_error_with_both_failures(on, repo, fault, open_store, tmp_path):
     with CreateDroppingProxy(tmp_path / "docker.sock", creates=1) as proxy:
         outcome = run_hostile(fault, on.model_copy(update={"docker_host": proxy.url}), repo, bash("true"))
-    assert proxy.creates == 3  # the model's sandbox, the verifier's (dropped), the canary's (dropped)
+    # The model's sandbox, the early verifier's (dropped: the submit starts its
+    # own), the submit's verifier's (dropped), the canary's (dropped).
+    assert proxy.creates == 4
     assert outcome.result.verdict is Verdict.INFRA_ERROR, outcome.result.detail
     (error,) = open_store().events(outcome.run_id, "infra_error")
     assert error.data["type"] == "InfraFailure"
@@ -218,9 +220,21 @@ def test_a_daemon_that_stops_answering_is_infra_error_with_both_failures(on, rep
     assert error.data["context"]["failure"] and error.data["context"]["canary"]
 
 
+def test_an_early_verifier_that_failed_leaves_the_verdict_to_the_submits_own(on, repo, fault, open_store, tmp_path):
+    """The early verifier's create (the second) is dropped: the submit does
+    the pre-pass itself, in a container of its own, and the fix passes."""
+    with CreateDroppingProxy(tmp_path / "docker.sock", creates=10, drop=(2,)) as proxy:
+        outcome = run_hostile(fault, on.model_copy(update={"docker_host": proxy.url}), repo, EDIT)
+    assert proxy.creates == 3, proxy.creates
+    assert outcome.result.verdict is Verdict.PASS, outcome.result.detail
+    assert open_store().events(outcome.run_id, "infra_error") == []
+    (observation,) = submits(open_store, outcome.run_id)
+    assert observation.startswith("verifier PASSED") and "required tests passed" in observation, observation
+
+
 def test_a_hostile_workspace_through_the_same_proxy_is_the_models_verdict(on, repo, fault, open_store, tmp_path):
     with CreateDroppingProxy(tmp_path / "docker.sock", creates=10) as proxy:
         outcome = run_hostile(fault, on.model_copy(update={"docker_host": proxy.url}), repo, PROTECTED_TO_DIR)
     observation = assert_models_verdict(outcome, open_store)
     if "the canary" in observation:  # caught in the verifier's sandbox: the canary was started, and ran
-        assert proxy.creates == 3, proxy.creates
+        assert proxy.creates == 3, proxy.creates  # the model's, the early verifier's (the submit's), the canary's
