@@ -14,6 +14,7 @@ import json
 import posixpath
 import struct
 import subprocess
+import tempfile
 
 from orchestrator.contract import Frozen
 from sandbox.capture import StreamCapture
@@ -107,7 +108,8 @@ class TreeBuilder:
 
     def __init__(self, git: PrivateGit) -> None:
         self.git = git
-        self.proc = git.fast_import()
+        self.errors = tempfile.TemporaryFile()
+        self.proc = git.fast_import(self.errors)
         self.entries: dict[bytes, tuple[str, str]] = {}
         self._marks = 0
 
@@ -149,6 +151,12 @@ class TreeBuilder:
 
     def close(self) -> None:
         """Finish (or abort) fast-import; raises if it failed or timed out."""
+        try:
+            self._finish()
+        finally:
+            self.errors.close()
+
+    def _finish(self) -> None:
         proc = self.proc
         if proc.returncode is not None:
             return
@@ -164,14 +172,14 @@ class TreeBuilder:
             proc.wait()
             raise GitTimeout(f"git fast-import ran past {self.git.timeout_s:g}s and was killed") from exc
         if code != 0:
-            assert proc.stderr is not None
-            proc.stderr.seek(0)
-            raise WorkspaceError(f"git fast-import failed: {proc.stderr.read().decode(errors='replace')[:500]}")
+            self.errors.seek(0)
+            raise WorkspaceError(f"git fast-import failed: {self.errors.read(4096).decode(errors='replace')[:500]}")
 
     def abort(self) -> None:
         if self.proc.returncode is None:
             self.proc.kill()
             self.proc.wait()
+        self.errors.close()
 
 
 class ExportParser(StreamCapture):

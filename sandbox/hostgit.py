@@ -20,6 +20,7 @@ import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import IO
 
 from sandbox.errors import ExportRefused, GitTimeout, WorkspaceError
 
@@ -74,11 +75,13 @@ class PrivateGit:
         return run_git(args, home=self.home, cwd=self.home, input=input, timeout_s=self.timeout_s, env=env,
                        check=check)
 
-    def fast_import(self) -> subprocess.Popen[bytes]:
-        """A ``git fast-import`` reading a stream on stdin (the caller writes and waits)."""
+    def fast_import(self, stderr: IO[bytes]) -> subprocess.Popen[bytes]:
+        """A ``git fast-import`` reading a stream on stdin (the caller writes
+        and waits), its errors written to ``stderr`` (a file the caller reads
+        when it failed: a pipe nobody drains could stall it)."""
         argv = ["git", *_ISOLATION, "fast-import", "--quiet", "--done"]
         return subprocess.Popen(argv, cwd=self.home, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                stderr=tempfile.TemporaryFile(), env=isolated_env(self.home, GIT_DIR=str(self.git_dir)))
+                                stderr=stderr, env=isolated_env(self.home, GIT_DIR=str(self.git_dir)))
 
     def cat_file_batch(self) -> subprocess.Popen[bytes]:
         """A ``git cat-file --batch`` answering one object per line written

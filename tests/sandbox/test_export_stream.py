@@ -15,7 +15,7 @@ import pytest
 
 from orchestrator.canonical import sha256_hex
 from policies import FlagReason
-from sandbox.errors import ApplyRefused, ExportRefused
+from sandbox.errors import ApplyRefused, ExportRefused, WorkspaceError
 from sandbox.export_stream import MAGIC, ExportLimits, ExportParser, TreeBuilder, link_stays_inside
 from sandbox.hostgit import PrivateGit
 from sandbox.workspace import Patch, apply_patch, commit_export, diff_patch, repo_files, snapshot, tree_entries
@@ -341,3 +341,14 @@ def test_a_skipped_directory_keeps_the_files_under_it(tmp_path):
     patch = export((git, base), MAGIC + frame(b"F", b"top.py", b"y = 2\n")
                    + frame(b"S", b"pkg", b"unreadable directory: Permission denied") + frame(b"E", b"", b"2"))
     assert patch.files == ("top.py",), "made unreadable is not deleted"
+
+
+def test_a_failed_fast_import_is_a_workspace_error_with_gits_words(private):
+    """fast-import's own message reaches the error (its stderr went to a
+    file the builder never kept: the failure was an AssertionError)."""
+    git, _ = private
+    tree = TreeBuilder(git)
+    tree._write(b"no-such-command\n")
+    with pytest.raises(WorkspaceError, match="git fast-import failed: .*no-such-command"):
+        tree.close()
+    assert tree.errors.closed
