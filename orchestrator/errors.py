@@ -15,7 +15,7 @@ The one tree (exit code in brackets)::
     │   ├── TemplateNotPrefixPreserving [2]  a chat template --token-exact cannot extend by ids
     │   └── TokenExactUnsupported [2]  an engine that takes no prompt as ids (--token-exact)
     ├── BudgetExhausted [2]          a run limit was reached (ends a run as a verdict, not an exit)
-    ├── QuarantinedPayloadError [2]  a non-COMPLETED envelope was asked to leave escrow
+    ├── QuarantinedPayloadError [2]  orchestrator/escrow.py: a non-COMPLETED envelope asked to leave
     ├── IllegalTransition [2]        orchestrator/candidate.py: a move the escrow's states forbid
     ├── SSEError [2]                 orchestrator/model_client/sse.py: a byte stream that is not SSE
     ├── FaultServerError [2]         orchestrator/fault_server: the test server did not start or stop
@@ -60,12 +60,9 @@ Envelope with a Status, so that the loop routes on data rather than on ``except`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orchestrator.exit_codes import ExitCode
-
-if TYPE_CHECKING:
-    from orchestrator.envelope import Envelope
 
 
 class EscrowError(Exception):
@@ -123,19 +120,6 @@ class BudgetExhausted(EscrowError):
     def __init__(self, message: str, *, limit: str, **context: Any) -> None:
         super().__init__(message, limit=limit, **context)
         self.limit = limit
-
-
-class QuarantinedPayloadError(EscrowError):
-    """Raised by ``release_from_escrow`` for any status other than COMPLETED."""
-
-    def __init__(self, envelope: "Envelope") -> None:
-        super().__init__(
-            f"payload quarantined: status {envelope.status.value}"
-            + (f" ({envelope.error.message})" if envelope.error else ""),
-            status=envelope.status.value,
-        )
-        self.envelope = envelope
-        self.status = envelope.status
 
 
 class ReportError(EscrowError):

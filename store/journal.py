@@ -103,3 +103,13 @@ def _output(value: Any) -> Any:
     if value is None or isinstance(value, (str, bytes)) or hasattr(value, "total_bytes"):
         return value
     return str(value)
+
+
+class JournaledRecorder(Recorder):
+    """A Recorder that also hands out the loop's Journal port: what
+    ``Store.recorder`` gives the replayer. It lives here, not on Recorder,
+    so that the recorder need not import the journal that imports it."""
+
+    def journal(self, run_id: str) -> RunJournal:
+        """The loop's Journal port, recording into ``run_id``."""
+        return RunJournal(self, run_id)

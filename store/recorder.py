@@ -31,7 +31,6 @@ from store.tables import CandidateRow, ModelCall, Run, TransitionRow, table_of
 from store.writer import append
 
 if TYPE_CHECKING:
-    from store.journal import RunJournal
     from store.store import Store
 
 DEFAULT_OUTPUT_CAP = 64 * 1024
@@ -168,12 +167,6 @@ class Recorder:
             )
             append(conn, run_id, [pending])
         return str(pending[1]["id"])
-
-    def journal(self, run_id: str) -> RunJournal:
-        """The loop's Journal port, recording into ``run_id``."""
-        from store.journal import RunJournal  # the journal imports this module
-
-        return RunJournal(self, run_id)
 
     def record_event(self, run_id: str, turn: int | None, kind: str, data: Mapping[str, Any]) -> str:
         pending = self.event_row(run_id, turn, kind, data)

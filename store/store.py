@@ -10,11 +10,22 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy import exc as sa_exc
 
+from orchestrator.token_drift import Decode, RunTokens
+from orchestrator.trajectory import (
+    CallView,
+    CandidateView,
+    EventView,
+    RunSummary,
+    RunView,
+    ToolExecutionView,
+    Trajectory,
+    TurnView,
+)
 from store import browse, migrations, reader, request_texts, token_check, totals_check, turn_browse, verify
 from store.browse import ChainPosition, Facets
 from store.chain import ChainCheck
@@ -29,21 +40,8 @@ from store.errors import (
     StoreDamaged,
     StoreError,
 )
+from store.journal import JournaledRecorder
 from store.turn_browse import TurnIndexEntry, TurnSlice
-
-if TYPE_CHECKING:
-    from store.recorder import Recorder
-from orchestrator.token_drift import Decode, RunTokens
-from orchestrator.trajectory import (
-    CallView,
-    CandidateView,
-    EventView,
-    RunSummary,
-    RunView,
-    ToolExecutionView,
-    Trajectory,
-    TurnView,
-)
 
 T = TypeVar("T")
 
@@ -212,11 +210,10 @@ class Store:
             raise RunNotFound(f"no run matches {ref!r}", ref=ref)
         return check
 
-    def recorder(self, *, clock: Callable[[], float] = time.time) -> Recorder:
-        """A Recorder writing into this store (replay records through it)."""
-        from store.recorder import Recorder  # the recorder imports this module
-
-        return Recorder(self, clock=clock)
+    def recorder(self, *, clock: Callable[[], float] = time.time) -> JournaledRecorder:
+        """A Recorder writing into this store that also hands out journals
+        (replay records through it)."""
+        return JournaledRecorder(self, clock=clock)
 
     def verify_all(self) -> list[ChainCheck]:
         """Every run's chain, then any rows left behind by a deleted run."""

@@ -12,8 +12,7 @@ from pydantic import BaseModel, ConfigDict
 
 from orchestrator.contract import Message, ModelRequest, Sampling
 from orchestrator.envelope import Status
-from orchestrator.errors import QuarantinedPayloadError
-from orchestrator.escrow import release_from_escrow
+from orchestrator.escrow import QuarantinedPayloadError, release_from_escrow
 from orchestrator.model_client.client import ModelClient
 
 pytestmark = pytest.mark.llama

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.envelope import Status
-from orchestrator.errors import QuarantinedPayloadError
-from orchestrator.escrow import release_from_escrow
+from orchestrator.escrow import QuarantinedPayloadError, release_from_escrow
 from orchestrator.fault_server import Fault, Reply, ScriptedToolCall
 
 BOTH = pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
