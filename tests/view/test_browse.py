@@ -103,3 +103,21 @@ def test_a_comparison_names_the_request_before_what_follows(small: Path) -> None
     assert difference(a.turns[0], a.turns[0]) is None
     gone = difference(a.turns[0], None)
     assert gone is not None and gone.kind == "exhausted"
+
+
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [("cost_min=0.5", "did you mean min_cost?"), ("min_cost=cheap", "min_cost='cheap'")],
+)
+def test_a_bad_or_unknown_filter_is_a_400_that_names_it(small: Path, query: str, named: str) -> None:
+    """A misspelt filter (``?cost_min=``) was ignored silently: the page listed
+    every run as if filtered. Now the page says what it left out, with a 400."""
+    from starlette.testclient import TestClient
+
+    from cli.view.app import create_app
+
+    with Store.open(f"sqlite:///{small}", create=False, readonly=True) as store:
+        answer = TestClient(create_app(store)).get(f"/?{query}")
+        assert answer.status_code == 400
+        assert named.replace("'", "&#39;") in answer.text
+        assert TestClient(create_app(store)).get("/?min_cost=0.5&page=1").status_code == 200
