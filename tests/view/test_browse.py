@@ -121,3 +121,20 @@ def test_a_bad_or_unknown_filter_is_a_400_that_names_it(small: Path, query: str,
         assert answer.status_code == 400
         assert named.replace("'", "&#39;") in answer.text
         assert TestClient(create_app(store)).get("/?min_cost=0.5&page=1").status_code == 200
+
+
+def test_a_verified_chain_is_said_on_every_view_not_the_first_alone(small: Path) -> None:
+    """The first view's frame said "Hash chain verified"; once the check was
+    kept, later views said nothing of it (only a broken chain had a banner)."""
+    from cli.view.render import Links
+    from cli.view.site import Site
+
+    with Store.open(f"sqlite:///{small}", create=False, readonly=True) as store:
+        run_id = store.runs(limit=1)[0].run.id
+        site = Site(store, Links(static=False))
+        first = site.run_page(run_id, None, 1)
+        assert 'class="chain-status"' in first and "Hash chain verified" not in first  # checked in its frame
+        framed = site.chain_status_page(run_id)
+        again = site.run_page(run_id, None, 1)
+        said = framed.split('id="chain-verified">', 1)[1].split("</div>", 1)[0]
+        assert 'class="chain-status"' not in again and f'id="chain-verified">{said}</div>' in again
