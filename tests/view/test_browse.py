@@ -138,3 +138,20 @@ def test_a_verified_chain_is_said_on_every_view_not_the_first_alone(small: Path)
         again = site.run_page(run_id, None, 1)
         said = framed.split('id="chain-verified">', 1)[1].split("</div>", 1)[0]
         assert 'class="chain-status"' not in again and f'id="chain-verified">{said}</div>' in again
+
+
+def test_a_turn_s_header_names_its_input_tokens(small: Path) -> None:
+    """The header gave cached, prefilled and output tokens, never the input."""
+    import re
+
+    from cli.view.render import Links
+    from cli.view.site import Site
+
+    with Store.open(f"sqlite:///{small}", create=False, readonly=True) as store:
+        run_id = store.runs(limit=1)[0].run.id
+        trajectory = store.trajectory(run_id)
+        page = Site(store, Links(static=False)).run_page(run_id, None, 1)
+    record = next(r for r in trajectory.turns if any(c.response for c in r.calls))
+    expected = sum(c.response.input_tokens for c in record.calls if c.response)
+    header = page.split(f'id="turn-{record.turn}"', 1)[1].split("</header>", 1)[0]
+    assert re.search(rf"tokens input {expected:,} · cached ", header), header
