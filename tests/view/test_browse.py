@@ -155,3 +155,16 @@ def test_a_turn_s_header_names_its_input_tokens(small: Path) -> None:
     expected = sum(c.response.input_tokens for c in record.calls if c.response)
     header = page.split(f'id="turn-{record.turn}"', 1)[1].split("</header>", 1)[0]
     assert re.search(rf"tokens input {expected:,} · cached ", header), header
+
+
+def test_a_search_speaks_of_matches_not_of_how_it_finds_them(small: Path) -> None:
+    """It said "N turns hold the query's longest word and are checked"."""
+    from cli.view.render import Links
+    from cli.view.site import Site
+
+    with Store.open(f"sqlite:///{small}", create=False, readonly=True) as store:
+        run_id = store.runs(limit=1)[0].run.id
+        page = Site(store, Links(static=False)).run_page(run_id, "turn contents", 1)
+    assert "turns match" in page
+    for implementation in ("longest word", "are checked", "is checked", "candidate turn"):
+        assert implementation not in page
