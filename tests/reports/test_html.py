@@ -80,3 +80,11 @@ def test_a_chart_s_legend_sits_below_its_title_not_over_it() -> None:
     title_baseline = int(re.search(r'<text x="\d+" y="(\d+)" class="title">', svg).group(1))
     keys = [int(y) for y in re.findall(r'<rect class="key" x="-?\d+" y="(\d+)"', svg)]
     assert len(keys) == len(names) and min(keys) > title_baseline  # a key's top is below the title's baseline
+
+
+def test_report_tables_name_their_columns_in_words() -> None:
+    """The tables' headings were the rows' raw keys (``cost_usd``)."""
+    from orchestrator.costing.html import table
+
+    head = table([{"turn": 1, "input_tokens": 5, "cost_usd": 0.1, "ttft_s": 0.2}]).split("</thead>")[0]
+    assert re.findall(r"<th>(.*?)</th>", head) == ["turn", "input tokens", "cost ($)", "ttft (s)"]
