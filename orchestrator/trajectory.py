@@ -246,6 +246,9 @@ class ToolExecutionView(Frozen):
         return self.detail_json is not None and _json_object(self.detail_json).get("imported") is True
 
 
+SOURCE_REASONING_EVENT = "source_reasoning"  # an imported call's reasoning, one event per call
+
+
 class EventView(Frozen):
     id: str
     run_id: str
@@ -270,6 +273,12 @@ class TurnRecord(Frozen):
     candidates: tuple[CandidateView, ...] = ()
     tool_executions: tuple[ToolExecutionView, ...] = ()
     events: tuple[EventView, ...] = ()
+
+    def source_reasoning(self) -> str:
+        """An imported turn's reasoning (a source's ``reasoning_content``),
+        kept as an event since the source's reply envelope has none."""
+        texts = (e.data.get("text") for e in self.events if e.kind == SOURCE_REASONING_EVENT)
+        return "\n\n".join(text for text in texts if isinstance(text, str))
 
 
 class Trajectory(Frozen):

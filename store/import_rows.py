@@ -18,13 +18,13 @@ from orchestrator.envelope import Attempt, Envelope, FigureSource, Payload, Stat
 from orchestrator.interop import SourceTrajectory
 from orchestrator.interop.records import SourceMessage
 from orchestrator.source_figures import IMPORT_EVENT, RUN_LEVEL
+from orchestrator.trajectory import SOURCE_REASONING_EVENT
 from store import rows as build
 from store.blobs import History
 from store.chain import VERDICT_EVENT
 from store.rows import Pending
 
 IMPORTED_VERDICT = "IMPORTED"
-REASONING_EVENT = "source_reasoning"
 ABSENT_REQUEST_FIELDS = ("max_tokens", "temperature", "top_p", "stop", "tools")
 TRUNCATED = {"length", "max_tokens", "model_length"}
 REFUSED = {"content_filter", "refusal"}
@@ -124,7 +124,7 @@ class RunBuilder:
         )
         if call.reasoning:
             self.rows.append(
-                build.event_row(self.run_id, self.turn, REASONING_EVENT, {"text": call.reasoning}, self.now)
+                build.event_row(self.run_id, self.turn, SOURCE_REASONING_EVENT, {"text": call.reasoning}, self.now)
             )
         self.open_calls = {c.id: c for c in item.message.tool_calls}
         self.tool_ids = [c.id for c in item.message.tool_calls]

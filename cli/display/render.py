@@ -23,6 +23,7 @@ from orchestrator.terminal_text import one_line, printable
 
 TEXT_LINES = 6  # a turn's words once the turn is over, unless --full
 REASONING_LINES = 3
+REASONING_LABEL = "reasoning (not fed back to the model):"
 OUTPUT_LINES = 4
 DISCARDED = ("TRUNCATED", "REJECTED")  # answers the loop quarantines: shown, never run
 DISCARDED_NOTE = "(answer discarded: nothing was run)"
@@ -187,6 +188,7 @@ def model_block(step: ModelStep, *, full: bool = False) -> RenderableType:
     """The heading, reasoning (dim), the words, and a refusal if any."""
     parts: list[RenderableType] = [Folded(model_heading(step, full=full))]
     if step.reasoning:
+        parts.append(Text(f"  {REASONING_LABEL}", style="dim italic"))
         parts += _indented(step.reasoning, None if full else REASONING_LINES, "dim italic", "  ~ ")
     if step.text:
         parts += _indented(step.text, None if full else TEXT_LINES, "" if step.status == "COMPLETED" else "dim")

@@ -117,6 +117,8 @@ def steps_of(record: TurnRecord) -> tuple[list[ModelStep], list[ToolStep]]:
             answer = model_step(record.turn, call.response.envelope())
             if call.imported and not call.response.total_s:
                 answer = answer.model_copy(update={"seconds": None})  # the source gave no time: stored as 0
+            if call.imported and not answer.reasoning:
+                answer = answer.model_copy(update={"reasoning": record.source_reasoning()})
             models.append(answer)
     executions = {e.candidate_id: e for e in record.tool_executions}
     tools = []

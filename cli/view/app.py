@@ -12,7 +12,7 @@ from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
 from cli.view.render import Links
-from cli.view.site import Site
+from cli.view.site import Site, parse_filter
 from store import RunNotFound, Store, StoreError
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1", "testserver")
@@ -39,7 +39,8 @@ def create_app(store: Store, *, allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS)
     site = Site(store, Links(static=False))
 
     def runs(request: Request) -> HTMLResponse:
-        return html(site.runs_page(request.query_params))
+        _, problems = parse_filter(request.query_params)
+        return html(site.runs_page(request.query_params), 400 if problems else 200)
 
     def run(request: Request) -> HTMLResponse:
         raw = request.query_params.get("page", "")

@@ -8,6 +8,7 @@ needs only a few fields of each.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 from collections.abc import Mapping
@@ -93,6 +94,11 @@ def _call(call: CallView) -> CallShown:
     )
 
 
+def _imported_reasoning(shown: CallShown, record: TurnRecord) -> CallShown:
+    """An imported call's reasoning is its turn's event (its envelope has none)."""
+    return shown if shown.reasoning else dataclasses.replace(shown, reasoning=record.source_reasoning() or None)
+
+
 def edit_diff(tool: str | None, arguments: str) -> str | None:
     """The change an edit_file or write_file call asked for, as a unified diff."""
     if tool not in ("edit_file", "write_file"):
@@ -164,7 +170,7 @@ def _turn(
     record: TurnRecord, new: tuple[MessageShown, ...], tail: MessageShown | None = None, opening: bool = False
 ) -> TurnShown:
     executions = {e.candidate_id: e for e in record.tool_executions}
-    calls = tuple(_call(c) for c in record.calls)
+    calls = tuple(_imported_reasoning(_call(c), record) if c.imported else _call(c) for c in record.calls)
     candidates = tuple(_candidate(c, executions.get(c.id)) for c in record.candidates)
     events = tuple(_event(e) for e in record.events)
     return TurnShown(

@@ -3,6 +3,7 @@ server (app.py) and the static bundle (export.py), so both show the same."""
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -43,7 +44,8 @@ def _day(value: str) -> float:
 
 
 def parse_filter(params: Mapping[str, str]) -> tuple[RunFilter, list[str]]:
-    """A RunFilter from query parameters, and a note for each value ignored."""
+    """A RunFilter from query parameters, and a note for each value ignored
+    (the page then answers 400: the runs listed are not the ones asked for)."""
     problems: list[str] = []
     values: dict[str, object] = {}
 
@@ -66,6 +68,12 @@ def parse_filter(params: Mapping[str, str]) -> tuple[RunFilter, list[str]]:
     take("min_turns", int, "min_turns")
     take("max_turns", int, "max_turns")
     take("page", int, "page")
+    for key in params:
+        if key not in (*FILTER_KEYS, "page", "run"):
+            swapped = "_".join(reversed(key.split("_")))  # cost_min for min_cost
+            close = [swapped] if swapped in FILTER_KEYS else difflib.get_close_matches(key, FILTER_KEYS, n=1)
+            hint = f"did you mean {close[0]}?" if close else f"the filters are {', '.join(FILTER_KEYS)}"
+            problems.append(f"ignored {key}={params.get(key)!r}: no such filter; {hint}")
     sort = params.get("sort") or "started"
     if sort not in SORT_KEYS:
         problems.append(f"ignored sort={sort!r}: sort by one of {', '.join(SORT_KEYS)}")

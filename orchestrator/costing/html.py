@@ -54,9 +54,18 @@ window.addEventListener('load', function () {
 def table(rows: Sequence[dict[str, Any]]) -> str:
     if not rows:
         return "<p>no rows</p>"
-    head = "".join(f"<th>{escape(str(k))}</th>" for k in rows[0])
+    head = "".join(f"<th>{escape(heading(str(k)))}</th>" for k in rows[0])
     body = "".join("<tr>" + "".join(f"<td>{escape(cell(v))}</td>" for v in row.values()) + "</tr>" for row in rows)
     return f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+def heading(key: str) -> str:
+    """A column's name as a person reads it: ``cost_usd`` is ``cost ($)``,
+    ``ttft_s`` is ``ttft (s)``, ``input_tokens`` is ``input tokens``."""
+    for suffix, unit in (("_usd", " ($)"), ("_s", " (s)")):
+        if key.endswith(suffix):
+            key = key.removesuffix(suffix) + unit
+    return key.replace("_", " ")
 
 
 def cell(value: Any) -> str:

@@ -13,7 +13,8 @@ from html import escape
 from orchestrator.contract import Frozen
 
 WIDTH, HEIGHT = 760, 280
-LEFT, RIGHT, TOP, BOTTOM = 70, 70, 30, 40
+LEFT, RIGHT, TOP, BOTTOM = 70, 70, 40, 40
+LEGEND_Y = 23  # the legend's own row under the title: on the title's row a long legend ran over it
 
 
 class Series(Frozen):
@@ -108,7 +109,7 @@ def legend(series: Sequence[Series]) -> str:
     for s in reversed(series):
         x -= 8 + 7 * len(s.name) + 18
         items.append(
-            f'<rect class="key" x="{x}" y="8" width="12" height="12" fill="{s.color}"/>'
-            f'<text x="{x + 16}" y="18" class="tick">{escape(s.name)}</text>'
+            f'<rect class="key" x="{x}" y="{LEGEND_Y}" width="12" height="12" fill="{s.color}"/>'
+            f'<text x="{x + 16}" y="{LEGEND_Y + 10}" class="tick">{escape(s.name)}</text>'
         )
     return "".join(items)

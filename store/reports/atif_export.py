@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from orchestrator import __version__
 from orchestrator.contract import Message
 from orchestrator.interop import atif_schema as schema
-from orchestrator.trajectory import CallView, ToolExecutionView, Trajectory
+from orchestrator.trajectory import SOURCE_REASONING_EVENT, CallView, ToolExecutionView, Trajectory
 from store.reports.export import ExportError, run_reward
 from store.reports.run_report import counted_of
 
@@ -131,7 +131,7 @@ def to_atif(trajectory: Trajectory) -> dict[str, Any]:
     for record in trajectory.turns:
         tool_call_ids = {c.id: c.tool_call_id for c in record.candidates}
         candidate_call = {c.id: c.call_id for c in record.candidates}
-        reasoning = [e.data.get("text") for e in record.events if e.kind == "source_reasoning"]
+        reasoning = [e.data.get("text") for e in record.events if e.kind == SOURCE_REASONING_EVENT]
         answered = [c for c in record.calls if c.response is not None]
         for i, call in enumerate(sorted(answered, key=lambda c: c.seq)):
             request = call.request().messages

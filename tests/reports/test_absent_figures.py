@@ -70,7 +70,7 @@ def test_show_the_viewer_and_atif_say_absent(store: Store, home: Path, tmp_path:
     flat = " ".join(page.split())
     assert "in 1200 (cached -, prefilled -) · out 40" in flat
     assert "in - (cached -, prefilled -) · out -" in flat
-    assert "tokens cached - · prefilled - · output -" in flat  # the FAULTED turn's sums
+    assert "tokens input - · cached - · prefilled - · output -" in flat  # the FAULTED turn's sums
 
     out = tmp_path / "run.atif.json"
     atif = CliRunner().invoke(app, ["export", run_id, "--format", "atif", "--include-unverified", "-o", str(out)])

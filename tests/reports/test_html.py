@@ -67,3 +67,24 @@ def test_aggregate_report_charts_render(chromium: str, scripted, home: Path, tmp
     dom = rendered_dom(chromium, page)
     assert 'data-charts-drawn="2/2"' in dom
     assert {k: v["data-drawn-bars"] for k, v in charts(dom).items()} == {"cost-per-group": "1", "tokens-per-group": "2"}
+
+
+def test_a_chart_s_legend_sits_below_its_title_not_over_it() -> None:
+    """The legend was drawn on the title's row from the right: a long legend
+    (a run report's five series) ran over the title's words."""
+    from orchestrator.costing.svg import Series, bar_chart
+
+    names = ("prefilled tokens", "cached tokens", "output tokens", "reasoning tokens", "cumulative cost")
+    stacks = [Series(name=n, color="#888", values=(1.0, 2.0)) for n in names]
+    svg = bar_chart("c", "Tokens and cost per turn of a long run", ["1", "2"], stacks)
+    title_baseline = int(re.search(r'<text x="\d+" y="(\d+)" class="title">', svg).group(1))
+    keys = [int(y) for y in re.findall(r'<rect class="key" x="-?\d+" y="(\d+)"', svg)]
+    assert len(keys) == len(names) and min(keys) > title_baseline  # a key's top is below the title's baseline
+
+
+def test_report_tables_name_their_columns_in_words() -> None:
+    """The tables' headings were the rows' raw keys (``cost_usd``)."""
+    from orchestrator.costing.html import table
+
+    head = table([{"turn": 1, "input_tokens": 5, "cost_usd": 0.1, "ttft_s": 0.2}]).split("</thead>")[0]
+    assert re.findall(r"<th>(.*?)</th>", head) == ["turn", "input tokens", "cost ($)", "ttft (s)"]

@@ -103,3 +103,68 @@ def test_a_comparison_names_the_request_before_what_follows(small: Path) -> None
     assert difference(a.turns[0], a.turns[0]) is None
     gone = difference(a.turns[0], None)
     assert gone is not None and gone.kind == "exhausted"
+
+
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [("cost_min=0.5", "did you mean min_cost?"), ("min_cost=cheap", "min_cost='cheap'")],
+)
+def test_a_bad_or_unknown_filter_is_a_400_that_names_it(small: Path, query: str, named: str) -> None:
+    """A misspelt filter (``?cost_min=``) was ignored silently: the page listed
+    every run as if filtered. Now the page says what it left out, with a 400."""
+    from starlette.testclient import TestClient
+
+    from cli.view.app import create_app
+
+    with Store.open(f"sqlite:///{small}", create=False, readonly=True) as store:
+        answer = TestClient(create_app(store)).get(f"/?{query}")
+        assert answer.status_code == 400
+        assert named.replace("'", "&#39;") in answer.text
+        assert TestClient(create_app(store)).get("/?min_cost=0.5&page=1").status_code == 200
+
+
+def test_a_verified_chain_is_said_on_every_view_not_the_first_alone(small: Path) -> None:
+    """The first view's frame said "Hash chain verified"; once the check was
+    kept, later views said nothing of it (only a broken chain had a banner)."""
+    from cli.view.render import Links
+    from cli.view.site import Site
+
+    with Store.open(f"sqlite:///{small}", create=False, readonly=True) as store:
+        run_id = store.runs(limit=1)[0].run.id
+        site = Site(store, Links(static=False))
+        first = site.run_page(run_id, None, 1)
+        assert 'class="chain-status"' in first and "Hash chain verified" not in first  # checked in its frame
+        framed = site.chain_status_page(run_id)
+        again = site.run_page(run_id, None, 1)
+        said = framed.split('id="chain-verified">', 1)[1].split("</div>", 1)[0]
+        assert 'class="chain-status"' not in again and f'id="chain-verified">{said}</div>' in again
+
+
+def test_a_turn_s_header_names_its_input_tokens(small: Path) -> None:
+    """The header gave cached, prefilled and output tokens, never the input."""
+    import re
+
+    from cli.view.render import Links
+    from cli.view.site import Site
+
+    with Store.open(f"sqlite:///{small}", create=False, readonly=True) as store:
+        run_id = store.runs(limit=1)[0].run.id
+        trajectory = store.trajectory(run_id)
+        page = Site(store, Links(static=False)).run_page(run_id, None, 1)
+    record = next(r for r in trajectory.turns if any(c.response for c in r.calls))
+    expected = sum(c.response.input_tokens for c in record.calls if c.response)
+    header = page.split(f'id="turn-{record.turn}"', 1)[1].split("</header>", 1)[0]
+    assert re.search(rf"tokens input {expected:,} · cached ", header), header
+
+
+def test_a_search_speaks_of_matches_not_of_how_it_finds_them(small: Path) -> None:
+    """It said "N turns hold the query's longest word and are checked"."""
+    from cli.view.render import Links
+    from cli.view.site import Site
+
+    with Store.open(f"sqlite:///{small}", create=False, readonly=True) as store:
+        run_id = store.runs(limit=1)[0].run.id
+        page = Site(store, Links(static=False)).run_page(run_id, "turn contents", 1)
+    assert "turns match" in page
+    for implementation in ("longest word", "are checked", "is checked", "candidate turn"):
+        assert implementation not in page
