@@ -37,8 +37,8 @@ def test_batch_bookkeeping_on_postgresql(postgres_url):  # noqa: F811
         time.sleep(0.05)
     result = CliRunner().invoke(app, ["batch", "status", batch_id[:8], "--json", "--db", postgres_url])
     assert result.exit_code == 0, result.output
-    shown = json.loads(result.output)
+    shown = json.loads(result.stdout)
     assert (shown["done"], shown["passed"], shown["not_started"]) == (1, 1, 1)
     assert {t["task_id"]: t["outcome"] for t in shown["tasks"]}["b"] == "crashed"
     listed = CliRunner().invoke(app, ["runs", "--json", "--db", postgres_url])
-    assert {r["id"]: r["status"] for r in json.loads(listed.output)}[dead] == "crashed"
+    assert {r["id"]: r["status"] for r in json.loads(listed.stdout)}[dead] == "crashed"

@@ -31,7 +31,7 @@ def test_call_prints_the_envelope_as_json(srv):
         app, ["call", "hi", "--model-url", srv.base_url, "--model", "m1", "--max-tokens", "7", "--json"]
     )
     assert result.exit_code == 0, result.output
-    env = json.loads(result.output)
+    env = json.loads(result.stdout)
     assert env["status"] == "COMPLETED" and env["payload"]["text"] == "hello from the script"
     sent = srv.requests[0].json
     assert (sent["model"], sent["max_tokens"], sent["stream"]) == ("m1", 7, True)

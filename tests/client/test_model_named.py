@@ -27,7 +27,7 @@ def test_the_one_served_model_is_asked_for_and_named():
         server.script([Reply(text="hi")])
         shown = CliRunner().invoke(app, ["call", "hi", "--model-url", server.base_url, "--json"])
         assert shown.exit_code == 0, shown.output
-        assert json.loads(shown.output)["model"] == "served-7b"
+        assert json.loads(shown.stdout)["model"] == "served-7b"
         assert server.requests[0].json["model"] == "served-7b"
 
 

@@ -84,7 +84,7 @@ def test_a_fix_with_an_atexit_handler_is_suspect_everywhere(tmp_path, repo, faul
     assert "SUSPECT" in flat and "atexit calc.py:2" in flat
     listed = runner.invoke(app, ["runs", "--verdict", "suspect", "--json", "--db", db])
     assert listed.exit_code == 0, listed.output
-    assert [r["id"] for r in json.loads(listed.output)] == [run_id]
+    assert [r["id"] for r in json.loads(listed.stdout)] == [run_id]
     assert json.loads(runner.invoke(app, ["runs", "--verdict", "PASS", "--json", "--db", db]).output) == []
 
     by_verdict = json.loads(runner.invoke(app, ["report", "--by", "verdict", "--json", "--db", db]).stdout)

@@ -75,8 +75,8 @@ def test_an_imported_runs_page_marks_its_cost_as_the_sources_own_or_absent(store
     from starlette.testclient import TestClient
 
     from cli.view.app import create_app
+    from orchestrator.costing.money import dollars
     from tests.interop.conftest import real
-
     path = real("swe-agent/6e44b9__sweagenttestrepo-1c2844.traj")
     stats = json.loads(path.read_bytes())["info"]["model_stats"]
     swe = import_file(store, path).run_ids[0]
@@ -91,5 +91,5 @@ def test_an_imported_runs_page_marks_its_cost_as_the_sources_own_or_absent(store
 
     shown = header(swe)
     assert f"in {stats['tokens_sent']:,}" in shown and f"out {stats['tokens_received']:,}" in shown, shown
-    assert f"cost ${stats['instance_cost']:.6f} (the swe-agent source's own figures)" in shown, shown
+    assert f"cost {dollars(stats['instance_cost'])} (the swe-agent source's own figures)" in shown, shown
     assert "cost absent (the mini-swe-agent source recorded none)" in header(bare)

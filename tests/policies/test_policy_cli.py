@@ -17,7 +17,7 @@ DEFAULT = Path(__file__).resolve().parents[2] / "policies" / "default.toml"
 def test_check_explains_grants_as_json():
     result = CliRunner().invoke(app, ["policy", "check", str(DEFAULT), "--json"])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["valid"] and data["policy"]["network"] == {"enabled": False}
     assert "network: none" in data["grants"]
 
@@ -41,7 +41,7 @@ def test_apply_section_is_explained_and_strict(tmp_path):
     granted = tmp_path / "ci.toml"
     granted.write_text(DEFAULT.read_text().replace("ci_config = false", "ci_config = true"))
     result = CliRunner().invoke(app, ["policy", "check", str(granted), "--json"])
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["policy"]["apply"]["ci_config"] is True
     assert "--apply: EXPLICITLY ALLOWED to write CI configuration into your checkout" in data["grants"]
     assert "touching git metadata, outside the repo, protected verifier input" in " ".join(data["grants"])
@@ -60,7 +60,7 @@ def test_verify_accept_is_explained_and_validated(tmp_path):
     wide.write_text(DEFAULT.read_text().replace("# accept = []", 'accept = ["assets/**", "tools/*.sh"]'))
     result = CliRunner().invoke(app, ["policy", "check", str(wide), "--json"])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["policy"]["verify"]["accept"] == ["assets/**", "tools/*.sh"]
     assert any(g.startswith("verifier: ACCEPTS as the patch made them, past its allow-list: assets/**, tools/*.sh")
                for g in data["grants"])

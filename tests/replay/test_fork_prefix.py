@@ -27,7 +27,7 @@ def test_a_fork_after_a_drifted_turn_is_refused(docker_run, fault_server: FaultS
     seen = len(fault_server.requests)
     result = replay_cli(db, run_id, "--fork-at", "2", "--json")
     assert result.exit_code == 1, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     assert report["divergence"]["kind"] == "prefix" and report["divergence"]["turn"] == 1
     assert (
         "turn 1 read_file: output" in report["divergence"]["diff"] and "--allow-drift" in report["divergence"]["diff"]
@@ -43,7 +43,7 @@ def test_allow_drift_forks_from_the_drifted_prefix_and_says_so(docker_run, fault
     drift_turn_one(repo)
     fault_server.script(STEPS[2:])
     result = replay_cli(db, run_id, "--fork-at", "2", "--allow-drift", "--json")
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     assert result.exit_code == 0, result.output
     assert report["verdict"] == "PASS" and not report["identical"] and report["allow_drift"]
     assert [(d["turn"], d["tool"]) for d in report["drifts"]] == [(1, "read_file")]

@@ -57,7 +57,7 @@ def test_reexecute_of_an_unchanged_workspace_has_no_drift(docker_run):
     db, _, run_id = docker_run
     result = replay_cli(db, run_id, "--reexecute", "--json")
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     assert report["identical"] and report["drifts"] == [] and len(report["turns"]) == 6
     assert report["mode"] == "reexecute"
 
@@ -68,7 +68,7 @@ def test_reexecute_reports_the_first_drifting_turn_after_a_repo_edit(docker_run)
     calc.write_text(calc.read_text().replace("A tiny calculator", "A small calculator"))
     result = replay_cli(db, run_id, "--reexecute", "--json")
     assert result.exit_code == 1, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     assert not report["identical"]
     drift = report["drifts"][0]
     assert (drift["turn"], drift["tool"]) == (1, "read_file")
@@ -89,7 +89,7 @@ def test_fork_continues_live_as_a_linked_run_sharing_its_first_turns(docker_run,
     result = replay_cli(db, run_id, "--fork-at", "4", "--temperature", "0.7", "--seed", "11",
                         "--model-url", fault_server.base_url, "--json")
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     fork_id = report["replay_run_id"]
     assert report["verdict"] == "PASS" and report["forked_at_turn"] == 4 and report["identical"]
     live = fault_server.requests[seen:]
@@ -109,4 +109,4 @@ def test_fork_continues_live_as_a_linked_run_sharing_its_first_turns(docker_run,
     # A fork replays offline too: its own recording switches settings at the same turn.
     again = replay_cli(db, fork_id, "--json")
     assert again.exit_code == 0, again.output
-    assert json.loads(again.output)["identical"]
+    assert json.loads(again.stdout)["identical"]

@@ -53,7 +53,7 @@ def test_default_normalisation_covers_the_volatile_fields():
 def test_a_reexecution_differing_only_in_volatile_output_is_noise_only(tmp_path, fault_server, sandbox_image):
     db, run_id = record(tmp_path, fault_server, sandbox_image, NOISY)
     result = replay_cli(db, run_id, "--reexecute", "--json")
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     assert result.exit_code == NOISE_ONLY, result.output
     assert report["noise_only"] and not report["identical"] and report["request_mismatches"] == []
     assert [d["kind"] for d in report["drifts"]] == ["noise"] and report["drifts"][0]["turn"] == 0
@@ -65,7 +65,7 @@ def test_a_reexecution_differing_only_in_volatile_output_is_noise_only(tmp_path,
 def test_real_drift_in_output_and_workspace_is_reported_apart_from_noise(tmp_path, fault_server, sandbox_image):
     db, run_id = record(tmp_path, fault_server, sandbox_image, REAL)
     result = replay_cli(db, run_id, "--reexecute", "--json")
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     assert result.exit_code == 1, result.output
     assert not report["noise_only"]
     kinds = {d["kind"] for d in report["drifts"]}

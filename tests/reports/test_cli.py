@@ -46,7 +46,7 @@ def test_aggregate_report_and_price_edits(scripted, home: Path) -> None:
     scripted.record(scripted.GROWING)
     scripted.record(scripted.GROWING[:2], verdict="FAIL")
     result = invoke("price", "set", "gemma-3-270m", "--input", "1", "--output", "2", "--json")
-    assert result.exit_code == 0 and json.loads(result.output)["input_per_mtok"] == 1.0
+    assert result.exit_code == 0 and json.loads(result.stdout)["input_per_mtok"] == 1.0
     by_verdict = json.loads(invoke("report", "--by", "verdict", "--since", "1h", "--json").output)
     assert {g["verdict"]: g["runs"] for g in by_verdict["groups"]} == {"FAIL": 1, "PASS": 1}
     assert by_verdict["total"]["cost_usd"] > 0 and "+local." in by_verdict["price_version"]

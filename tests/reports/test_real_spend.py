@@ -41,7 +41,7 @@ def test_offline_replays_are_not_billed_again(home: Path, store: Store, fault_se
     assert (calls, tokens) == (2 * before[0], 2 * before[1])
     result = CliRunner().invoke(app, ["report", "--json", "--db", f"sqlite:///{home / 'escrow.db'}"])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["total"]["calls"] == before[0]
+    assert json.loads(result.stdout)["total"]["calls"] == before[0]
 
 
 def record_turns(recorder: Recorder, turns: int, **run: object) -> str:

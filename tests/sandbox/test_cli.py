@@ -39,7 +39,7 @@ def test_missing_image_is_a_clear_error(docker_client):
 def test_doctor_json_reports_every_check_ok(sandbox_image):
     result = CliRunner().invoke(app, ["sandbox", "doctor", "--image", sandbox_image, "--json"])
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     names = {c["name"] for c in report["checks"]}
     assert report["ok"] and {"inside capeff", "inside egress", "inspect HostConfig.CapDrop", "inside timeout",
                              "inside no survivors", "inside main process", "acl resolved paths",
@@ -99,7 +99,7 @@ def test_gc_json_removes_a_dead_runs_container_and_spares_a_live_one(docker_clie
     try:
         result = CliRunner().invoke(app, ["sandbox", "gc", "--json"])
         assert result.exit_code == 0, result.output
-        removed = json.loads(result.output)["removed"]
+        removed = json.loads(result.stdout)["removed"]
         assert made["dead"].name in removed and made["live"].name not in removed
         names = {c.name for c in docker_client.containers.list(all=True, filters={"name": tag})}
         assert names == {made["live"].name}

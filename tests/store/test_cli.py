@@ -81,7 +81,7 @@ def test_verify_one_all_and_usage_errors(populated):
     result = invoke("verify", populated["running"][:6])
     assert result.exit_code == 0 and result.output.startswith("ok")
     result = invoke("verify", "--all", "--json")
-    assert result.exit_code == 0 and [c["ok"] for c in json.loads(result.output)] == [True, True]
+    assert result.exit_code == 0 and [c["ok"] for c in json.loads(result.stdout)] == [True, True]
     for args in ([], [populated["running"], "--all"]):
         assert isinstance(invoke("verify", *args).exception, ConfigError)
     assert isinstance(invoke("runs", "--since", "soon").exception, ConfigError)

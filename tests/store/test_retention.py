@@ -39,7 +39,7 @@ def build(path: Path) -> dict[str, str]:
 def gc(path: Path, *args: str) -> dict:
     result = CliRunner().invoke(app, ["gc", "--older-than", "30d", "--json", "--db", f"sqlite:///{path}", *args])
     assert result.exit_code == 0, result.output
-    return json.loads(result.output)
+    return json.loads(result.stdout)
 
 
 def table(path: Path, sql: str) -> list[tuple]:
