@@ -77,6 +77,7 @@ def test_an_imported_runs_page_marks_its_cost_as_the_sources_own_or_absent(store
     from cli.view.app import create_app
     from orchestrator.costing.money import dollars
     from tests.interop.conftest import real
+
     path = real("swe-agent/6e44b9__sweagenttestrepo-1c2844.traj")
     stats = json.loads(path.read_bytes())["info"]["model_stats"]
     swe = import_file(store, path).run_ids[0]
