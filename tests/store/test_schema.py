@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from contextlib import closing
+from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, inspect
@@ -51,6 +53,15 @@ def test_a_new_store_is_at_the_latest_version_in_wal_mode(store, db_path):
         assert [r[0] for r in conn.execute("SELECT version FROM escrow_migrations ORDER BY version")] == list(
             range(1, LATEST + 1)
         )
+
+
+def test_the_schema_page_documents_the_latest_version_and_each_migration():
+    """docs/SCHEMA.md is the public interface: its stated version and its
+    table of migrations keep up with store/migrations.py (it said 9 at 12)."""
+    page = (Path(__file__).parents[2] / "docs" / "SCHEMA.md").read_text()
+    assert f"documents schema version **{LATEST}**" in page
+    section = page.split("## Versions and migrations", 1)[1].split("\n## ", 1)[0]
+    assert [int(v) for v in re.findall(r"^\| (\d+) \| ", section, re.M)] == [m.version for m in MIGRATIONS]
 
 
 def make_v1_store(path) -> None:
