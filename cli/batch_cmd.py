@@ -120,6 +120,10 @@ def batch(
                                 "has it, else runc), runsc (gVisor) or runc (the host's)."),
     token_exact: bool = typer.Option(None, "--token-exact/--no-token-exact",
                                      help="Each run sends its prompts as token ids (see escrow run --help)."),
+    verify_early: bool = typer.Option(
+        None, "--verify-early/--no-verify-early",
+        help="Start each run's verifier container while its agent works (off by default in a batch: these "
+        "starts do not wait for --start-slots)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
     html: Path = typer.Option(None, "--html", help="Also write the report as one self-contained HTML file."),
     wide: bool = typer.Option(False, "--wide", help="Show every column (tables stacked to fit the width)."),
@@ -147,6 +151,7 @@ def batch(
         "max_output_tokens": max_tokens, "context_window": context_window, "tool_protocol": tool_protocol,
         "system_role": system_role, "tokenizer": tokenizer, "stream": stream,
         "sandbox_runtime": runtime, "constrain": constrain, "token_exact": token_exact,
+        "verify_early": verify_early,
     }.items() if value is not None}
     settings = load_settings(config, db_url=db, **given)
     if target == "list":

@@ -84,6 +84,10 @@ def run(
         "it sampled or its own template added (llama.cpp's llama-server; with --tool-protocol text). "
         "Refused before the run if the engine takes no token prompt or its template is not "
         "prefix-preserving. See docs/TOKENS.md."),
+    verify_early: bool = typer.Option(
+        None, "--verify-early/--no-verify-early",
+        help="Start the verifier's container while the agent works, so submit pays only the copy and the "
+        "tests (the default; one more container per run)."),
     runtime: str = typer.Option(None, "--runtime", metavar=choices(RUNTIME_CHOICES),
                                 help="The sandbox's kernel: auto (the default: runsc when dockerd "
                                 "has it, else runc), runsc (gVisor) or runc (the host's)."),
@@ -124,6 +128,7 @@ def run(
         stream=stream,
         sandbox_runtime=runtime,
         token_exact=token_exact,
+        verify_early=verify_early,
     )
     configure_logging(json_lines=settings.log_json, level=logging.WARNING if quiet else logging.INFO)
     require_reachable(settings.model_url)  # one line and exit 2, before a sandbox starts or a run is recorded

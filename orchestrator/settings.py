@@ -67,6 +67,11 @@ class Settings(BaseModel):
     token_exact: bool = Field(default=False, description=(
         "The token-in loop: the client holds the conversation's token ids and sends each prompt as ids "
         "(llama.cpp's llama-server only; docs/TOKENS.md) (ESCROW_TOKEN_EXACT, --token-exact)."))
+    verify_early: bool | None = Field(default=None, description=(
+        "Start the verifier's container (and its pre-pass) while the agent works, so a submit pays only the "
+        "copy and the tests, at the cost of one more container per run. None: on for a run, off for a "
+        "batch's runs, whose early starts would not wait for --start-slots "
+        "(ESCROW_VERIFY_EARLY, --verify-early/--no-verify-early)."))
     log_json: bool = False
     lease_s: float = Field(default=30.0, gt=0, description=(
         "How long a run's lease lasts unrenewed (renewed every third of it): a run whose process is gone "

@@ -177,6 +177,13 @@ def suspect_refusal(result: RunResult) -> str:
             "was written (look at the patch, then --accept-suspect to apply it)")
 
 
+def early_verifier_wanted(settings: Settings, request: RunRequest) -> bool:
+    """Whether the verifier's container starts while the agent works: as set,
+    else for a single run only. A batch admits its sandbox starts a few at a
+    time (--start-slots); an early start beside each would not wait its turn."""
+    return settings.verify_early if settings.verify_early is not None else request.batch is None
+
+
 def run_agent(
     settings: Settings, request: RunRequest, *, progress: Progress | None = None,
     cancel: threading.Event | None = None, observer: RunObserver | None = None,
@@ -256,7 +263,8 @@ def run_agent(
                 with verdict_on_failure(recorder, run_id):
                     toolbox = ToolBox(sandbox, policy, verifier_command=verifier, cancel=cancel,
                                       verifier_patch=request.verify_patch, required_tests=request.required_tests)
-                    toolbox.start_early()  # the first submit's pre-pass, while the agent works
+                    if early_verifier_wanted(settings, request):
+                        toolbox.start_early()  # the first submit's pre-pass, while the agent works
                     tools = SandboxTools(toolbox, policy)
                     model, counter = around_model(client, probe.counter)
                     agent = build_agent(
