@@ -170,10 +170,12 @@ def test_plain_lines_off_a_terminal_and_quiet(tmp_path, repo, fault: FaultServer
     assert not any(line[:4].isdigit() for line in lines)  # no timestamps
     assert "PASS" in done.stderr and "PASS" not in done.stdout  # piped: stdout is the patch alone
 
+    # The fault server's one model has no price, and the run warns of it.
+    assert "model has no price" in done.stderr
     fault.script(story())
-    quiet = subprocess.run(
-        run_args(repo, fault.base_url, "--quiet"), env=env, capture_output=True, text=True, timeout=240
-    )
+    quiet = subprocess.run(  # a priced model: a clean run, quiet, prints the verdict alone
+        run_args(repo, fault.base_url, "--quiet", "--model", "gemma-3-270m"), env=env, capture_output=True,
+        text=True, timeout=240)
     assert quiet.returncode == 0 and quiet.stderr == ""
     assert quiet.stdout.startswith("PASS: the verifier passed (run ") and quiet.stdout.count("\n") == 1
 
