@@ -28,12 +28,12 @@ from collections import Counter
 from contextlib import closing
 from pathlib import Path
 
-from store import Recorder, Store, synthetic
+from store import Recorder, Store
 from store import batches as bstore
 from store.tables import CHAINED_TABLES
 from tests.reports.test_batch_attribution import batch_run
 from tests.store.test_damage import code_of, invoke
-from tests.store.test_tamper import altered
+from tests.store.test_tamper import altered, record_finished_and_crashed
 
 CHECKED = ("runs", *CHAINED_TABLES, "run_totals", "ttft_days", "batches", "batch_tasks", "batch_attempts")
 # What a row's run is named by, where the table does not have run_id.
@@ -45,9 +45,7 @@ READERS = (("report", "--since", "3650d", "--by", "batch", "--json"),
 def build(path: Path) -> None:
     with Store.open(f"sqlite:///{path}") as store:
         recorder = Recorder(store)
-        synthetic.record_run(recorder, turns=2, seed=11)
-        unfinished = synthetic.record_run(recorder, turns=1, seed=12, finish=False)
-        recorder.record_request(unfinished, 1, synthetic.request_for(1, []))  # the call in flight at a crash
+        record_finished_and_crashed(recorder)
         batch = bstore.create_batch(store, task_file="a.jsonl", tasks={"a": (1, {}), "b": (2, {})}, settings={})
         batch_run(recorder, batch, "a", 13)
         batch_run(recorder, batch, "b", 14)

@@ -22,12 +22,16 @@ from store.tables import CHAINED_TABLES
 TABLES = ("runs", *CHAINED_TABLES)
 
 
+def record_finished_and_crashed(recorder: Recorder) -> None:
+    """A finished run, and one cut off with a call in flight (a crash)."""
+    synthetic.record_run(recorder, turns=2, seed=11)
+    unfinished = synthetic.record_run(recorder, turns=1, seed=12, finish=False)
+    recorder.record_request(unfinished, 1, synthetic.request_for(1, []))  # the call in flight at a crash
+
+
 def build(path: Path) -> None:
     with Store.open(f"sqlite:///{path}") as store:
-        recorder = Recorder(store)
-        synthetic.record_run(recorder, turns=2, seed=11)
-        unfinished = synthetic.record_run(recorder, turns=1, seed=12, finish=False)
-        recorder.record_request(unfinished, 1, synthetic.request_for(1, []))  # the call in flight at a crash
+        record_finished_and_crashed(Recorder(store))
     with closing(sqlite3.connect(path)) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
