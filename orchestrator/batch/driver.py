@@ -71,8 +71,8 @@ def run_batch(store: Store, settings: Settings, batch_id: str, *,
                         on_stopping=on_stopping)
     except StoreError as exc:
         raise StoreLost(
-            f"{' '.join(str(exc).split())} -- batch {batch_id} stopped; once the store is back, finish it with "
-            f"`escrow batch --resume {batch_id}`",
+            f"{' '.join(str(exc).split())} -- batch {batch_id} stopped; once the store is back, finish it with:\n"
+            f"  escrow batch --resume {batch_id[:12]}",
             batch_id=batch_id,
             location=store.url,
         ) from exc

@@ -120,5 +120,5 @@ def run_pool(
             ended = sum(f.result() is not None for f in futures if not f.cancelled())
             raise BatchInterrupted(
                 f"batch {batch_id} interrupted: {ended} of {len(tasks)} tasks ran, the runs in flight were "
-                f"canceled; finish it with `escrow batch --resume {batch_id[:12]}`", batch_id=batch_id) from None
+                f"canceled; finish it with:\n  escrow batch --resume {batch_id[:12]}", batch_id=batch_id) from None
     return [r for r in results if r is not None]

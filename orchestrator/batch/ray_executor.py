@@ -262,12 +262,13 @@ def _drive(ray: Any, store: Store, settings: Settings, batch_id: str, tasks: lis
         _drain(ray, list(in_flight))  # each canceled task's run ends CANCELED
         bstore.abandon_started(store, batch_id, verdict=None, error="Ctrl-C stopped the batch",
                                outcome=bstore.INTERRUPTED)
-        raise BatchInterrupted(f"batch {batch_id} interrupted: the runs in flight were canceled; finish it with "
-                               f"`escrow batch --resume {batch_id[:12]}`", batch_id=batch_id) from None
+        raise BatchInterrupted(f"batch {batch_id} interrupted: the runs in flight were canceled; finish it with:\n"
+                               f"  escrow batch --resume {batch_id[:12]}", batch_id=batch_id) from None
     except (StoreError, StoreLost) as exc:
         _drain(ray, list(in_flight))
-        raise StoreLost(f"the store went away during batch {batch_id} ({exc}); what was recorded stands: "
-                        f"escrow batch --resume {batch_id[:12]} once it is back", batch=batch_id) from exc
+        raise StoreLost(f"the store went away during batch {batch_id} ({exc}); what was recorded stands; "
+                        f"once the store is back, finish it with:\n  escrow batch --resume {batch_id[:12]}",
+                        batch=batch_id) from exc
     return [results[t.id] for t in tasks if t.id in results]
 
 
