@@ -94,7 +94,7 @@ def explain(policy: Policy) -> list[str]:
     r = policy.resources
     lines.append(
         f"resources: {r.memory_mb} MiB memory (no swap), {r.cpus} CPU, {r.pids} pids, /tmp {r.tmp_mb} MiB, "
-        f"workspace {r.workspace_mb} MiB"
+        f"workspace {r.workspace_mb} MiB and {r.workspace_files} files"
     )
     lines.append(
         f"per command: timeout {r.command_timeout_s:g}s, stdout cap {r.stdout_cap_bytes} B, "

@@ -101,6 +101,10 @@ class Resources(Frozen):
     pids: int = Field(default=256, ge=16, le=32768)
     tmp_mb: int = Field(default=64, ge=1, le=16384)
     workspace_mb: int = Field(default=512, ge=16, le=65536)
+    # Files and directories a submitted workspace may hold: past this the
+    # export is refused (the model's verdict), since each entry costs the
+    # verifier's copy time and inodes whatever its size.
+    workspace_files: int = Field(default=50_000, ge=100, le=10_000_000)
     command_timeout_s: float = Field(default=60.0, gt=0, le=3600)
     stdout_cap_bytes: int = Field(default=16384, ge=256, le=10_000_000)
     stderr_cap_bytes: int = Field(default=8192, ge=256, le=10_000_000)

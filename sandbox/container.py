@@ -262,7 +262,7 @@ class Sandbox:
 
     @property
     def export_limits(self) -> ExportLimits:
-        return ExportLimits(max_total_bytes=self.spec.workspace_bytes)
+        return ExportLimits(max_total_bytes=self.spec.workspace_bytes, max_files=self.spec.workspace_files)
 
     def patch(self) -> Patch:
         """The workspace now, as a patch against the starting copy: exported as

@@ -77,6 +77,7 @@ class Hardening(Frozen):
     pids: int = 256
     tmp_bytes: int = 64 * 2**20
     workspace_bytes: int = 512 * 2**20
+    workspace_files: int = 50_000
     nofile: int = 1024
 
     command: tuple[str, ...] = tuple(EXECUTOR_COMMAND)
@@ -88,7 +89,7 @@ class Hardening(Frozen):
         return cls(
             image=image, runtime=runtime, network=policy.network.enabled, memory_bytes=r.memory_mb * 2**20,
             nano_cpus=int(r.cpus * 1e9), pids=r.pids, tmp_bytes=r.tmp_mb * 2**20,
-            workspace_bytes=r.workspace_mb * 2**20,
+            workspace_bytes=r.workspace_mb * 2**20, workspace_files=r.workspace_files,
         )
 
     @property

@@ -62,6 +62,7 @@ class FaultState:
         self.streams: list[StreamRecord] = []
         self.disconnects: list[Disconnect] = []
         self.changed = threading.Condition(self.lock)
+        self.released: set[str] = set()
 
     def next_scenario(self, key: str | None = None, *, opens: bool = False) -> Scenario:
         with self.lock:
@@ -160,13 +161,23 @@ class FaultApp:
             return
         await self._play(scenario, body, index, send, receive, text=scope["path"] == "/v1/completions")
 
+    async def _stall(self, scenario: Reply | HttpError) -> None:
+        name = scenario.released_by if isinstance(scenario, Reply) else None
+        if name is None:
+            await anyio.sleep(scenario.delay_s)
+            return
+        # Polled: release() comes from the test's thread, outside this event loop.
+        until = anyio.current_time() + scenario.delay_s
+        while name not in self.state.released and anyio.current_time() < until:
+            await anyio.sleep(min(0.2, max(0.0, until - anyio.current_time())))
+
     async def _play(self, scenario: Scenario, body: dict[str, Any], index: int, send, receive, *,
                     text: bool = False) -> None:
         if scenario.kind == "hangup":
             _hang_up(send)
             return
         if isinstance(scenario, (Reply, HttpError)) and scenario.delay_s:
-            await anyio.sleep(scenario.delay_s)
+            await self._stall(scenario)
         if isinstance(scenario, HttpError):
             await self._http_error(scenario, send)
         elif isinstance(scenario, RawResponse):

@@ -154,6 +154,12 @@ class FaultServer:
             self._state.requests.clear()
             self._state.streams.clear()
             self._state.disconnects.clear()
+            self._state.released.clear()
+
+    def release(self, name: str) -> None:
+        """End every stall held under ``released_by=name``, now and later."""
+        with self._state.lock:
+            self._state.released.add(name)
 
     def push(self, step: Scenario) -> None:
         with self._state.lock:

@@ -4,9 +4,9 @@ nodes of a real two-node cluster, all recording into one SQLite file:
 "database is locked" reaches anyone, every task is counted once, and every
 chain verifies.
 
-Each model reply stalls before its headers (under the call deadline), so a
-run lasts minutes and the fifty overlap while the last sandboxes start; a
-watcher counts the runs in flight at once, from the store itself. Each node
+Each model reply stalls before its headers (under the call deadline) until a
+watcher, counting the runs in flight from the store itself, has seen all
+fifty at once; then the fault server lets every stall go and the runs end. Each node
 offers 25 logical CPUs to Ray: a run mostly waits, on the model or on Docker.
 """
 
@@ -37,7 +37,9 @@ DEFAULT_POLICY = Path(__file__).resolve().parents[2] / "policies" / "default.tom
 # (CALL_DEADLINE_S). Each run stalls twice or more, so it outlasts the start of
 # the last of fifty Ray workers: a full run saw those starts spread over 240 s
 # on this 2-core machine, and with 80 s stalls the first runs ended at 180 s.
+# Once all fifty were seen in flight, every stall, now and later, ends.
 STALL_S = 150.0
+ALL_IN_FLIGHT = "all fifty in flight"  # the stalls' release
 CALL_DEADLINE_S = 240
 
 
@@ -52,7 +54,8 @@ def task_file(where, fix_scripts, fault_server) -> list[str]:
         base = task_id.rsplit("-", 1)[0]
         lines.append(json.dumps({**rows[base], "instance_id": task_id}) + "\n")
         (where / task_id).symlink_to(EXAMPLES / base)
-        fault_server.script_for(task_id, [s.model_copy(update={"delay_s": STALL_S}) for s in fix_scripts[base]])
+        fault_server.script_for(task_id, [s.model_copy(update={"delay_s": STALL_S, "released_by": ALL_IN_FLIGHT})
+                                           for s in fix_scripts[base]])
     (where / "tasks.jsonl").write_text("".join(lines))
     return ids
 
@@ -91,6 +94,8 @@ def test_fifty_sandboxed_runs_at_once_from_ray_on_both_nodes_on_one_sqlite_file(
             worker_node.update(ray_cluster.worker_pids())
             try:
                 most[0] = max(most[0], in_flight(url))
+                if most[0] == RUNS:
+                    fault_server.release(ALL_IN_FLIGHT)
                 with Store.open(url, readonly=True, create=False) as store, store.read() as conn:
                     owners.update(conn.execute(select(bstore.RL.c.owner)).scalars())
             except Exception:  # the store is still being created by the batch

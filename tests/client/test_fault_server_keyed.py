@@ -3,6 +3,9 @@ the order requests arrive in; plain /v1 keeps the shared queue."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import httpx
 
 from orchestrator.fault_server import FaultServer, Reply
@@ -60,3 +63,23 @@ def test_a_plain_key_shares_its_queue_between_conversations(fault_server: FaultS
     url = fault_server.keyed_url("t")
     assert [text(say(url, *OPENING)), text(say(url, *OPENING))] == ["t1", "t2"]
     assert say(url, *OPENING).status_code == 500
+
+
+def test_a_held_reply_waits_for_its_release_and_later_ones_pass(fault_server: FaultServer):
+    held = Reply(text="held", delay_s=120.0, released_by="go")
+    fault_server.script([held, held])
+    answers: list[str] = []
+    asking = threading.Thread(target=lambda: answers.append(text(ask(fault_server.base_url))))
+    asking.start()
+    for _ in range(100):  # the server has the request: it is holding it
+        if fault_server.requests:
+            break
+        time.sleep(0.1)
+    asking.join(timeout=1.0)
+    assert asking.is_alive() and answers == []
+    fault_server.release("go")
+    asking.join(timeout=30)
+    assert answers == ["held"]
+    # Released stays released: the next held reply is not held at all.
+    assert text(httpx.post(f"{fault_server.base_url}/chat/completions",
+                           json={"model": "m", "messages": [], "stream": False}, timeout=30)) == "held"

@@ -63,6 +63,19 @@ def small_workspace(tmp_path: Path) -> Path:
     return path
 
 
+FEW_FILES = 5000
+
+
+def few_files(tmp_path: Path) -> Path:
+    """The default policy with a 5,000-entry workspace cap: the same refusal
+    as the default 50,000's, reached by a tenth of the directories (each one
+    costs runsc seconds to make and to walk)."""
+    path = tmp_path / "few.toml"
+    path.write_text(DEFAULT_POLICY.read_text().replace("workspace_files = 50000", f"workspace_files = {FEW_FILES}"))
+    assert f"workspace_files = {FEW_FILES}" in path.read_text()
+    return path
+
+
 def run_hostile(fault, settings: Settings, repo: Path, *calls: ScriptedToolCall, hidden: tuple[str, ...] = ()):
     fault.script([Reply(tool_calls=(*calls, SUBMIT))])
     return run_agent(settings, RunRequest(task=TASK, repo=repo, verify=VERIFY, hidden=hidden))
@@ -118,13 +131,14 @@ def test_hard_links_over_the_copys_disk_are_the_models_verdict(on, repo, fault, 
 # -- many empty directories --------------------------------------------------
 
 @pytest.mark.parametrize("hostile", [
-    "import os; [os.mkdir('e%d' % i) for i in range(60000)]",
-    "import os\nfor i in range(600):\n p = 'n%d' % i\n os.makedirs('/'.join([p] * 100))",
-    "import os\nfor i in range(300):\n os.mkdir('s%d' % i); [os.mkdir('s%d/%d' % (i, j)) for j in range(200)]",
+    "import os; [os.mkdir('e%d' % i) for i in range(6000)]",
+    "import os\nfor i in range(60):\n p = 'n%d' % i\n os.makedirs('/'.join([p] * 100))",
+    "import os\nfor i in range(30):\n os.mkdir('s%d' % i); [os.mkdir('s%d/%d' % (i, j)) for j in range(200)]",
 ], ids=["flat", "nested", "spread"])
-def test_many_empty_directories_are_the_models_verdict(on, repo, fault, open_store, hostile):
-    outcome = run_hostile(fault, on, repo, python(hostile))
-    assert_models_verdict(outcome, open_store, "more than 50000 files and directories")
+def test_many_empty_directories_are_the_models_verdict(on, repo, fault, open_store, tmp_path, hostile):
+    settings = on.model_copy(update={"policy": few_files(tmp_path)})
+    outcome = run_hostile(fault, settings, repo, python(hostile))
+    assert_models_verdict(outcome, open_store, f"more than {FEW_FILES} files and directories")
 
 
 # -- a file operation on a huge sparse file ---------------------------------
@@ -148,17 +162,18 @@ def test_a_file_op_on_a_huge_sparse_file_leaves_the_sandbox_alive(on, repo, faul
 
 # -- after a refused submit the run goes on ----------------------------------
 
-@pytest.mark.parametrize("hostile, cleanup", [
-    ("import os; open('f', 'w').write('x'); [os.link('f', 'l%d' % i) for i in range(5000)]", "rm -f f l*"),
-    ("import os; [os.mkdir('e%d' % i) for i in range(60000)]", "rm -rf e*"),
+@pytest.mark.parametrize("hostile, cleanup, capped", [
+    ("import os; open('f', 'w').write('x'); [os.link('f', 'l%d' % i) for i in range(5000)]", "rm -f f l*",
+     small_workspace),
+    ("import os; [os.mkdir('e%d' % i) for i in range(6000)]", "rm -rf e*", few_files),
 ], ids=["hard-links", "empty-dirs"])
 def test_after_a_refused_submit_the_sandbox_answers_and_a_fix_passes(on, repo, fault, open_store, tmp_path,
-                                                                       hostile, cleanup):
+                                                                       hostile, cleanup, capped):
     """The cap broke while the export was read: the export's command is
     stopped and its result read before the next request (it was left to the
     next command, whose channel then failed: INFRA_ERROR)."""
     fault.script([Reply(tool_calls=(python(hostile), SUBMIT)), Reply(tool_calls=(bash(cleanup), EDIT, SUBMIT))])
-    settings = on.model_copy(update={"policy": small_workspace(tmp_path), "max_turns": 2})
+    settings = on.model_copy(update={"policy": capped(tmp_path), "max_turns": 2})
     outcome = run_agent(settings, RunRequest(task=TASK, repo=repo, verify=VERIFY))
     assert outcome.result.verdict is Verdict.PASS, outcome.result.detail
     refused, passed = submits(open_store, outcome.run_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import pytest
 
@@ -101,3 +102,17 @@ def test_audit_flags_each_weakened_field():
         "HostConfig.CapAdd",
         "HostConfig.LogConfig.Type",
     }
+
+
+def test_the_policys_file_cap_reaches_the_sandbox_and_is_bounded(tmp_path):
+    from policies.loading import load_policy
+    from policies.model import Resources
+
+    default = load_policy(None)
+    assert Hardening.from_policy("img", default).workspace_files == default.resources.workspace_files == 50_000
+    few = tmp_path / "few.toml"
+    few.write_text((Path(__file__).resolve().parents[2] / "policies" / "default.toml").read_text()
+                   .replace("workspace_files = 50000", "workspace_files = 5000"))
+    assert Hardening.from_policy("img", load_policy(few)).workspace_files == 5000
+    with pytest.raises(ValueError, match="workspace_files"):
+        Resources(workspace_files=10)
