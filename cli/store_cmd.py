@@ -136,7 +136,7 @@ def gc(
                   f"{free} {result.bytes_freed:,} bytes; kept {result.runs_kept_as_parents} parents of kept runs"
                   + (" (dry run: nothing deleted)" if dry_run else ""), width)
     lines += prose(f"{verb} {freed.workspaces} kept workspaces, {free} {freed.bytes:,} bytes", width)
-    if dry_run and result.runs:
+    if result.runs:  # a real gc names what it deleted as a dry run names what it would
         lines += ["", f"{'run':<12}  {'entered the store':<19}  {'started':<19}  {'mode':<7}  verdict"]
         lines += [f"{r.run_id[:12]}  {when(r.entered_at)}  {when(r.created_at)}  {r.mode:<7}  "
                   f"{printable(r.verdict or '-')}"[:width] for r in result.runs]

@@ -1,7 +1,7 @@
 """Issue 42, group 3: ``gc`` ages a run by when it entered this store (an
 imported run keeps its source's dates for reports, but was not "started"
 here months ago), lists every run it would delete (``--dry-run``) or
-deleted (``--json``), and against a missing store creates nothing."""
+deleted (plain and ``--json``), and against a missing store creates nothing."""
 
 from __future__ import annotations
 
@@ -49,3 +49,14 @@ def test_gc_against_a_missing_store_creates_none(tmp_path: Path) -> None:
     # The console entry maps the error to its exit code, as for `runs` and `show`.
     assert getattr(got.exception, "exit_code", None) == ExitCode.STORE_MISSING, got.output
     assert "no store" in str(got.exception) and not db.exists()
+
+
+def test_a_real_gc_names_each_run_it_deleted(tmp_path: Path) -> None:
+    db = tmp_path / "escrow.db"
+    with Store.open(f"sqlite:///{db}") as store:
+        old = synthetic.record_run(Recorder(store, clock=lambda: time.time() - 40 * DAY), turns=1, seed=1)
+        kept = synthetic.record_run(Recorder(store), turns=1, seed=2)
+    done = CliRunner().invoke(app, ["gc", "--older-than", "30d", "--db", f"sqlite:///{db}"], env={"COLUMNS": "80"})
+    assert done.exit_code == 0, done.output
+    assert "deleted 1 runs" in done.stdout and old[:12] in done.stdout and kept[:12] not in done.stdout, done.stdout
+    assert all(len(line) <= 80 for line in done.stdout.splitlines()), done.stdout
