@@ -103,7 +103,7 @@ def main() -> None:
 
         started, cpu = time.perf_counter(), time.process_time()
         with redirect_stdout(io.StringIO()):
-            tokens(run=run_id, model_url=None, as_json=True, db=store.url, config=None)
+            tokens(run=run_id, model_url=None, rebuild=False, as_json=True, db=store.url, config=None)
         cli_s, cli_cpu = time.perf_counter() - started, time.process_time() - cpu
         print(f"2. escrow tokens, 200 turns, longest prompt {longest:,} ids: {report.summary()}")
         print(f"   Store.run_tokens {api_s:.3f} s wall, {api_cpu:.3f} s CPU   the command (--json) {cli_s:.3f} s "

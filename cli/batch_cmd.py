@@ -31,6 +31,7 @@ from orchestrator.batch.tasks import load_task_file
 from orchestrator.costing.money import dollars
 from orchestrator.errors import ConfigError
 from orchestrator.exit_codes import ExitCode
+from orchestrator.launch.compose import require_token_exact
 from orchestrator.model_client.reach import require_model, require_reachable
 from orchestrator.settings import CONSTRAIN_CHOICES, RUNTIME_CHOICES, Settings, load_settings
 from orchestrator.terminal_text import one_line
@@ -208,6 +209,8 @@ def batch(
             # Named once, from the server, and recorded with the batch's settings (a resume keeps it).
             given["model"] = require_model(urls[0], None)
             settings = settings.model_copy(update={"model": given["model"]})
+        if settings.token_exact:
+            require_token_exact(settings, urls)  # a refusal every run would meet, once
         if task_file is not None:
             plan = BatchPlan(tasks_dir=str(Path(target).resolve().parent),
                              model_urls=tuple(model_url or [settings.model_url]), options=options,

@@ -66,7 +66,7 @@ class Settings(BaseModel):
     )
     token_exact: bool = Field(default=False, description=(
         "The token-in loop: the client holds the conversation's token ids and sends each prompt as ids "
-        "(llama.cpp's llama-server only; docs/TOKENS.md) (ESCROW_TOKEN_EXACT, --token-exact)."))
+        "(llama.cpp's llama-server and vLLM; docs/TOKENS.md) (ESCROW_TOKEN_EXACT, --token-exact)."))
     verify_early: bool | None = Field(default=None, description=(
         "Start the verifier's container (and its pre-pass) while the agent works, so a submit pays only the "
         "copy and the tests, at the cost of one more container per run. None: on for a run, off for a "

@@ -23,7 +23,7 @@ from orchestrator.batch.stopping import BatchStop
 from orchestrator.batch.tasks import BatchTask
 from orchestrator.context.tokenizer import TokenCounter
 from orchestrator.contract import Frozen
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, TemplateNotPrefixPreserving, TokenExactUnsupported
 from orchestrator.launch import RunRequest, run_agent
 from orchestrator.launch.compose import kept_workspaces
 from orchestrator.launch.liveness import Heartbeat
@@ -118,7 +118,8 @@ def run_attempt(
                                         cancel=cancel, on_start=heartbeat.started, lease=heartbeat.claim(attempt_id),
                                         start_sandbox=start_sandbox,
                                         around_model=around_model)
-            except (RepoError, ConfigError) as exc:
+            except (RepoError, ConfigError, TokenExactUnsupported, TemplateNotPrefixPreserving) as exc:
+                # The task's own, found before its run is recorded: another try meets it again.
                 return _finish(store, attempt_id, task, TASK_ERROR, heartbeat.run_id, None, exc)
             except Exception as exc:  # the run could not happen: infrastructure, retried by the executor
                 if stop.stopped:

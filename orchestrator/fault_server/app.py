@@ -61,6 +61,7 @@ class FaultState:
         self.requests: list[RecordedRequest] = []
         self.streams: list[StreamRecord] = []
         self.disconnects: list[Disconnect] = []
+        self.hits: list[str] = []  # the path of every HTTP request, every route, in order
         self.changed = threading.Condition(self.lock)
         self.released: set[str] = set()
 
@@ -127,6 +128,8 @@ class FaultApp:
     async def __call__(self, scope, receive, send) -> None:
         key, original = None, scope.get("path", "")
         if scope["type"] == "http":
+            with self.state.lock:
+                self.state.hits.append(original)
             key, path = split_key(scope["path"])
             scope = {**scope, "path": path, "raw_path": path.encode()}
         if scope["type"] != "http" or scope["path"] not in COMPLETIONS:

@@ -6,6 +6,7 @@
         ...
         srv.requests      # every request body received, in order
         srv.disconnects   # every response the client hung up on early
+        srv.hits          # the path of every HTTP request (/tokenize, /v1/models...), in order
 """
 
 from __future__ import annotations
@@ -155,6 +156,7 @@ class FaultServer:
             self._state.streams.clear()
             self._state.disconnects.clear()
             self._state.released.clear()
+            self._state.hits.clear()
 
     def release(self, name: str) -> None:
         """End every stall held under ``released_by=name``, now and later."""
@@ -175,6 +177,13 @@ class FaultServer:
     def requests(self) -> list[RecordedRequest]:
         with self._state.lock:
             return list(self._state.requests)
+
+    @property
+    def hits(self) -> list[str]:
+        """The path of every HTTP request received on any route (key
+        included), in order: the round trips a client made."""
+        with self._state.lock:
+            return list(self._state.hits)
 
     @property
     def streams(self) -> list[StreamRecord]:

@@ -6,6 +6,7 @@ the store, the HTTP client, the Docker sandbox, the tokenizer probe.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -32,14 +33,28 @@ def open_store(settings: Settings, *, readonly: bool = False, create: bool = Tru
     return Store.open(settings.store_url, readonly=readonly, create=create and not readonly)
 
 
-def open_token_exact(settings: Settings) -> TokenExactClient:
-    """The token-in loop's model client, its engine and template checked
-    (``TokenExactUnsupported``, ``TemplateNotPrefixPreserving``) before a
-    sandbox starts or a run is recorded."""
+def _require_text_protocol(settings: Settings) -> None:
     if settings.tool_protocol != "text":
         raise ConfigError(
             f"--token-exact reads tool calls from the sampled text, which the {settings.tool_protocol!r} tool "
             "protocol does not: use --tool-protocol text", tool_protocol=settings.tool_protocol)
+
+
+def require_token_exact(settings: Settings, urls: Sequence[str]) -> None:
+    """A batch's ``--token-exact`` checked once, before the batch is recorded:
+    the tool protocol, and each replica's engine and template as a run
+    checks them. A ``{task_id}`` URL names no one server: left to each run."""
+    _require_text_protocol(settings)
+    for url in urls:
+        if "{" not in url:
+            open_token_exact(settings.model_copy(update={"model_url": url})).close()
+
+
+def open_token_exact(settings: Settings) -> TokenExactClient:
+    """The token-in loop's model client, its engine and template checked
+    (``TokenExactUnsupported``, ``TemplateNotPrefixPreserving``) before a
+    sandbox starts or a run is recorded."""
+    _require_text_protocol(settings)
     client = TokenExactClient(settings.model_url, model=settings.model)
     try:
         # The loop appends user messages after an answer: the text
