@@ -14,7 +14,6 @@ before the first call."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,12 +23,11 @@ from typer.testing import CliRunner
 from cli.main import app
 from orchestrator.contract import Message, ModelRequest, Sampling
 from orchestrator.errors import TokenizerError
-from orchestrator.fault_server import FaultServer, RawResponse, Reply
+from orchestrator.fault_server import Fault, FaultServer, RawResponse, Reply
 from orchestrator.fault_server.chat_tokens import ids, render
 from orchestrator.model_client.token_exact import TokenExactClient
 from orchestrator.token_drift import check_envelopes
-from store import Store
-from tests.tokens.conftest import tokens_cli
+from tests.tokens.conftest import token_exact_run, tokens_cli
 from tests.tokens.test_token_exact import run_args
 
 # ChatML, as a Hugging Face tokenizer_config.json holds it.
@@ -127,12 +125,15 @@ def test_sglang_ids_that_contradict_usage_or_the_vocabulary_are_kept_and_flagged
     assert any(problem in p for p in call.problems), call.problems
 
 
-def test_tokenizer_files_not_readable_here_are_refused_before_the_first_call(tmp_path):
-    with FaultServer(endpoints=sglang_endpoints(tmp_path / "absent")) as server, \
-            TokenExactClient(server.base_url) as client:
-        with pytest.raises(TokenizerError, match="not a directory readable here"):
-            client.prepare(("user",))
+def test_tokenizer_files_not_readable_here_are_refused_before_the_first_call(tmp_path, monkeypatch):
+    monkeypatch.setenv("ESCROW_HOME", str(tmp_path / "home"))
+    example = Path(__file__).resolve().parents[2] / "examples" / "calculator"
+    with FaultServer(endpoints=sglang_endpoints(tmp_path / "absent")) as server:
+        result = CliRunner().invoke(app, run_args(example, server.base_url.removesuffix("/v1")))
+        assert isinstance(result.exception, TokenizerError), result.output
+        assert result.exception.exit_code == 2 and "not a directory readable here" in result.exception.message
         assert server.requests == []  # no /generate asked for
+    assert not (tmp_path / "home" / "escrow.db").exists()
 
 
 READ = '<tool name="read_file">{"path": "calc.py"}</tool>'
@@ -142,42 +143,65 @@ SUBMIT = '<tool name="submit">{"summary": "done"}</tool>'
 @pytest.mark.docker
 def test_a_token_exact_run_on_sglang_grows_by_the_sampled_ids_and_the_delta_and_is_clean(
         sglang: FaultServer, tmp_path, sandbox_image, sandbox_runtime):
-    import shutil
-
-    repo = tmp_path / "calculator"
-    shutil.copytree(Path(__file__).resolve().parents[2] / "examples" / "calculator", repo,
-                    ignore=shutil.ignore_patterns(".benchmarks", "__pycache__", ".pytest_cache"))
     # The first answer's sampled ids are not what its text re-encodes to:
     # only ids carried as sampled match them.
     sampled = [300_000, *ids(READ)[1:]]
-    sglang.script([Reply(text=READ, completion_token_ids=sampled),
-                   Reply(text=SUBMIT, completion_token_ids=ids(SUBMIT))])
-    home = tmp_path / "home"
-    result = CliRunner(env={**os.environ, "ESCROW_HOME": str(home)}).invoke(app, [
-        *run_args(repo, sglang.base_url.removesuffix("/v1")), "--max-turns", "2", "--runtime", sandbox_runtime,
-        "--context-window", "4096", "--json"])
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
-    run_id = json.loads(result.stdout)["run_id"]
-
-    first, second = (json.loads(r.body) for r in sglang.requests)
+    db, run_id, (first, second), asked = token_exact_run(
+        sglang, tmp_path, [Reply(text=READ, completion_token_ids=sampled),
+                           Reply(text=SUBMIT, completion_token_ids=ids(SUBMIT))], sandbox_runtime)
     assert all(b["return_logprob"] is True for b in (first, second))
-    with Store.open(f"sqlite:///{home / 'escrow.db'}", readonly=True, create=False) as store:
-        from orchestrator.token_drift import answered_calls
-
-        calls = [c for c in answered_calls(store.trajectory(run_id)) if c.response is not None]
-        asked = [c.request().messages for c in calls]
     # Turn 1's prompt: turn 0's prompt, its sampled ids, then what the
     # template writes after an answer - nothing re-rendered.
     after = [m.to_wire() for m in asked[1][len(asked[0]) + 1:]]
     assert second["input_ids"] == first["input_ids"] + sampled + ids("<|im_end|>\n" + render(after, "chatml"))
     assert first["input_ids"] == ids(render([m.to_wire() for m in asked[0]], "chatml"))
 
-    checked, data = tokens_cli(home / "escrow.db", run_id, "--json")
+    checked, data = tokens_cli(db, run_id, "--json")
     assert checked.exit_code == 0, checked.output
     assert [c["token_class"] for c in data["calls"]] == ["CLEAN", "CLEAN"]
     assert all(c["problems"] == [] for c in data["calls"])
-    checked, data = tokens_cli(home / "escrow.db", run_id, "--json", "--rebuild", "--model-url",
+    checked, data = tokens_cli(db, run_id, "--json", "--rebuild", "--model-url",
                                sglang.base_url.removesuffix("/v1"))
     assert checked.exit_code == 0, checked.output
     assert [(r["position"], r["recorded"]) for r in data["rebuilt"]] == [
         (None, len(first["input_ids"])), (None, len(second["input_ids"]))]
+
+
+# The token client attempts a call as the chat client does (calls.Retrier,
+# run_attempt's watchdog): shown here on SGLang, the same for every engine.
+
+def test_a_503_then_an_answer_is_retried_and_both_attempts_recorded(sglang: FaultServer):
+    sglang.script([Fault.http(503, retry_after=0), Reply(text="hi", completion_token_ids=[104, 105])])
+    waits: list[float] = []
+    with TokenExactClient(sglang.base_url, sleep=waits.append) as client:
+        envelope = client.call(ASK)
+    assert envelope.status.value == "COMPLETED" and envelope.completion_token_ids == (104, 105)
+    assert [(a.status.value, a.http_status) for a in envelope.attempts] == [
+        ("TRANSPORT_FAILURE", 503), ("COMPLETED", 200)]
+    assert envelope.attempts[0].error is not None and envelope.attempts[0].error.kind == "unavailable"
+    assert len(waits) == 1  # one backoff, between the two attempts
+    first, second = (json.loads(r.body) for r in sglang.requests)
+    assert first["input_ids"] == second["input_ids"] == PROMPT  # the same prompt, sent again
+
+
+def test_a_500_is_not_retried(sglang: FaultServer):
+    sglang.script([Fault.http(500), Reply(text="never asked")])
+    with TokenExactClient(sglang.base_url, sleep=lambda s: None) as client:
+        envelope = client.call(ASK)
+    assert envelope.status.value == "FAULTED" and envelope.error is not None
+    assert envelope.error.kind == "engine_error" and len(envelope.attempts) == 1 and len(sglang.requests) == 1
+
+
+def test_an_answer_trickling_past_the_deadline_is_cut_as_the_chat_client_cuts_it(sglang: FaultServer):
+    # A byte every 50 ms never trips a per-read timeout; T_max over the
+    # whole call does, and the watchdog hangs up mid-body.
+    body = generated([104, 105], [[-0.5, 104, None], [-0.5, 105, None]]) + b" " * 4000
+    sglang.script([RawResponse(body=body, piece_bytes=1, pause_s=0.05)])
+    with TokenExactClient(sglang.base_url) as client:
+        envelope = client.call(ASK.model_copy(update={"deadline_s": 1.0}))
+    assert envelope.status.value == "TRANSPORT_FAILURE" and envelope.error is not None
+    assert envelope.error.kind == "deadline" and "T_max expired" in envelope.error.message
+    assert len(envelope.attempts) == 1 and len(sglang.requests) == 1  # a deadline is never retried
+    kept = envelope.raw_response or ""
+    assert 0 < len(kept) < len(body)  # what came before the cut is kept; the rest was never read
+    assert body.decode().startswith(kept)
