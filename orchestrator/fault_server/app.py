@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from orchestrator.fault_server import chat_tokens, render
+from orchestrator.fault_server import chat_tokens, render, sglang
 from orchestrator.fault_server.records import Disconnect, RecordedRequest, StreamRecord
 from orchestrator.fault_server.scenario import HttpError, Oversized, RawResponse, Reply, Scenario
 
@@ -34,7 +34,9 @@ class ScriptExhausted(Exception):
 
 
 KEY_PREFIX = "/k/"
-COMPLETIONS = ("/v1/chat/completions", "/v1/completions")
+COMPLETIONS = ("/v1/chat/completions", "/v1/completions", sglang.PATH)
+# The whole (not streamed) answer of each path in its engine's shape.
+WHOLE = {"/v1/completions": render.completion_body, sglang.PATH: sglang.generate_body}
 
 
 def split_key(path: str) -> tuple[str | None, str]:
@@ -162,7 +164,7 @@ class FaultApp:
                 json.dumps({"error": {"message": str(exc), "type": "fault_server"}}).encode(),
             )
             return
-        await self._play(scenario, body, index, send, receive, text=scope["path"] == "/v1/completions")
+        await self._play(scenario, body, index, send, receive, path=scope["path"])
 
     async def _stall(self, scenario: Reply | HttpError) -> None:
         name = scenario.released_by if isinstance(scenario, Reply) else None
@@ -175,7 +177,7 @@ class FaultApp:
             await anyio.sleep(min(0.2, max(0.0, until - anyio.current_time())))
 
     async def _play(self, scenario: Scenario, body: dict[str, Any], index: int, send, receive, *,
-                    text: bool = False) -> None:
+                    path: str = COMPLETIONS[0]) -> None:
         if scenario.kind == "hangup":
             _hang_up(send)
             return
@@ -187,10 +189,10 @@ class FaultApp:
             await self._raw(scenario, send)
         elif isinstance(scenario, Oversized):
             await self._oversized(scenario, body, send)
-        elif body.get("stream") and not text:
+        elif body.get("stream") and path not in WHOLE:
             await self._stream(scenario, body, index, send, receive)
         else:
-            data, tokens = (render.completion_body if text else render.whole_body)(scenario, body, index)
+            data, tokens = WHOLE.get(path, render.whole_body)(scenario, body, index)
             if scenario.tokens_per_s:
                 await anyio.sleep(tokens / scenario.tokens_per_s)
             await _respond(send, 200, b"application/json", data, scenario.headers)

@@ -39,6 +39,7 @@ class AttemptOutcome:
     headers: dict[str, str] = field(default_factory=dict)
     raw: bytearray = field(default_factory=bytearray)
     raw_total: int = 0
+    body: str | None = None
     started: float = 0.0
     first_payload_at: float | None = None
     ended: float = 0.0
@@ -63,7 +64,11 @@ def run_attempt(
     cancel: threading.Event | None,
     body_cap: int,
     clock: Callable[[], float] = time.monotonic,
+    whole: bool = False,
 ) -> AttemptOutcome:
+    """``whole``: a 2xx answer is any JSON body, kept in ``out.body`` for the
+    caller to read in its engine's shape (the cause says only that it was
+    read: FINISH_STOP); else it is a chat completion, streamed or not."""
     out = AttemptOutcome(Cause.READ_ERROR, "", acc, started=clock())
     remaining = max(0.001, deadline_at - out.started)
     timeout = httpx.Timeout(remaining, connect=remaining)
@@ -77,6 +82,8 @@ def run_attempt(
             out.headers = {k.lower(): v for k, v in response.headers.items()}
             if response.status_code >= 300:
                 _read_error_response(response, out)
+            elif whole:
+                _read_whole(response, out, body_cap, clock)
             elif "text/event-stream" in out.headers.get("content-type", ""):
                 _read_sse(response, out, body_cap, clock, dog)
             else:
@@ -190,19 +197,13 @@ def _finish(acc: ResponseAccumulator, how: str) -> None:
     raise _Finished(cause, f"finish_reason {acc.finish_reason!r}" + (" with a refusal" if acc.refusal else ""))
 
 
+def _read_whole(response: httpx.Response, out: AttemptOutcome, body_cap: int, clock) -> None:
+    out.body = _body_text(response, out, body_cap, clock)
+    raise _Finished(Cause.FINISH_STOP, "the whole body was read")
+
+
 def _read_body(response: httpx.Response, out: AttemptOutcome, body_cap: int, clock) -> None:
-    body = bytearray()
-    for chunk in response.iter_bytes():
-        if out.first_payload_at is None:
-            out.first_payload_at = clock()
-        _capture(out, chunk)
-        body += chunk
-        if len(body) > body_cap:
-            raise _Finished(Cause.PAYLOAD_TOO_LARGE, f"response body passed {body_cap} bytes (M_max plus framing)")
-    try:
-        text = bytes(body).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise _Finished(Cause.NON_UTF8, f"response body is not UTF-8 at byte {exc.start}") from exc
+    text = _body_text(response, out, body_cap, clock)
     try:
         whole = WireCompletion.model_validate_json(text)
     except ValidationError as exc:
@@ -215,6 +216,21 @@ def _read_body(response: httpx.Response, out: AttemptOutcome, body_cap: int, clo
     if acc.trip is not None:
         raise _Finished(acc.trip.cause, acc.trip.detail)
     _finish(acc, "response body")
+
+
+def _body_text(response: httpx.Response, out: AttemptOutcome, body_cap: int, clock) -> str:
+    body = bytearray()
+    for chunk in response.iter_bytes():
+        if out.first_payload_at is None:
+            out.first_payload_at = clock()
+        _capture(out, chunk)
+        body += chunk
+        if len(body) > body_cap:
+            raise _Finished(Cause.PAYLOAD_TOO_LARGE, f"response body passed {body_cap} bytes (M_max plus framing)")
+    try:
+        return bytes(body).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _Finished(Cause.NON_UTF8, f"response body is not UTF-8 at byte {exc.start}") from exc
 
 
 def _first_error(exc: ValidationError) -> str:

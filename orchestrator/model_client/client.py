@@ -23,10 +23,11 @@ from orchestrator.logprobs import logprobs_mode, read_logprobs, token_ids
 from orchestrator.model_client.accumulate import ResponseAccumulator
 from orchestrator.model_client.attempt import FRAMING_ALLOWANCE, RAW_CAP, AttemptOutcome, run_attempt
 from orchestrator.model_client.call_usage import TokenEstimator, default_estimator, resolve_usage
+from orchestrator.model_client.calls import Retrier
 from orchestrator.model_client.monitor import StreamMonitor
-from orchestrator.model_client.normalize import Cause, is_retried, status_of
+from orchestrator.model_client.normalize import Cause, status_of
 from orchestrator.model_client.provenance import EngineInfo, probe
-from orchestrator.model_client.retry import CircuitBreaker, RetryPolicy, retry_decision
+from orchestrator.model_client.retry import CircuitBreaker, RetryPolicy
 from orchestrator.observer import StreamObserver
 
 
@@ -59,7 +60,8 @@ class ModelClient:
         self.breaker = breaker or CircuitBreaker(retry.breaker_threshold, retry.breaker_reset_s, clock)
         self._api_key = api_key
         self._estimate = token_estimator or default_estimator()
-        self._sleep, self._rand, self._clock = sleep, rand, clock
+        self._clock = clock
+        self._retrier = Retrier(retry, self.breaker, sleep=sleep, rand=rand, clock=clock)
         # No keep-alive by default: each attempt opens its own connection, so the
         # watchdog always holds the socket and can cut a call that stalls even
         # before the response headers. A model call lasts seconds; a connect is µs.
@@ -104,50 +106,19 @@ class ModelClient:
         }
         if self._api_key:
             headers["authorization"] = f"Bearer {self._api_key}"
-        attempts: list[Attempt] = []
-        while True:
-            number = len(attempts) + 1
-            if self.observer is not None:
-                self.observer.on_attempt(number)
-            out = self._attempt(request, body, headers, deadline_at, cancel)
-            status = status_of(out.cause)
-            decision = retry_decision(
-                self.retry,
-                attempts_made=number,
-                retryable=is_retried(out.cause),
-                retry_after_s=out.retry_after_s,
-                remaining_s=deadline_at - self._clock(),
-                rand=self._rand,
-            )
-            error = None if status is Status.COMPLETED else ErrorDetail(kind=out.cause.value, message=out.message)
-            attempts.append(Attempt(
-                number=number, status=status, http_status=out.http_status, error=error,
-                duration_s=out.ended - out.started, backoff_s=decision.delay_s if decision.retry else 0.0,
-            ))
-            if not decision.retry:
-                if out.cause is not Cause.CIRCUIT_OPEN and status is not Status.CANCELED:
-                    self.breaker.record(status is Status.TRANSPORT_FAILURE)
-                if is_retried(out.cause):
-                    out.message += f" (gave up after {number} attempt(s): {decision.reason})"
-                return self._envelope(request, out, attempts, start)
-            if self._wait(decision.delay_s, cancel):
-                out.cause, out.message = Cause.EXTERNAL_CANCEL, "cancelled by the caller during retry backoff"
-                return self._envelope(request, out, attempts, start)
+        out, attempts = self._retrier.run(
+            lambda: self._attempt(request, body, headers, deadline_at, cancel),
+            deadline_at=deadline_at, cancel=cancel,
+            on_attempt=None if self.observer is None else self.observer.on_attempt)
+        return self._envelope(request, out, attempts, start)
 
     def _attempt(self, request, body, headers, deadline_at, cancel) -> AttemptOutcome:
         monitor = StreamMonitor(request.max_payload_bytes, json_content=_wants_json(request))
         acc = ResponseAccumulator(monitor, keep_logprobs=request.sampling.logprobs, observer=self.observer)
         now = self._clock()
-        if cancel is not None and cancel.is_set():
-            return AttemptOutcome(
-                Cause.EXTERNAL_CANCEL, "cancelled before the request was sent", acc, started=now, ended=now
-            )
-        if not self.breaker.allow():
-            return AttemptOutcome(
-                Cause.CIRCUIT_OPEN,
-                f"circuit open after {self.breaker.failures} consecutive transport failures; no request sent",
-                acc, started=now, ended=now,
-            )
+        blocked = self._retrier.blocked(cancel)
+        if blocked is not None:
+            return AttemptOutcome(*blocked, acc, started=now, ended=now)
         return run_attempt(
             self._http, self.url, body, headers, acc,
             deadline_at=deadline_at, cancel=cancel,
@@ -158,16 +129,6 @@ class ModelClient:
         """A setting the engine reported, once it has been probed."""
         value = self._engine.settings.get(setting) if self._engine is not None else None
         return value if isinstance(value, str) else None
-
-    def _wait(self, delay: float, cancel: threading.Event | None) -> bool:
-        """Back off; True if the caller cancelled meanwhile."""
-        if self._sleep is not None:
-            self._sleep(delay)
-        elif cancel is not None:
-            return cancel.wait(delay)
-        else:
-            time.sleep(delay)
-        return cancel is not None and cancel.is_set()
 
     def _envelope(self, request: ModelRequest, out: AttemptOutcome, attempts: list[Attempt], start: float) -> Envelope:
         acc = out.acc

@@ -8,8 +8,12 @@ llama.cpp's ``llama-server``: ``POST /tokenize {"content", "add_special",
 "tokens"}`` -> ``{"prompt"}``; ``POST /tokenize`` at the server root renders
 and tokenizes in one call (``{"model", "messages", "add_generation_prompt",
 "add_special_tokens"}``, or ``{"model", "prompt", ...}`` for text) ->
-``{"tokens", "count", "max_model_len"}``. Each
-answer is read strictly: anything else is a ``TokenizerError``, never a guess.
+``{"tokens", "count", "max_model_len"}``. SGLang: ``POST /tokenize
+{"prompt", "add_special_tokens"}`` -> ``{"tokens", "count",
+"max_model_len"}`` (text only: it renders no template), ``POST /detokenize
+{"tokens"}`` -> ``{"text"}``, ``GET /get_model_info`` -> ``{"model_path",
+"tokenizer_path", ...}``, whose tokenizer files hold the chat template
+(``SGLangTokens``). Each answer is read strictly: anything else is a ``TokenizerError``, never a guess.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 import httpx
 
 from orchestrator.errors import TokenizerError
+from orchestrator.model_client.chat_template import ChatTemplate
 from orchestrator.model_client.server_tokenizer import server_root
 
 
@@ -61,7 +66,7 @@ class EngineTokens:
         if self.model is not None:
             body["model"] = self.model
         data = self._post("/detokenize", body)
-        text = data.get("content", data.get("prompt"))
+        text = data.get("content", data.get("prompt", data.get("text")))
         if not isinstance(text, str):
             raise TokenizerError(f"{self.root}/detokenize gave no text", url=self.root)
         return text
@@ -116,3 +121,45 @@ class EngineTokens:
             if isinstance(size, int) and size > 0:
                 return size
         return None
+
+
+class SGLangTokens(EngineTokens):
+    """SGLang's tokenizer over HTTP and the model's chat template rendered
+    here from the tokenizer files its ``/get_model_info`` names (SGLang has
+    no endpoint that renders a conversation)."""
+
+    def __init__(self, base_url: str, *, http: httpx.Client | None = None, model: str | None = None,
+                 timeout_s: float = 30.0) -> None:
+        super().__init__(base_url, http=http, model=model, timeout_s=timeout_s)
+        self._template: ChatTemplate | None = None
+
+    @classmethod
+    def sharing(cls, tokens: EngineTokens) -> "SGLangTokens":
+        """The same server's, over ``tokens``' HTTP client."""
+        return cls(tokens.root, http=tokens._http, model=tokens.model)
+
+    def template(self) -> ChatTemplate:
+        if self._template is None:
+            url = self.root + "/get_model_info"
+            try:
+                response = self._http.get(url)
+                data = response.json() if response.status_code == 200 else None
+            except (httpx.HTTPError, ValueError) as exc:
+                raise TokenizerError(f"{url} unreachable or not JSON: {exc}", url=url) from exc
+            where = next((data.get(k) for k in ("tokenizer_path", "model_path")
+                          if isinstance(data, dict) and isinstance(data.get(k), str)), None)
+            if where is None:
+                raise TokenizerError(f"{url} named no tokenizer_path or model_path", url=url)
+            self._template = ChatTemplate.from_dir(where)
+        return self._template
+
+    def apply_template(self, messages: Sequence[dict[str, Any]]) -> str:
+        return self.template().render(messages)
+
+    def tokenize(self, text: str, *, special: bool = True, bos: bool = False) -> tuple[int, ...]:
+        """Ids of ``text`` (SGLang's tokenizer reads special tokens written
+        in text as themselves either way); ``bos`` adds the model's BOS."""
+        body: dict[str, Any] = {"prompt": text, "add_special_tokens": bos}
+        if self.model is not None:
+            body["model"] = self.model
+        return self._ids(self._post("/tokenize", body))

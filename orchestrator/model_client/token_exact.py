@@ -18,15 +18,23 @@ llama.cpp's ``llama-server`` (``/completion`` with a prompt of ids,
 ``return_tokens``, ``n_probs``; its ``/apply-template`` and ``/tokenize``)
 and vLLM >= 0.10.2 (``/v1/completions`` with a prompt of ids,
 ``return_token_ids``, ``logprobs``; its ``/tokenize`` renders and tokenizes
-a conversation in one call, so vLLM's delta is cut from ids). Stop strings
+a conversation in one call, so vLLM's delta is cut from ids) and SGLang
+(``/generate`` with ``input_ids`` and ``return_logprob``; its ``/tokenize``
+takes text only, so the model's chat template is rendered here from the
+tokenizer files its ``/get_model_info`` names). Stop strings
 are not sent: llama-server cuts them from the text but not from the sampled
 ids (nor the logprobs), so the two would disagree. A
-grammar constraint is sent as chat sends it. One attempt per call, no
-retry; every outcome is an Envelope.
+grammar constraint is sent as chat sends it. A call is attempted as the
+chat client's are (``calls.Retrier``, ``run_attempt``): TRANSPORT_FAILURE
+(a dropped connection, 429, 502-504) retried with backoff, T_max over the
+whole call with the watchdog cutting a stalled connection; every outcome
+is an Envelope.
 """
 
 from __future__ import annotations
 
+import json
+import random
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -37,13 +45,17 @@ import httpx
 from orchestrator.contract import Frozen, Message, ModelRequest
 from orchestrator.envelope import Attempt, Envelope, ErrorDetail, Payload, Status, Timings, Usage
 from orchestrator.errors import TemplateNotPrefixPreserving, TokenExactUnsupported, TokenizerError
-from orchestrator.model_client.attempt import RAW_CAP
-from orchestrator.model_client.normalize import Cause
+from orchestrator.model_client.accumulate import ResponseAccumulator
+from orchestrator.model_client.attempt import FRAMING_ALLOWANCE, AttemptOutcome, run_attempt
+from orchestrator.model_client.calls import Retrier
+from orchestrator.model_client.monitor import StreamMonitor
+from orchestrator.model_client.normalize import Cause, status_of
 from orchestrator.model_client.provenance import EngineInfo, probe
-from orchestrator.model_client.token_endpoints import EngineTokens
+from orchestrator.model_client.retry import CircuitBreaker, RetryPolicy
+from orchestrator.model_client.token_endpoints import EngineTokens, SGLangTokens
 from orchestrator.token_drift import first_difference
 
-TOKEN_EXACT_ENGINES = ("llama.cpp", "vllm")
+TOKEN_EXACT_ENGINES = ("llama.cpp", "vllm", "sglang")
 # Stands in for an answer in a rendering: text no template writes itself.
 SENTINEL = "\u2063escrow-answer-7f3a\u2063"
 _FINISH = {"eos": "stop", "word": "stop", "limit": "length"}
@@ -111,7 +123,8 @@ class _Template(Generic[R]):
 
 class TextTemplate(_Template[str]):
     """llama-server: a rendering is text (``/apply-template``); what the
-    template writes after an answer is tokenized on its own."""
+    template writes after an answer is tokenized on its own. SGLang the
+    same, its rendering done here (``SGLangTokens``)."""
 
     def __init__(self, tokens: EngineTokens) -> None:
         self.tokens = tokens
@@ -151,6 +164,15 @@ class IdTemplate(_Template[tuple[int, ...]]):
     def whole(self, messages: Sequence[dict[str, Any]]) -> tuple[int, ...]:
         return self.render(messages)
 
+
+def template_for(engine: str, tokens: EngineTokens) -> _Template[Any]:
+    """The template and tokenizer the loop extends prompts with on ``engine``:
+    vLLM renders ids, llama-server and SGLang text."""
+    if engine == "vllm":
+        return IdTemplate(tokens)
+    if engine == "sglang" and not isinstance(tokens, SGLangTokens):
+        tokens = SGLangTokens.sharing(tokens)
+    return TextTemplate(tokens)
 
 
 
@@ -221,15 +243,24 @@ class _Answer(NamedTuple):
 class TokenExactClient:
     """A ``Model`` sending prompts as token ids: to llama-server's
     ``/completion``, or vLLM's ``/v1/completions`` (``return_token_ids``,
-    vLLM >= 0.10.2); ``base_url`` ends in ``/v1`` (or not). ``model`` names
-    the model to vLLM's ``/tokenize`` (a request names its own)."""
+    vLLM >= 0.10.2, or SGLang's ``/generate``); ``base_url`` ends in
+    ``/v1`` (or not). ``model`` names the model to vLLM's ``/tokenize`` (a
+    request names its own). ``retry``, ``sleep``, ``rand``, ``clock`` and
+    ``breaker`` are the chat client's (``ModelClient``)."""
 
-    def __init__(self, base_url: str, *, model: str | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, base_url: str, *, model: str | None = None, retry: RetryPolicy = RetryPolicy(),
+                 sleep: Callable[[float], None] | None = None, rand: Callable[[], float] = random.random,
+                 clock: Callable[[], float] = time.monotonic, breaker: CircuitBreaker | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self._http = httpx.Client(follow_redirects=False)
+        # Answers on connections of their own (no keep-alive), as the chat
+        # client's: the watchdog learns each socket at its connect and can
+        # cut a stalled one.
+        self._calls = httpx.Client(follow_redirects=False, limits=httpx.Limits(max_keepalive_connections=0))
         self.tokens = EngineTokens(self.base_url, http=self._http, model=model)
         self._clock = clock
+        self.breaker = breaker or CircuitBreaker(retry.breaker_threshold, retry.breaker_reset_s, clock)
+        self._retrier = Retrier(retry, self.breaker, sleep=sleep, rand=rand, clock=clock)
         self._engine: EngineInfo | None = None
         self._sequence: TokenSequence | None = None
 
@@ -241,6 +272,7 @@ class TokenExactClient:
 
     def close(self) -> None:
         self._http.close()
+        self._calls.close()
 
     def engine_info(self) -> EngineInfo:
         if self._engine is None:
@@ -249,17 +281,17 @@ class TokenExactClient:
         return self._engine
 
     @property
-    def vllm(self) -> bool:
-        return self.engine_info().engine == "vllm"
+    def engine(self) -> str:
+        return self.engine_info().engine
 
     @property
     def url(self) -> str:
-        return self.tokens.root + ("/v1/completions" if self.vllm else "/completion")
+        return self.tokens.root + _PATHS.get(self.engine, "/completion")
 
     @property
     def sequence(self) -> TokenSequence:
         if self._sequence is None:
-            self._sequence = TokenSequence(IdTemplate(self.tokens) if self.vllm else TextTemplate(self.tokens))
+            self._sequence = TokenSequence(template_for(self.engine, self.tokens))
         return self._sequence
 
     def prepare(self, roles: Sequence[str] = ("user",)) -> None:
@@ -270,8 +302,9 @@ class TokenExactClient:
         engine = self.engine_info()
         if engine.engine not in TOKEN_EXACT_ENGINES:
             raise TokenExactUnsupported(
-                f"--token-exact sends prompts as token ids, which only llama.cpp's llama-server (/completion) "
-                f"and vLLM (/v1/completions) take here; the engine at {self.base_url} is {engine.label}",
+                f"--token-exact sends prompts as token ids, which only llama.cpp's llama-server (/completion), "
+                f"vLLM (/v1/completions) and SGLang (/generate) take here; the engine at {self.base_url} is "
+                f"{engine.label}",
                 engine=engine.label)
         first = [{"role": "user", "content": "a"}]
         answered = [*first, {"role": "assistant", "content": SENTINEL},
@@ -288,28 +321,36 @@ class TokenExactClient:
             ids = self.sequence.prompt_ids(request.messages)
         except TokenizerError as exc:
             return self._failed(Status.FAULTED, Cause.INTERNAL_ERROR, str(exc), start, self._clock(), sha)
-        body = _vllm_body(request, ids) if self.vllm else _llama_body(request, ids)
-        try:
-            response = self._http.post(self.url, json=body, timeout=request.deadline_s)
-        except httpx.HTTPError as exc:
-            cause = Cause.DEADLINE if isinstance(exc, httpx.TimeoutException) else Cause.CONNECT_ERROR
-            return self._failed(Status.TRANSPORT_FAILURE, cause, f"{self.url}: {exc}", start, self._clock(), sha)
-        return self._envelope(request, ids, response, start, sha)
-
-    def _envelope(self, request: ModelRequest, ids: tuple[int, ...], response: httpx.Response, start: float,
-                  sha: str) -> Envelope:
+        body = json.dumps(_BODIES.get(self.engine, _llama_body)(request, ids)).encode()
+        url, deadline_at = self.url, start + request.deadline_s
+        out, attempts = self._retrier.run(lambda: self._attempt(url, body, request, deadline_at, cancel),
+                                          deadline_at=deadline_at, cancel=cancel)
         end = self._clock()
-        raw = response.text[:RAW_CAP]
-        if response.status_code != 200:
-            status = Status.TRANSPORT_FAILURE if response.status_code >= 500 else Status.REJECTED
-            return self._failed(status, Cause.HTTP_ERROR,
-                                f"{self.url} answered HTTP {response.status_code}: {raw[:300]}",
-                                start, end, sha, http_status=response.status_code, raw=raw)
-        data = _object(response)
-        read = _read_vllm(data, ids) if self.vllm else _read_llama(data, request)
+        raw = bytes(out.raw).decode("utf-8", "replace") if out.raw_total else None
+        if out.body is None or out.cause is not Cause.FINISH_STOP:
+            return self._failed(status_of(out.cause), out.cause, f"{url}: {out.message}", start, end, sha,
+                                http_status=out.http_status, raw=raw, attempts=attempts)
+        return self._envelope(request, ids, _object(out.body), raw or "", start, end, sha, attempts)
+
+    def _attempt(self, url: str, body: bytes, request: ModelRequest, deadline_at: float,
+                 cancel: threading.Event | None) -> AttemptOutcome:
+        acc = ResponseAccumulator(StreamMonitor(request.max_payload_bytes))
+        now = self._clock()
+        blocked = self._retrier.blocked(cancel)
+        if blocked is not None:
+            return AttemptOutcome(*blocked, acc, started=now, ended=now)
+        return run_attempt(self._calls, url, body, {"content-type": "application/json", "accept": "application/json"},
+                           acc, deadline_at=deadline_at, cancel=cancel,
+                           body_cap=request.max_payload_bytes + FRAMING_ALLOWANCE, clock=self._clock, whole=True)
+
+    def _envelope(self, request: ModelRequest, ids: tuple[int, ...], data: dict[str, Any], raw: str, start: float,
+                  end: float, sha: str, attempts: list[Attempt]) -> Envelope:
+        engine = self.engine
+        read = (_read_vllm(data, ids) if engine == "vllm" else _read_sglang(data, request) if engine == "sglang"
+                else _read_llama(data, request))
         if isinstance(read, str):
             return self._failed(Status.FAULTED, Cause.MALFORMED_PROTOCOL, f"{self.url} {read}",
-                                start, end, sha, http_status=200, raw=raw)
+                                start, end, sha, http_status=200, raw=raw, attempts=attempts)
         status = Status.TRUNCATED if read.finish == "length" else Status.COMPLETED
         self.sequence.advance(request.messages, ids, read.sampled)
         prompt, completion, cached = read.prompt_tokens, read.completion_tokens, read.cached
@@ -336,7 +377,7 @@ class TokenExactClient:
             completion_token_ids=read.sampled,
             error=None if status is Status.COMPLETED else ErrorDetail(
                 kind=Cause.FINISH_LENGTH.value, message="the answer reached its output limit"),
-            attempts=(Attempt(number=1, status=status, http_status=200, duration_s=end - start),),
+            attempts=(*attempts[:-1], attempts[-1].model_copy(update={"status": status})),
             request_sha256=sha,
             payload_bytes=len(read.text.encode()),
             raw_response=raw,
@@ -346,11 +387,16 @@ class TokenExactClient:
         return self._engine.label if self._engine is not None else "llama.cpp"
 
     def _failed(self, status: Status, cause: Cause, message: str, start: float, end: float, sha: str, *,
-                http_status: int | None = None, raw: str | None = None) -> Envelope:
+                http_status: int | None = None, raw: str | None = None,
+                attempts: list[Attempt] | None = None) -> Envelope:
+        """The call's outcome ``status``; the last attempt's, when one was
+        made, ends as the call did."""
         error = ErrorDetail(kind=cause.value, message=message)
+        last = Attempt(number=1, status=status, http_status=http_status, error=error, duration_s=end - start)
+        if attempts:
+            last = attempts[-1].model_copy(update={"status": status, "error": error})
         return Envelope(status=status, error=error, http_status=http_status, timings=Timings(total_s=end - start),
-                        attempts=(Attempt(number=1, status=status, http_status=http_status, error=error,
-                                          duration_s=end - start),),
+                        attempts=(*(attempts or ())[:-1], last),
                         request_sha256=sha, raw_response=raw, engine=self._label())
 
 
@@ -377,6 +423,76 @@ def _vllm_body(request: ModelRequest, ids: tuple[int, ...]) -> dict[str, Any]:
     top = max(1, request.sampling.top_logprobs or 1) if request.sampling.logprobs else 1
     return _sampling(request, {"model": request.model, "prompt": list(ids), "max_tokens": request.max_tokens,
                                "stream": False, "return_token_ids": True, "logprobs": top})
+
+
+def _sglang_body(request: ModelRequest, ids: tuple[int, ...]) -> dict[str, Any]:
+    # A logprob per sampled id always (``output_token_logprobs``); the seed
+    # is not sent: ``/generate`` names it differently across versions.
+    params: dict[str, Any] = {"max_new_tokens": request.max_tokens}
+    for key in ("temperature", "top_p", "top_k"):
+        if getattr(request.sampling, key) is not None:
+            params[key] = getattr(request.sampling, key)
+    if request.constraint is not None and request.constraint.kind == "grammar":
+        params.update(request.constraint.fields)  # ``ebnf``: a sampling parameter of /generate
+    top = max(1, request.sampling.top_logprobs or 1) if request.sampling.logprobs else 0
+    return {"input_ids": list(ids), "sampling_params": params, "return_logprob": True,
+            "top_logprobs_num": top, "stream": False}
+
+
+_BODIES = {"vllm": _vllm_body, "sglang": _sglang_body}
+_PATHS = {"vllm": "/v1/completions", "sglang": "/generate"}
+
+
+def _triples(value: object) -> list[tuple[float, int, str | None]] | None:
+    """SGLang's logprob entries, ``[logprob, id, text or null]`` each; None
+    when any is another shape."""
+    if not isinstance(value, list):
+        return None
+    out = []
+    for entry in value:
+        if not (isinstance(entry, (list, tuple)) and len(entry) == 3 and isinstance(entry[0], (int, float))
+                and not isinstance(entry[0], bool) and _ids([entry[1]])
+                and (entry[2] is None or isinstance(entry[2], str))):
+            return None
+        out.append((float(entry[0]), int(entry[1]), entry[2]))
+    return out
+
+
+def _read_sglang(data: dict[str, Any], request: ModelRequest) -> _Answer | str:
+    """SGLang's ``/generate`` answer: ``text``, the sampled ``output_ids``
+    and ``meta_info`` (``prompt_tokens``, ``completion_tokens``,
+    ``cached_tokens``, ``finish_reason`` as ``{"type": ...}``,
+    ``output_token_logprobs`` and ``output_top_logprobs`` as ``[logprob,
+    id, text]`` triples), normalised to the chat endpoint's entries (with
+    each id)."""
+    text, sampled, meta = data.get("text"), data.get("output_ids"), data.get("meta_info")
+    if not isinstance(text, str) or not _ids(sampled) or not isinstance(meta, dict):
+        return "answered without its text, sampled ids and meta_info (text, output_ids, meta_info)"
+    assert isinstance(sampled, list)
+    finish = meta.get("finish_reason")
+    kind = finish.get("type") if isinstance(finish, dict) else None
+    if kind not in ("stop", "length"):
+        return f"ended without a finish reason stop or length (meta_info.finish_reason {finish!r})"
+    entries = _triples(meta.get("output_token_logprobs"))
+    if entries is None:
+        return "answered no readable logprobs (meta_info.output_token_logprobs: [logprob, id, text] each)"
+    if len(entries) != len(sampled):
+        return f"answered {len(entries)} logprobs for {len(sampled)} sampled ids (meta_info.output_token_logprobs)"
+    named = [i for _, i, _ in entries]
+    if named != sampled:
+        at = first_difference(named, sampled)
+        return (f"answered logprobs for other ids than output_ids (from position {at}: {named[at]} for "
+                f"{sampled[at]}): the logprobs would not be the sampled tokens'")
+    tops = meta.get("output_top_logprobs")
+    tops = tops if isinstance(tops, list) and len(tops) == len(entries) else [None] * len(entries)
+    logprobs = [{"token": t or "", "logprob": v, "id": i,
+                 "top_logprobs": [{"token": tt or "", "logprob": tv, "id": ti} for tv, ti, tt in _triples(top) or ()]}
+                for (v, i, t), top in zip(entries, tops, strict=True)] if request.sampling.logprobs else None
+    return _Answer(text=text, sampled=tuple(sampled), logprobs=logprobs,
+                   prompt_tokens=_count(meta.get("prompt_tokens")),
+                   completion_tokens=_count(meta.get("completion_tokens")),
+                   cached=_count(meta.get("cached_tokens")), finish=kind,
+                   model=None)
 
 
 def _read_llama(data: dict[str, Any], request: ModelRequest) -> _Answer | str:
@@ -439,9 +555,9 @@ def _ids(value: object) -> bool:
     return isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value)
 
 
-def _object(response: httpx.Response) -> dict[str, Any]:
+def _object(text: str) -> dict[str, Any]:
     try:
-        data = response.json()
+        data = json.loads(text)
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
@@ -470,9 +586,11 @@ def rebuild_prompts(tokens: EngineTokens, calls: Sequence[tuple[str, int | None,
     prompt ids rebuilt as the loop built them, compared with the recording.
     Each call continues from the recorded ids, so every divergence is named
     where it happens, not carried on. A run recorded from vLLM is rendered
-    with vLLM's ``/tokenize``, any other with llama-server's endpoints."""
-    vllm = any((envelope.engine or "").startswith("vllm") for *_, envelope in calls)
-    sequence = TokenSequence(IdTemplate(tokens) if vllm else TextTemplate(tokens))
+    with vLLM's ``/tokenize``, one from SGLang with its tokenizer and the
+    model's template, any other with llama-server's endpoints."""
+    engines = {(envelope.engine or "").split(" ")[0] for *_, envelope in calls}
+    engine = "vllm" if "vllm" in engines else "sglang" if "sglang" in engines else "llama.cpp"
+    sequence = TokenSequence(template_for(engine, tokens))
     out: list[Rebuilt] = []
     for call_id, turn, request, envelope in calls:
         recorded = envelope.prompt_token_ids

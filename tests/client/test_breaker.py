@@ -53,7 +53,7 @@ def test_a_call_canceled_during_backoff_does_not_count(srv, req):
     cancel = threading.Event()
     srv.script([Fault.http(503)] * 3)
     with _client(srv) as client:
-        client._sleep = lambda s: cancel.set()  # the caller cancels during the first backoff
+        client._retrier._sleep = lambda s: cancel.set()  # the caller cancels during the first backoff
         envelope = client.call(req(), cancel=cancel)
     assert envelope.status is Status.CANCELED
     assert client.breaker.failures == 0

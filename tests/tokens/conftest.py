@@ -4,8 +4,10 @@ ids in each engine's own fields."""
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -68,3 +70,29 @@ def tokens_cli(db: Path, run_id: str, *extra: str):
 @pytest.fixture
 def srv(fault_server: FaultServer) -> FaultServer:
     return fault_server
+
+
+def token_exact_run(server: FaultServer, tmp_path: Path, replies: list[Reply], runtime: str
+                    ) -> tuple[Path, str, list[dict[str, Any]], list[tuple[Message, ...]]]:
+    """A two-turn ``escrow run --token-exact`` of the calculator example
+    against ``server`` scripted with ``replies``: the store's path, the run,
+    the request bodies the server got and each answered call's messages."""
+    import shutil
+
+    from orchestrator.token_drift import answered_calls
+    from tests.tokens.test_token_exact import run_args
+
+    repo = tmp_path / "calculator"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "examples" / "calculator", repo,
+                    ignore=shutil.ignore_patterns(".benchmarks", "__pycache__", ".pytest_cache"))
+    server.script(replies)
+    home = tmp_path / "home"
+    result = CliRunner(env={**os.environ, "ESCROW_HOME": str(home)}).invoke(app, [
+        *run_args(repo, server.base_url.removesuffix("/v1")), "--max-turns", "2", "--runtime", runtime,
+        "--context-window", "4096", "--json"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    run_id = json.loads(result.stdout)["run_id"]
+    with Store.open(f"sqlite:///{home / 'escrow.db'}", readonly=True, create=False) as store:
+        calls = [c for c in answered_calls(store.trajectory(run_id)) if c.response is not None]
+        asked = [c.request().messages for c in calls]
+    return home / "escrow.db", run_id, [json.loads(r.body) for r in server.requests], asked

@@ -74,7 +74,8 @@ def test_an_engine_that_takes_no_token_prompt_is_refused_before_the_run(fault_se
     result = CliRunner().invoke(app, run_args(EXAMPLE, fault_server.base_url.removesuffix("/v1")))
     assert isinstance(result.exception, TokenExactUnsupported), result.output
     assert result.exception.exit_code == ExitCode.USAGE
-    assert "only llama.cpp's llama-server (/completion) and vLLM" in result.exception.message
+    assert "only llama.cpp's llama-server (/completion), vLLM (/v1/completions) and SGLang" in (
+        result.exception.message)
     native = CliRunner().invoke(app, [*run_args(EXAMPLE, fault_server.base_url.removesuffix("/v1")),
                                       "--tool-protocol", "native"])
     assert "use --tool-protocol text" in str(native.exception)

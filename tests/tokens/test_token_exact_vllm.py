@@ -12,7 +12,6 @@ answers refused before the first call."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,8 +24,7 @@ from orchestrator.errors import TemplateNotPrefixPreserving
 from orchestrator.fault_server import FaultServer, RawResponse, Reply
 from orchestrator.fault_server.chat_tokens import ids, render
 from orchestrator.model_client.token_exact import TokenExactClient
-from store import Store
-from tests.tokens.conftest import tokens_cli
+from tests.tokens.conftest import token_exact_run, tokens_cli
 from tests.tokens.test_token_exact import run_args
 
 VLLM = {"/version": {"version": "0.11.0"}, "/detokenize": {"prompt": ""}}
@@ -85,31 +83,14 @@ SUBMIT = '<tool name="submit">{"summary": "done"}</tool>'
 @pytest.mark.docker
 def test_a_token_exact_run_on_vllm_grows_by_the_sampled_ids_and_the_delta_and_is_clean(
         vllm: FaultServer, tmp_path, sandbox_image, sandbox_runtime):
-    import shutil
-
-    repo = tmp_path / "calculator"
-    shutil.copytree(Path(__file__).resolve().parents[2] / "examples" / "calculator", repo,
-                    ignore=shutil.ignore_patterns(".benchmarks", "__pycache__", ".pytest_cache"))
     # The first answer's sampled ids are not what its text re-encodes to (an
     # id the tokenizer never writes for "<", as two sampled ids can decode to
     # a word that encodes as one): only ids carried as sampled match them.
     sampled = [300_000, *ids(READ)[1:]]
-    vllm.script([Reply(text=READ, completion_token_ids=sampled), Reply(text=SUBMIT, completion_token_ids=ids(SUBMIT))])
-    home = tmp_path / "home"
-    result = CliRunner(env={**os.environ, "ESCROW_HOME": str(home)}).invoke(app, [
-        *run_args(repo, vllm.base_url.removesuffix("/v1")), "--max-turns", "2", "--runtime", sandbox_runtime,
-        "--context-window", "4096",
-        "--json"])
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
-    run_id = json.loads(result.stdout)["run_id"]
-
-    first, second = (json.loads(r.body) for r in vllm.requests)
+    db, run_id, (first, second), asked = token_exact_run(
+        vllm, tmp_path, [Reply(text=READ, completion_token_ids=sampled),
+                         Reply(text=SUBMIT, completion_token_ids=ids(SUBMIT))], sandbox_runtime)
     assert all(b["return_token_ids"] is True and b["logprobs"] == 1 for b in (first, second))
-    with Store.open(f"sqlite:///{home / 'escrow.db'}", readonly=True, create=False) as store:
-        from orchestrator.token_drift import answered_calls
-
-        calls = [c for c in answered_calls(store.trajectory(run_id)) if c.response is not None]
-        asked = [c.request().messages for c in calls]
     # Turn 1's prompt: turn 0's prompt, its sampled ids, then what the
     # template writes after an answer (its end of turn, the tool's result,
     # the generation prompt) - nothing re-rendered.
@@ -118,12 +99,12 @@ def test_a_token_exact_run_on_vllm_grows_by_the_sampled_ids_and_the_delta_and_is
     assert second["prompt"] == carried + ids("<|im_end|>\n" + render(after, "chatml"))
     assert first["prompt"] == ids(render([m.to_wire() for m in asked[0]], "chatml"))
 
-    checked, data = tokens_cli(home / "escrow.db", run_id, "--json")
+    checked, data = tokens_cli(db, run_id, "--json")
     assert checked.exit_code == 0, checked.output
     assert [c["token_class"] for c in data["calls"]] == ["CLEAN", "CLEAN"]
     assert all(c["problems"] == [] for c in data["calls"])
     # Replayed at the token level with the engine's /tokenize: the same ids.
-    checked, data = tokens_cli(home / "escrow.db", run_id, "--json", "--rebuild", "--model-url",
+    checked, data = tokens_cli(db, run_id, "--json", "--rebuild", "--model-url",
                                vllm.base_url.removesuffix("/v1"))
     assert checked.exit_code == 0, checked.output
     assert [(r["position"], r["recorded"]) for r in data["rebuilt"]] == [
