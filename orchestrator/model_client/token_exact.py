@@ -114,7 +114,8 @@ class _Template(Generic[R]):
     def delta(self, before: R, after: R) -> tuple[int, ...]:
         raise NotImplementedError
 
-    def whole(self, messages: Sequence[dict[str, Any]]) -> tuple[int, ...]:
+    def whole(self, messages: Sequence[dict[str, Any]]) -> tuple[tuple[int, ...], R]:
+        """The conversation's ids, and its rendering (kept: the next call's ``before``)."""
         raise NotImplementedError
 
     def extends(self, before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]]) -> tuple[int, ...]:
@@ -136,13 +137,14 @@ class TextTemplate(_Template[str]):
     def delta(self, before: str, after: str) -> tuple[int, ...]:
         return self.tokens.tokenize(after_answer(before, after))
 
-    def whole(self, messages: Sequence[dict[str, Any]]) -> tuple[int, ...]:
+    def whole(self, messages: Sequence[dict[str, Any]]) -> tuple[tuple[int, ...], str]:
         """Rendered and tokenized, with the model's BOS once: a template may
         write it itself (Gemma's does) or not (ChatML)."""
-        ids = self.tokens.tokenize(self.render(messages))
+        rendered = self.render(messages)
+        ids = self.tokens.tokenize(rendered)
         if self._bos is None:
             self._bos = self.tokens.tokenize("", bos=True)
-        return ids if ids[:len(self._bos)] == self._bos else self._bos + ids
+        return (ids if ids[:len(self._bos)] == self._bos else self._bos + ids), rendered
 
 
 class IdTemplate(_Template[tuple[int, ...]]):
@@ -161,8 +163,9 @@ class IdTemplate(_Template[tuple[int, ...]]):
             self._sentinel = self.tokens.tokenize_prompt(SENTINEL)
         return after_answer(before, after, self._sentinel)
 
-    def whole(self, messages: Sequence[dict[str, Any]]) -> tuple[int, ...]:
-        return self.render(messages)
+    def whole(self, messages: Sequence[dict[str, Any]]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        ids = self.render(messages)
+        return ids, ids
 
 
 def template_for(engine: str, tokens: EngineTokens) -> _Template[Any]:
@@ -206,7 +209,10 @@ class TokenSequence:
         self._pending = None
         last = self._messages
         if last is None or messages[:len(last)] != last:
-            return self.template.whole([m.to_wire() for m in messages])
+            ids, rendered = self.template.whole([m.to_wire() for m in messages])
+            if all(m.role != "assistant" for m in messages):  # rendered as the next call renders it (masked)
+                self._pending = (messages, rendered)
+            return ids
         new = messages[len(last):]
         if not new:
             return self._prompt

@@ -93,7 +93,7 @@ def batches(home: Path) -> list[object]:
 
 
 @pytest.mark.parametrize(("extra", "named"), [
-    ((), "only llama.cpp's llama-server (/completion) and vLLM"),
+    ((), "which only llama.cpp's llama-server (/completion), vLLM"),
     (("--tool-protocol", "native"), "use --tool-protocol text"),
 ], ids=["chat-only-engine", "native-tool-protocol"])
 def test_a_batch_that_cannot_be_token_exact_is_refused_before_it_is_recorded(fault_server: FaultServer, tmp_path,
@@ -140,10 +140,6 @@ def test_the_library_entry_point_takes_token_exact(fault_server: FaultServer, tm
     assert fault_server.requests == [] and not (tmp_path / "home" / "escrow.db").exists()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "TokenSequence keeps no rendering of the first prompt (rendered whole), so the second call renders the "
-    "conversation before the answer again: two /tokenize round trips (llama-server: two /apply-template); "
-    "orchestrator/model_client/token_exact.py, TokenSequence.prompt_ids/advance"))
 def test_each_turn_costs_one_render_round_trip_besides_its_completion(vllm: FaultServer):
     """Issue 40's claim: --token-exact adds at most one HTTP round trip a
     turn. On vLLM that is one /tokenize (render and tokenize at once)."""
