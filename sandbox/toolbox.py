@@ -23,7 +23,7 @@ from typing import NoReturn
 import docker.errors
 
 from orchestrator.canonical import readable_text
-from orchestrator.contract import Frozen, ToolSpec
+from orchestrator.contract import Captured, Frozen, ToolSpec
 from orchestrator.evidence import (
     MAX_CHANNEL_BYTES,
     Channel,
@@ -43,7 +43,6 @@ from orchestrator.suspect import SuspectReason
 from orchestrator.toolset import FileToolArgs, ToolArgs, tool_specs
 from policies import Decision, Effect, Policy, decide
 from policies.paths import first_match
-from sandbox.capture import CappedOutput
 from sandbox.container import Sandbox
 from sandbox.early_verifier import EarlyVerifier
 from sandbox.errors import ExportRefused, InfraFailure, SandboxError, WorkspaceFault
@@ -64,8 +63,8 @@ class ToolResult(Frozen):
     ok: bool
     exit_code: int | None
     observation: str
-    stdout: CappedOutput | None = None
-    stderr: CappedOutput | None = None
+    stdout: Captured | None = None
+    stderr: Captured | None = None
     duration_s: float
     timed_out: bool = False
     canceled: bool = False
