@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperCommand
 
+from cli import run_options as ro
 from cli.display.batch_html import batch_html
 from cli.display.table import ABSENT, Column, figure, prose, render, terminal_width
 from cli.logging_setup import configure_logging
@@ -33,7 +34,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.exit_codes import ExitCode
 from orchestrator.launch.compose import require_token_exact
 from orchestrator.model_client.reach import require_model, require_reachable
-from orchestrator.settings import CONSTRAIN_CHOICES, RUNTIME_CHOICES, Settings, load_settings
+from orchestrator.settings import Settings, load_settings
 from orchestrator.terminal_text import one_line
 from store import Store
 from store import batches as bstore
@@ -101,26 +102,17 @@ def batch(
     address: str = typer.Option(None, "--address", help="The Ray cluster, HOST:PORT (with --executor ray)."),
     model_url: list[str] = typer.Option(None, "--model-url", help="Model server base URL; repeat for replicas. "
                                         "{task_id} in it is replaced by the task's id."),
-    model: str = typer.Option(None, "--model",
-                              help="Model id sent to the server; default: the one model the server lists."),
-    max_turns: int = typer.Option(None, "--max-turns", min=1, help="Turn limit per run (a row may override)."),
-    max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="Most output tokens per model call."),
-    context_window: int = typer.Option(None, "--context-window", min=256,
-                                       help="The model's context window in tokens, when the server does not say."),
-    tool_protocol: str = typer.Option(None, "--tool-protocol", help="native or text."),
-    system_role: str = typer.Option(None, "--system-role", help="system or user."),
-    constrain: str = typer.Option(None, "--constrain", metavar=choices(CONSTRAIN_CHOICES),
-                                  help="Constrain tool calls to the tools' schemas (a grammar, or tool_choice "
-                                  "required): tools, off, or auto (the default: tools where the engine "
-                                  "supports it)."),
-    tokenizer: str = typer.Option(None, "--tokenizer", metavar="<auto|server|ENCODING>",
-                                 help="auto, server, or a tiktoken encoding such as cl100k_base."),
-    stream: bool = typer.Option(None, "--stream/--no-stream", help="Stream responses (SSE) or not."),
-    runtime: str = typer.Option(None, "--runtime", metavar=choices(RUNTIME_CHOICES),
-                                help="The sandbox's kernel: auto (the default: runsc when dockerd "
-                                "has it, else runc), runsc (gVisor) or runc (the host's)."),
-    token_exact: bool = typer.Option(None, "--token-exact/--no-token-exact",
-                                     help="Each run sends its prompts as token ids (see escrow run --help)."),
+    model: str = ro.MODEL,
+    max_turns: int = ro.MAX_TURNS,
+    max_tokens: int = ro.MAX_TOKENS,
+    context_window: int = ro.CONTEXT_WINDOW,
+    tool_protocol: str = ro.TOOL_PROTOCOL,
+    system_role: str = ro.SYSTEM_ROLE,
+    constrain: str = ro.CONSTRAIN,
+    tokenizer: str = ro.TOKENIZER,
+    stream: bool = ro.STREAM,
+    runtime: str = ro.RUNTIME,
+    token_exact: bool = ro.TOKEN_EXACT,
     verify_early: bool = typer.Option(
         None, "--verify-early/--no-verify-early",
         help="Start each run's verifier container while its agent works (off by default in a batch: these "

@@ -15,10 +15,10 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.text import Text
 
+from cli import run_options as ro
 from cli.display.live import LiveScreen, PlainScreen, RunDisplay
 from cli.display.whole import print_diff
 from cli.logging_setup import configure_logging
-from cli.usage import choices
 from orchestrator.agent import Verdict
 from orchestrator.canonical import bytes_fields
 from orchestrator.costing.money import dollars
@@ -28,7 +28,7 @@ from orchestrator.launch import RunOutcome, RunRequest, run_agent
 from orchestrator.launch.compose import resolve_policy
 from orchestrator.limits import Tally
 from orchestrator.model_client.reach import require_model, require_reachable
-from orchestrator.settings import CONSTRAIN_CHOICES, RUNTIME_CHOICES, load_settings
+from orchestrator.settings import load_settings
 from orchestrator.terminal_text import one_line, printable
 from sandbox.errors import ApplyRefused
 
@@ -46,51 +46,30 @@ def run(
         ..., "--verify", help='The verifier command run by submit, e.g. "python3 -m pytest -q". Only its pass counts.'
     ),
     model_url: str = typer.Option(None, "--model-url", help="OpenAI-compatible base URL ending in /v1."),
-    model: str = typer.Option(None, "--model",
-                              help="Model id sent to the server; default: the one model the server lists."),
+    model: str = ro.MODEL,
     policy: Path = typer.Option(
         None, "--policy", help="Capability policy file (TOML); default: the shipped safe policy."
     ),
-    max_turns: int = typer.Option(None, "--max-turns", min=1, help="Turn limit (overrides the policy)."),
+    max_turns: int = ro.MAX_TURNS,
     budget_usd: float = typer.Option(None, "--budget-usd", min=0, help="Cost limit in dollars (overrides the policy)."),
-    max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="Most output tokens per model call."),
-    context_window: int = typer.Option(
-        None, "--context-window", min=256,
-        help="The model's context window in tokens, when the server does not report it."
-    ),
+    max_tokens: int = ro.MAX_TOKENS,
+    context_window: int = ro.CONTEXT_WINDOW,
     temperature: float = typer.Option(None, "--temperature", min=0, help="Sampling temperature."),
     seed: int = typer.Option(None, "--seed", help="Sampling seed, where the server honours one."),
     logprobs: int = typer.Option(
         None, "--logprobs", min=0, max=20, help="Record per-token logprobs with the top K alternatives."
     ),
-    tool_protocol: str = typer.Option(
-        None, "--tool-protocol", metavar=choices(("native", "text")),
-        help="native (OpenAI tools) or text (search/replace blocks)."
-    ),
-    constrain: str = typer.Option(None, "--constrain", metavar=choices(CONSTRAIN_CHOICES),
-                                  help="Constrain tool calls to the tools' schemas (a grammar, or tool_choice "
-                                  "required): tools, off, or auto (the default: tools where the engine "
-                                  "supports it)."),
-    system_role: str = typer.Option(
-        None, "--system-role", metavar=choices(("system", "user")),
-        help="system, or user for chat templates without a system turn."
-    ),
-    tokenizer: str = typer.Option(None, "--tokenizer", metavar="<auto|server|ENCODING>",
-                                 help="auto, server, or a tiktoken encoding such as cl100k_base."),
-    stream: bool = typer.Option(None, "--stream/--no-stream", help="Stream responses (SSE) or not."),
-    token_exact: bool = typer.Option(
-        None, "--token-exact/--no-token-exact",
-        help="Hold the conversation's token ids and send each prompt as ids: every id the engine reads is one "
-        "it sampled or its own template added (llama.cpp's llama-server; with --tool-protocol text). "
-        "Refused before the run if the engine takes no token prompt or its template is not "
-        "prefix-preserving. See docs/TOKENS.md."),
+    tool_protocol: str = ro.TOOL_PROTOCOL,
+    constrain: str = ro.CONSTRAIN,
+    system_role: str = ro.SYSTEM_ROLE,
+    tokenizer: str = ro.TOKENIZER,
+    stream: bool = ro.STREAM,
+    token_exact: bool = ro.TOKEN_EXACT,
     verify_early: bool = typer.Option(
         None, "--verify-early/--no-verify-early",
         help="Start the verifier's container while the agent works, so submit pays only the copy and the "
         "tests (the default; one more container per run)."),
-    runtime: str = typer.Option(None, "--runtime", metavar=choices(RUNTIME_CHOICES),
-                                help="The sandbox's kernel: auto (the default: runsc when dockerd "
-                                "has it, else runc), runsc (gVisor) or runc (the host's)."),
+    runtime: str = ro.RUNTIME,
     apply: bool = typer.Option(False, "--apply", help="Apply the patch to --repo when the verdict is PASS."),
     accept_suspect: bool = typer.Option(False, "--accept-suspect",
                                         help="With --apply, apply a SUSPECT patch too (its verifier passed)."),

@@ -238,8 +238,7 @@ class Agent:
                 self.verifier_runs += 1
                 if outcome.verifier_passed:
                     passed = True
-                    sha = outcome.detail.get("patch_sha256")
-                    self.passed_patch = sha if isinstance(sha, str) else None
+                    self.passed_patch = outcome.patch_sha256
                     self.suspect = outcome.suspect
         if passed and self.suspect:  # passed, by a patch that reaches for the verification itself
             raise RunEnded(Verdict.SUSPECT, summary(self.suspect))

@@ -22,6 +22,26 @@ class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class Captured(Frozen):
+    """One stream of a command, capped where it was captured (a head and a
+    tail kept) but sized and hashed whole: what the model, the store and the
+    screen see of it."""
+
+    head: str
+    tail: str = ""
+    total_bytes: int
+    sha256: str
+    truncated: bool = False
+
+    def text(self) -> str:
+        """The kept text; a cut stream says how much was left out, the one
+        way it reads live, in the store and in ``show``."""
+        if not self.truncated:
+            return self.head
+        omitted = self.total_bytes - len(self.head.encode()) - len(self.tail.encode())
+        return f"{self.head}\n[... {max(omitted, 0)} bytes omitted of {self.total_bytes} ...]\n{self.tail}"
+
+
 Role = Literal["system", "user", "assistant", "tool"]
 
 

@@ -9,7 +9,7 @@ from orchestrator.ports import ToolOutcome
 
 
 def perimeter_rejection(layer: str, error: str) -> ToolOutcome:
-    return ToolOutcome(observation=f"error ({layer} check): {error}", ok=False, detail={"layer": layer})
+    return ToolOutcome(observation=f"error ({layer} check): {error}", ok=False, layer=layer)
 
 
 def no_tool_call() -> Message:

@@ -12,8 +12,9 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from orchestrator.candidate import Transition
-from orchestrator.contract import Frozen, Message, ModelRequest, ToolCall, ToolSpec
+from orchestrator.contract import Captured, Frozen, Message, ModelRequest, ToolCall, ToolSpec
 from orchestrator.envelope import Envelope
+from orchestrator.evidence import Evidence
 from orchestrator.suspect import SuspectReason
 
 
@@ -34,16 +35,28 @@ class Model(Protocol):
 
 
 class ToolOutcome(Frozen):
-    """What one executed tool call produced. ``observation`` is the exact text
-    fed back to the model."""
+    """What one executed (or refused) tool call produced: the one shape the
+    loop, the store and the screen read, made once from the sandbox's
+    result (``sandbox.loop_tools.outcome_of``) or a recorded row.
+    ``observation`` is the exact text fed back to the model."""
 
     observation: str
     ok: bool
     exit_code: int | None = None
     duration_s: float = 0.0
+    stdout: Captured | None = None
+    stderr: Captured | None = None
+    timed_out: bool | None = None  # None: no command ran (a refusal, a file tool's reply)
+    canceled: bool = False
     verifier_passed: bool | None = None
+    evidence: Evidence | None = None  # what a submit's verdict rests on
+    patch_sha256: str | None = None  # the patch a submit verified
+    patch_files: tuple[str, ...] | None = None
     suspect: tuple[SuspectReason, ...] = ()  # a passing submit's reasons for SUSPECT (orchestrator.suspect)
-    detail: dict[str, Any] = {}
+    resolved_path: str | None = None  # a file tool's path after symlinks, as the ACL judged it
+    resolved_rule: str | None = None
+    layer: str | None = None  # the perimeter layer that refused the call
+    other: dict[str, Any] = {}  # what a recorded row holds beyond these (an imported run's facts)
 
 
 class Tools(Protocol):

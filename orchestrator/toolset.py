@@ -31,13 +31,15 @@ class PathAccess(Frozen):
 
 
 class ToolHost(Protocol[R_co]):
-    """Where tools run: the sandbox's ToolBox implements these primitives."""
+    """Where tools run: the sandbox's ToolBox implements these primitives.
+    ``time_left_s`` is the run's remaining wall time (None: no limit); no
+    command of the call runs past it."""
 
-    def command(self, tool: str, command: str, timeout_s: float | None) -> R_co: ...
+    def command(self, tool: str, command: str, timeout_s: float | None, *, time_left_s: float | None) -> R_co: ...
 
-    def file_op(self, tool: FileToolArgs, request: dict[str, object]) -> R_co: ...
+    def file_op(self, tool: FileToolArgs, request: dict[str, object], *, time_left_s: float | None) -> R_co: ...
 
-    def submit(self) -> R_co: ...
+    def submit(self, *, time_left_s: float | None) -> R_co: ...
 
 
 class ToolArgs(Frozen):
@@ -48,7 +50,7 @@ class ToolArgs(Frozen):
     def path_accesses(self) -> tuple[PathAccess, ...]:
         return ()
 
-    def run(self, host: ToolHost[R]) -> R:
+    def run(self, host: ToolHost[R], *, time_left_s: float | None) -> R:
         raise NotImplementedError
 
 
@@ -65,8 +67,8 @@ class FileToolArgs(ToolArgs):
         """The observation for a successful reply."""
         raise NotImplementedError
 
-    def run(self, host: ToolHost[R]) -> R:
-        return host.file_op(self, self.request())
+    def run(self, host: ToolHost[R], *, time_left_s: float | None) -> R:
+        return host.file_op(self, self.request(), time_left_s=time_left_s)
 
 
 class BashArgs(ToolArgs):
@@ -85,8 +87,8 @@ class BashArgs(ToolArgs):
             raise ValueError("command contains a NUL byte")
         return value
 
-    def run(self, host: ToolHost[R]) -> R:
-        return host.command(self.name, self.command, self.timeout_s)
+    def run(self, host: ToolHost[R], *, time_left_s: float | None) -> R:
+        return host.command(self.name, self.command, self.timeout_s, time_left_s=time_left_s)
 
 
 class ReadFileArgs(FileToolArgs):
@@ -169,8 +171,8 @@ class SubmitArgs(ToolArgs):
     name: ClassVar[str] = "submit"
     summary: str = Field(default="", max_length=4000, description="What was changed and why.")
 
-    def run(self, host: ToolHost[R]) -> R:
-        return host.submit()
+    def run(self, host: ToolHost[R], *, time_left_s: float | None) -> R:
+        return host.submit(time_left_s=time_left_s)
 
 
 TOOLS: dict[str, type[ToolArgs]] = {

@@ -2,7 +2,6 @@
 exec with a process-tree-killing timeout, and the ToolBox on which the tools
 declared in ``orchestrator.toolset`` run."""
 
-from sandbox.capture import CappedOutput
 from sandbox.container import Sandbox
 from sandbox.daemon import connect, require_image
 from sandbox.errors import (
@@ -21,7 +20,7 @@ from sandbox.toolbox import ToolBox, ToolResult
 from sandbox.workspace import Patch, apply_patch
 
 __all__ = [
-    "BuildResult", "CappedOutput", "DaemonUnavailable", "ExecError", "ExecLimits", "ExecOutcome", "Finding",
+    "BuildResult", "DaemonUnavailable", "ExecError", "ExecLimits", "ExecOutcome", "Finding",
     "Hardening", "ImageBuildError", "ImageMissing", "Patch", "Sandbox", "SandboxError", "ToolBox", "ToolResult",
     "WorkspaceError", "apply_patch", "audit", "build_image", "connect", "remove_orphans", "require_image",
 ]

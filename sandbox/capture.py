@@ -6,23 +6,7 @@ from __future__ import annotations
 
 import hashlib
 
-from orchestrator.contract import Frozen
-
-
-class CappedOutput(Frozen):
-    """What the model and the store see of one stream."""
-
-    head: str
-    tail: str
-    total_bytes: int
-    sha256: str
-    truncated: bool
-
-    def text(self) -> str:
-        if not self.truncated:
-            return self.head
-        omitted = self.total_bytes - len(self.head.encode()) - len(self.tail.encode())
-        return f"{self.head}\n[... {max(omitted, 0)} bytes omitted of {self.total_bytes} ...]\n{self.tail}"
+from orchestrator.contract import Captured
 
 
 class StreamCapture:
@@ -48,10 +32,10 @@ class StreamCapture:
             if len(self._tail) > self._tail_cap:
                 del self._tail[: len(self._tail) - self._tail_cap]
 
-    def result(self) -> CappedOutput:
+    def result(self) -> Captured:
         truncated = self.total > len(self._head) + len(self._tail)
         head = bytes(self._head) if truncated else bytes(self._head + self._tail)
-        return CappedOutput(
+        return Captured(
             head=head.decode("utf-8", errors="replace"),
             tail=bytes(self._tail).decode("utf-8", errors="replace") if truncated else "",
             total_bytes=self.total,
@@ -60,7 +44,7 @@ class StreamCapture:
         )
 
 
-def capture_bytes(data: bytes, cap: int) -> CappedOutput:
+def capture_bytes(data: bytes, cap: int) -> Captured:
     capture = StreamCapture(cap)
     capture.feed(data)
     return capture.result()

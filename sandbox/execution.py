@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.contract import Frozen
-from sandbox.capture import CappedOutput
+from orchestrator.contract import Captured, Frozen
 
 FLOOD_FACTOR = 4096  # a command is killed past this many times its caps (bounded host CPU)
 
@@ -21,8 +20,8 @@ class ExecLimits(Frozen):
 
 class ExecOutcome(Frozen):
     exit_code: int | None
-    stdout: CappedOutput
-    stderr: CappedOutput
+    stdout: Captured
+    stderr: Captured
     duration_s: float
     timed_out: bool
     flooded: bool

@@ -20,29 +20,16 @@ from sandbox.toolbox import ToolBox, ToolResult
 
 
 def outcome_of(result: ToolResult) -> ToolOutcome:
-    detail: dict[str, object] = {"timed_out": result.timed_out}
-    if result.canceled:
-        detail["canceled"] = True
-    if result.resolved_path is not None:
-        detail["resolved_path"] = result.resolved_path
-        detail["resolved_rule"] = result.resolved_rule
-    if result.stdout is not None:
-        detail["stdout"] = result.stdout.model_dump()
-    if result.stderr is not None:
-        detail["stderr"] = result.stderr.model_dump()
-    if result.evidence is not None:
-        detail["evidence"] = result.evidence.model_dump(mode="json")
-    if result.patch is not None:
-        detail["patch_sha256"] = result.patch.sha256
-        detail["patch_files"] = list(result.patch.files)
+    """The loop's shape of a ToolBox result: the patch by its sha256 and
+    files (the Patch itself stays with the ToolBox's ``submitted``)."""
+    patch = result.patch
     return ToolOutcome(
-        observation=result.observation,
-        ok=result.ok,
-        exit_code=result.exit_code,
-        duration_s=result.duration_s,
-        verifier_passed=result.verifier_passed,
-        suspect=result.suspect,
-        detail=detail,
+        observation=result.observation, ok=result.ok, exit_code=result.exit_code, duration_s=result.duration_s,
+        stdout=result.stdout, stderr=result.stderr, timed_out=result.timed_out, canceled=result.canceled,
+        verifier_passed=result.verifier_passed, evidence=result.evidence, suspect=result.suspect,
+        patch_sha256=patch.sha256 if patch is not None else None,
+        patch_files=tuple(patch.files) if patch is not None else None,
+        resolved_path=result.resolved_path, resolved_rule=result.resolved_rule,
     )
 
 

@@ -23,7 +23,7 @@ from typing import NoReturn
 import docker.errors
 
 from orchestrator.canonical import readable_text
-from orchestrator.contract import Frozen, ToolSpec
+from orchestrator.contract import Captured, Frozen, ToolSpec
 from orchestrator.evidence import (
     MAX_CHANNEL_BYTES,
     Channel,
@@ -43,7 +43,6 @@ from orchestrator.suspect import SuspectReason
 from orchestrator.toolset import FileToolArgs, ToolArgs, tool_specs
 from policies import Decision, Effect, Policy, decide
 from policies.paths import first_match
-from sandbox.capture import CappedOutput
 from sandbox.container import Sandbox
 from sandbox.early_verifier import EarlyVerifier
 from sandbox.errors import ExportRefused, InfraFailure, SandboxError, WorkspaceFault
@@ -64,8 +63,8 @@ class ToolResult(Frozen):
     ok: bool
     exit_code: int | None
     observation: str
-    stdout: CappedOutput | None = None
-    stderr: CappedOutput | None = None
+    stdout: Captured | None = None
+    stderr: Captured | None = None
     duration_s: float
     timed_out: bool = False
     canceled: bool = False
@@ -145,15 +144,13 @@ class ToolBox:
     def specs(self) -> tuple[ToolSpec, ...]:
         return tool_specs(self.policy.tools.allowed)
 
-    def limits(self, timeout_s: float | None = None) -> ExecLimits:
+    def limits(self, timeout_s: float | None = None, *, time_left_s: float | None = None) -> ExecLimits:
         """The policy's caps; the timeout is the smallest of the policy's, the
-        call's and the run's remaining wall time (``self._time_left_s``)."""
+        call's and the run's remaining wall time."""
         r = self.policy.resources
-        candidates = [r.command_timeout_s, timeout_s, self._time_left_s]
+        candidates = [r.command_timeout_s, timeout_s, time_left_s]
         timeout = max(min(t for t in candidates if t is not None), _MIN_TIMEOUT_S)
         return ExecLimits(timeout_s=timeout, stdout_cap=r.stdout_cap_bytes, stderr_cap=r.stderr_cap_bytes)
-
-    _time_left_s: float | None = None
 
     def execute(self, name: str, args: ToolArgs, *, time_left_s: float | None = None) -> ToolResult:
         """Run one validated call the loop's ACL allowed, for at most
@@ -161,34 +158,31 @@ class ToolBox:
         resolved in the container (``file_op``): only there is its target known."""
         if args.name != name:
             raise TypeError(f"arguments of {args.name} passed as {name}")
-        self._time_left_s = time_left_s
-        try:
-            result = args.run(self)
-        finally:
-            self._time_left_s = None
+        result = args.run(self, time_left_s=time_left_s)
         # Names and output that are not UTF-8 reach the model as \xNN text: a
         # lone surrogate in a request is refused by servers and JSON parsers.
         shown = readable_text(result.observation)
         return result if shown == result.observation else result.model_copy(update={"observation": shown})
 
-    def command(self, tool: str, command: str, timeout_s: float | None) -> ToolResult:
-        outcome = self.sandbox.bash(command, self.limits(timeout_s), cancel=self.cancel)
+    def command(self, tool: str, command: str, timeout_s: float | None, *,
+                time_left_s: float | None = None) -> ToolResult:
+        outcome = self.sandbox.bash(command, self.limits(timeout_s, time_left_s=time_left_s), cancel=self.cancel)
         return _from_outcome(tool, outcome)
 
-    def submit(self) -> ToolResult:
+    def submit(self, *, time_left_s: float | None = None) -> ToolResult:
         if not self.verifier_command:
             return ToolResult(tool="submit", ok=False, exit_code=None, duration_s=0.0, verifier_passed=False,
                               observation="no verifier is configured for this task; submit cannot be judged")
-        result = self._submit(self.verifier_command)
+        result = self._submit(self.verifier_command, self.limits(time_left_s=time_left_s))
         if self._early_wanted and not result.verifier_passed and not (self.cancel and self.cancel.is_set()):
             self.start_early()  # the run goes on: the next submit's container, while the agent works
         return result
 
-    def _submit(self, command: str) -> ToolResult:
+    def _submit(self, command: str, limits: ExecLimits) -> ToolResult:
         try:
             patch, copy = self._verifier_copy(self.workspace_patch())
             evidence_wanted = is_pytest_command(command)
-            outcome, channel = self._verify_blaming(copy, evidence_wanted)
+            outcome, channel = self._verify_blaming(copy, evidence_wanted, limits)
         except WorkspaceFault as exc:
             return ToolResult(tool="submit", ok=False, exit_code=None, duration_s=0.0, verifier_passed=False,
                               observation=f"verifier FAILED: {exc}")
@@ -281,24 +275,27 @@ class ToolBox:
         except INFRA_SUSPECTS as exc:
             blame("the export of the workspace", exc, self.sandbox.export_canary)
 
-    def _verify_blaming(self, copy: VerifierCopy, evidence_wanted: bool) -> tuple[ExecOutcome, Channel]:
+    def _verify_blaming(self, copy: VerifierCopy, evidence_wanted: bool,
+                        limits: ExecLimits) -> tuple[ExecOutcome, Channel]:
         """The verifier on ``copy``; a failure of its sandbox is judged by the
         same step on the starting copy alone (``blame``)."""
         try:
-            return self._verify(copy, evidence_wanted)
+            return self._verify(copy, evidence_wanted, limits)
         except ExportRefused:
             raise
         except INFRA_SUSPECTS as exc:
             blame("the verifier", exc, lambda: self._verify(self.sandbox.starting_copy(), evidence_wanted,
-                                                            canary=True))
+                                                            limits, canary=True))
 
-    def _verify(self, copy: VerifierCopy, evidence_wanted: bool, *,
+    def _verify(self, copy: VerifierCopy, evidence_wanted: bool, limits: ExecLimits | None = None, *,
                 canary: bool = False) -> tuple[ExecOutcome, Channel]:
         """The task's reference tests and verify command on ``copy``, in a
-        fresh container (one started early, when there is one), under the
-        run's limits, with the trusted reporter when the verifier is pytest;
-        the first submit of a run first collects the required tests from the
-        starting copy there (never the canary's)."""
+        fresh container (one started early, when there is one), under
+        ``limits`` (default: the policy's, with no run deadline), with the
+        trusted reporter when the verifier is pytest; the first submit of a
+        run first collects the required tests from the starting copy there
+        (never the canary's)."""
+        limits = limits or self.limits()
         pre_pass = not canary and self._needs_pre_pass(evidence_wanted)
         archive = self.sandbox.archive_for(copy)  # ExportRefused here leaves an early container for the next submit
         early = None if canary else self._take_early()
@@ -311,21 +308,21 @@ class ToolBox:
                 self._required_known, self._required = True, required
             with verifier:
                 verifier.refill(archive)
-                return self._verify_in(verifier, evidence_wanted)
+                return self._verify_in(verifier, evidence_wanted, limits)
         first = self.sandbox.starting_archive(copy) if pre_pass else None
         with self.sandbox.fresh(first or archive, "verify") as verifier:
             if first is not None:
                 self._required_known = True
-                self._required = self._collect_required(verifier, self.verifier_command or "", self.limits(),
+                self._required = self._collect_required(verifier, self.verifier_command or "", limits,
                                                         self.cancel)
                 verifier.refill(archive)
-            return self._verify_in(verifier, evidence_wanted)
+            return self._verify_in(verifier, evidence_wanted, limits)
 
-    def _verify_in(self, verifier: Sandbox, evidence_wanted: bool) -> tuple[ExecOutcome, Channel]:
+    def _verify_in(self, verifier: Sandbox, evidence_wanted: bool, limits: ExecLimits) -> tuple[ExecOutcome, Channel]:
         """The reference tests and the verify command in ``verifier``, which holds the copy."""
         env = reporter_env(_RUN_CHANNEL, "run") if evidence_wanted else None
-        outcome = self._apply_verifier_patch(verifier, self.limits(), self.cancel) or verifier.bash(
-            self.verifier_command or "", self.limits(), cancel=self.cancel, env=env)
+        outcome = self._apply_verifier_patch(verifier, limits, self.cancel) or verifier.bash(
+            self.verifier_command or "", limits, cancel=self.cancel, env=env)
         channel = _read_channel(verifier, _RUN_CHANNEL) if env else Channel()
         return outcome, channel
 
@@ -360,7 +357,8 @@ class ToolBox:
         flags += [f for f in copy.flags if f.path not in known]
         return patch.model_copy(update={"flagged": tuple(sorted(flags, key=lambda f: f.path))}), copy
 
-    def file_op(self, args: FileToolArgs, request: dict[str, object]) -> ToolResult:
+    def file_op(self, args: FileToolArgs, request: dict[str, object], *,
+                time_left_s: float | None = None) -> ToolResult:
         """One round trip: the executor resolves the path in the container and
         holds it open, the ACL judges the resolved path here (a link
         ``docs/s -> ../secrets`` or ``g -> .git`` is judged as its target), and
@@ -374,7 +372,7 @@ class ToolBox:
             return decision.effect is not Effect.DENY
 
         request = request | {"max_bytes": self.policy.resources.read_cap_bytes}
-        outcome = self.sandbox.file_op(request, judge, self.limits(), cancel=self.cancel)
+        outcome = self.sandbox.file_op(request, judge, self.limits(time_left_s=time_left_s), cancel=self.cancel)
         decision = judged.get("decision")
         resolved = judged.get("path")
         rule = decision.rule if isinstance(decision, Decision) else None

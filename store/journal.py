@@ -8,7 +8,6 @@ are committed at once; the loop's ``verdict`` event closes the run.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -20,8 +19,6 @@ from orchestrator.ports import DecisionLike, ToolOutcome
 from store.chain import VERDICT_EVENT
 from store.errors import RecordingError
 from store.recorder import Recorder, TurnWriter
-
-OUTPUT_KEYS = ("stdout", "stderr")
 
 
 class RunJournal:
@@ -58,17 +55,12 @@ class RunJournal:
     ) -> None:
         if self.open is None:
             raise RecordingError(f"run {self.run_id}: a tool execution outside any turn", run_id=self.run_id)
-        detail = dict(outcome.detail)
-        streams = {key: _output(detail.pop(key, None)) for key in OUTPUT_KEYS}
-        if outcome.verifier_passed is not None:
-            detail["verifier_passed"] = outcome.verifier_passed
-        if outcome.suspect:
-            detail["suspect"] = [r.model_dump() for r in outcome.suspect]
+        detail = recorded_detail(outcome)
         self.open.tool_execution(
             str(candidate_ref), tool=name, arguments_json=args, decision=decision.effect if decision else None,
             rule=decision.rule if decision else None, reason=decision.reason if decision else None,
             exit_code=outcome.exit_code, duration_s=outcome.duration_s, observation=outcome.observation,
-            ok=outcome.ok, detail=detail or None, **streams,
+            ok=outcome.ok, detail=detail or None, stdout=outcome.stdout, stderr=outcome.stderr,
         )
 
     def event(self, turn: int | None, kind: str, data: dict[str, Any]) -> None:
@@ -85,24 +77,31 @@ class RunJournal:
         self._turn(turn).commit(appended)
 
 
-class _Captured:
-    """A capped stream handed over as a plain mapping (a dumped CappedOutput)."""
-
-    def __init__(self, fields: Mapping[str, Any]) -> None:
-        self.total_bytes = int(fields["total_bytes"])
-        self.sha256 = str(fields["sha256"])
-        self._text = str(fields.get("head", "")) + (f"\n[...]\n{fields['tail']}" if fields.get("truncated") else "")
-
-    def text(self) -> str:
-        return self._text
-
-
-def _output(value: Any) -> Any:
-    if isinstance(value, Mapping) and "total_bytes" in value and "sha256" in value:
-        return _Captured(value)
-    if value is None or isinstance(value, (str, bytes)) or hasattr(value, "total_bytes"):
-        return value
-    return str(value)
+def recorded_detail(outcome: ToolOutcome) -> dict[str, Any]:
+    """A tool execution's ``detail_json``: the outcome's facts beyond its
+    columns (the streams have their own), each only where it has one;
+    ``orchestrator.replay.recorded`` reads them back."""
+    detail = dict(outcome.other)
+    if outcome.timed_out is not None:
+        detail["timed_out"] = outcome.timed_out
+    if outcome.canceled:
+        detail["canceled"] = True
+    if outcome.layer is not None:
+        detail["layer"] = outcome.layer
+    if outcome.resolved_path is not None:
+        detail["resolved_path"] = outcome.resolved_path
+        detail["resolved_rule"] = outcome.resolved_rule
+    if outcome.evidence is not None:
+        detail["evidence"] = outcome.evidence.model_dump(mode="json")
+    if outcome.patch_sha256 is not None:
+        detail["patch_sha256"] = outcome.patch_sha256
+    if outcome.patch_files is not None:
+        detail["patch_files"] = list(outcome.patch_files)
+    if outcome.verifier_passed is not None:
+        detail["verifier_passed"] = outcome.verifier_passed
+    if outcome.suspect:
+        detail["suspect"] = [r.model_dump() for r in outcome.suspect]
+    return detail
 
 
 class JournaledRecorder(Recorder):

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 from sqlalchemy import Connection, select
 
@@ -30,10 +31,15 @@ from store.rows import Output, Pending
 from store.tables import CandidateRow, ModelCall, Run, TransitionRow, table_of
 from store.writer import append
 
-if TYPE_CHECKING:
-    from store.store import Store
-
 DEFAULT_OUTPUT_CAP = 64 * 1024
+
+
+class Writable(Protocol):
+    """What a Recorder needs of a store: one write transaction at a time
+    (``store.store.Store`` is one). A Protocol, so that this module does not
+    import store.store, which imports it through the journal."""
+
+    def write(self) -> AbstractContextManager[Connection]: ...
 
 
 class Recorder:
@@ -42,7 +48,7 @@ class Recorder:
     the full output)."""
 
     def __init__(
-        self, store: "Store", *, clock: Callable[[], float] = time.time, output_cap_bytes: int = DEFAULT_OUTPUT_CAP
+        self, store: Writable, *, clock: Callable[[], float] = time.time, output_cap_bytes: int = DEFAULT_OUTPUT_CAP
     ) -> None:
         self.store = store
         self.clock = clock

@@ -12,13 +12,13 @@ import os
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 from sqlalchemy import Float, Integer, Table
 
 from orchestrator.canonical import canonical_json, sha256_hex, text_bytes
-from orchestrator.contract import Message, ModelRequest, ToolCall
+from orchestrator.contract import Captured, Message, ModelRequest, ToolCall
 from orchestrator.envelope import Envelope
 from store import blobs
 from store.blobs import History
@@ -75,16 +75,6 @@ def as_json_text(value: Any) -> str:
         except ValueError:
             return value
     return canonical_json(value)
-
-
-class Captured(Protocol):
-    """Output already capped where it was captured (e.g. the sandbox's
-    CappedOutput): the kept text, and the size and sha256 of all of it."""
-
-    total_bytes: int
-    sha256: str
-
-    def text(self) -> str: ...
 
 
 Output = str | bytes | Captured | None

@@ -165,9 +165,7 @@ def _shown_observation(outcome: ToolOutcome) -> str:
 
 
 def _output_bytes(outcome: ToolOutcome) -> int:
-    sizes = [
-        v.get("total_bytes", 0) for k, v in outcome.detail.items() if k in ("stdout", "stderr") and isinstance(v, dict)
-    ]
+    sizes = [stream.total_bytes for stream in (outcome.stdout, outcome.stderr) if stream is not None]
     return output_size(sum(sizes), outcome.observation)
 
 

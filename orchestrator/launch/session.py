@@ -50,7 +50,7 @@ from sandbox.export_stream import Skipped
 from sandbox.loop_tools import SandboxTools
 from sandbox.runtime import choose_runtime
 from sandbox.workspace import patch_paths
-from store import Recorder, RunJournal
+from store import Recorder, RunJournal, Store
 from store.liveness import LeaseClaim, is_open
 
 Progress = Callable[[int, Envelope, Tally], None]
@@ -122,13 +122,13 @@ def sigint_cancels(cancel: threading.Event) -> Iterator[None]:
 
 
 @contextmanager
-def verdict_on_failure(recorder: Recorder, run_id: str) -> Iterator[None]:
+def verdict_on_failure(store: Store, recorder: Recorder, run_id: str) -> Iterator[None]:
     """Backstop for what escapes the agent's own INFRA_ERROR handling (e.g.
     building it): the run still ends with a recorded verdict."""
     try:
         yield
     except BaseException as exc:
-        if is_open(recorder.store.run(run_id).status):
+        if is_open(store.run(run_id).status):
             verdict = Verdict.CANCELED if isinstance(exc, KeyboardInterrupt) else Verdict.INFRA_ERROR
             recorder.finish_run(run_id, verdict.value, f"{type(exc).__name__}: {exc}"[:2000])
         raise
@@ -260,7 +260,7 @@ def run_agent(
                 settings.model_url, api_key=settings.api_key, observer=observer)
             with sandbox, client:
                 recorder.record_event(run_id, None, "engine", client.engine_info().model_dump(mode="json"))
-                with verdict_on_failure(recorder, run_id):
+                with verdict_on_failure(store, recorder, run_id):
                     toolbox = ToolBox(sandbox, policy, verifier_command=verifier, cancel=cancel,
                                       verifier_patch=request.verify_patch, required_tests=request.required_tests)
                     if early_verifier_wanted(settings, request):

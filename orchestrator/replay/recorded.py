@@ -13,11 +13,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.canonical import recorded_bytes, shown_text
-from orchestrator.contract import Frozen
+from orchestrator.contract import Captured, Frozen
 from orchestrator.ports import ToolOutcome
 from orchestrator.replay.errors import RecordingUnusable
 from orchestrator.runspec import RunSpec
-from orchestrator.suspect import SuspectReason
 from orchestrator.trajectory import ToolExecutionView, Trajectory
 from policies import Policy
 
@@ -88,21 +87,24 @@ class RecordedRun(Frozen):
 
 
 def _outcome(row: ToolExecutionView) -> ToolOutcome:
+    """The typed outcome a recorded row holds (store.journal's ``recorded_detail``
+    wrote its detail); a stream is its stored text, already rendered."""
     detail: dict[str, Any] = json.loads(row.detail_json) if row.detail_json else {}
-    verifier_passed = detail.pop("verifier_passed", None)
-    suspect = tuple(SuspectReason.model_validate(r) for r in detail.pop("suspect", None) or ())
-    for stream in ("stdout", "stderr"):
-        text = getattr(row, stream)
-        if text or getattr(row, f"{stream}_bytes"):
-            detail[stream] = {
-                "total_bytes": getattr(row, f"{stream}_bytes"),
-                "sha256": getattr(row, f"{stream}_sha256"),
-                "head": text,
-                "truncated": False,
-            }
-    return ToolOutcome(observation=row.observation, ok=bool(row.ok), exit_code=row.exit_code,
-                       duration_s=row.duration_s or 0.0, verifier_passed=verifier_passed, suspect=suspect,
-                       detail=detail)
+    typed = {key: detail.pop(key) for key in _TYPED if key in detail}
+    streams = {
+        stream: Captured(head=getattr(row, stream), total_bytes=getattr(row, f"{stream}_bytes"),
+                         sha256=getattr(row, f"{stream}_sha256"))
+        for stream in ("stdout", "stderr") if getattr(row, stream) or getattr(row, f"{stream}_bytes")
+    }
+    return ToolOutcome.model_validate({
+        "observation": row.observation, "ok": bool(row.ok), "exit_code": row.exit_code,
+        "duration_s": row.duration_s or 0.0, **typed, **streams, "other": detail,
+    })
+
+
+# The detail keys ToolOutcome types; any other stays in ``other``.
+_TYPED = ("timed_out", "canceled", "layer", "resolved_path", "resolved_rule", "evidence", "patch_sha256",
+          "patch_files", "verifier_passed", "suspect")
 
 
 def _turn(record: Any) -> RecordedTurn:

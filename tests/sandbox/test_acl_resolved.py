@@ -112,8 +112,8 @@ def test_links_into_denied_paths_are_denied_on_the_resolved_path(sandbox, plant,
     assert "resolves to" in result.observation and "denied by policy" in result.observation
     assert SECRET not in result.observation
     assert result.resolved_rule and result.resolved_rule.startswith("paths.deny")
-    detail = outcome_of(result).detail
-    assert detail["resolved_rule"] == result.resolved_rule and detail["resolved_path"] == result.resolved_path
+    outcome = outcome_of(result)
+    assert (outcome.resolved_rule, outcome.resolved_path) == (result.resolved_rule, result.resolved_path)
     assert result.resolved_path.startswith((".git", "secrets", "data/id.key"))
     assert state(sandbox) == before, "a denied op changed its target"
 

@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 
 from orchestrator.candidate import CandidateState, stage
-from orchestrator.contract import Message, ToolCall
+from orchestrator.contract import Captured, Message, ToolCall
 from orchestrator.envelope import Envelope, Status
 from orchestrator.ports import ToolOutcome
 from store import Recorder, RecordingError, RunJournal, Store, synthetic
@@ -159,13 +159,13 @@ def test_run_journal_records_what_the_loop_reports(store):
     journal.transition(cand_ref, validating)
     candidate, committed = candidate.to(CandidateState.COMMITTED, layer="policy")
     journal.transition(cand_ref, committed)
-    stdout = {"head": "a" * 5, "tail": "z", "total_bytes": 5000, "sha256": "0" * 64, "truncated": True}
+    stdout = Captured(head="a" * 5, tail="z", total_bytes=5000, sha256="0" * 64, truncated=True)
     journal.tool(
         cand_ref,
         "bash",
         None,
         Decision(),
-        ToolOutcome(observation="obs", ok=True, exit_code=0, detail={"stdout": stdout, "cwd": "/w"}),
+        ToolOutcome(observation="obs", ok=True, exit_code=0, stdout=stdout, timed_out=False, other={"cwd": "/w"}),
     )
     journal.event(0, "route", {"status": "COMPLETED"})
     journal.end_turn(0, (Message(role="assistant", content="hi"),))
@@ -178,8 +178,10 @@ def test_run_journal_records_what_the_loop_reports(store):
         "allow",
         "tools.bash",
         5000,
-        '{"cwd":"/w"}',
+        '{"cwd":"/w","timed_out":false}',
     )
+    # A cut stream is stored as it reads live: the omitted bytes counted.
+    assert execution.stdout == stdout.text() == "aaaaa\n[... 4994 bytes omitted of 5000 ...]\nz"
     assert turn.candidates[0].transitions[-1].layer == "policy"
     assert trajectory.run.verdict == "PASS" and store.verify(run_id).ok
 
