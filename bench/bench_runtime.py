@@ -25,7 +25,11 @@ each phase from what the executor records (its ``duration_s``) or from one
 step of the sandbox timed alone; a phase that cannot be timed on its own is
 named as derived, with how.
 
-Usage: .venv/bin/python bench/bench_runtime.py [--n 10] [--tasks 13] [--image TAG]
+Last, ``submit`` on a large repository (``--large`` files, one of them
+changed), early verifier on, the whole copy sent against only what changed
+(``Sandbox.refill_verifier``), with the files each sent.
+
+Usage: .venv/bin/python bench/bench_runtime.py [--n 10] [--tasks 13] [--large 5000] [--image TAG]
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -122,10 +127,11 @@ def phases(sandbox: Sandbox) -> dict[str, float]:
     return figures
 
 
-def submit_s(sandbox: Sandbox, early: bool) -> float:
+def submit_s(sandbox: Sandbox, early: bool, changed_only: bool = True) -> float:
     """One run's first ``submit`` in ``sandbox``, its verifier container
     started early (and ready, as after a model's turn) or not."""
     box = ToolBox(sandbox, default_policy(), verifier_command="python3 -m pytest -q")
+    box.copy_changed_only = changed_only
     try:
         if early:
             box.start_early()
@@ -148,6 +154,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=10, help="rounds (each runtime once per round)")
     parser.add_argument("--tasks", type=int, default=13, help="example tasks in the batch (0: no batch rows)")
     parser.add_argument("--explore-turns", type=int, default=4, help="reads before each task's fix")
+    parser.add_argument("--large", type=int, default=5000, help="files of the large repo (0: no large rows)")
     parser.add_argument("--image", default=DEFAULT_SANDBOX_IMAGE)
     opts = parser.parse_args()
     client, policy = connect(), default_policy()
@@ -184,8 +191,40 @@ def main() -> None:
         runc, runsc = (statistics.median(samples[(name, r)]) for r in RUNTIMES)
         ratio = f"{runsc / runc:>11.2f}x" if runc > 0 else f"{'-':>12}"
         print(f"{label:<30}{runc:>10.4f}{runsc:>10.4f}{ratio}")
+    if opts.large:
+        large_rows(opts.large, max(1, min(opts.n, 3)), opts.image)
     if opts.tasks:
         batch_rows(opts.tasks, opts.explore_turns, opts.image)
+
+
+def large_rows(files: int, rounds: int, image: str) -> None:
+    """``submit`` (early) on the example plus ``files`` small files, one
+    file changed: the whole copy sent, then only what changed."""
+    repo = Path(tempfile.mkdtemp(prefix="escrow-bench-large-")) / "repo"
+    for name in ("calc.py", "test_calc.py"):
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_bytes((EXAMPLE / name).read_bytes())
+    for n in range(files):
+        (repo / f"data{n % 50}").mkdir(exist_ok=True)
+        (repo / f"data{n % 50}" / f"f{n}.txt").write_text(f"file {n}\n" * 20)
+    client, policy = connect(), default_policy()
+    times: dict[tuple[str, bool], list[float]] = {}
+    sent: dict[tuple[str, bool], int] = {}
+    for _ in range(rounds):
+        for runtime in RUNTIMES:
+            with Sandbox.start(client, image, policy, repo, runtime=runtime) as sandbox:  # type: ignore[arg-type]
+                sandbox.bash("sed -i 's/(len(values) + 1)/len(values)/' calc.py", LIMITS)
+                for changed_only in (False, True):
+                    times.setdefault((runtime, changed_only), []).append(submit_s(sandbox, True, changed_only))
+                    sent[(runtime, changed_only)] = sandbox.refills[-1].sent
+    print(f"submit, {files}-file repo, 1 changed, early verifier (median of {rounds}; files sent)")
+    for changed_only, label in ((False, "  whole copy"), (True, "  only what changed")):
+        runc, runsc = (statistics.median(times[(r, changed_only)]) for r in RUNTIMES)
+        label = f"{label} ({sent[('runc', changed_only)]})"
+        print(f"{label:<28}{runc:>10.3f}{runsc:>10.3f}{runsc / runc:>11.2f}x")
+    for runtime in RUNTIMES:
+        whole, changed = (statistics.median(times[(runtime, c)]) for c in (False, True))
+        print(f"  {runtime}: only what changed / whole copy {changed / whole:.2f}x")
 
 
 def batch_rows(tasks: int, explore: int, image: str) -> None:
