@@ -25,9 +25,10 @@ each phase from what the executor records (its ``duration_s``) or from one
 step of the sandbox timed alone; a phase that cannot be timed on its own is
 named as derived, with how.
 
-Last, ``submit`` on a large repository (``--large`` files, one of them
-changed), early verifier on, the whole copy sent against only what changed
-(``Sandbox.refill_verifier``), with the files each sent.
+Last, ``submit`` on a large repository (``--large`` files of 200 bytes,
+then a twelfth as many of 180 KB; one file changed), early verifier on, the
+whole copy sent against only what changed (``Sandbox.refill_verifier``,
+forced each way), with the files each sent.
 
 Usage: .venv/bin/python bench/bench_runtime.py [--n 10] [--tasks 13] [--large 5000] [--image TAG]
 """
@@ -191,22 +192,23 @@ def main() -> None:
         runc, runsc = (statistics.median(samples[(name, r)]) for r in RUNTIMES)
         ratio = f"{runsc / runc:>11.2f}x" if runc > 0 else f"{'-':>12}"
         print(f"{label:<30}{runc:>10.4f}{runsc:>10.4f}{ratio}")
-    if opts.large:
-        large_rows(opts.large, max(1, min(opts.n, 3)), opts.image)
+    if opts.large:  # small files (the listing costs what the copy does), then large ones
+        large_rows(opts.large, 200, max(1, min(opts.n, 3)), opts.image)
+        large_rows(max(1, opts.large // 12), 180_000, max(1, min(opts.n, 3)), opts.image)
     if opts.tasks:
         batch_rows(opts.tasks, opts.explore_turns, opts.image)
 
 
-def large_rows(files: int, rounds: int, image: str) -> None:
-    """``submit`` (early) on the example plus ``files`` small files, one
-    file changed: the whole copy sent, then only what changed."""
+def large_rows(files: int, size: int, rounds: int, image: str) -> None:
+    """``submit`` (early) on the example plus ``files`` files of ``size``
+    bytes, one file changed: the whole copy sent, then only what changed."""
     repo = Path(tempfile.mkdtemp(prefix="escrow-bench-large-")) / "repo"
     for name in ("calc.py", "test_calc.py"):
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         (repo / name).write_bytes((EXAMPLE / name).read_bytes())
     for n in range(files):
         (repo / f"data{n % 50}").mkdir(exist_ok=True)
-        (repo / f"data{n % 50}" / f"f{n}.txt").write_text(f"file {n}\n" * 20)
+        (repo / f"data{n % 50}" / f"f{n}.txt").write_text(f"file {n}\n".ljust(size, "."))
     client, policy = connect(), default_policy()
     times: dict[tuple[str, bool], list[float]] = {}
     sent: dict[tuple[str, bool], int] = {}
@@ -217,7 +219,7 @@ def large_rows(files: int, rounds: int, image: str) -> None:
                 for changed_only in (False, True):
                     times.setdefault((runtime, changed_only), []).append(submit_s(sandbox, True, changed_only))
                     sent[(runtime, changed_only)] = sandbox.refills[-1].sent
-    print(f"submit, {files}-file repo, 1 changed, early verifier (median of {rounds}; files sent)")
+    print(f"submit, {files} files of {size} B, 1 changed, early verifier ({rounds} rounds; files sent)")
     for changed_only, label in ((False, "  whole copy"), (True, "  only what changed")):
         runc, runsc = (statistics.median(times[(r, changed_only)]) for r in RUNTIMES)
         label = f"{label} ({sent[('runc', changed_only)]})"

@@ -36,7 +36,7 @@ from sandbox.export_stream import PAGE, ExportLimits, ExportParser, TreeBuilder,
 from sandbox.hardening import SANDBOX_ENV, WORKSPACE, Hardening
 from sandbox.hostgit import PrivateGit
 from sandbox.orphans import claim_state_dir, owner_labels, removal_under_way, remove_dead_state_dirs, remove_orphans
-from sandbox.refill import MANIFEST_CAP, RefillStats, parse_manifest, plan_refill
+from sandbox.refill import MANIFEST_CAP, RefillStats, parse_manifest, plan_refill, worth_listing
 from sandbox.runtime import RuntimeName
 from sandbox.verifier_view import (
     INSTALLED_MODULES_SCRIPT,
@@ -241,15 +241,21 @@ class Sandbox:
             raise WorkspaceError(f"refilling the verifier's workspace failed: {outcome.stderr.text()[:500]}",
                                  run_id=self.run_id)
 
-    def refill_verifier(self, verifier: "Sandbox", copy: VerifierCopy, changed_only: bool = True) -> None:
+    def refill_verifier(self, verifier: "Sandbox", copy: VerifierCopy, changed_only: bool | None = None) -> None:
         """Make ``verifier``'s workspace ``copy`` (with the starting
         ``.git``), as ``verifier.refill(self.archive_for(copy))`` does, but
         sending only what differs from what it holds (``sandbox.refill``).
         Only for a verifier that has run nothing of the model's: one that
-        holds the starting copy, after the trusted pre-pass at most."""
+        holds the starting copy, after the trusted pre-pass at most.
+        ``changed_only`` None: only where the files are large enough on
+        average for the listing to cost less than the copy (``worth_listing``)."""
         if self.git is None:
             raise WorkspaceError("this sandbox has no private git dir to read the copy from", run_id=self.run_id)
-        why = None if changed_only else "asked for"
+        if changed_only is None:
+            changed_only = worth_listing(copy_bytes(self.git, copy.entries), len(copy.entries))
+            why = None if changed_only else "small files: listing them costs what copying them does"
+        else:
+            why = None if changed_only else "asked for"
         if why is None:
             listing = BytesCapture(MANIFEST_CAP)
             outcome = verifier.exec(["/usr/bin/python3", "-I", "-S", "-c", _REFILL, "manifest"], _SETUP_LIMITS,

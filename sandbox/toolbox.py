@@ -80,9 +80,10 @@ class ToolResult(Frozen):
 class ToolBox:
     """The tools of one run, bound to its sandbox, policy and verifier command."""
 
-    # A verifier that holds the starting copy gets only what changed
-    # (``Sandbox.refill_verifier``); False sends it all (bench_runtime's baseline).
-    copy_changed_only = True
+    # A verifier that holds the starting copy gets only what changed where
+    # that is cheaper (None: ``Sandbox.refill_verifier`` decides by file
+    # size); True or False forces it (tests, bench_runtime's rows).
+    copy_changed_only: bool | None = None
 
     def __init__(self, sandbox: Sandbox, policy: Policy, verifier_command: str | None = None,
                  cancel: threading.Event | None = None, verifier_patch: str | None = None,

@@ -20,9 +20,9 @@ LISTING = "find . -path ./.git -prune -o -printf '%y %m %n %s %p %l\\n' | LC_ALL
 
 def test_a_large_repository_with_one_changed_file_sends_one_file(start_sandbox, tmp_path):
     repo = tmp_path / "big"
-    for n in range(1500):
-        (repo / f"pkg{n % 30}").mkdir(parents=True, exist_ok=True)
-        (repo / f"pkg{n % 30}" / f"m{n}.txt").write_text(f"file {n}\n")
+    for n in range(400):  # 10 KB each: large enough that the default lists them (refill.worth_listing)
+        (repo / f"pkg{n % 20}").mkdir(parents=True, exist_ok=True)
+        (repo / f"pkg{n % 20}" / f"m{n}.txt").write_text(f"file {n}\n".ljust(10 << 10, "."))
     (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
     (repo / "test_calc.py").write_text("import os\nfrom calc import add\n\n\ndef test_add():\n"
                                        "    assert add(2, 3) == 5\n"
@@ -122,10 +122,21 @@ def test_a_malformed_listing_is_refused(data):
         parse_manifest(data)
 
 
+def test_small_files_are_copied_whole_by_default(start_sandbox, demo_repo: Path):
+    sandbox = start_sandbox(demo_repo)
+    box = ToolBox(sandbox, default_policy(), verifier_command="python3 -m pytest -q")
+    box.start_early()
+    assert box.command("bash", "sed -i 's/a - b/a + b/' calc.py", None).ok
+    assert box.submit().verifier_passed
+    [stats] = sandbox.refills
+    assert stats.full and stats.why_full is not None and "small files" in stats.why_full
+
+
 def test_a_listing_that_does_not_parse_falls_back_to_the_full_copy(start_sandbox, demo_repo: Path, monkeypatch):
     sandbox = start_sandbox(demo_repo)
     monkeypatch.setattr("sandbox.container.parse_manifest", lambda data: parse_manifest(b""))
     box = ToolBox(sandbox, default_policy(), verifier_command="python3 -m pytest -q")
+    box.copy_changed_only = True
     box.start_early()
     assert box.command("bash", "sed -i 's/a - b/a + b/' calc.py", None).ok
     assert box.submit().verifier_passed
