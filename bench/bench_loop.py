@@ -17,7 +17,12 @@ A bare ``docker exec true`` in the same sandbox, timed between turns, is
 the baseline a turn is compared with (``--tokens 1 --tokens-per-s 1e6``
 makes the model near instant).
 
-    .venv/bin/python bench/bench_loop.py [--turns 30] [--tokens-per-s 50] [--tool read_file|bash] [--json]
+Each runtime (``--runtimes``, default runc and runsc) gets its own run, one
+after the other in the same process; the table prints them side by side,
+with the ratio runsc/runc (``--json``: one object per runtime).
+
+    .venv/bin/python bench/bench_loop.py [--turns 30] [--tokens-per-s 50] [--tool read_file|bash]
+        [--runtimes runc,runsc] [--json]
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from orchestrator.toolset import tool_specs
 from policies import default_policy
 from sandbox import Sandbox, ToolBox, connect, require_image
 from sandbox.loop_tools import SandboxTools
+from sandbox.runtime import RuntimeName
 from store import Recorder, RunJournal, Store
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "calculator"
@@ -151,7 +157,7 @@ class LiveLoop(NamedTuple):
 
 @contextmanager
 def live_loop(docker_client: docker.DockerClient, store: Store, url: str, turns: int,
-              clock: Clock) -> Iterator[LiveLoop]:
+              clock: Clock, runtime: RuntimeName = "runc") -> Iterator[LiveLoop]:
     """One run's live loop (its own sandbox, client and recorder)."""
     policy = default_policy()
     policy = policy.model_copy(update={"limits": policy.limits.model_copy(update={"max_turns": turns + 1})})
@@ -159,7 +165,8 @@ def live_loop(docker_client: docker.DockerClient, store: Store, url: str, turns:
     run_id = recorder.start_run(task="bench", repo=str(EXAMPLE), model="bench-model", policy={}, config={})
     spec = RunSpec(task="Fix mean() in calc.py.", verifier="python3 -m pytest -q", tool_specs=tool_specs(),
                    model="bench-model", s_max=131072, k_max=512, limits=policy.limits)
-    with Sandbox.start(docker_client, IMAGE, policy, EXAMPLE, run_id=run_id) as sandbox, ModelClient(url) as client:
+    with Sandbox.start(docker_client, IMAGE, policy, EXAMPLE, run_id=run_id,
+                       runtime=runtime) as sandbox, ModelClient(url) as client:
         tools = TimedTools(SandboxTools(ToolBox(sandbox, policy, verifier_command=spec.verifier), policy), clock)
         model = TimedModel(client, clock)
         agent = build_agent(spec, counter=TiktokenCounter("cl100k_base"), model=model, tools=tools,
@@ -179,7 +186,8 @@ def timed_step(agent: Agent, tools: TimedTools, model: TimedModel) -> tuple[floa
     return wall, envelope, sum(o.duration_s for o in tools.outcomes)
 
 
-def measure(turns: int, tokens: int, tokens_per_s: float, tool: str) -> tuple[list[dict[str, float]], float]:
+def measure(turns: int, tokens: int, tokens_per_s: float, tool: str,
+            runtime: RuntimeName = "runc") -> tuple[list[dict[str, float]], float]:
     docker_client = connect(None)
     require_image(docker_client, IMAGE)
     server, url = start_server(reply(tokens, tokens_per_s, tool))
@@ -189,7 +197,7 @@ def measure(turns: int, tokens: int, tokens_per_s: float, tool: str) -> tuple[li
     rows: list[dict[str, float]] = []
     bare: list[float] = []
     try:
-        with live_loop(docker_client, store, url, turns, clock) as (agent, tools, model, sandbox, _):
+        with live_loop(docker_client, store, url, turns, clock, runtime) as (agent, tools, model, sandbox, _):
             for turn in range(turns):
                 if turn % 10 == 0:  # interleaved with the turns, so both see the same load
                     bare.append(bare_docker_exec_s(sandbox.container.id, 3))
@@ -226,36 +234,55 @@ def report(rows: list[dict[str, float]]) -> dict[str, object]:
     }
 
 
+def summarize(rows: list[dict[str, float]], bare: float, tool: str) -> dict[str, object]:
+    return {**report(rows), "tool": tool, "bare_docker_exec_ms": 1000 * bare,
+            "turn_over_bare_docker_exec": statistics.median(r["wall"] for r in rows) / bare}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=30)
     parser.add_argument("--tokens", type=int, default=100, help="Streamed chunks (tokens) per reply.")
     parser.add_argument("--tokens-per-s", type=float, default=50.0)
     parser.add_argument("--tool", choices=sorted(TOOL_CALLS), default="read_file", help="The one call of each turn.")
+    parser.add_argument("--runtimes", default="runc,runsc", help="Comma-separated; each gets its own run.")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    rows, bare = measure(args.turns, args.tokens, args.tokens_per_s, args.tool)
-    summary = {**report(rows), "tool": args.tool, "bare_docker_exec_ms": 1000 * bare,
-               "turn_over_bare_docker_exec": statistics.median(r["wall"] for r in rows) / bare}
+    runtimes: list[RuntimeName] = [r for r in args.runtimes.split(",") if r in ("runc", "runsc")]  # type: ignore[misc]
+    summaries = {}
+    for runtime in runtimes:
+        rows, bare = measure(args.turns, args.tokens, args.tokens_per_s, args.tool, runtime)
+        summaries[runtime] = summarize(rows, bare, args.tool)
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print(json.dumps(summaries, indent=2))
         return
-    mean, median = summary["per_turn_mean_ms"], summary["per_turn_median_ms"]
-    print(f"{summary['turns']} turns, {summary['completion_tokens_mean']:.0f} completion tokens/turn "
-          f"at {args.tokens_per_s:g} tokens/s; server-counted prompt {summary['prompt_tokens_first_last'][0]} -> "
-          f"{summary['prompt_tokens_first_last'][1]} tokens")
-    print(f"{'per turn (ms)':<34}{'mean':>10}{'median':>10}")
+    first = summaries[runtimes[0]]
+    print(f"{first['turns']} turns per runtime, one {args.tool} call each, {first['completion_tokens_mean']:.0f} "
+          f"completion tokens/turn at {args.tokens_per_s:g} tokens/s")
+    ratio = f"{runtimes[-1] + '/' + runtimes[0]:>12}" if len(runtimes) > 1 else ""
+    header = "".join(f"{r:>10}" for r in runtimes) + ratio
+    print(f"{'per turn, median ms':<36}{header}")
     labels = {"wall": "turn wall time", "model": "model (envelope total_s)", "tool": "tool (duration_s)",
               "overhead": "overhead = wall - model - tool", "recording": "  recording (journal)",
               "client": "  client wrapping", "sandbox_adapter": "  sandbox adapter (executor channel)",
               "loop": "  context + perimeter + loop"}
-    for key, label in labels.items():
-        print(f"{label:<34}{mean[key]:>10.2f}{median[key]:>10.2f}")
-    first, last = summary["first_vs_last_overhead_ms"]
-    print(f"one {args.tool} turn (median) / one bare docker exec ({summary['bare_docker_exec_ms']:.1f} ms, same "
-          f"run): {summary['turn_over_bare_docker_exec']:.3f}")
-    print(f"overhead share of turn time: {100 * summary['overhead_share']:.2f}%  "
-          f"(recording {100 * summary['recording_share']:.2f}%); first turn {first:.1f} ms, last {last:.1f} ms")
+    rows_out = [(label, [s["per_turn_median_ms"][key] for s in summaries.values()])  # type: ignore[index]
+                for key, label in labels.items()]
+    rows_out.append(("bare docker exec (same run)", [s["bare_docker_exec_ms"] for s in summaries.values()]))
+    for label, values in rows_out:
+        print(f"{label:<36}" + "".join(f"{v:>10.2f}" for v in values) + _ratio(values))
+    turn_over_bare = [float(s["turn_over_bare_docker_exec"]) for s in summaries.values()]  # type: ignore[arg-type]
+    print(f"{'turn / bare docker exec (ratio)':<36}" + "".join(f"{v:>10.3f}" for v in turn_over_bare))
+    for runtime, s in summaries.items():
+        print(f"{runtime}: overhead share of turn time {100 * float(s['overhead_share']):.2f}% "  # type: ignore[arg-type]
+              f"(recording {100 * float(s['recording_share']):.2f}%)")  # type: ignore[arg-type]
+
+
+def _ratio(values: list[float]) -> str:
+    """The last runtime over the first, when there are two and the first is not 0."""
+    if len(values) < 2 or not values[0]:
+        return ""
+    return f"{values[-1] / values[0]:>11.2f}x"
 
 
 if __name__ == "__main__":

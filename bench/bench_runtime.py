@@ -17,7 +17,20 @@ verifier) in the turn; then where a run's time goes: its tool calls, its
 verifier command, and the rest (the verifier's container, the patch's
 export, the orchestrator's own work).
 
-Usage: .venv/bin/python bench/bench_runtime.py [--n 10] [--tasks 13] [--image TAG]
+Then ``submit`` (the example's fix written, the first submit of a run: its
+pre-pass, the copy, the tests) with the verifier's container started early
+(``ToolBox.start_early``, awaited as the model's time would) and without,
+and the phase table: where a command and a verification spend their time,
+each phase from what the executor records (its ``duration_s``) or from one
+step of the sandbox timed alone; a phase that cannot be timed on its own is
+named as derived, with how.
+
+Last, ``submit`` on a large repository (``--large`` files of 200 bytes,
+then a twelfth as many of 180 KB; one file changed), early verifier on, the
+whole copy sent against only what changed (``Sandbox.refill_verifier``,
+forced each way), with the files each sent.
+
+Usage: .venv/bin/python bench/bench_runtime.py [--n 10] [--tasks 13] [--large 5000] [--image TAG]
 """
 
 from __future__ import annotations
@@ -25,6 +38,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -59,6 +73,7 @@ def measure(sandbox: Sandbox) -> dict[str, float]:
             fresh.bash("python3 -m pytest -q", LIMITS)
 
     return {
+        **phases(sandbox),
         "command": statistics.median(seconds(lambda: sandbox.bash("true", LIMITS)) for _ in range(5)),
         "file op": statistics.median(
             seconds(lambda: box.execute("read_file", ReadFileArgs(path="calc.py"))) for _ in range(5)),
@@ -67,11 +82,80 @@ def measure(sandbox: Sandbox) -> dict[str, float]:
     }
 
 
+# In the container, as a command: the median of 20 of os.fork (the child
+# exits at once) and of fork + execv /bin/true, each waited for.
+_FORK_EXEC = """
+import os, statistics, time
+def one(run):
+    start = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:
+        run()
+    os.waitpid(pid, 0)
+    return time.perf_counter() - start
+fork = statistics.median(one(lambda: os._exit(0)) for _ in range(20))
+exec_ = statistics.median(one(lambda: os.execv("/bin/true", ["/bin/true"])) for _ in range(20))
+print(fork, exec_)
+"""
+_EMPTY_TAR = b"\0" * 1024
+
+
+def phases(sandbox: Sandbox) -> dict[str, float]:
+    """The phase table's figures in ``sandbox``: a command's, from the
+    executor's own ``duration_s`` and a fork/exec timed in the container;
+    a verification's, each step of ``submit`` timed alone."""
+    trips, durations = [], []
+    for _ in range(5):  # the host's wall and the executor's duration_s of the same command
+        start = time.perf_counter()
+        outcome = sandbox.bash("true", LIMITS)
+        trips.append(time.perf_counter() - start - outcome.duration_s)
+        durations.append(outcome.duration_s)
+    executor = statistics.median(durations)
+    fork, exec_ = (float(x) for x in sandbox.exec(["/usr/bin/python3", "-I", "-S", "-c", _FORK_EXEC],
+                                                  LIMITS).stdout.text().split())
+    figures = {"ph fork": fork, "ph fork+exec": exec_, "ph executor true": executor,
+               "ph child setup": max(executor - exec_, 0.0), "ph round trip": statistics.median(trips)}
+    start = time.perf_counter()
+    patch = sandbox.patch()
+    figures["ph export"] = time.perf_counter() - start
+    copy = sandbox.verifier_copy(patch, default_policy())
+    start = time.perf_counter()
+    with sandbox.fresh(_EMPTY_TAR, "bench") as fresh:
+        figures["ph container start"] = time.perf_counter() - start
+        figures["ph copy"] = seconds(lambda: fresh.refill(sandbox.archive_for(copy)))
+        outcome = fresh.bash("python3 -m pytest -q", LIMITS)
+        figures["ph pytest"] = outcome.duration_s
+    return figures
+
+
+def submit_s(sandbox: Sandbox, early: bool, changed_only: bool = True) -> float:
+    """One run's first ``submit`` in ``sandbox``, its verifier container
+    started early (and ready, as after a model's turn) or not."""
+    box = ToolBox(sandbox, default_policy(), verifier_command="python3 -m pytest -q")
+    box.copy_changed_only = changed_only
+    try:
+        if early:
+            box.start_early()
+            while box._early is not None and not box._early.done:  # the model's time, here waited out
+                time.sleep(0.01)
+        return seconds(box.submit)
+    finally:
+        box.close()  # a failed submit starts the next one's container: not this bench's
+
+
+PHASES = (("ph fork", "  fork (in the container)"), ("ph fork+exec", "  fork + exec of /bin/true"),
+          ("ph executor true", "  executor's dur. of true"),
+          ("ph child setup", "  namespace + setup (derived)"), ("ph round trip", "  host round trip (derived)"),
+          ("ph export", "  export of the workspace"), ("ph container start", "  container start (+1 exec)"),
+          ("ph copy", "  copy into it (refill)"), ("ph pytest", "  pytest (executor's dur.)"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--n", type=int, default=10, help="rounds (each runtime once per round)")
     parser.add_argument("--tasks", type=int, default=13, help="example tasks in the batch (0: no batch rows)")
     parser.add_argument("--explore-turns", type=int, default=4, help="reads before each task's fix")
+    parser.add_argument("--large", type=int, default=5000, help="files of the large repo (0: no large rows)")
     parser.add_argument("--image", default=DEFAULT_SANDBOX_IMAGE)
     opts = parser.parse_args()
     client, policy = connect(), default_policy()
@@ -86,7 +170,9 @@ def main() -> None:
             sandbox = Sandbox.start(client, opts.image, policy, EXAMPLE, runtime=runtime)  # type: ignore[arg-type]
             started = time.perf_counter() - start
             try:
-                figures = {"start": started, **measure(sandbox)}
+                sandbox.bash("sed -i 's/(len(values) + 1)/len(values)/' calc.py", LIMITS)  # the example's fix
+                figures = {"start": started, **measure(sandbox),
+                           "submit, early": submit_s(sandbox, True), "submit, not early": submit_s(sandbox, False)}
             finally:
                 close = seconds(sandbox.close)
             figures["start"] += close
@@ -94,12 +180,53 @@ def main() -> None:
                 for name, value in figures.items():
                     add(runtime, name, value)
     print(f"{'median s (' + str(opts.n) + ' rounds)':<28}{'runc':>10}{'runsc':>10}{'runsc/runc':>12}")
-    for name in ("start", "command", "file op", "pytest", "verification"):
+    for name in ("start", "command", "file op", "pytest", "verification", "submit, early", "submit, not early"):
         runc, runsc = (statistics.median(samples[(name, r)]) for r in RUNTIMES)
         label = "start + close" if name == "start" else name
         print(f"{label:<28}{runc:>10.3f}{runsc:>10.3f}{runsc / runc:>11.2f}x")
+    runsc_early = statistics.median(samples[("submit, early", "runsc")])
+    runc_today = statistics.median(samples[("submit, not early", "runc")])
+    print(f"{'submit runsc early/runc not':<28}{'':>20}{runsc_early / runc_today:>11.2f}x")
+    print("phase table (median s)")
+    for name, label in PHASES:
+        runc, runsc = (statistics.median(samples[(name, r)]) for r in RUNTIMES)
+        ratio = f"{runsc / runc:>11.2f}x" if runc > 0 else f"{'-':>12}"
+        print(f"{label:<30}{runc:>10.4f}{runsc:>10.4f}{ratio}")
+    if opts.large:  # small files (the listing costs what the copy does), then large ones
+        large_rows(opts.large, 200, max(1, min(opts.n, 3)), opts.image)
+        large_rows(max(1, opts.large // 12), 180_000, max(1, min(opts.n, 3)), opts.image)
     if opts.tasks:
         batch_rows(opts.tasks, opts.explore_turns, opts.image)
+
+
+def large_rows(files: int, size: int, rounds: int, image: str) -> None:
+    """``submit`` (early) on the example plus ``files`` files of ``size``
+    bytes, one file changed: the whole copy sent, then only what changed."""
+    repo = Path(tempfile.mkdtemp(prefix="escrow-bench-large-")) / "repo"
+    for name in ("calc.py", "test_calc.py"):
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_bytes((EXAMPLE / name).read_bytes())
+    for n in range(files):
+        (repo / f"data{n % 50}").mkdir(exist_ok=True)
+        (repo / f"data{n % 50}" / f"f{n}.txt").write_text(f"file {n}\n".ljust(size, "."))
+    client, policy = connect(), default_policy()
+    times: dict[tuple[str, bool], list[float]] = {}
+    sent: dict[tuple[str, bool], int] = {}
+    for _ in range(rounds):
+        for runtime in RUNTIMES:
+            with Sandbox.start(client, image, policy, repo, runtime=runtime) as sandbox:  # type: ignore[arg-type]
+                sandbox.bash("sed -i 's/(len(values) + 1)/len(values)/' calc.py", LIMITS)
+                for changed_only in (False, True):
+                    times.setdefault((runtime, changed_only), []).append(submit_s(sandbox, True, changed_only))
+                    sent[(runtime, changed_only)] = sandbox.refills[-1].sent
+    print(f"submit, {files} files of {size} B, 1 changed, early verifier ({rounds} rounds; files sent)")
+    for changed_only, label in ((False, "  whole copy"), (True, "  only what changed")):
+        runc, runsc = (statistics.median(times[(r, changed_only)]) for r in RUNTIMES)
+        label = f"{label} ({sent[('runc', changed_only)]})"
+        print(f"{label:<28}{runc:>10.3f}{runsc:>10.3f}{runsc / runc:>11.2f}x")
+    for runtime in RUNTIMES:
+        whole, changed = (statistics.median(times[(runtime, c)]) for c in (False, True))
+        print(f"  {runtime}: only what changed / whole copy {changed / whole:.2f}x")
 
 
 def batch_rows(tasks: int, explore: int, image: str) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import shutil
+import struct
 import tempfile
 import threading
 import uuid
@@ -35,6 +36,7 @@ from sandbox.export_stream import PAGE, ExportLimits, ExportParser, TreeBuilder,
 from sandbox.hardening import SANDBOX_ENV, WORKSPACE, Hardening
 from sandbox.hostgit import PrivateGit
 from sandbox.orphans import claim_state_dir, owner_labels, removal_under_way, remove_dead_state_dirs, remove_orphans
+from sandbox.refill import MANIFEST_CAP, RefillStats, parse_manifest, plan_refill, worth_listing
 from sandbox.runtime import RuntimeName
 from sandbox.verifier_view import (
     INSTALLED_MODULES_SCRIPT,
@@ -59,6 +61,7 @@ from sandbox.workspace import (
 _SETUP_LIMITS = ExecLimits(timeout_s=120, stdout_cap=4096, stderr_cap=4096)
 _LISTING_LIMITS = ExecLimits(timeout_s=120, stdout_cap=1 << 20, stderr_cap=4096)
 _EXPORT = resources.files("sandbox").joinpath("export_script.py").read_text(encoding="utf-8")
+_REFILL = resources.files("sandbox").joinpath("refill_script.py").read_text(encoding="utf-8")
 # How long a close waits for another closer's removal of the same container.
 REMOVAL_WAIT_S = 60.0
 
@@ -84,6 +87,7 @@ class Sandbox:
         self._repo_lock = threading.Lock()
         self.hidden: tuple[str, ...] = ()  # [verify] hidden: in the starting copy, not in this container
         self._on_close: list[Callable[[], None]] = []
+        self.refills: list[RefillStats] = []  # what each refill_verifier moved
         self.channel: ExecutorChannel  # set by _start_executor
 
     @classmethod
@@ -236,6 +240,46 @@ class Sandbox:
         if outcome.exit_code != 0:
             raise WorkspaceError(f"refilling the verifier's workspace failed: {outcome.stderr.text()[:500]}",
                                  run_id=self.run_id)
+
+    def refill_verifier(self, verifier: "Sandbox", copy: VerifierCopy, changed_only: bool | None = None) -> None:
+        """Make ``verifier``'s workspace ``copy`` (with the starting
+        ``.git``), as ``verifier.refill(self.archive_for(copy))`` does, but
+        sending only what differs from what it holds (``sandbox.refill``).
+        Only for a verifier that has run nothing of the model's: one that
+        holds the starting copy, after the trusted pre-pass at most.
+        ``changed_only`` None: only where the files are large enough on
+        average for the listing to cost less than the copy (``worth_listing``)."""
+        if self.git is None:
+            raise WorkspaceError("this sandbox has no private git dir to read the copy from", run_id=self.run_id)
+        if changed_only is None:
+            changed_only = worth_listing(copy_bytes(self.git, copy.entries), len(copy.entries))
+            why = None if changed_only else "small files: listing them costs what copying them does"
+        else:
+            why = None if changed_only else "asked for"
+        if why is None:
+            listing = BytesCapture(MANIFEST_CAP)
+            outcome = verifier.exec(["/usr/bin/python3", "-I", "-S", "-c", _REFILL, "manifest"], _SETUP_LIMITS,
+                                    stdout_capture=listing)
+            why = ("the listing was over its cap" if listing.overflowed else
+                   f"the listing failed (exit {outcome.exit_code})" if outcome.exit_code != 0 or outcome.timed_out
+                   else None)
+        if why is None:
+            try:
+                remove, send = plan_refill(parse_manifest(bytes(listing.data)), copy.entries)
+            except ValueError as exc:
+                why = f"the listing did not parse: {exc}"
+        if why is not None:
+            verifier.refill(self.archive_for(copy))
+            self.refills.append(RefillStats(sent=len(copy.entries), removed=0, full=True, why_full=why))
+            return
+        names = b"\0".join(remove)
+        tar = stream_archive(self.git, send, self.spec.workspace_bytes, self.starting_repo(copy.view))
+        outcome = verifier.exec(["/usr/bin/python3", "-I", "-S", "-c", _REFILL, "apply"], _SETUP_LIMITS,
+                                stdin=itertools.chain((struct.pack(">Q", len(names)), names), tar))
+        if outcome.exit_code != 0 or outcome.timed_out:
+            raise WorkspaceError(f"refilling the verifier's workspace failed: {outcome.stderr.text()[:500]}",
+                                 run_id=self.run_id)
+        self.refills.append(RefillStats(sent=len(send), removed=len(remove), full=False))
 
     def _require_reaped(self, result: dict[str, Any]) -> None:
         if result.get("left"):

@@ -79,6 +79,11 @@ class ToolResult(Frozen):
 class ToolBox:
     """The tools of one run, bound to its sandbox, policy and verifier command."""
 
+    # A verifier that holds the starting copy gets only what changed where
+    # that is cheaper (None: ``Sandbox.refill_verifier`` decides by file
+    # size); True or False forces it (tests, bench_runtime's rows).
+    copy_changed_only: bool | None = None
+
     def __init__(self, sandbox: Sandbox, policy: Policy, verifier_command: str | None = None,
                  cancel: threading.Event | None = None, verifier_patch: str | None = None,
                  required_tests: tuple[str, ...] = ()) -> None:
@@ -307,7 +312,7 @@ class ToolBox:
             if pre_pass:
                 self._required_known, self._required = True, required
             with verifier:
-                verifier.refill(archive)
+                self.sandbox.refill_verifier(verifier, copy, self.copy_changed_only)
                 return self._verify_in(verifier, evidence_wanted, limits)
         first = self.sandbox.starting_archive(copy) if pre_pass else None
         with self.sandbox.fresh(first or archive, "verify") as verifier:
@@ -315,7 +320,7 @@ class ToolBox:
                 self._required_known = True
                 self._required = self._collect_required(verifier, self.verifier_command or "", limits,
                                                         self.cancel)
-                verifier.refill(archive)
+                self.sandbox.refill_verifier(verifier, copy, self.copy_changed_only)
             return self._verify_in(verifier, evidence_wanted, limits)
 
     def _verify_in(self, verifier: Sandbox, evidence_wanted: bool, limits: ExecLimits) -> tuple[ExecOutcome, Channel]:
