@@ -163,3 +163,60 @@ class SGLangTokens(EngineTokens):
         if self.model is not None:
             body["model"] = self.model
         return self._ids(self._post("/tokenize", body))
+
+
+class LlamaServerTokens(EngineTokens):
+    """llama-server's tokenizer over HTTP, and its chat template (``/props``)
+    rendered here once ``adopt_local`` has seen it render probe
+    conversations exactly as the server's ``/apply-template`` does: a turn
+    then costs one ``/tokenize`` round trip, not two. A template that
+    renders otherwise here (llama.cpp's own Jinja differs from Jinja2 in
+    corners) stays the server's."""
+
+    def __init__(self, base_url: str, *, http: httpx.Client | None = None, model: str | None = None,
+                 timeout_s: float = 30.0) -> None:
+        super().__init__(base_url, http=http, model=model, timeout_s=timeout_s)
+        self._local: ChatTemplate | None = None
+        self._bos = ""  # what the server cuts from a rendering's start: the BOS it adds as an id
+
+    @classmethod
+    def sharing(cls, tokens: EngineTokens) -> "LlamaServerTokens":
+        """The same server's, over ``tokens``' HTTP client."""
+        return cls(tokens.root, http=tokens._http, model=tokens.model)
+
+    @property
+    def renders_here(self) -> bool:
+        return self._local is not None
+
+    def adopt_local(self, probes: Sequence[Sequence[dict[str, Any]]]) -> str | None:
+        """Render from now on here, when every probe renders here as on the
+        server; None when adopted, else why not (the server keeps rendering)."""
+        url = self.root + "/props"
+        try:
+            response = self._http.get(url)
+            props = response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError) as exc:
+            return f"{url} unreachable or not JSON: {exc}"
+        if not isinstance(props, dict) or not isinstance(props.get("chat_template"), str):
+            return f"{url} gave no chat_template"
+        special = {k: v for k in ("bos_token", "eos_token") if isinstance(v := props.get(k), str)}
+        try:
+            local = ChatTemplate(props["chat_template"], special, where=url)
+            for probe in probes:
+                here, there = local.render(probe), super().apply_template(probe)
+                bos = special.get("bos_token", "")
+                cut = bos if bos and here.startswith(bos) and not there.startswith(bos) else ""
+                if here[len(cut):] != there or (probe is not probes[0] and cut != self._bos):
+                    return f"the template from {url} renders otherwise here than on the server"
+                self._bos = cut
+        except TokenizerError as exc:
+            self._bos = ""
+            return str(exc)
+        self._local = local
+        return None
+
+    def apply_template(self, messages: Sequence[dict[str, Any]]) -> str:
+        if self._local is not None:
+            rendered = self._local.render(messages)
+            return rendered[len(self._bos):] if rendered.startswith(self._bos) else rendered
+        return super().apply_template(messages)

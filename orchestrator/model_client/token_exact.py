@@ -52,7 +52,7 @@ from orchestrator.model_client.monitor import StreamMonitor
 from orchestrator.model_client.normalize import Cause, status_of
 from orchestrator.model_client.provenance import EngineInfo, probe
 from orchestrator.model_client.retry import CircuitBreaker, RetryPolicy
-from orchestrator.model_client.token_endpoints import EngineTokens, SGLangTokens
+from orchestrator.model_client.token_endpoints import EngineTokens, LlamaServerTokens, SGLangTokens
 from orchestrator.token_drift import first_difference
 
 TOKEN_EXACT_ENGINES = ("llama.cpp", "vllm", "sglang")
@@ -141,10 +141,14 @@ class TextTemplate(_Template[str]):
         """Rendered and tokenized, with the model's BOS once: a template may
         write it itself (Gemma's does) or not (ChatML)."""
         rendered = self.render(messages)
-        ids = self.tokens.tokenize(rendered)
+        ids, bos = self.tokens.tokenize(rendered), self.bos()
+        return (ids if ids[:len(bos)] == bos else bos + ids), rendered
+
+    def bos(self) -> tuple[int, ...]:
+        """The model's BOS ids, asked once (``prepare`` asks, so no turn pays for it)."""
         if self._bos is None:
             self._bos = self.tokens.tokenize("", bos=True)
-        return (ids if ids[:len(self._bos)] == self._bos else self._bos + ids), rendered
+        return self._bos
 
 
 class IdTemplate(_Template[tuple[int, ...]]):
@@ -175,6 +179,8 @@ def template_for(engine: str, tokens: EngineTokens) -> _Template[Any]:
         return IdTemplate(tokens)
     if engine == "sglang" and not isinstance(tokens, SGLangTokens):
         tokens = SGLangTokens.sharing(tokens)
+    elif engine == "llama.cpp" and not isinstance(tokens, LlamaServerTokens):
+        tokens = LlamaServerTokens.sharing(tokens)
     return TextTemplate(tokens)
 
 
@@ -269,6 +275,8 @@ class TokenExactClient:
         self._retrier = Retrier(retry, self.breaker, sleep=sleep, rand=rand, clock=clock)
         self._engine: EngineInfo | None = None
         self._sequence: TokenSequence | None = None
+        # llama-server: why its template is not rendered here (None: it is, or not asked).
+        self.server_renders_because: str | None = None
 
     def __enter__(self) -> "TokenExactClient":
         return self
@@ -316,6 +324,16 @@ class TokenExactClient:
         answered = [*first, {"role": "assistant", "content": SENTINEL},
                     *({"role": role, "content": "b"} for role in roles)]
         self.sequence.template.extends(first, answered)
+        template = self.sequence.template
+        if isinstance(template, TextTemplate):
+            template.bos()
+        if isinstance(template, TextTemplate) and isinstance(template.tokens, LlamaServerTokens):
+            # The shapes the loop renders: a system message, answers, each
+            # appended role, text with the template's own markup in it.
+            after = [{"role": role, "content": "c <start_of_turn>\n\n"} for role in roles]
+            system = [{"role": "system", "content": "s\n"}, *answered, {"role": "assistant", "content": SENTINEL},
+                      *after]
+            self.server_renders_because = template.tokens.adopt_local([first, answered, system])
 
     def call(self, request: ModelRequest, *, cancel: threading.Event | None = None) -> Envelope:
         start = self._clock()

@@ -129,14 +129,58 @@ def test_each_prompt_is_the_last_one_and_its_sampled_ids_and_the_templates_text(
 
         # After a kept answer the last rendering is the next one's start: one render a turn.
         renders: list[object] = []
-        render = client.tokens.apply_template
-        client.tokens.apply_template = lambda m: renders.append(m) or render(m)  # type: ignore[method-assign]
+        tokens = client.sequence.template.tokens
+        render = tokens.apply_template
+        tokens.apply_template = lambda m: renders.append(m) or render(m)
         again = Message(role="assistant", content=third.payload.text)
         fourth = client.call(request(task, notice, answer, result, again, Message(role="user", content="More.")))
-        client.tokens.apply_template = render  # type: ignore[method-assign]
+        tokens.apply_template = render
         assert len(renders) == 1
         assert fourth.prompt_token_ids == (third.prompt_token_ids + (third.completion_token_ids or ())
                                            + engine.tokenize(turn.format("More.")))
+
+
+def test_a_template_rendered_here_as_on_the_server_costs_one_round_trip_a_turn(gemma_server, tmp_path):
+    """Once ``prepare`` has seen llama-server's template (``/props``) render
+    probes here exactly as ``/apply-template`` does, a turn costs one
+    ``/tokenize`` and the ids are those of the server's own rendering; a
+    template this Jinja cannot render (llama.cpp's own ``strftime_now``)
+    stays the server's."""
+    from orchestrator.contract import Message, ModelRequest, Sampling
+    from orchestrator.model_client.token_exact import TokenExactClient
+
+    def run(url: str, *, prepared: bool) -> tuple[list[tuple[int, ...]], list[list[str]], TokenExactClient]:
+        messages: tuple[Message, ...] = (Message(role="system", content="Be terse."),
+                                         Message(role="user", content="Say <b>hi</b>.\n"))
+        prompts, paths = [], []
+        with TokenExactClient(f"{url}/v1") as client:
+            if prepared:
+                client.prepare(("user",))
+            hits: list[str] = []
+            client.tokens._http.event_hooks["request"].append(lambda r: hits.append(r.url.path))
+            for turn in range(3):
+                before = len(hits)
+                answer = client.call(ModelRequest(model="gemma-3-270m", messages=messages, max_tokens=6,
+                                                  sampling=Sampling(temperature=0.0, seed=0)))
+                assert answer.payload is not None and answer.prompt_token_ids is not None, answer.error
+                prompts.append(answer.prompt_token_ids)
+                paths.append(hits[before:])
+                messages = (*messages, Message(role="assistant", content=answer.payload.text),
+                            Message(role="user", content=f"result {turn}\n\n"))
+        return prompts, paths, client
+
+    here, paths, client = run(gemma_server, prepared=True)
+    assert client.server_renders_because is None and client.sequence.template.tokens.renders_here
+    assert paths == [["/tokenize"]] * 3
+    there, server_paths, _ = run(gemma_server, prepared=False)
+    assert "/apply-template" in server_paths[1] and here == there  # the server's rendering, the same ids
+
+    odd = tmp_path / "odd.jinja"
+    odd.write_text("{{ strftime_now('%Y') }}" + (TEMPLATES / "gemma.jinja").read_text())
+    with llama_server(tmp_path / "odd.log", context=512, extra=["--jinja", "--chat-template-file", str(odd)]) as url:
+        _, odd_paths, odd_client = run(url, prepared=True)
+    assert odd_client.server_renders_because and "strftime_now" in odd_client.server_renders_because
+    assert all("/apply-template" in p for p in odd_paths[1:])
 
 
 @pytest.mark.docker
