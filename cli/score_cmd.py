@@ -55,7 +55,7 @@ def by_turn(figures: list[tuple[int | None, Figures]]) -> dict[int | None, Figur
     turns: dict[int | None, Figures] = {}
     for turn, f in figures:
         turns[turn] = turns.get(turn, Figures()) + f
-    return turns
+    return dict(sorted(turns.items(), key=lambda item: -1 if item[0] is None else item[0]))
 
 
 def _score_run(store: "Store", teacher: "TeacherClient", run_id: str, parallel: int) -> tuple[int, list[str]]:

@@ -119,3 +119,44 @@ def test_the_same_tokenizer_passes():
     with engine(_tokenize={"tokens": [105, 2364]}) as student, engine(_tokenize={"tokens": [105, 2364]}) as other, \
             TeacherClient(other.base_url, "m", "vllm") as teacher:
         check_vocabulary(teacher, student.base_url)
+
+
+def scored_answer(reply: Any) -> RawResponse:
+    ids = [*reply.prompt_token_ids, *reply.completion_token_ids]
+    return vllm_answer([None, *({str(i): {"logprob": -1.25, "rank": 1}} for i in ids[1:])])
+
+
+def test_score_records_chained_rows_and_a_rerun_scores_only_what_is_missing(fault_server: FaultServer, tmp_path):
+    """A teacher that dies on one call: that call is named and the run exits
+    1; the rerun asks for that call alone, nothing is scored twice, and the
+    chain with the score rows verifies."""
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    from orchestrator.fault_server.scenario import Hangup
+    from store import Store
+    from tests.tokens.conftest import growing, record
+
+    replies = growing(3)
+    fault_server.script(replies)
+    db = tmp_path / "escrow.db"
+    run_id, _ = record(db, fault_server.base_url, 3)
+    with engine(_tokenize={"tokens": [105, 2364]}) as teacher:
+        args = ["score", run_id, "--teacher-url", teacher.base_url, "--teacher-model", "t", "--teacher-engine", "vllm",
+                "--student-url", teacher.base_url, "--parallel", "1", "--db", f"sqlite:///{db}"]
+        teacher.script([scored_answer(replies[0]), Hangup(), scored_answer(replies[2])])
+        first = CliRunner().invoke(app, args)
+        assert first.exit_code == 1, first.output
+        assert "2 calls scored now" in first.stdout and "refused:" in first.stdout
+        teacher.script([scored_answer(replies[1])])
+        again = CliRunner().invoke(app, [*args, "--resume"])
+        assert again.exit_code == 0, again.output
+        assert len([r for r in teacher.requests if r.path == "/v1/completions"]) == 4
+    assert "1 calls scored now" in again.stdout and all(len(line) <= 80 for line in again.stdout.splitlines())
+    # Three sampled tokens a call, each at teacher logprob -1.25, the student -0.25 (the fault server's).
+    assert [line.split() for line in again.stdout.splitlines()[2:6]] == [
+        [run_id[:8], "all", "9", "1.0000", "0%"], *([str(turn), "3", "1.0000", "0%"] for turn in range(3))]
+    with Store.open(f"sqlite:///{db}", readonly=True, create=False) as store:
+        rows = store.teacher_scores(run_id)
+        assert sorted(r["turn"] for r in rows) == [0, 1, 2] and all(r["logprobs"] == [-1.25] * 3 for r in rows)
+        assert store.verify(run_id).ok
