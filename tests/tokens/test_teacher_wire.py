@@ -160,3 +160,11 @@ def test_score_records_chained_rows_and_a_rerun_scores_only_what_is_missing(faul
         rows = store.teacher_scores(run_id)
         assert sorted(r["turn"] for r in rows) == [0, 1, 2] and all(r["logprobs"] == [-1.25] * 3 for r in rows)
         assert store.verify(run_id).ok
+    # The rollout export carries them where the loss mask is 1 (every call here was kept).
+    exported = CliRunner().invoke(app, ["export", run_id, "--format", "rollout", "--teacher-model", "t",
+                                        "--db", f"sqlite:///{db}"])
+    assert exported.exit_code == 0, exported.output
+    (row,) = [json.loads(line) for line in exported.stdout.splitlines() if line.startswith("{")]
+    assert row["teacher_logprobs"] == [-1.25 if m else 0.0 for m in row["loss_mask"]] and sum(row["loss_mask"]) == 9
+    plain = CliRunner().invoke(app, ["export", run_id, "--format", "rollout", "--db", f"sqlite:///{db}"])
+    assert "teacher_logprobs" not in plain.stdout
