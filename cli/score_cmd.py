@@ -51,6 +51,34 @@ def run_figures(store: "Store", run_id: str, teacher_model: str, top_k: int) -> 
             for row in store.teacher_scores(run_id, teacher_model, top_k) if row["call_id"] in envelopes]
 
 
+def teacher_summaries(store: "Store", run_id: str) -> list[dict[str, Any]]:
+    """Per teacher and K that scored the run (``report RUN``): the figures and
+    the teacher's prefill (every id it read: prompt and sampled)."""
+    envelopes = {call_id: envelope for call_id, _, envelope in store.answered_envelopes(run_id)}
+    groups: dict[tuple[str, str, int], list[tuple[Figures, int, float | None]]] = {}
+    for row in store.teacher_scores(run_id):
+        envelope = envelopes.get(row["call_id"])
+        if envelope is None:
+            continue
+        prefill = len(envelope.prompt_token_ids or ()) + len(envelope.completion_token_ids or ())
+        f = call_figures(student_logprobs(envelope), row["logprobs"], row["in_top_k"])
+        key = (row["teacher_model"], row["teacher_engine"], row["top_k"])
+        groups.setdefault(key, []).append((f, prefill, row["duration_s"]))
+    return [{"model": model, "engine": engine, "top_k": k, "prefill_tokens": sum(p for _, p, _ in scored),
+             "gpu_s": None if any(s is None for _, _, s in scored) else sum(s or 0.0 for _, _, s in scored),
+             **_json(total(f for f, _, _ in scored))}
+            for (model, engine, k), scored in groups.items()]
+
+
+def teacher_line(summary: dict[str, Any]) -> str:
+    share = summary["outside_top_k"]
+    gpu = "-" if summary["gpu_s"] is None else f"{summary['gpu_s']:.2f}"
+    return (f"teacher {summary['model']} ({summary['engine']}, top K {summary['top_k']}): {summary['tokens']} "
+            f"tokens scored, prefill {summary['prefill_tokens']} tokens, GPU s {gpu}, reverse KL "
+            f"{_kl(summary['reverse_kl']) or '-'}/token, {'-' if share is None else f'{share * 100:.0f}%'} "
+            "outside top K (escrow score)")
+
+
 def by_turn(figures: list[tuple[int | None, Figures]]) -> dict[int | None, Figures]:
     turns: dict[int | None, Figures] = {}
     for turn, f in figures:
@@ -91,7 +119,7 @@ def _score_run(store: "Store", teacher: "TeacherClient", run_id: str, parallel: 
             store.record_teacher_score(
                 run_id, call_id, turn, teacher_model=teacher.model, teacher_engine=teacher.engine_label,
                 top_k=teacher.top_k, request_sha256=result.request_sha256, logprobs=result.logprobs,
-                in_top_k=result.in_top_k)
+                in_top_k=result.in_top_k, duration_s=result.duration_s)
             scored += 1
     return scored, refused
 

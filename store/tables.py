@@ -317,6 +317,7 @@ class TeacherScoreRow(Chained, table=True):
     n_tokens: int
     logprobs_json: str = text()
     in_top_k_json: str = text()
+    duration_s: float | None = None
     at: float
 
 

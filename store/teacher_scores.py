@@ -51,7 +51,8 @@ def scores(conn: Connection, run_id: str, teacher_model: str | None = None,
 
 def record(conn: Connection, run_id: str, call_id: str, turn: int | None, *, teacher_model: str,
            teacher_engine: str, top_k: int, request_sha256: str, logprobs: Sequence[float],
-           in_top_k: Sequence[bool | None], at: float | None = None) -> Mapping[str, Any]:
+           in_top_k: Sequence[bool | None], duration_s: float | None = None,
+           at: float | None = None) -> Mapping[str, Any]:
     """Append one call's score to the run's chain (the caller's transaction)."""
     values = {
         "id": f"{call_id}:{request_sha256[:16]}", "call_id": call_id, "turn": turn,
@@ -59,7 +60,8 @@ def record(conn: Connection, run_id: str, call_id: str, turn: int | None, *, tea
         "request_sha256": request_sha256, "n_tokens": len(logprobs),
         # -inf (a token the teacher gives no chance) is not JSON: written as null.
         "logprobs_json": canonical_json([v if v != float("-inf") else None for v in logprobs]),
-        "in_top_k_json": canonical_json(list(in_top_k)), "at": time.time() if at is None else at,
+        "in_top_k_json": canonical_json(list(in_top_k)), "duration_s": duration_s,
+        "at": time.time() if at is None else at,
     }
     (row,) = writer.append(conn, run_id, [(SCORES, values)])
     return row

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -62,6 +63,7 @@ class TeacherScore(Frozen):
     top_k: int
     engine: str
     request_sha256: str
+    duration_s: float  # the scoring request's time on the teacher: its GPU seconds, as for a model call
 
 
 def refuse_engine(engine: str) -> None:
@@ -157,21 +159,23 @@ class TeacherClient:
 
     def score(self, prompt: Sequence[int], sampled: Sequence[int]) -> TeacherScore:
         """The teacher's logprob of each of ``sampled`` after ``prompt`` (and whether it is in its top K)."""
+        started = time.monotonic()
         ids = [*prompt, *sampled]
         if not prompt or not sampled:
             raise TeacherAnswerInvalid("nothing to score: a call needs prompt ids and sampled ids")
         if self.engine == "vllm":
             body: dict[str, Any] = {"model": self.model, "prompt": ids, "max_tokens": 1,
                                     "prompt_logprobs": self.top_k, "temperature": 0.0}
-            return self._done(body, *_read_vllm(self._post("/v1/completions", body), ids, len(sampled), self.top_k))
+            answer = self._post("/v1/completions", body)
+            return self._done(body, started, *_read_vllm(answer, ids, len(sampled), self.top_k))
         if self.engine == "sglang":
             body = {"input_ids": ids, "return_logprob": True, "logprob_start_len": 0,
                     "top_logprobs_num": self.top_k, "sampling_params": {"max_new_tokens": 0, "temperature": 0.0}}
-            return self._done(body, *_read_sglang(self._post("/generate", body), ids, len(sampled)))
+            return self._done(body, started, *_read_sglang(self._post("/generate", body), ids, len(sampled)))
         text = self._text(ids)
         body = {"model": self.model, "prompt": text, "echo": True, "logprobs": self.top_k, "max_tokens": 1,
                 "temperature": 0.0}
-        return self._done(body, *_read_echo(self._post("/v1/completions", body), len(ids) - 1, len(sampled),
+        return self._done(body, started, *_read_echo(self._post("/v1/completions", body), len(ids) - 1, len(sampled),
                                               self.top_k))
 
     def _text(self, ids: list[int]) -> str:
@@ -193,10 +197,11 @@ class TeacherClient:
                 "which take ids", position=at)
         return text
 
-    def _done(self, body: dict[str, Any], logprobs: tuple[float, ...], in_top: tuple[bool | None, ...]) -> TeacherScore:
+    def _done(self, body: dict[str, Any], started: float, logprobs: tuple[float, ...],
+              in_top: tuple[bool | None, ...]) -> TeacherScore:
         sha = hashlib.sha256(canonical_json(body).encode()).hexdigest()
         return TeacherScore(logprobs=logprobs, in_top_k=in_top, top_k=self.top_k, engine=self.engine,
-                            request_sha256=sha)
+                            request_sha256=sha, duration_s=time.monotonic() - started)
 
 
 def _ids(value: object) -> tuple[int, ...]:

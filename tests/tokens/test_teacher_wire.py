@@ -168,3 +168,9 @@ def test_score_records_chained_rows_and_a_rerun_scores_only_what_is_missing(faul
     assert row["teacher_logprobs"] == [-1.25 if m else 0.0 for m in row["loss_mask"]] and sum(row["loss_mask"]) == 9
     plain = CliRunner().invoke(app, ["export", run_id, "--format", "rollout", "--db", f"sqlite:///{db}"])
     assert "teacher_logprobs" not in plain.stdout
+    # report RUN: the teacher's own line (its prefill: every id it read).
+    reported = CliRunner().invoke(app, ["report", run_id, "--json", "--db", f"sqlite:///{db}"])
+    (teacher_figures,) = json.loads(reported.stdout)["teacher"]
+    assert teacher_figures["tokens"] == 9 and teacher_figures["reverse_kl"] == 1.0
+    assert teacher_figures["prefill_tokens"] == sum(len(r.prompt_token_ids) + 3 for r in replies)
+    assert teacher_figures["gpu_s"] > 0 and teacher_figures["outside_top_k"] == 0.0
