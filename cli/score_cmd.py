@@ -10,16 +10,16 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from cli.display.table import Column, render, terminal_width, wrapped
-from cli.store_cmd import open_store
 from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
 from orchestrator.errors import TeacherAnswerInvalid
 from orchestrator.exit_codes import ExitCode
+from orchestrator.settings import load_settings
 from orchestrator.teacher_figures import Figures, call_figures, student_logprobs, total
+from store import Store
 
 if TYPE_CHECKING:
     from orchestrator.envelope import Envelope
     from orchestrator.model_client.teacher_scoring import TeacherClient
-    from store import Store
 
 COLUMNS = (
     Column("run", "run", "text", rank=0),
@@ -153,7 +153,8 @@ def score(
     from orchestrator.model_client.teacher_scoring import TeacherClient, check_vocabulary, teacher_engine
     from orchestrator.model_client.token_endpoints import EngineTokens
 
-    with open_store(db, config, readonly=False) as store:
+    # Writable, but never created: scores belong to runs already recorded.
+    with Store.open(load_settings(config, db_url=db).store_url, create=False) as store:
         run_ids = [store.run(ref).id for ref in runs]
         found = teacher_engine(teacher_url, engine)
         with EngineTokens(student_url) as student, TeacherClient(
