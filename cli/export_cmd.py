@@ -108,6 +108,10 @@ def export(
         help="rollout: the columns: flat (input_ids, loss_mask, logprobs), trl, verl, or atif step metrics.",
     ),
     batch: str | None = typer.Option(None, "--batch", help="rollout: every run of this batch."),
+    teacher_model: str | None = typer.Option(
+        None, "--teacher-model",
+        help="rollout: add teacher_logprobs, this teacher's logprob of each sampled id (escrow score), where the "
+             "loss mask is 1; absent from a sequence with a call it did not score."),
     output: Path | None = typer.Option(
         None, "--output", "-o", help="Write to this file instead of stdout (rollout: .parquet writes Parquet)."
     ),
@@ -131,10 +135,10 @@ def export(
     if fmt not in FORMATS:
         raise ConfigError(f"--format takes one of {', '.join(FORMATS)}, not {fmt!r}")
     if fmt == "rollout":
-        export_rollout(run, all_runs, batch, shape, output, db, config)
+        export_rollout(run, all_runs, batch, shape, output, db, config, teacher_model)
         return
-    if batch is not None or shape != "flat":
-        raise ConfigError("--batch and --shape apply to --format rollout only")
+    if batch is not None or shape != "flat" or teacher_model is not None:
+        raise ConfigError("--batch, --shape and --teacher-model apply to --format rollout only")
     if all_runs == (run is not None):
         raise ConfigError("give a run id or --all (not both)")
     if tokens and fmt != "messages-jsonl":
@@ -176,7 +180,7 @@ def export(
 
 
 def export_rollout(run: str | None, all_runs: bool, batch: str | None, shape: str, output: Path | None,
-                   db: str | None, config: Path | None) -> None:
+                   db: str | None, config: Path | None, teacher_model: str | None = None) -> None:
     from orchestrator.rollout import RolloutRefused
     from store.reports.rollout_export import rollout_rows, write_parquet
 
@@ -194,7 +198,9 @@ def export_rollout(run: str | None, all_runs: bool, batch: str | None, shape: st
         skipped: list[str] = []
         for run_id in ids:
             try:
-                rows += rollout_rows(store.trajectory(run_id), shape)
+                teacher = None if teacher_model is None else {
+                    r["call_id"]: tuple(r["logprobs"]) for r in store.teacher_scores(run_id, teacher_model)}
+                rows += rollout_rows(store.trajectory(run_id), shape, teacher)
             except RolloutRefused as exc:
                 if run is not None:
                     raise ExportError(f"run {run_id} cannot be exported as rollout: {exc.message}",

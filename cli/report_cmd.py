@@ -69,7 +69,7 @@ def say(lines: list[str]) -> None:
     typer.echo("\n".join(lines))
 
 
-def print_run(report: RunCost, *, wide: bool = False, tokens: str | None = None) -> None:
+def print_run(report: RunCost, *, wide: bool = False, tokens: str | None = None, teacher: tuple[str, ...] = ()) -> None:
     width = terminal_width()
     lines = prose(f"run {report.run_id}  model {report.model}  status {report.status}  verdict "
                   f"{report.verdict or ABSENT}  price table {report.price_version}", width)
@@ -83,6 +83,7 @@ def print_run(report: RunCost, *, wide: bool = False, tokens: str | None = None)
         lines += prose(f"sandbox {runtime_text(report.sandbox_runtime)}", width)
     if tokens is not None:
         lines += prose(f"tokens {tokens} (escrow tokens)", width)
+    lines += [line for text in teacher for line in prose(text, width)]
     lines += [line for warning in report.warnings for line in prose(f"warning: {warning}", width)]
     lines += [line for clamp in report.clamps for line in prose(clamp_note(clamp), width)]
     lines += ["", *render(TURN_COLUMNS, line_rows(report), width=width, wide=wide, title="cost per turn"), ""]
@@ -202,8 +203,12 @@ def report(
             tokens = store.run_tokens(single.run_id)
             summary = {"clean": tokens.clean, "calls": len(tokens.calls), "summary": tokens.summary(),
                        **{k.value.lower(): tokens.count(k) for k in TokenClass}}
-            emit(single, {**run_json(single), "tokens": summary}, line_rows(single), as_json, as_csv, wide,
-                 tokens=tokens.summary() if tokens.calls else None)
+            from cli.score_cmd import teacher_line, teacher_summaries
+
+            teachers = teacher_summaries(store, single.run_id)
+            emit(single, {**run_json(single), "tokens": summary, "teacher": teachers}, line_rows(single), as_json,
+                 as_csv, wide, tokens=tokens.summary() if tokens.calls else None,
+                 teacher=tuple(teacher_line(t) for t in teachers))
             if html:
                 write_html(html, run_html(single))
             return
@@ -219,14 +224,14 @@ def report(
 
 def emit(
     report: RunCost | AggregateReport, as_dict: dict[str, Any], rows: list[dict[str, Any]], as_json: bool,
-    as_csv: bool, wide: bool = False, tokens: str | None = None,
+    as_csv: bool, wide: bool = False, tokens: str | None = None, teacher: tuple[str, ...] = (),
 ) -> None:
     if as_json:
         emit_json(as_dict)
     elif as_csv:
         typer.echo(to_csv(rows), nl=False)
     elif isinstance(report, RunCost):
-        print_run(report, wide=wide, tokens=tokens)
+        print_run(report, wide=wide, tokens=tokens, teacher=teacher)
     else:
         print_aggregate(report, wide=wide)
 

@@ -13,7 +13,9 @@ The one tree (exit code in brackets)::
     │   └── GrammarRefused [2]       orchestrator/grammar.py: no grammar can be written for the tools
     ├── TokenizerError [2]           no usable tokenizer
     │   ├── TemplateNotPrefixPreserving [2]  a chat template --token-exact cannot extend by ids
-    │   └── TokenExactUnsupported [2]  an engine that takes no prompt as ids (--token-exact)
+    │   ├── TokenExactUnsupported [2]  an engine that takes no prompt as ids (--token-exact)
+    │   └── TeacherRefused [2]       escrow score: a teacher that cannot score, or another vocabulary
+    │       └── TeacherAnswerInvalid [2]  a teacher's answer that does not score the ids sent
     ├── BudgetExhausted [2]          a run limit was reached (ends a run as a verdict, not an exit)
     ├── QuarantinedPayloadError [2]  orchestrator/escrow.py: a non-COMPLETED envelope asked to leave
     ├── IllegalTransition [2]        orchestrator/candidate.py: a move the escrow's states forbid
@@ -112,6 +114,16 @@ class TemplateNotPrefixPreserving(TokenizerError):
 
 class TokenExactUnsupported(TokenizerError):
     """``--token-exact`` against an engine that takes no prompt as token ids."""
+
+
+class TeacherRefused(TokenizerError):
+    """``escrow score``: an engine that gives no logprobs over a prompt, or a
+    teacher whose tokenizer is not the student's; nothing is scored."""
+
+
+class TeacherAnswerInvalid(TeacherRefused):
+    """A teacher's answer for one sequence that is not one finite logprob
+    <= 0 per sampled id; ``context`` names the call and what was wrong."""
 
 
 class BudgetExhausted(EscrowError):

@@ -53,6 +53,8 @@ class RolloutCall(Frozen):
     call_id: str
     turn: int | None
     envelope: Envelope
+    teacher_logprobs: tuple[float | None, ...] | None = None
+    """A teacher's logprob of each sampled id (``escrow score``), when asked for in the export."""
 
 
 class Provenance(Frozen):
@@ -73,6 +75,8 @@ class RolloutSequence(Frozen):
     loss_mask: tuple[int, ...]
     logprobs: tuple[float, ...]
     """The sampled ids' logprobs where the mask is 1, 0.0 elsewhere; empty when none were recorded."""
+    teacher_logprobs: tuple[float, ...] = ()
+    """The teacher's logprob of the sampled ids where the mask is 1, 0.0 elsewhere; empty when not asked for."""
     steps: tuple[dict[str, Any], ...]
     """ATIF v1.4 step ``metrics``, one a call (``orchestrator.interop.atif_schema.Metrics``)."""
 
@@ -111,6 +115,7 @@ def _sequence(number: int, group: list[tuple[RolloutCall, CallCheck]]) -> Rollou
     ids = (last.prompt_token_ids or ()) + (last.completion_token_ids or ())
     mask = [0] * len(ids)
     logprobs = [0.0] * len(ids)
+    teacher = [0.0] * len(ids)
     any_logprobs = False
     steps = []
     for index, (call, _) in enumerate(group):
@@ -129,6 +134,9 @@ def _sequence(number: int, group: list[tuple[RolloutCall, CallCheck]]) -> Rollou
         for offset in range(shown):
             if kept:
                 mask[start + offset] = 1
+                scored = call.teacher_logprobs or ()
+                if offset < len(scored) and scored[offset] is not None:
+                    teacher[start + offset] = scored[offset] or 0.0
             if offset < len(read):
                 logprobs[start + offset] = read[offset].logprob
                 any_logprobs = True
@@ -141,6 +149,7 @@ def _sequence(number: int, group: list[tuple[RolloutCall, CallCheck]]) -> Rollou
         sequence=number, call_ids=tuple(c.call_id for c, _ in group), turns=tuple(c.turn for c, _ in group),
         prompt_length=first_sampled, input_ids=ids, loss_mask=tuple(mask),
         logprobs=tuple(logprobs) if any_logprobs else (), steps=tuple(steps),
+        teacher_logprobs=tuple(teacher) if all(c.teacher_logprobs is not None for c, _ in group) else (),
     )
 
 
@@ -154,6 +163,8 @@ def row(provenance: Provenance, seq: RolloutSequence, total: int, shape: str = "
     }
     cut = seq.prompt_length
     logprobs = list(seq.logprobs) if seq.logprobs else None
+    if seq.teacher_logprobs:  # with --teacher-model: beside the logprobs, cut as they are
+        out["teacher_logprobs"] = list(seq.teacher_logprobs if shape == "flat" else seq.teacher_logprobs[cut:])
     if shape == "flat":
         out.update(input_ids=list(seq.input_ids), loss_mask=list(seq.loss_mask), logprobs=logprobs)
     elif shape == "trl":

@@ -107,6 +107,11 @@ def _batch_tables(conn: Connection) -> None:
     SQLModel.metadata.create_all(conn, tables=[table_of(m) for m in batch_tables.BATCH_TABLES])
 
 
+def _teacher_scores(conn: Connection) -> None:
+    """Self-contained (one new table), so it can be renumbered when migrations are merged."""
+    SQLModel.metadata.create_all(conn, tables=[table_of(tables.TeacherScoreRow)])
+
+
 def _create_indexes(conn: Connection, specs: tuple[tuple[str, str, tuple[str, ...]], ...]) -> None:
     meta = MetaData()
     for table_name, index_name, columns in specs:
@@ -272,6 +277,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         _add_cached_reported,
         _backfill_cached_reported,
     ),
+    Migration(13, "teacher scores: a teacher's logprob of every sampled id of a call, chained (escrow score)",
+              _teacher_scores),
 )
 LATEST = MIGRATIONS[-1].version
 if LATEST != schema_version.LATEST:  # one number, read by the light reader too

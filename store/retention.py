@@ -36,6 +36,7 @@ CALLS: Table = table_of(ModelCall)
 DELETIONS: Table = table_of(Deletion)
 # Children before parents, so foreign keys hold at every statement.
 DELETE_ORDER = (
+    "teacher_scores",  # refers to model_calls
     "escrow_transitions",
     "tool_executions",
     "candidates",

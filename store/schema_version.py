@@ -3,4 +3,4 @@ reach it, so that a light reader (``store.run_list``) can check a store's
 version without importing SQLAlchemy. ``store.migrations`` refuses to load
 when its last migration is not this version."""
 
-LATEST = 12
+LATEST = 13

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy import exc as sa_exc
 
+from orchestrator.envelope import Envelope
 from orchestrator.token_drift import Decode, RunTokens
 from orchestrator.trajectory import (
     CallView,
@@ -26,7 +27,17 @@ from orchestrator.trajectory import (
     Trajectory,
     TurnView,
 )
-from store import browse, migrations, reader, request_texts, token_check, totals_check, turn_browse, verify
+from store import (
+    browse,
+    migrations,
+    reader,
+    request_texts,
+    teacher_scores,
+    token_check,
+    totals_check,
+    turn_browse,
+    verify,
+)
 from store.browse import ChainPosition, Facets
 from store.chain import ChainCheck
 from store.engine import ensure_parent, make_engine, parse_url, probe_file, sqlite_path, use_wal
@@ -187,6 +198,20 @@ class Store:
         """The drift check of a run's token ids (``escrow tokens``), from its responses alone."""
         with self.read() as conn:
             return token_check.run_tokens(conn, run_id, decode=decode, vocab_size=vocab_size)
+
+    def answered_envelopes(self, run_id: str) -> list[tuple[str, int | None, Envelope]]:
+        """The run's answered calls (call id, turn, envelope with whole ids), in chain order."""
+        return self._query(teacher_scores.answered, run_id)
+
+    def teacher_scores(self, run_id: str, teacher_model: str | None = None,
+                       top_k: int | None = None) -> list[dict[str, Any]]:
+        """The run's teacher score rows (``escrow score``), in chain order."""
+        return self._query(teacher_scores.scores, run_id, teacher_model, top_k)
+
+    def record_teacher_score(self, run_id: str, call_id: str, turn: int | None, **score: Any) -> None:
+        """Append one call's teacher score to the run's chain, in its own transaction."""
+        with self.write() as conn:
+            teacher_scores.record(conn, run_id, call_id, turn, **score)
 
     def check_totals(self, run_id: str) -> None:
         """Raise RollupMismatch when the run's stored totals (what aggregate

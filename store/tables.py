@@ -301,8 +301,29 @@ class EventRow(Chained, table=True):
     at: float
 
 
+class TeacherScoreRow(Chained, table=True):
+    """A teacher's logprob of every id a call sampled (``escrow score``,
+    schema 13): appended to the run's chain after the run, one row a call,
+    teacher model and K."""
+
+    __tablename__ = "teacher_scores"
+    __table_args__ = chained_args("teacher_scores", Index("ix_teacher_scores_call", "call_id", "teacher_model"))
+
+    call_id: str = Field(foreign_key="model_calls.id")
+    teacher_model: str = outside()
+    teacher_engine: str = outside()
+    top_k: int
+    request_sha256: str
+    n_tokens: int
+    logprobs_json: str = text()
+    in_top_k_json: str = text()
+    duration_s: float | None = None
+    at: float
+
+
 CHAINED: tuple[type[Chained], ...] = (
     Turn, ModelCall, ModelResponse, CallAttempt, CandidateRow, TransitionRow, ToolExecution, EventRow,
+    TeacherScoreRow,
 )
 CHAINED_TABLES: tuple[str, ...] = tuple(table_of(model).name for model in CHAINED)
 

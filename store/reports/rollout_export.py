@@ -13,11 +13,14 @@ from orchestrator.rollout import Provenance, RolloutCall, row, sequences
 from orchestrator.trajectory import Trajectory
 
 
-def rollout_rows(trajectory: Trajectory, shape: str = "flat") -> Iterator[dict[str, Any]]:
-    """The run's rows; ``RolloutRefused`` (with the reason) for a run without exact ids."""
+def rollout_rows(trajectory: Trajectory, shape: str = "flat",
+                 teacher: dict[str, tuple[float | None, ...]] | None = None) -> Iterator[dict[str, Any]]:
+    """The run's rows; ``RolloutRefused`` (with the reason) for a run without
+    exact ids. ``teacher``: per call id, a teacher's logprob of each sampled id."""
     calls = sorted((c for record in trajectory.turns for c in record.calls if c.response is not None),
                    key=lambda c: c.seq)
-    rollout = [RolloutCall(call_id=c.id, turn=c.turn, envelope=c.response.envelope())
+    rollout = [RolloutCall(call_id=c.id, turn=c.turn, envelope=c.response.envelope(),
+                           teacher_logprobs=None if teacher is None else teacher.get(c.id))
                for c in calls if c.response is not None]
     found = sequences(rollout)
     last = calls[-1]

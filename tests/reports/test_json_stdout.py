@@ -54,6 +54,7 @@ ELSEWHERE = {
     "sandbox build": "builds an image",
     "sandbox gc": "a Docker daemon",
     "sandbox doctor": "a Docker daemon",
+    "score": "a teacher and a student server: tests/tokens/test_teacher_scoring.py parses its --json stdout",
     "fault-server": "a server that runs until Ctrl-C; its one JSON line is read in tests/client",
 }
 

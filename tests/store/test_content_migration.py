@@ -79,7 +79,9 @@ def raw(path: Path) -> tuple[list[dict], list[ChainRow]]:
     with closing(sqlite3.connect(path)) as conn:
         conn.row_factory = sqlite3.Row
         runs = [dict(r) for r in conn.execute("SELECT * FROM runs")]
-        rows = [ChainRow(table=t, row=dict(r)) for t in CHAINED_TABLES for r in conn.execute(f'SELECT * FROM "{t}"')]
+        present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        rows = [ChainRow(table=t, row=dict(r)) for t in CHAINED_TABLES if t in present
+                for r in conn.execute(f'SELECT * FROM "{t}"')]
     return runs, rows
 
 

@@ -23,8 +23,13 @@ TABLES = ("runs", *CHAINED_TABLES)
 
 
 def record_finished_and_crashed(recorder: Recorder) -> None:
-    """A finished run, and one cut off with a call in flight (a crash)."""
-    synthetic.record_run(recorder, turns=2, seed=11)
+    """A finished run (scored by a teacher after it ended), and one cut off
+    with a call in flight (a crash)."""
+    finished = synthetic.record_run(recorder, turns=2, seed=11)
+    call_id, turn, _ = recorder.store.answered_envelopes(finished)[0]
+    recorder.store.record_teacher_score(finished, call_id, turn, teacher_model="teacher", teacher_engine="vllm",
+                                        top_k=1, request_sha256="0" * 64, logprobs=[-0.5], in_top_k=[True],
+                                        duration_s=0.5)
     unfinished = synthetic.record_run(recorder, turns=1, seed=12, finish=False)
     recorder.record_request(unfinished, 1, synthetic.request_for(1, []))  # the call in flight at a crash
 
