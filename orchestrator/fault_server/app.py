@@ -103,14 +103,15 @@ def opens_conversation(body: dict[str, Any]) -> bool:
 class FaultApp:
     """``endpoints`` maps extra paths to the JSON they answer (to GET and
     POST alike), so a test can pose as an engine (vLLM ``/version``,
-    llama.cpp ``/props``, its ``/detokenize``...); one given for
-    ``/v1/models`` replaces the built-in listing."""
+    llama.cpp ``/props``, its ``/detokenize``...); one given for a built-in
+    path (``/v1/models``, SGLang's ``/generate``) replaces what it serves."""
 
     def __init__(self, state: FaultState, model: str, endpoints: dict[str, Any] | None = None,
                  chat_template: chat_tokens.ChatTemplate = "chatml") -> None:
         self.state = state
         self.model = model
         self.chat_template = chat_template
+        self.fixed = frozenset(endpoints or ())
         extra = [Route(path, _fixed(value), methods=["GET", "POST"]) for path, value in (endpoints or {}).items()]
         self.routes = Starlette(routes=[*extra, Route("/v1/models", self._models), Route("/health", self._health),
                                         Route("/tokenize", self._tokenize, methods=["POST"])])
@@ -134,7 +135,7 @@ class FaultApp:
                 self.state.hits.append(original)
             key, path = split_key(scope["path"])
             scope = {**scope, "path": path, "raw_path": path.encode()}
-        if scope["type"] != "http" or scope["path"] not in COMPLETIONS:
+        if scope["type"] != "http" or scope["path"] not in COMPLETIONS or scope["path"] in self.fixed:
             await self.routes(scope, receive, send)
             return
         raw = bytearray()
