@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))  # tests.llama_server
 
 from orchestrator.grammar import NOT_HONOURED  # noqa: E402
 from store import Store  # noqa: E402
-from tests.llama_server import available, llama_server  # noqa: E402
+from tests.llama_server import GEMMA_CHAT, available, llama_server  # noqa: E402
 
 TASKS = ROOT / "examples" / "tasks" / "tasks.jsonl"
 ESCROW = str(Path(sys.executable).with_name("escrow"))
@@ -134,7 +134,7 @@ def main() -> None:
                     print("llama-server: not built (scripts/setup.sh escrow_setup_llama_server); skipped",
                           file=sys.stderr)
                     continue
-                with llama_server(work / "llama-server.log", context=8192) as url:
+                with llama_server(work / "llama-server.log", context=8192, extra=GEMMA_CHAT) as url:
                     out[server] = {arm: figures(run_arm(url, arm, tasks, work / server, args.max_turns,
                                                         args.deadline_s)[0]) for arm in ARMS}
             else:
