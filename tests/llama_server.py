@@ -22,6 +22,12 @@ BUILD = "11434"
 BINARY = Path(os.environ.get("ESCROW_TEST_LLAMA_SERVER_BIN", CACHE / f"llama-server-b{BUILD}/bin/llama-server"))
 MODEL = CACHE / "models/gemma-3-270m-q4_k_m.gguf"
 CONTEXT = 2048
+# The GGUF carries no chat template, and llama-server then falls back to
+# ChatML (`<|im_start|>`), which Gemma echoes as text: a constrained answer
+# spent its free text on `<|im_start|>user` lines until the output limit.
+# Gemma's own turns (`<start_of_turn>`), read through llama-server's Jinja.
+GEMMA_TEMPLATE = Path(__file__).resolve().parent / "tokens" / "templates" / "gemma.jinja"
+GEMMA_CHAT = ("--jinja", "--chat-template-file", str(GEMMA_TEMPLATE))
 
 
 def available() -> bool:

@@ -149,21 +149,11 @@ def _version(text: str | None) -> tuple[int, ...] | None:
 SLOW_GRAMMAR_ENGINES = ("llama-cpp-python",)
 
 
-# Engines whose grammar a real-model test has not yet seen honoured: on
-# llama-server b11434 with Gemma 3 270M a constrained answer ran to its output
-# limit in chat-template text (tests/client/test_constrain_llama.py, marked as
-# failing until the grammar or the engine is fixed).
-UNPROVEN_GRAMMAR_ENGINES = ("llama.cpp",)
-
-
 def slow_to_constrain(engine: str, protocol: str) -> str | None:
     """Why ``auto`` leaves ``engine`` unconstrained though it could be, or None."""
     if protocol == "text" and engine in SLOW_GRAMMAR_ENGINES:
         return (f"{engine} checks a grammar against the whole vocabulary at every token (several times slower "
                 "a token, measured); --constrain tools asks for it anyway")
-    if protocol == "text" and engine in UNPROVEN_GRAMMAR_ENGINES:
-        return (f"{engine}'s grammar was not seen honoured by a real model here (an answer ran to its output "
-                "limit); --constrain tools asks for it anyway")
     return None
 
 

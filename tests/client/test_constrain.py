@@ -96,11 +96,13 @@ def test_off_sends_nothing_and_auto_says_why_where_the_engine_cannot(tmp_path):
             choose(srv, tmp_path, constrain="tools")
 
 
-def test_auto_leaves_llama_cpp_off_until_a_real_model_honours_its_grammar(tmp_path):
+def test_auto_constrains_llama_server(tmp_path):
+    """llama-server honours the grammar with a real model
+    (test_constrain_llama.py): ``auto`` asks for it."""
+    grammar = tool_grammar(tool_specs(default_policy().tools.allowed)).text
     with FaultServer(endpoints=LLAMA) as srv:
         auto = choose(srv, tmp_path)
-        assert auto.constraint is None and "not seen honoured" in auto.why
-        assert choose(srv, tmp_path, constrain="tools").constraint is not None
+        assert auto.constraint is not None and auto.constraint.fields == {"grammar": grammar}, auto.why
 
 
 def test_the_policy_key_decides_when_the_setting_is_unset(tmp_path):

@@ -20,7 +20,7 @@ from orchestrator.tool_protocols import TextProtocol
 from orchestrator.toolset import tool_specs
 from tests.conftest import require
 from tests.gbnf import accepts
-from tests.llama_server import BINARY, MODEL, available, llama_server
+from tests.llama_server import BINARY, GEMMA_CHAT, MODEL, available, llama_server
 
 pytestmark = pytest.mark.llama
 
@@ -74,12 +74,12 @@ def test_llama_cpp_python_honours_the_grammar(llama_url):
 @pytest.fixture(scope="module")
 def llama_cpp(tmp_path_factory) -> str:
     require(available(), f"llama-server at {BINARY} with {MODEL} (scripts/setup.sh escrow_setup_llama_server)")
-    with llama_server(tmp_path_factory.mktemp("llama-server") / "server.log") as url:
+    # Gemma's own chat template: without it llama-server falls back to ChatML,
+    # which the model echoes as free text until its output limit.
+    with llama_server(tmp_path_factory.mktemp("llama-server") / "server.log", extra=GEMMA_CHAT) as url:
         yield url
 
 
-@pytest.mark.xfail(strict=True, reason="on llama-server b11434 with Gemma 3 270M a constrained answer runs to its "
-                   "output limit in chat-template text; --constrain auto leaves llama.cpp off until this passes")
 def test_llama_server_honours_the_grammar(llama_cpp):
     check_engine(llama_cpp, "llama.cpp")
 
