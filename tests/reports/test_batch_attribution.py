@@ -25,6 +25,7 @@ DAMAGED = 4
 def batch_run(recorder: Recorder, batch_id: str, task_id: str, seed: int) -> str:
     """A run as a batch attempt records it: the attempt notes the run, the run's config names the attempt's task."""
     store = recorder.store
+    assert isinstance(store, Store)  # a Recorder writes through any Writable; this one is a store
     attempt = bstore.start_attempt(store, batch_id, task_id)
     run_id = synthetic.record_run(recorder, turns=2, seed=seed, config={"batch": bstore.batch_note(batch_id, task_id)})
     bstore.finish_attempt(store, attempt, outcome=bstore.MODEL, run_id=run_id, verdict="PASS")

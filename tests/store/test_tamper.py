@@ -25,9 +25,11 @@ TABLES = ("runs", *CHAINED_TABLES)
 def record_finished_and_crashed(recorder: Recorder) -> None:
     """A finished run (scored by a teacher after it ended), and one cut off
     with a call in flight (a crash)."""
+    store = recorder.store
+    assert isinstance(store, Store)  # a Recorder writes through any Writable; this one is a store
     finished = synthetic.record_run(recorder, turns=2, seed=11)
-    call_id, turn, _ = recorder.store.answered_envelopes(finished)[0]
-    recorder.store.record_teacher_score(finished, call_id, turn, teacher_model="teacher", teacher_engine="vllm",
+    call_id, turn, _ = store.answered_envelopes(finished)[0]
+    store.record_teacher_score(finished, call_id, turn, teacher_model="teacher", teacher_engine="vllm",
                                         top_k=1, request_sha256="0" * 64, logprobs=[-0.5], in_top_k=[True],
                                         duration_s=0.5)
     unfinished = synthetic.record_run(recorder, turns=1, seed=12, finish=False)
