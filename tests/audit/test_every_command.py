@@ -19,6 +19,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ INVOCATIONS: dict[tuple[str, ...], list[list[str]]] = {
                 ["call", "hi", "--model-url", "{dead}", "--model", "m", "--deadline", "2", "--json"]],
     ("fault-server",): [["fault-server"], ["fault-server", "--script", "{tmp}/missing.json"]],
     ("runs",): [["runs"], ["runs", "--json"]],
-    ("show",): [["show", "{run}"], ["show", "{reasoner}"], ["show", "{run}", "--json"], ["show", "1"]],
+    ("show",): [["show", "{run}"], ["show", "{reasoner}"], ["show", "{run}", "--json"], ["show", "{ambiguous}"]],
     ("verify",): [["verify", "--all"], ["verify", "{run}", "--json"]],
     ("migrate",): [["migrate"]],
     ("gc",): [["gc", "--older-than", "30d", "--dry-run"], ["gc", "--older-than", "30d", "--dry-run", "--json"]],
@@ -68,6 +69,9 @@ INVOCATIONS: dict[tuple[str, ...], list[list[str]]] = {
     ("price", "set"): [["price", "set", "audit-model", "--input", "1.5", "--output", "3"]],
     ("price", "unset"): [["price", "unset", "audit-model"]],
     ("tokens",): [["tokens", "{run}"], ["tokens", "{run}", "--json"]],
+    ("score",): [["score", "{run}", "--teacher-url", "{dead}", "--teacher-model", "m", "--student-url", "{dead}"],
+                 ["score", "{run}", "--teacher-url", "{dead}", "--teacher-model", "m", "--student-url", "{dead}",
+                  "--json"]],
     ("verify-patch",): [["verify-patch", "{run}", "--flags-only"], ["verify-patch", "{run}", "--json"]],
 }
 
@@ -104,6 +108,11 @@ def audited_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[s
     assert done.returncode == 0, done.stderr
     outcomes = [json.loads(line) for line in done.stdout.splitlines()]
     by_file = {Path(o["path"]).name: o["run_ids"] for o in outcomes}
+    # A prefix of several runs' ids (imported ids are random: a fixed "1" was
+    # sometimes one run's, whose tool output quotes a traceback).
+    firsts = Counter(run_id[0] for o in outcomes for run_id in o["run_ids"])
+    ambiguous, shared = firsts.most_common(1)[0]
+    assert shared >= 2, firsts
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
@@ -112,7 +121,7 @@ def audited_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[s
     places = {
         "run": by_file["swe-agent__test-repo-i1.traj"][0],
         "reasoner": by_file["deepseek_reasoner_dev__pvlib__pvlib-python-1606.traj.json"][0],
-        "dead": dead, "tmp": str(scratch),
+        "dead": dead, "tmp": str(scratch), "ambiguous": ambiguous,
         "sample": str(real(REAL_SAMPLES[0])), "sample2": str(real(REAL_SAMPLES[1])),
     }
     return home, places
