@@ -39,7 +39,7 @@ from orchestrator.contract import Frozen
 from orchestrator.errors import TeacherAnswerInvalid, TeacherRefused
 from orchestrator.model_client.provenance import EngineInfo, probe
 from orchestrator.model_client.server_tokenizer import server_root
-from orchestrator.model_client.token_endpoints import EngineTokens
+from orchestrator.model_client.token_endpoints import EngineTokens, post_object
 
 _Read = tuple[tuple[float, ...], tuple[bool | None, ...]]  # a sampled id's logprob, whether in the top K
 ENGINES = ("vllm", "sglang", "llama-cpp-python", "llama.cpp")
@@ -120,21 +120,7 @@ class TeacherClient:
             self._http.close()
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        url = self.root + path
-        try:
-            response = self._http.post(url, json=body)
-        except httpx.HTTPError as exc:
-            raise TeacherAnswerInvalid(f"{url} unreachable: {exc}", url=url) from exc
-        if response.status_code != 200:
-            raise TeacherAnswerInvalid(f"{url} answered HTTP {response.status_code}: {response.text[:200]}",
-                                       url=url, status=response.status_code)
-        try:
-            data = response.json()
-        except ValueError as exc:
-            raise TeacherAnswerInvalid(f"{url} answered with something that is not JSON", url=url) from exc
-        if not isinstance(data, dict):
-            raise TeacherAnswerInvalid(f"{url} answered with a JSON {type(data).__name__}", url=url)
-        return data
+        return post_object(self._http, self.root + path, body, TeacherAnswerInvalid)
 
     # The tokenizer, for the vocabulary check.
 

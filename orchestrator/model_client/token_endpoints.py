@@ -23,9 +23,28 @@ from typing import Any
 
 import httpx
 
-from orchestrator.errors import TokenizerError
+from orchestrator.errors import EscrowError, TokenizerError
 from orchestrator.model_client.chat_template import ChatTemplate
 from orchestrator.model_client.server_tokenizer import server_root
+
+
+def post_object(http: httpx.Client, url: str, body: dict[str, Any], error: type[EscrowError]) -> dict[str, Any]:
+    """``body`` POSTed to ``url`` and the JSON object it answers; anything
+    else (unreachable, not 200, not JSON, not an object) is ``error``."""
+    try:
+        response = http.post(url, json=body)
+    except httpx.HTTPError as exc:
+        raise error(f"{url} unreachable: {exc}", url=url) from exc
+    if response.status_code != 200:
+        raise error(f"{url} answered HTTP {response.status_code}: {response.text[:200]}", url=url,
+                    status=response.status_code)
+    try:
+        data = response.json()
+    except ValueError as exc:
+        raise error(f"{url} answered with something that is not JSON", url=url) from exc
+    if not isinstance(data, dict):
+        raise error(f"{url} answered with a JSON {type(data).__name__}, not an object", url=url)
+    return data
 
 
 class EngineTokens:
@@ -46,20 +65,7 @@ class EngineTokens:
             self._http.close()
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        url = self.root + path
-        try:
-            response = self._http.post(url, json=body)
-        except httpx.HTTPError as exc:
-            raise TokenizerError(f"{url} unreachable: {exc}", url=url) from exc
-        if response.status_code != 200:
-            raise TokenizerError(f"{url} answered HTTP {response.status_code}", url=url, status=response.status_code)
-        try:
-            data = response.json()
-        except ValueError as exc:
-            raise TokenizerError(f"{url} answered with something that is not JSON", url=url) from exc
-        if not isinstance(data, dict):
-            raise TokenizerError(f"{url} answered with a JSON {type(data).__name__}, not an object", url=url)
-        return data
+        return post_object(self._http, self.root + path, body, TokenizerError)
 
     def detokenize(self, ids: Sequence[int]) -> str:
         body: dict[str, Any] = {"tokens": list(ids)}
