@@ -24,7 +24,8 @@ from orchestrator.errors import TemplateNotPrefixPreserving, TokenExactUnsupport
 from orchestrator.exit_codes import ExitCode
 from orchestrator.fault_server import FaultServer
 from orchestrator.model_client.token_endpoints import EngineTokens
-from orchestrator.model_client.token_exact import SENTINEL, after_answer, rebuild_prompts
+from orchestrator.model_client.token_exact import rebuild_prompts
+from orchestrator.model_client.token_sequence import SENTINEL, after_answer
 from orchestrator.token_drift import TokenClass, answered_calls, check_envelopes
 from store import Store
 from tests.conftest import require
