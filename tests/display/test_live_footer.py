@@ -79,13 +79,13 @@ class TurnFooters(Footers):
 def test_the_turns_footer_comes_from_the_observer_alone() -> None:
     """Issue 44, point 4: the display has one channel, its observer; the end
     of a turn draws the turn's footer with the figures the loop's tally has."""
-    from orchestrator.contract import ModelRequest
+    from orchestrator.contract import Message, ModelRequest
 
     screen = TurnFooters()
     display = RunDisplay(screen, RunLimits(max_turns=30), clock=lambda: 0.0)
     usage = Usage(prompt_tokens=100, completion_tokens=3, prompt_source="server", completion_source="server")
     for turn in range(2):
-        display.request(turn, ModelRequest(model="m", messages=(), max_tokens=16))
+        display.request(turn, ModelRequest(model="m", messages=(Message(role="user", content="hi"),), max_tokens=16))
         display.envelope(turn, Envelope(status=Status.COMPLETED, usage=usage), 0.25)
         display.end_turn(turn)
     assert screen.turn_over.count(True) == 2 and screen.turn_over[-1] is True
