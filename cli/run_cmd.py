@@ -25,7 +25,7 @@ from orchestrator.costing.money import dollars
 from orchestrator.envelope import Envelope
 from orchestrator.exit_codes import ExitCode
 from orchestrator.launch import RunOutcome, RunRequest, run_agent
-from orchestrator.launch.compose import resolve_policy
+from orchestrator.launch.compose import wire
 from orchestrator.limits import Tally
 from orchestrator.model_client.reach import require_model, require_reachable
 from orchestrator.settings import load_settings
@@ -110,19 +110,19 @@ def run(
         verify_early=verify_early,
     )
     configure_logging(json_lines=settings.log_json, level=logging.WARNING if quiet else logging.INFO)
-    require_reachable(settings.model_url)  # one line and exit 2, before a sandbox starts or a run is recorded
-    settings = settings.model_copy(update={"model": require_model(settings.model_url, settings.model)})
+    # One line and exit 2, before a sandbox starts or a run is recorded; the
+    # URL parsed here is the run's (the composition does not parse it again).
+    url = require_reachable(settings.model_url)
+    settings = settings.model_copy(update={"model": require_model(url.url, settings.model)})
+    request = RunRequest(task=task, repo=repo, verify=verify, apply=apply, accept_suspect=accept_suspect)
     err = Console(stderr=True)
     log = structlog.get_logger("escrow.run")
-    display = screen = None
+    screen = None
     if not quiet and not settings.log_json:
         screen = PlainScreen(err) if plain or not err.is_terminal else LiveScreen(err)
-        display = RunDisplay(screen, resolve_policy(settings).limits)
 
-    def progress(turn: int, envelope: Envelope, tally: Tally) -> None:
-        if display is not None:
-            display.on_turn(turn, envelope, tally)
-            return
+    def log_turn(turn: int, envelope: Envelope, tally: Tally) -> None:
+        """Without a display, each turn is one log line (JSON with --log-json)."""
         usage = envelope.usage
         log.info("turn", turn=turn, status=envelope.status.value, prompt_tokens=usage.prompt_tokens,
                  completion_tokens=usage.completion_tokens, tokens_total=tally.tokens,
@@ -131,10 +131,12 @@ def run(
     # Set by Ctrl-C alone (run_agent's SIGINT handler): the run ends CANCELED
     # and recorded, and the command exits 130 as every interrupted command does.
     interrupted = threading.Event()
-    with screen if isinstance(screen, LiveScreen) else nullcontext():
-        outcome = run_agent(settings, RunRequest(task=task, repo=repo, verify=verify, apply=apply,
-                                                 accept_suspect=accept_suspect), progress=progress,
-                              observer=display, cancel=interrupted)
+    with screen if isinstance(screen, LiveScreen) else nullcontext(), wire(settings, request, url) as wiring:
+        # The display is fed by its observer alone (the policy's limits are
+        # the wired policy's); without a display, each turn is logged.
+        display = RunDisplay(screen, wiring.policy.limits) if screen is not None else None
+        outcome = run_agent(wiring, request, observer=display, progress=None if display else log_turn,
+                            cancel=interrupted)
     result = outcome.result
     if json_out:
         # "patch" is the diff to read; "patch_base64" (only when it is not UTF-8) its exact bytes.

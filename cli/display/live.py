@@ -1,7 +1,7 @@
 """What ``escrow run`` shows while the agent works.
 
 ``RunDisplay`` observes the run through the core's hooks (``StreamObserver``,
-``JournalObserver``, the loop's ``on_turn``) and turns it into steps; a
+``JournalObserver``), its one channel, and turns it into steps; a
 ``Screen`` prints them: ``LiveScreen`` on a terminal (the words stream in a
 live area above a budget footer, each finished step is printed for good), or
 ``PlainScreen`` (one line per event) off a terminal and with ``--plain``.
@@ -32,7 +32,6 @@ from cli.display.steps import ModelStep, ToolStep, args_summary, model_step, out
 from orchestrator.candidate import Transition
 from orchestrator.contract import ModelRequest, ToolCall
 from orchestrator.envelope import Envelope
-from orchestrator.limits import Tally
 from orchestrator.ports import DecisionLike, ToolOutcome
 from orchestrator.terminal_text import printable
 from policies.model import RunLimits
@@ -147,11 +146,8 @@ class RunDisplay:
         """Route, patch and verdict events show elsewhere (heading, diff, panel)."""
 
     def end_turn(self, turn: int) -> None:
-        pass
-
-    # the loop's on_turn
-    def on_turn(self, turn: int, envelope: Envelope, tally: Tally) -> None:
-        self.turns, self.tokens, self.cost_usd = tally.turns, tally.tokens, tally.cost_usd
+        # Turns, tokens and cost are the loop's tally: counted from the same
+        # requests and envelopes, in the same order.
         self.screen.budget(self.budget(), turn_over=True)
 
 

@@ -15,6 +15,7 @@ core loop. It imports no typer and no rich; the CLI only parses flags into
 Settings, calls this and renders the outcome.
 """
 
-from orchestrator.launch.session import Progress, RunOutcome, RunRequest, run_agent
+from orchestrator.launch.compose import RunRequest
+from orchestrator.launch.session import Progress, RunOutcome, run_agent
 
 __all__ = ["Progress", "RunOutcome", "RunRequest", "run_agent"]

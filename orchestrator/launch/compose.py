@@ -2,14 +2,22 @@
 
 Everything that touches the outside world is created here and nowhere else:
 the store, the HTTP client, the Docker sandbox, the tokenizer probe.
+``wire`` builds a run's parts once, checked before anything is recorded;
+``session.run_agent`` runs them.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 
+import docker
 import httpx
+import structlog
 
 from orchestrator.canonical import sha256_hex
 from orchestrator.context import resolve_budget
@@ -19,14 +27,49 @@ from orchestrator.grammar import GrammarRefused, ToolGrammar, tool_grammar
 from orchestrator.model_client.engines import constrains, constraint_for, slow_to_constrain
 from orchestrator.model_client.provenance import EngineInfo
 from orchestrator.model_client.provenance import probe as probe_engine
+from orchestrator.model_client.reach import ModelUrl, require_model
 from orchestrator.model_client.server_tokenizer import counter_for, discover_context_window
 from orchestrator.model_client.token_exact import TokenExactClient
 from orchestrator.runspec import RunSpec
 from orchestrator.settings import Settings
 from orchestrator.tool_protocols import protocol_named
+from orchestrator.toolset import tool_specs as tool_specs_of
 from policies import Policy, default_policy, load_policy
+from policies.price_table import load_price_table
+from policies.pricing import Price
+from sandbox import connect, require_image
+from sandbox.runtime import RuntimeChoice, choose_runtime
+from sandbox.workspace import patch_paths
 from store import Store
 from store.engine import parse_url, sqlite_path
+
+
+class RunRequest(Frozen):
+    """What one run is asked to do: the task, the repository, the verifier."""
+
+    task: str
+    repo: Path
+    verify: str
+    apply: bool = False
+    accept_suspect: bool = False  # --apply writes a SUSPECT patch too (else it is refused with its reasons)
+    hidden: tuple[str, ...] = ()  # added to the policy's [verify] hidden (a batch task's own)
+    verify_patch: str | None = None  # applied after the model's patch, in the verifier's container only
+    required_tests: tuple[str, ...] = ()  # a PASS needs each seen passing (SWE-bench's FAIL_TO_PASS, PASS_TO_PASS)
+    workspace_sha256: str | None = None  # ``repo`` is a kept workspace of this digest (a batch's): replays check it
+    batch: dict[str, str] | None = None
+    """A batch attempt's run: its batch and task (``store.batches.batch_note``),
+    recorded in its config, against which ``report --by batch`` checks the batch tables."""
+
+
+def run_log() -> structlog.typing.FilteringBoundLogger:
+    """The run's logger. A library never writes logs to its caller's stdout:
+    the CLI configures structlog (stderr); a Python caller that has not gets
+    stderr too, where structlog's default would print to stdout."""
+    if structlog.is_configured():
+        return structlog.get_logger("escrow.run")
+    return structlog.wrap_logger(
+        structlog.PrintLogger(file=sys.stderr),
+        processors=[structlog.processors.add_log_level, structlog.dev.ConsoleRenderer(colors=False)])
 
 
 def open_store(settings: Settings, *, readonly: bool = False, create: bool = True) -> Store:
@@ -90,6 +133,18 @@ def resolve_policy(settings: Settings) -> Policy:
     if updates:
         policy = policy.model_copy(update={"limits": limits.model_copy(update=updates)})
     return policy
+
+
+def with_task_inputs(policy: Policy, request: RunRequest) -> Policy:
+    """The policy with the task's own verifier inputs: its hidden globs, and
+    the paths its verifier patch touches protected (the model's version of a
+    reference test file is never what the verifier runs)."""
+    if not request.hidden and not request.verify_patch:
+        return policy
+    verify = policy.verify
+    protect = verify.protect + (patch_paths(request.verify_patch) if request.verify_patch else ())
+    return policy.model_copy(update={"verify": verify.model_copy(
+        update={"hidden": verify.hidden + request.hidden, "protect": protect})})
 
 
 def resolve_repo(repo: Path) -> Path:
@@ -217,3 +272,74 @@ def sampling_of(settings: Settings) -> Sampling:
     ``escrow export --tokens``."""
     return Sampling(temperature=settings.temperature, seed=settings.seed,
                     logprobs=settings.logprobs is not None, top_logprobs=settings.logprobs)
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """One run's parts, built once by ``wire`` and checked before anything is
+    recorded. Closing it closes what it opened (the probe's HTTP client, the
+    store, the token-in client)."""
+
+    settings: Settings  # the model named (``reach.require_model``)
+    model_url: ModelUrl
+    repo: Path
+    policy: Policy  # resolved once, with the task's verifier inputs
+    spec: RunSpec
+    docker: docker.DockerClient
+    runtime: RuntimeChoice
+    price: Price | None
+    store: Store
+    probe: ModelProbe
+    token_model: TokenExactClient | None
+    closing: ExitStack
+
+    def close(self) -> None:
+        self.closing.close()
+
+    def __enter__(self) -> Wiring:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+def wire(settings: Settings, request: RunRequest, model_url: ModelUrl | None = None) -> Wiring:
+    """A run's parts, in the order its user-fixable failures are named: the
+    repo, the policy, the model URL (``model_url`` when the command already
+    parsed it) and model, the token-in engine, the Docker daemon and image,
+    the store, the constraint. What fails closes what was opened."""
+    repo = resolve_repo(request.repo)
+    policy = with_task_inputs(resolve_policy(settings), request)
+    url = model_url or ModelUrl.parse(settings.model_url)
+    settings = settings.model_copy(update={"model": require_model(url.url, settings.model)})
+    with ExitStack() as opened:
+        # --token-exact: the engine and its template are checked before anything starts or is recorded.
+        token_model = open_token_exact(settings) if settings.token_exact else None
+        if token_model is not None:
+            opened.callback(token_model.close)
+        docker_client = connect(settings.docker_host)
+        require_image(docker_client, settings.sandbox_image)
+        runtime = choose_runtime(docker_client, settings.sandbox_runtime)
+        run_log().info("sandbox runtime", runtime=runtime.name, why=runtime.why)
+        price = load_price_table(settings.home).lookup(settings.model_name)
+        if price is None:
+            run_log().warning(
+                "model has no price; its calls cost $0", model=settings.model_name, hint="escrow price set MODEL ...")
+        store = open_store(settings)
+        opened.callback(store.close)
+        probe = ModelProbe(settings)
+        opened.callback(probe.close)
+        specs = tool_specs_of(policy.tools.allowed)
+        choice = resolve_constraint(settings, policy, specs, probe)
+        run_log().info("constrain", wanted=choice.wanted,
+                       used=choice.constraint.kind if choice.constraint else "off", why=choice.why,
+                       loosened=len(choice.constraint.loosened) if choice.constraint else 0)
+        spec = make_spec(
+            settings, policy, task=request.task, verifier=request.verify, tool_specs=specs, probe=probe,
+            verifier_patch=request.verify_patch, required_tests=request.required_tests,
+            constraint=choice.constraint,
+        )
+        return Wiring(settings=settings, model_url=url, repo=repo, policy=policy, spec=spec, docker=docker_client,
+                      runtime=runtime, price=price, store=store, probe=probe, token_model=token_model,
+                      closing=opened.pop_all())

@@ -10,42 +10,53 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from orchestrator.contract import Frozen
 from orchestrator.errors import ConfigError, ModelUnreachable
 
 CONNECT_TIMEOUT_S = 5.0
 
 
-def require_http_url(url: str) -> tuple[str, int]:
-    """The host and port of ``url``; ``ModelUnreachable`` unless it is an
-    http(s) URL with a host. Every run checks this (``run_agent``)."""
-    parts = urlsplit(url)
-    try:
-        port = parts.port
-    except ValueError:  # a port that is not a number, or out of range
-        port = -1
-    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
-        raise ModelUnreachable(
-            f"the model URL {url!r} is not an http:// or https:// URL with a host (e.g. http://127.0.0.1:8088/v1)",
-            url=url,
-        )
-    return parts.hostname, port or (443 if parts.scheme == "https" else 80)
+class ModelUrl(Frozen):
+    """The model URL, parsed and checked once per run: the command that
+    reached the server passes its ``ModelUrl`` down to ``run_agent``; else
+    ``compose.wire`` parses it."""
+
+    url: str
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, url: str) -> ModelUrl:
+        """``ModelUnreachable`` unless ``url`` is an http(s) URL with a host."""
+        parts = urlsplit(url)
+        try:
+            port = parts.port
+        except ValueError:  # a port that is not a number, or out of range
+            port = -1
+        if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
+            raise ModelUnreachable(
+                f"the model URL {url!r} is not an http:// or https:// URL with a host (e.g. http://127.0.0.1:8088/v1)",
+                url=url,
+            )
+        return cls(url=url, host=parts.hostname, port=port or (443 if parts.scheme == "https" else 80))
 
 
-def require_reachable(url: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
-    """``require_http_url``, then a TCP connection to its host and port.
+def require_reachable(url: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> ModelUrl:
+    """``ModelUrl.parse``, then a TCP connection to its host and port.
     Checked by the commands before they start anything (``escrow run``,
     ``escrow batch``), not by each run of a batch: a replica that goes away
     mid-batch is a recorded TRANSPORT_FAILURE, and its task moves on. A
     ``{task_id}`` placeholder in the host is left to each run."""
-    hostname, port = require_http_url(url)
-    if "{" in hostname:
-        return
+    checked = ModelUrl.parse(url)
+    if "{" in checked.host:
+        return checked
     try:
-        socket.create_connection((hostname, port), timeout=timeout_s).close()
+        socket.create_connection((checked.host, checked.port), timeout=timeout_s).close()
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise ModelUnreachable(f"no model server answers at {url} ({reason}); start it, or give --model-url",
                                url=url) from None
+    return checked
 
 
 def require_model(url: str, given: str | None, *, timeout_s: float = CONNECT_TIMEOUT_S) -> str:

@@ -16,7 +16,7 @@ from orchestrator.batch.microrepo import example_rows, git, materialise
 from orchestrator.batch.repos import prepare_repo
 from orchestrator.batch.tasks import load_task_file, parse_row
 from orchestrator.launch import RunRequest
-from orchestrator.launch.session import with_task_inputs
+from orchestrator.launch.compose import with_task_inputs
 from policies import default_policy
 from tests.batch.conftest import EXAMPLES
 

@@ -16,7 +16,7 @@ import pytest
 from orchestrator.errors import ModelUnreachable
 from orchestrator.exit_codes import ExitCode
 from orchestrator.launch import RunRequest, run_agent
-from orchestrator.model_client.reach import require_http_url, require_reachable
+from orchestrator.model_client.reach import ModelUrl, require_reachable
 from orchestrator.settings import Settings
 from tests.processes import run_escrow
 
@@ -36,7 +36,7 @@ def escrow(home: Path, *argv: str) -> subprocess.CompletedProcess[str]:
                                  "http://127.0.0.1:notaport/v1"])
 def test_a_url_that_is_not_http_is_refused(url: str) -> None:
     with pytest.raises(ModelUnreachable, match="not an http:// or https:// URL"):
-        require_http_url(url)
+        ModelUrl.parse(url)
 
 
 def test_a_listening_server_passes_and_a_closed_port_does_not() -> None:

@@ -61,3 +61,33 @@ def test_the_footer_and_the_running_line_fit_80_columns_whole() -> None:
         " +~1,234 streaming", "").replace(" · 42 tok/s", "")
     running = running_text("bash: " + "python -m pytest -q tests/test_calc.py " * 4, 12.0, 80).plain
     assert len(running) <= 80 and running.endswith("running 12s")
+
+
+
+class TurnFooters(Footers):
+    """Footers, and which of them closed a turn."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.turn_over: list[bool] = []
+
+    def budget(self, budget: Budget, *, turn_over: bool) -> None:
+        super().budget(budget, turn_over=turn_over)
+        self.turn_over.append(turn_over)
+
+
+def test_the_turns_footer_comes_from_the_observer_alone() -> None:
+    """Issue 44, point 4: the display has one channel, its observer; the end
+    of a turn draws the turn's footer with the figures the loop's tally has."""
+    from orchestrator.contract import Message, ModelRequest
+
+    screen = TurnFooters()
+    display = RunDisplay(screen, RunLimits(max_turns=30), clock=lambda: 0.0)
+    usage = Usage(prompt_tokens=100, completion_tokens=3, prompt_source="server", completion_source="server")
+    for turn in range(2):
+        display.request(turn, ModelRequest(model="m", messages=(Message(role="user", content="hi"),), max_tokens=16))
+        display.envelope(turn, Envelope(status=Status.COMPLETED, usage=usage), 0.25)
+        display.end_turn(turn)
+    assert screen.turn_over.count(True) == 2 and screen.turn_over[-1] is True
+    last = screen.budgets[-1]
+    assert (last.turns, last.tokens, last.cost_usd) == (2, 206, 0.5)

@@ -47,3 +47,10 @@ def test_the_entry_reader_tells_two_descriptions_apart():
     other = "Options:\n  --model <str>   Model id sent.\n  --seed <int>   A seed.\n"
     assert entry(one, "--model") == "--model <str> Model id sent to the server."
     assert entry(one, "--model") != entry(other, "--model")
+
+
+@pytest.mark.parametrize("command", ["run", "batch"])
+def test_the_protocol_and_role_options_list_their_choices(command):
+    text = help_text(command)
+    assert entry(text, "--tool-protocol").startswith("--tool-protocol <native|text> ")
+    assert entry(text, "--system-role").startswith("--system-role <system|user> ")
