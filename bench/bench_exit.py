@@ -53,9 +53,9 @@ from policies import Policy, default_policy
 from sandbox import ExecLimits, Sandbox, ToolBox, connect
 from sandbox.capture import BytesCapture
 from sandbox.errors import ExportRefused
+from sandbox.git_blobs import stream_archive
 from sandbox.hostgit import PrivateGit
 from sandbox.runtime import RuntimeName
-from sandbox.verifier_view import stream_archive
 from sandbox.workspace import tree_entries
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "calculator"

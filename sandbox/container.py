@@ -32,7 +32,9 @@ from sandbox.daemon import require_image
 from sandbox.errors import ExecError, ExecutorBroken, ExportRefused, SandboxError, WorkspaceError
 from sandbox.execution import FLOOD_FACTOR, ExecLimits, ExecOutcome, FileOpOutcome
 from sandbox.executor import Ending, ExecutorChannel
+from sandbox.binary_text import binary_text_flags
 from sandbox.export_stream import PAGE, ExportLimits, ExportParser, TreeBuilder, text
+from sandbox.git_blobs import stream_archive
 from sandbox.hardening import SANDBOX_ENV, WORKSPACE, Hardening
 from sandbox.hostgit import PrivateGit
 from sandbox.orphans import claim_state_dir, owner_labels, removal_under_way, remove_dead_state_dirs, remove_orphans
@@ -41,11 +43,9 @@ from sandbox.runtime import RuntimeName
 from sandbox.verifier_view import (
     INSTALLED_MODULES_SCRIPT,
     VerifierCopy,
-    binary_text_flags,
     installed_modules,
     plan_from_git,
     starting_view,
-    stream_archive,
 )
 from sandbox.workspace import (
     Patch,
