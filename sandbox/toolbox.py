@@ -80,7 +80,7 @@ class ToolBox:
     """The tools of one run, bound to its sandbox, policy and verifier command."""
 
     # A verifier that holds the starting copy gets only what changed where
-    # that is cheaper (None: ``Sandbox.refill_verifier`` decides by file
+    # that is cheaper (None: ``StartingCopy.refill`` decides by file
     # size); True or False forces it (tests, bench_runtime's rows).
     copy_changed_only: bool | None = None
 
@@ -132,7 +132,7 @@ class ToolBox:
         r = self.policy.resources
         limits = ExecLimits(timeout_s=r.command_timeout_s, stdout_cap=r.stdout_cap_bytes,
                             stderr_cap=r.stderr_cap_bytes)
-        verifier = self.sandbox.fresh(self.sandbox.verifier_start(self.policy), "verify")
+        verifier = self.sandbox.fresh(self.sandbox.starting.verifier_start(self.policy), "verify")
         try:
             required = self._collect_required(verifier, self.verifier_command or "", limits, stop) if collects else None
         except BaseException:
@@ -248,7 +248,7 @@ class ToolBox:
             self._reference_paths = patch_paths(self.verifier_patch) if self.verifier_patch else ()
             added = "\n".join(line[1:] for line in (self.verifier_patch or "").splitlines()
                               if line.startswith("+") and not line.startswith("+++"))
-            hidden = self.sandbox.starting_texts(self.policy.verify.hidden)
+            hidden = self.sandbox.starting.texts(self.policy.verify.hidden)
             self._secret_lines = secret_lines("\n".join((added, *hidden)))
         return (path not in self._reference_paths and first_match(self.policy.verify.hidden, path) is None
                 and first_match(self.policy.paths.deny, path) is None and not quotes_any(message, self._secret_lines))
@@ -289,7 +289,7 @@ class ToolBox:
         except ExportRefused:
             raise
         except INFRA_SUSPECTS as exc:
-            blame("the verifier", exc, lambda: self._verify(self.sandbox.starting_copy(), evidence_wanted,
+            blame("the verifier", exc, lambda: self._verify(self.sandbox.starting.unpatched(), evidence_wanted,
                                                             limits, canary=True))
 
     def _verify(self, copy: VerifierCopy, evidence_wanted: bool, limits: ExecLimits | None = None, *,
@@ -302,7 +302,8 @@ class ToolBox:
         (never the canary's)."""
         limits = limits or self.limits()
         pre_pass = not canary and self._needs_pre_pass(evidence_wanted)
-        archive = self.sandbox.archive_for(copy)  # ExportRefused here leaves an early container for the next submit
+        # ExportRefused here leaves an early container for the next submit.
+        archive = self.sandbox.starting.archive_for(copy)
         early = None if canary else self._take_early()
         if early is not None and pre_pass and not self._early_collects:  # not started for a pre-pass
             early[0].close()
@@ -312,15 +313,15 @@ class ToolBox:
             if pre_pass:
                 self._required_known, self._required = True, required
             with verifier:
-                self.sandbox.refill_verifier(verifier, copy, self.copy_changed_only)
+                self.sandbox.starting.refill(verifier, copy, self.copy_changed_only)
                 return self._verify_in(verifier, evidence_wanted, limits)
-        first = self.sandbox.starting_archive(copy) if pre_pass else None
+        first = self.sandbox.starting.view_archive(copy) if pre_pass else None
         with self.sandbox.fresh(first or archive, "verify") as verifier:
             if first is not None:
                 self._required_known = True
                 self._required = self._collect_required(verifier, self.verifier_command or "", limits,
                                                         self.cancel)
-                self.sandbox.refill_verifier(verifier, copy, self.copy_changed_only)
+                self.sandbox.starting.refill(verifier, copy, self.copy_changed_only)
             return self._verify_in(verifier, evidence_wanted, limits)
 
     def _verify_in(self, verifier: Sandbox, evidence_wanted: bool, limits: ExecLimits) -> tuple[ExecOutcome, Channel]:
@@ -352,7 +353,7 @@ class ToolBox:
         return self._verifier_copy(patch)[0]
 
     def _verifier_copy(self, patch: Patch) -> tuple[Patch, VerifierCopy]:
-        copy = self.sandbox.verifier_copy(patch, self.policy)
+        copy = self.sandbox.starting.verifier_copy(patch, self.policy, self.sandbox.installed_modules)
         # A path already flagged whatever the policy (CI configuration) keeps
         # that reason, so its [apply] grant is the one that counts; the copy
         # adds what became of it in verification.
