@@ -12,18 +12,17 @@ starting copy with that patch applied, in a fresh container that shares
 nothing with the model's: what passes is exactly that patch (``submitted``),
 less what the policy keeps the patch from deciding (``sandbox.verifier_view``:
 protected and hidden inputs, denied paths, shadowing modules), each flagged.
+A failed export or verifier is the workspace's fault or the infrastructure's
+as the canary says (``sandbox.blame``); results are shaped by
+``sandbox.tool_result``.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import NoReturn
-
-import docker.errors
 
 from orchestrator.canonical import readable_text
-from orchestrator.contract import Captured, Frozen, ToolSpec
+from orchestrator.contract import ToolSpec
 from orchestrator.evidence import (
     MAX_CHANNEL_BYTES,
     Channel,
@@ -39,15 +38,16 @@ from orchestrator.evidence import (
     secret_lines,
     summary_lines,
 )
-from orchestrator.suspect import SuspectReason
 from orchestrator.toolset import FileToolArgs, ToolArgs, tool_specs
 from policies import Decision, Effect, Policy, decide
 from policies.paths import first_match
+from sandbox.blame import INFRA_SUSPECTS, blame
 from sandbox.container import Sandbox
 from sandbox.early_verifier import EarlyVerifier
-from sandbox.errors import ExportRefused, InfraFailure, SandboxError, WorkspaceFault
-from sandbox.execution import ExecLimits, ExecOutcome, FileOpOutcome
+from sandbox.errors import ExportRefused, WorkspaceFault
+from sandbox.execution import ExecLimits, ExecOutcome
 from sandbox.patch_scan import suspect_reasons
+from sandbox.tool_result import ToolResult, command_result, file_op_result, listing_without_denied
 from sandbox.verifier_view import VerifierCopy
 from sandbox.workspace import Patch, patch_paths
 
@@ -56,24 +56,6 @@ _MIN_TIMEOUT_S = 0.05
 # back by the host after each command under MAX_CHANNEL_BYTES.
 _COLLECT_CHANNEL = "/tmp/escrow-evidence-collect.jsonl"
 _RUN_CHANNEL = "/tmp/escrow-evidence-run.jsonl"
-
-
-class ToolResult(Frozen):
-    tool: str
-    ok: bool
-    exit_code: int | None
-    observation: str
-    stdout: Captured | None = None
-    stderr: Captured | None = None
-    duration_s: float
-    timed_out: bool = False
-    canceled: bool = False
-    verifier_passed: bool | None = None
-    evidence: Evidence | None = None  # what a submit's verdict rests on
-    patch: Patch | None = None
-    suspect: tuple[SuspectReason, ...] = ()  # why a passing submit cannot be trusted as PASS (orchestrator.suspect)
-    resolved_path: str | None = None  # a file tool's path after symlinks, as the ACL judged it
-    resolved_rule: str | None = None
 
 
 class ToolBox:
@@ -172,7 +154,7 @@ class ToolBox:
     def command(self, tool: str, command: str, timeout_s: float | None, *,
                 time_left_s: float | None = None) -> ToolResult:
         outcome = self.sandbox.bash(command, self.limits(timeout_s, time_left_s=time_left_s), cancel=self.cancel)
-        return _from_outcome(tool, outcome)
+        return command_result(tool, outcome)
 
     def submit(self, *, time_left_s: float | None = None) -> ToolResult:
         if not self.verifier_command:
@@ -197,7 +179,7 @@ class ToolBox:
         evidence = self._evidence(outcome, channel, evidence_wanted)
         if evidence.passed:
             self.submitted = patch
-        result = _from_outcome("submit", outcome)
+        result = command_result("submit", outcome)
         return _with_suspect(self.sandbox, result.model_copy(update={
             "verifier_passed": evidence.passed, "ok": evidence.passed, "patch": patch, "evidence": evidence,
             "observation": self._submit_observation(patch, evidence, channel, result)}))
@@ -389,8 +371,8 @@ class ToolBox:
                               observation=f"denied by policy ({rule}) on the resolved path: "
                                           f"{args.path} resolves to {resolved}; {decision.reason}")
         if name == "list_files" and reply is not None and reply.get("ok"):
-            reply = _without_denied(reply, str(resolved), self.policy)
-        return _fileop_result(args, outcome, reply).model_copy(
+            reply = listing_without_denied(reply, str(resolved), self.policy)
+        return file_op_result(args, outcome, reply).model_copy(
             update={"resolved_path": resolved if isinstance(resolved, str) else None, "resolved_rule": rule})
 
 
@@ -399,69 +381,6 @@ def _read_channel(verifier: Sandbox, path: str) -> Channel:
     is gone by then) under the channel's cap."""
     data, truncated = verifier.read_file(path, MAX_CHANNEL_BYTES)
     return parse_channel(data, truncated=truncated)
-
-# What a failing sandbox, export or verifier raises when the fault may be
-# either the workspace's or the infrastructure's; the canary tells which.
-INFRA_SUSPECTS: tuple[type[Exception], ...] = (SandboxError, docker.errors.DockerException, OSError)
-
-
-def blame(step: str, failure: Exception, canary: Callable[[], object]) -> NoReturn:
-    """Run ``canary`` (``step`` on the starting copy alone, in a fresh
-    container) after ``step`` failed with ``failure``: WorkspaceFault when it
-    succeeds (the workspace's doing), InfraFailure with both failures when it
-    fails too (a dead daemon, a broken runtime)."""
-    cause = f"{type(failure).__name__}: {failure}"
-    try:
-        canary()
-    except INFRA_SUSPECTS as again:
-        raise InfraFailure(f"{step} failed ({cause[:1000]}), and so did the same step on the starting copy alone "
-                           f"(the canary: {type(again).__name__}: {str(again)[:1000]})",
-                           step=step, failure=cause, canary=f"{type(again).__name__}: {again}") from failure
-    raise WorkspaceFault(f"{step} failed on this workspace ({cause[:1000]}), while the same step on the starting "
-                         "copy alone succeeded (the canary): the workspace's content caused it",
-                         step=step, failure=cause) from failure
-
-
-def _fileop_result(args: FileToolArgs, outcome: FileOpOutcome, reply: dict | None) -> ToolResult:
-    if reply is None:
-        why = "timeout" if outcome.timed_out else "run canceled" if outcome.canceled else "no reply"
-        return ToolResult(tool=args.name, ok=False, exit_code=None, duration_s=outcome.duration_s,
-                          timed_out=outcome.timed_out, canceled=outcome.canceled,
-                          observation=f"{args.name} did not complete (killed: {why})")
-    ok = bool(reply.get("ok", False))
-    observation = str(reply.get("error", "failed")) if not ok else args.describe(reply)
-    return ToolResult(tool=args.name, ok=ok, exit_code=0 if ok else 1, observation=observation,
-                      duration_s=outcome.duration_s, timed_out=outcome.timed_out, canceled=outcome.canceled)
-
-
-def _without_denied(reply: dict, base: str, policy: Policy) -> dict:
-    """A listing keeps no entry under a deny glob: the names below ``.git`` or
-    ``secrets/**`` are as private as their contents. Hidden entries leave the
-    total too, so not even their number shows."""
-    def denied(entry: str) -> bool:
-        rel = entry.rstrip("/@")
-        path = rel if base in ("", ".") else f"{base}/{rel}"
-        return first_match(policy.paths.deny, path) is not None
-    kept = [e for e in reply["entries"] if not denied(e)]
-    return reply | {"entries": kept, "total": reply["total"] - (len(reply["entries"]) - len(kept))}
-
-
-def _from_outcome(tool: str, outcome: ExecOutcome) -> ToolResult:
-    parts = [f"exit code {outcome.exit_code}"]
-    if outcome.timed_out:
-        parts.append("(killed: timeout)")
-    if outcome.flooded:
-        parts.append("(killed: output flood)")
-    if outcome.canceled:
-        parts.append("(killed: run canceled)")
-    text = " ".join(parts)
-    if outcome.stdout.total_bytes:
-        text += f"\n[stdout {outcome.stdout.total_bytes} bytes]\n{outcome.stdout.text()}"
-    if outcome.stderr.total_bytes:
-        text += f"\n[stderr {outcome.stderr.total_bytes} bytes]\n{outcome.stderr.text()}"
-    return ToolResult(tool=tool, ok=outcome.exit_code == 0 and not outcome.timed_out, exit_code=outcome.exit_code,
-                      observation=text, stdout=outcome.stdout, stderr=outcome.stderr,
-                      duration_s=outcome.duration_s, timed_out=outcome.timed_out, canceled=outcome.canceled)
 
 
 def _with_suspect(sandbox: Sandbox, result: ToolResult) -> ToolResult:
