@@ -134,7 +134,7 @@ def test_small_files_are_copied_whole_by_default(start_sandbox, demo_repo: Path)
 
 def test_a_listing_that_does_not_parse_falls_back_to_the_full_copy(start_sandbox, demo_repo: Path, monkeypatch):
     sandbox = start_sandbox(demo_repo)
-    monkeypatch.setattr("sandbox.container.parse_manifest", lambda data: parse_manifest(b""))
+    monkeypatch.setattr("sandbox.starting_copy.parse_manifest", lambda data: parse_manifest(b""))
     box = ToolBox(sandbox, default_policy(), verifier_command="python3 -m pytest -q")
     box.copy_changed_only = True
     box.start_early()
