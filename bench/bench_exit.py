@@ -53,9 +53,9 @@ from policies import Policy, default_policy
 from sandbox import ExecLimits, Sandbox, ToolBox, connect
 from sandbox.capture import BytesCapture
 from sandbox.errors import ExportRefused
+from sandbox.git_blobs import stream_archive
 from sandbox.hostgit import PrivateGit
 from sandbox.runtime import RuntimeName
-from sandbox.verifier_view import stream_archive
 from sandbox.workspace import tree_entries
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "calculator"
@@ -170,7 +170,7 @@ def bench_repo(client, image: str, repo: Path, n: int) -> dict[str, float]:
         out["verify old (same container)"] = statistics.median(timed(lambda: sandbox.bash(VERIFIER, LIMITS), n))
 
         def fresh_verify() -> None:
-            with sandbox.fresh(sandbox.archive_of(patch), "bench") as verifier:
+            with sandbox.fresh(sandbox.starting.archive_of(patch), "bench") as verifier:
                 verifier.bash(VERIFIER, LIMITS)
 
         out["verify new (fresh container)"] = statistics.median(timed(fresh_verify, n))
@@ -183,10 +183,10 @@ def bench_repo(client, image: str, repo: Path, n: int) -> dict[str, float]:
                             state, True, None, "", make_repo=True).close()
 
         def setup_extracted() -> None:
-            with sandbox.fresh(sandbox.archive_of(patch), "bench"):
+            with sandbox.fresh(sandbox.starting.archive_of(patch), "bench"):
                 pass
 
-        sandbox.starting_repo()  # made once per run, before the first verification
+        sandbox.starting.repo()  # made once per run, before the first verification
         out["setup old (git add in container)"], out["setup new (repo extracted)"] = alternated(
             setup_in_container, setup_extracted, n)
         hiding = policy.model_copy(update={"verify": policy.verify.model_copy(
@@ -198,8 +198,8 @@ def bench_repo(client, image: str, repo: Path, n: int) -> dict[str, float]:
 
         def policy_copy_verify(under: Policy) -> Callable[[], None]:
             def verify() -> None:
-                copy = sandbox.verifier_copy(patch, under)
-                with sandbox.fresh(sandbox.archive_for(copy), "bench") as verifier:
+                copy = sandbox.starting.verifier_copy(patch, under, sandbox.installed_modules)
+                with sandbox.fresh(sandbox.starting.archive_for(copy), "bench") as verifier:
                     verifier.bash(VERIFIER, LIMITS)
             return verify
 
@@ -225,8 +225,8 @@ def bench_evidence(client, image: str, repo: Path, n: int, runtime: RuntimeName)
     policy = default_policy()
     with Sandbox.start(client, image, policy, repo, runtime=runtime) as sandbox:
         sandbox.bash("sed -i 's/(len(values) + 1)/len(values)/' calc.py", LIMITS)
-        copy = sandbox.verifier_copy(sandbox.patch(), policy)
-        sandbox.archive_for(copy)  # the repository is made once per run, before the first verification
+        copy = sandbox.starting.verifier_copy(sandbox.patch(), policy, sandbox.installed_modules)
+        sandbox.starting.archive_for(copy)  # the repository is made once per run, before the first verification
         later = ToolBox(sandbox, policy, verifier_command=VERIFIER)
 
         def verified(box: ToolBox, evidence: bool = True) -> None:

@@ -27,7 +27,7 @@ named as derived, with how.
 
 Last, ``submit`` on a large repository (``--large`` files of 200 bytes,
 then a twelfth as many of 180 KB; one file changed), early verifier on, the
-whole copy sent against only what changed (``Sandbox.refill_verifier``,
+whole copy sent against only what changed (``StartingCopy.refill``,
 forced each way), with the files each sent.
 
 Usage: .venv/bin/python bench/bench_runtime.py [--n 10] [--tasks 13] [--large 5000] [--image TAG]
@@ -69,7 +69,7 @@ def measure(sandbox: Sandbox) -> dict[str, float]:
     box = ToolBox(sandbox, policy, verifier_command="python3 -m pytest -q")
 
     def verify() -> None:
-        with sandbox.fresh(sandbox.archive_of(sandbox.patch()), "bench") as fresh:
+        with sandbox.fresh(sandbox.starting.archive_of(sandbox.patch()), "bench") as fresh:
             fresh.bash("python3 -m pytest -q", LIMITS)
 
     return {
@@ -118,11 +118,11 @@ def phases(sandbox: Sandbox) -> dict[str, float]:
     start = time.perf_counter()
     patch = sandbox.patch()
     figures["ph export"] = time.perf_counter() - start
-    copy = sandbox.verifier_copy(patch, default_policy())
+    copy = sandbox.starting.verifier_copy(patch, default_policy(), sandbox.installed_modules)
     start = time.perf_counter()
     with sandbox.fresh(_EMPTY_TAR, "bench") as fresh:
         figures["ph container start"] = time.perf_counter() - start
-        figures["ph copy"] = seconds(lambda: fresh.refill(sandbox.archive_for(copy)))
+        figures["ph copy"] = seconds(lambda: fresh.refill(sandbox.starting.archive_for(copy)))
         outcome = fresh.bash("python3 -m pytest -q", LIMITS)
         figures["ph pytest"] = outcome.duration_s
     return figures
@@ -218,7 +218,7 @@ def large_rows(files: int, size: int, rounds: int, image: str) -> None:
                 sandbox.bash("sed -i 's/(len(values) + 1)/len(values)/' calc.py", LIMITS)
                 for changed_only in (False, True):
                     times.setdefault((runtime, changed_only), []).append(submit_s(sandbox, True, changed_only))
-                    sent[(runtime, changed_only)] = sandbox.refills[-1].sent
+                    sent[(runtime, changed_only)] = sandbox.starting.refills[-1].sent
     print(f"submit, {files} files of {size} B, 1 changed, early verifier ({rounds} rounds; files sent)")
     for changed_only, label in ((False, "  whole copy"), (True, "  only what changed")):
         runc, runsc = (statistics.median(times[(r, changed_only)]) for r in RUNTIMES)

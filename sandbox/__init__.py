@@ -16,7 +16,8 @@ from sandbox.execution import ExecLimits, ExecOutcome
 from sandbox.hardening import Finding, Hardening, audit
 from sandbox.image import BuildResult, build_image
 from sandbox.orphans import remove_orphans
-from sandbox.toolbox import ToolBox, ToolResult
+from sandbox.tool_result import ToolResult
+from sandbox.toolbox import ToolBox
 from sandbox.workspace import Patch, apply_patch
 
 __all__ = [

@@ -6,18 +6,17 @@ tar (the workspace is a size-limited tmpfs: the only writable place besides
 /tmp, and never the user's checkout), run commands, export the workspace and
 diff it into a Patch, remove the container. ``fresh`` starts another
 container from the same spec, sharing nothing with this one, filled with a
-given state (the verifier's).
+given state (the verifier's, made by ``starting``: ``sandbox.starting_copy``).
 """
 
 from __future__ import annotations
 
 import itertools
 import shutil
-import struct
 import tempfile
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -26,42 +25,22 @@ import docker
 import docker.errors
 
 from policies import Policy
-from policies.paths import first_match
 from sandbox.capture import BytesCapture, StreamCapture
 from sandbox.daemon import require_image
-from sandbox.errors import ExecError, ExecutorBroken, ExportRefused, SandboxError, WorkspaceError
-from sandbox.execution import FLOOD_FACTOR, ExecLimits, ExecOutcome, FileOpOutcome
+from sandbox.errors import ExecError, ExecutorBroken, SandboxError, WorkspaceError
+from sandbox.execution import FLOOD_FACTOR, SETUP_LIMITS, ExecLimits, ExecOutcome, FileOpOutcome
 from sandbox.executor import Ending, ExecutorChannel
-from sandbox.export_stream import PAGE, ExportLimits, ExportParser, TreeBuilder, text
+from sandbox.export_stream import ExportLimits, ExportParser, TreeBuilder
 from sandbox.hardening import SANDBOX_ENV, WORKSPACE, Hardening
 from sandbox.hostgit import PrivateGit
 from sandbox.orphans import claim_state_dir, owner_labels, removal_under_way, remove_dead_state_dirs, remove_orphans
-from sandbox.refill import MANIFEST_CAP, RefillStats, parse_manifest, plan_refill, worth_listing
 from sandbox.runtime import RuntimeName
-from sandbox.verifier_view import (
-    INSTALLED_MODULES_SCRIPT,
-    VerifierCopy,
-    binary_text_flags,
-    installed_modules,
-    plan_from_git,
-    starting_view,
-    stream_archive,
-)
-from sandbox.workspace import (
-    Patch,
-    commit_export,
-    copy_bytes,
-    diff_patch,
-    snapshot,
-    starting_repo_tar,
-    tree_entries,
-    view_commit,
-)
+from sandbox.starting_copy import StartingCopy
+from sandbox.verifier_view import INSTALLED_MODULES_SCRIPT, installed_modules
+from sandbox.workspace import Patch, commit_export, diff_patch, snapshot
 
-_SETUP_LIMITS = ExecLimits(timeout_s=120, stdout_cap=4096, stderr_cap=4096)
 _LISTING_LIMITS = ExecLimits(timeout_s=120, stdout_cap=1 << 20, stderr_cap=4096)
 _EXPORT = resources.files("sandbox").joinpath("export_script.py").read_text(encoding="utf-8")
-_REFILL = resources.files("sandbox").joinpath("refill_script.py").read_text(encoding="utf-8")
 # How long a close waits for another closer's removal of the same container.
 REMOVAL_WAIT_S = 60.0
 
@@ -82,12 +61,9 @@ class Sandbox:
         self._own_state_dir = own_state_dir
         self._exports = itertools.count(1)  # next() is atomic: an early verifier starts in a thread
         self._installed: frozenset[str] | None = None
-        self._base_entries: dict[bytes, tuple[str, str]] | None = None
-        self._starting_repos: dict[int, bytes] = {}
-        self._repo_lock = threading.Lock()
+        self._starting = StartingCopy(git, base, spec.workspace_bytes, run_id) if git is not None else None
         self.hidden: tuple[str, ...] = ()  # [verify] hidden: in the starting copy, not in this container
         self._on_close: list[Callable[[], None]] = []
-        self.refills: list[RefillStats] = []  # what each refill_verifier moved
         self.channel: ExecutorChannel  # set by _start_executor
 
     @classmethod
@@ -236,50 +212,10 @@ class Sandbox:
         """Empty the workspace and extract ``archive`` into it: a verifier's
         container that first ran the trusted pre-pass on the starting copy."""
         outcome = self.exec(["/bin/bash", "-c", "find /workspace -mindepth 1 -delete && tar -x -C /workspace -f -"],
-                            _SETUP_LIMITS, stdin=archive)
+                            SETUP_LIMITS, stdin=archive)
         if outcome.exit_code != 0:
             raise WorkspaceError(f"refilling the verifier's workspace failed: {outcome.stderr.text()[:500]}",
                                  run_id=self.run_id)
-
-    def refill_verifier(self, verifier: "Sandbox", copy: VerifierCopy, changed_only: bool | None = None) -> None:
-        """Make ``verifier``'s workspace ``copy`` (with the starting
-        ``.git``), as ``verifier.refill(self.archive_for(copy))`` does, but
-        sending only what differs from what it holds (``sandbox.refill``).
-        Only for a verifier that has run nothing of the model's: one that
-        holds the starting copy, after the trusted pre-pass at most.
-        ``changed_only`` None: only where the files are large enough on
-        average for the listing to cost less than the copy (``worth_listing``)."""
-        if self.git is None:
-            raise WorkspaceError("this sandbox has no private git dir to read the copy from", run_id=self.run_id)
-        if changed_only is None:
-            changed_only = worth_listing(copy_bytes(self.git, copy.entries), len(copy.entries))
-            why = None if changed_only else "small files: listing them costs what copying them does"
-        else:
-            why = None if changed_only else "asked for"
-        if why is None:
-            listing = BytesCapture(MANIFEST_CAP)
-            outcome = verifier.exec(["/usr/bin/python3", "-I", "-S", "-c", _REFILL, "manifest"], _SETUP_LIMITS,
-                                    stdout_capture=listing)
-            why = ("the listing was over its cap" if listing.overflowed else
-                   f"the listing failed (exit {outcome.exit_code})" if outcome.exit_code != 0 or outcome.timed_out
-                   else None)
-        if why is None:
-            try:
-                remove, send = plan_refill(parse_manifest(bytes(listing.data)), copy.entries)
-            except ValueError as exc:
-                why = f"the listing did not parse: {exc}"
-        if why is not None:
-            verifier.refill(self.archive_for(copy))
-            self.refills.append(RefillStats(sent=len(copy.entries), removed=0, full=True, why_full=why))
-            return
-        names = b"\0".join(remove)
-        tar = stream_archive(self.git, send, self.spec.workspace_bytes, self.starting_repo(copy.view))
-        outcome = verifier.exec(["/usr/bin/python3", "-I", "-S", "-c", _REFILL, "apply"], _SETUP_LIMITS,
-                                stdin=itertools.chain((struct.pack(">Q", len(names)), names), tar))
-        if outcome.exit_code != 0 or outcome.timed_out:
-            raise WorkspaceError(f"refilling the verifier's workspace failed: {outcome.stderr.text()[:500]}",
-                                 run_id=self.run_id)
-        self.refills.append(RefillStats(sent=len(send), removed=len(remove), full=False))
 
     def _require_reaped(self, result: dict[str, Any]) -> None:
         if result.get("left"):
@@ -327,7 +263,7 @@ class Sandbox:
         """Run the export script in ``source``'s workspace, parsed into ``tree``."""
         limits = self.export_limits
         parser = ExportParser(limits, tree)
-        outcome = source.exec(["/usr/bin/python3", "-I", "-S", "-c", _EXPORT], _SETUP_LIMITS,
+        outcome = source.exec(["/usr/bin/python3", "-I", "-S", "-c", _EXPORT], SETUP_LIMITS,
                               stdin=limits.script_input(), stdout_capture=parser)
         if outcome.exit_code != 0 or outcome.timed_out:
             raise WorkspaceError(f"could not export the workspace (exit {outcome.exit_code}"
@@ -339,103 +275,21 @@ class Sandbox:
         """The export, with the same script and limits, of the starting copy
         alone in a fresh container: raises what that export raises (nothing
         is kept). Run only after the workspace's export failed."""
-        with self.fresh(self.archive_for(self.starting_copy()), "canary") as canary:
-            tree = TreeBuilder(self._private())
+        starting = self.starting
+        with self.fresh(starting.archive_for(starting.unpatched()), "canary") as canary:
+            tree = TreeBuilder(starting.git)
             try:
                 self._export(canary, tree).finish()
             finally:
                 tree.abort()
 
-    def starting_copy(self) -> VerifierCopy:
-        """The starting copy as the verifier's copy of an empty patch."""
-        starting = self._starting_entries()
-        return VerifierCopy(entries=starting, flags=(), view=starting)
-
-    def _starting_entries(self) -> dict[bytes, tuple[str, str]]:
-        if self._base_entries is None:  # the starting copy never changes: listed once
-            self._base_entries = tree_entries(self._private(), self.base)
-        return self._base_entries
-
-    def _private(self) -> PrivateGit:
-        if self.git is None:
+    @property
+    def starting(self) -> StartingCopy:
+        """The starting copy and what is made of it for fresh containers (a
+        verifier's sandbox has none)."""
+        if self._starting is None:
             raise WorkspaceError("this sandbox has no starting copy", run_id=self.run_id)
-        return self.git
-
-    def archive_of(self, patch: Patch) -> Iterator[bytes]:
-        """The starting copy with ``patch`` applied, as a tar stream for ``fresh``."""
-        if self.git is None or not patch.tree:
-            raise WorkspaceError("the patch has no recorded state to verify", run_id=self.run_id)
-        return stream_archive(self.git, tree_entries(self.git, patch.tree), self.spec.workspace_bytes,
-                              self.starting_repo(self._starting_entries()))
-
-    def verifier_copy(self, patch: Patch, policy: Policy) -> VerifierCopy:
-        """What the verifier's container holds for ``patch`` under ``policy``
-        (``sandbox.verifier_view``): its entries and the patch's flags."""
-        if self.git is None or not patch.tree:
-            raise WorkspaceError("the patch has no recorded state to verify", run_id=self.run_id)
-        base = self._starting_entries()
-        after = tree_entries(self.git, patch.tree)
-        copy = plan_from_git(self.git, base, after, policy.verify, policy.paths.deny, self.installed_modules())
-        binary = binary_text_flags(self.git, self.base, patch.tree, after)
-        return VerifierCopy(entries=copy.entries, flags=tuple(sorted((*copy.flags, *binary), key=lambda f: f.path)),
-                            view=starting_view(base, policy.verify, policy.paths.deny))
-
-    def archive_for(self, copy: VerifierCopy) -> Iterator[bytes]:
-        """``copy`` as a tar stream for ``fresh``; ExportRefused, before any
-        container starts, when the copy would not fit the fresh workspace as
-        it really takes it (``copy_bytes``)."""
-        if self.git is None:
-            raise WorkspaceError("this sandbox has no private git dir to read the copy from", run_id=self.run_id)
-        repo = self.starting_repo(copy.view)
-        needs = copy_bytes(self.git, copy.entries) + len(repo)
-        if needs > self.spec.workspace_bytes:
-            room = self.spec.workspace_bytes
-            raise ExportRefused(f"the verifier's copy would take {needs} bytes of its {room}-byte workspace "
-                                f"({len(copy.entries)} files, each whole, in {PAGE}-byte pages, with the starting "
-                                "copy's .git)", needs=needs, workspace_bytes=room)
-        return stream_archive(self.git, copy.entries, self.spec.workspace_bytes, repo)
-
-    def starting_archive(self, copy: VerifierCopy) -> Iterator[bytes]:
-        """The starting copy as ``copy``'s verifier may see it (its ``view``),
-        with its repository: what the trusted pre-pass collects tests from."""
-        if self.git is None:
-            raise WorkspaceError("this sandbox has no private git dir to read the copy from", run_id=self.run_id)
-        return stream_archive(self.git, copy.view, self.spec.workspace_bytes, self.starting_repo(copy.view))
-
-    def verifier_start(self, policy: Policy) -> Iterator[bytes]:
-        """``starting_archive`` of any patch's verifier copy under ``policy``
-        (the view depends on the policy alone): what an early pre-pass
-        collects tests from, before any patch exists."""
-        view = starting_view(self._starting_entries(), policy.verify, policy.paths.deny)
-        return self.starting_archive(VerifierCopy(entries=view, flags=(), view=view))
-
-    def starting_repo(self, view: Mapping[bytes, tuple[str, str]] | None = None) -> bytes:
-        """The ``.git`` for a fresh container: one parentless commit of
-        ``view`` (the starting copy as the verifier may see it; all of it
-        when None), so it holds no object of a path the view leaves out.
-        Made once per run and view (``workspace.starting_repo_tar``)."""
-        if self.git is None:
-            raise WorkspaceError("this sandbox has no starting copy", run_id=self.run_id)
-        entries = self._starting_entries() if view is None else view
-        key = hash(tuple(sorted(entries.items())))
-        with self._repo_lock:  # one fixed place in the private git dir; an early verifier makes it in a thread
-            if key not in self._starting_repos:
-                commit = self.base if entries == self._starting_entries() else view_commit(self.git, entries)
-                self._starting_repos[key] = starting_repo_tar(self.git, commit)
-            return self._starting_repos[key]
-
-    def starting_texts(self, globs: tuple[str, ...], cap: int = 8 << 20) -> list[str]:
-        """The text of the starting copy's files under ``globs`` (the hidden
-        tests), up to ``cap`` bytes in all, read from the private git dir."""
-        if self.git is None or not globs:
-            return []
-        texts, left = [], cap
-        for path, (_mode, sha) in sorted(self._starting_entries().items()):
-            if left > 0 and first_match(globs, text(path)):
-                data = self.git.run("cat-file", "blob", sha).stdout[:left]
-                texts.append(data.decode("utf-8", errors="replace"))
-                left -= len(data)
-        return texts
+        return self._starting
 
     def installed_modules(self) -> frozenset[str]:
         """The import names the image's interpreter finds before any workspace
@@ -495,12 +349,12 @@ class Sandbox:
     def _copy_in(self, archive: bytes | Iterable[bytes], make_repo: bool) -> None:
         """Extract ``archive`` into the workspace. The model's container then
         makes its repository of the starting copy; a fresh container's
-        archive brings one (``starting_repo``)."""
+        archive brings one (``StartingCopy.repo``)."""
         script = 'tar -x -C /workspace -f -'
         if make_repo:
             script += (' && cd /workspace && git init -q && git add -A && git -c user.name=escrow '
                        '-c user.email=escrow@localhost commit -q --allow-empty -m "starting copy"')
-        outcome = self.exec(["/bin/bash", "-c", script], _SETUP_LIMITS, stdin=archive)
+        outcome = self.exec(["/bin/bash", "-c", script], SETUP_LIMITS, stdin=archive)
         if outcome.exit_code != 0:
             raise WorkspaceError(f"copying the repo into the sandbox failed: {outcome.stderr.text()[:500]}",
                                  run_id=self.run_id)

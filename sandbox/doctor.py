@@ -126,7 +126,7 @@ def exit_checks(sandbox: Sandbox) -> list[Check]:
             fh.write(f"[core]\n\tfsmonitor = \"touch {tmp}/fsmonitor-ran; false #\"\n")
         repo_files(repo)
         fsmonitor_ran = (Path(tmp) / "fsmonitor-ran").exists()
-    with sandbox.fresh(sandbox.archive_of(patch), "doctor") as verifier:
+    with sandbox.fresh(sandbox.starting.archive_of(patch), "doctor") as verifier:
         leftover = verifier.bash("ls -A /tmp", limits).stdout.text()
     skipped = {s.path for s in patch.skipped}
     return [

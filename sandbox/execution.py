@@ -18,6 +18,11 @@ class ExecLimits(Frozen):
     stderr_cap: int
 
 
+# The host's own steps in a container (copying in, refilling, exporting),
+# never the model's commands.
+SETUP_LIMITS = ExecLimits(timeout_s=120, stdout_cap=4096, stderr_cap=4096)
+
+
 class ExecOutcome(Frozen):
     exit_code: int | None
     stdout: Captured

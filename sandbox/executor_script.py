@@ -20,6 +20,9 @@ a frame.
 After every command, whatever its ending, kill(-1) ends every process but
 init and this one (the only processes the sandbox user does not own), and
 the result is sent only once /proc shows none left.
+
+Over 400 lines: one script the container runs whole (``-c``, stdlib only),
+until its split lands.
 """
 
 import ctypes

@@ -16,7 +16,8 @@ from orchestrator.contract import ToolSpec
 from orchestrator.ports import ToolOutcome
 from orchestrator.toolset import TOOLS, ToolArgs
 from policies import Policy
-from sandbox.toolbox import ToolBox, ToolResult
+from sandbox.tool_result import ToolResult
+from sandbox.toolbox import ToolBox
 
 
 def outcome_of(result: ToolResult) -> ToolOutcome:

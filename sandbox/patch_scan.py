@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from orchestrator.suspect import SCAN_MAX_BYTES, SuspectReason, flag_reasons, scan_changes, scanned, unscanned
 from policies import FlagReason
+from sandbox.git_blobs import BlobReader
 from sandbox.hostgit import PrivateGit
-from sandbox.verifier_view import _BlobReader
 from sandbox.workspace import Patch, tree_entries
 
 _FILE_MODES = ("100644", "100755")
@@ -15,7 +15,7 @@ _NOT_VERIFIED = frozenset({FlagReason.PROTECTED.value, FlagReason.HIDDEN.value})
 TOTAL_MAX_BYTES = 64 * 1024 * 1024  # read for one submit, all files together; past it a file is ``unscanned``
 
 
-class _CappedReader(_BlobReader):
+class _CappedReader(BlobReader):
     def read(self, sha: str, max_bytes: int) -> tuple[int, bytes | None]:
         """The blob's size, and its bytes when they are at most ``max_bytes``
         (else read through in chunks and dropped)."""

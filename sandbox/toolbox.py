@@ -12,18 +12,17 @@ starting copy with that patch applied, in a fresh container that shares
 nothing with the model's: what passes is exactly that patch (``submitted``),
 less what the policy keeps the patch from deciding (``sandbox.verifier_view``:
 protected and hidden inputs, denied paths, shadowing modules), each flagged.
+A failed export or verifier is the workspace's fault or the infrastructure's
+as the canary says (``sandbox.blame``); results are shaped by
+``sandbox.tool_result``.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import NoReturn
-
-import docker.errors
 
 from orchestrator.canonical import readable_text
-from orchestrator.contract import Captured, Frozen, ToolSpec
+from orchestrator.contract import ToolSpec
 from orchestrator.evidence import (
     MAX_CHANNEL_BYTES,
     Channel,
@@ -39,15 +38,16 @@ from orchestrator.evidence import (
     secret_lines,
     summary_lines,
 )
-from orchestrator.suspect import SuspectReason
 from orchestrator.toolset import FileToolArgs, ToolArgs, tool_specs
 from policies import Decision, Effect, Policy, decide
 from policies.paths import first_match
+from sandbox.blame import INFRA_SUSPECTS, blame
 from sandbox.container import Sandbox
 from sandbox.early_verifier import EarlyVerifier
-from sandbox.errors import ExportRefused, InfraFailure, SandboxError, WorkspaceFault
-from sandbox.execution import ExecLimits, ExecOutcome, FileOpOutcome
+from sandbox.errors import ExportRefused, WorkspaceFault
+from sandbox.execution import ExecLimits, ExecOutcome
 from sandbox.patch_scan import suspect_reasons
+from sandbox.tool_result import ToolResult, command_result, file_op_result, listing_without_denied
 from sandbox.verifier_view import VerifierCopy
 from sandbox.workspace import Patch, patch_paths
 
@@ -58,29 +58,11 @@ _COLLECT_CHANNEL = "/tmp/escrow-evidence-collect.jsonl"
 _RUN_CHANNEL = "/tmp/escrow-evidence-run.jsonl"
 
 
-class ToolResult(Frozen):
-    tool: str
-    ok: bool
-    exit_code: int | None
-    observation: str
-    stdout: Captured | None = None
-    stderr: Captured | None = None
-    duration_s: float
-    timed_out: bool = False
-    canceled: bool = False
-    verifier_passed: bool | None = None
-    evidence: Evidence | None = None  # what a submit's verdict rests on
-    patch: Patch | None = None
-    suspect: tuple[SuspectReason, ...] = ()  # why a passing submit cannot be trusted as PASS (orchestrator.suspect)
-    resolved_path: str | None = None  # a file tool's path after symlinks, as the ACL judged it
-    resolved_rule: str | None = None
-
-
 class ToolBox:
     """The tools of one run, bound to its sandbox, policy and verifier command."""
 
     # A verifier that holds the starting copy gets only what changed where
-    # that is cheaper (None: ``Sandbox.refill_verifier`` decides by file
+    # that is cheaper (None: ``StartingCopy.refill`` decides by file
     # size); True or False forces it (tests, bench_runtime's rows).
     copy_changed_only: bool | None = None
 
@@ -132,7 +114,7 @@ class ToolBox:
         r = self.policy.resources
         limits = ExecLimits(timeout_s=r.command_timeout_s, stdout_cap=r.stdout_cap_bytes,
                             stderr_cap=r.stderr_cap_bytes)
-        verifier = self.sandbox.fresh(self.sandbox.verifier_start(self.policy), "verify")
+        verifier = self.sandbox.fresh(self.sandbox.starting.verifier_start(self.policy), "verify")
         try:
             required = self._collect_required(verifier, self.verifier_command or "", limits, stop) if collects else None
         except BaseException:
@@ -172,7 +154,7 @@ class ToolBox:
     def command(self, tool: str, command: str, timeout_s: float | None, *,
                 time_left_s: float | None = None) -> ToolResult:
         outcome = self.sandbox.bash(command, self.limits(timeout_s, time_left_s=time_left_s), cancel=self.cancel)
-        return _from_outcome(tool, outcome)
+        return command_result(tool, outcome)
 
     def submit(self, *, time_left_s: float | None = None) -> ToolResult:
         if not self.verifier_command:
@@ -197,7 +179,7 @@ class ToolBox:
         evidence = self._evidence(outcome, channel, evidence_wanted)
         if evidence.passed:
             self.submitted = patch
-        result = _from_outcome("submit", outcome)
+        result = command_result("submit", outcome)
         return _with_suspect(self.sandbox, result.model_copy(update={
             "verifier_passed": evidence.passed, "ok": evidence.passed, "patch": patch, "evidence": evidence,
             "observation": self._submit_observation(patch, evidence, channel, result)}))
@@ -248,7 +230,7 @@ class ToolBox:
             self._reference_paths = patch_paths(self.verifier_patch) if self.verifier_patch else ()
             added = "\n".join(line[1:] for line in (self.verifier_patch or "").splitlines()
                               if line.startswith("+") and not line.startswith("+++"))
-            hidden = self.sandbox.starting_texts(self.policy.verify.hidden)
+            hidden = self.sandbox.starting.texts(self.policy.verify.hidden)
             self._secret_lines = secret_lines("\n".join((added, *hidden)))
         return (path not in self._reference_paths and first_match(self.policy.verify.hidden, path) is None
                 and first_match(self.policy.paths.deny, path) is None and not quotes_any(message, self._secret_lines))
@@ -289,7 +271,7 @@ class ToolBox:
         except ExportRefused:
             raise
         except INFRA_SUSPECTS as exc:
-            blame("the verifier", exc, lambda: self._verify(self.sandbox.starting_copy(), evidence_wanted,
+            blame("the verifier", exc, lambda: self._verify(self.sandbox.starting.unpatched(), evidence_wanted,
                                                             limits, canary=True))
 
     def _verify(self, copy: VerifierCopy, evidence_wanted: bool, limits: ExecLimits | None = None, *,
@@ -302,7 +284,8 @@ class ToolBox:
         (never the canary's)."""
         limits = limits or self.limits()
         pre_pass = not canary and self._needs_pre_pass(evidence_wanted)
-        archive = self.sandbox.archive_for(copy)  # ExportRefused here leaves an early container for the next submit
+        # ExportRefused here leaves an early container for the next submit.
+        archive = self.sandbox.starting.archive_for(copy)
         early = None if canary else self._take_early()
         if early is not None and pre_pass and not self._early_collects:  # not started for a pre-pass
             early[0].close()
@@ -312,15 +295,15 @@ class ToolBox:
             if pre_pass:
                 self._required_known, self._required = True, required
             with verifier:
-                self.sandbox.refill_verifier(verifier, copy, self.copy_changed_only)
+                self.sandbox.starting.refill(verifier, copy, self.copy_changed_only)
                 return self._verify_in(verifier, evidence_wanted, limits)
-        first = self.sandbox.starting_archive(copy) if pre_pass else None
+        first = self.sandbox.starting.view_archive(copy) if pre_pass else None
         with self.sandbox.fresh(first or archive, "verify") as verifier:
             if first is not None:
                 self._required_known = True
                 self._required = self._collect_required(verifier, self.verifier_command or "", limits,
                                                         self.cancel)
-                self.sandbox.refill_verifier(verifier, copy, self.copy_changed_only)
+                self.sandbox.starting.refill(verifier, copy, self.copy_changed_only)
             return self._verify_in(verifier, evidence_wanted, limits)
 
     def _verify_in(self, verifier: Sandbox, evidence_wanted: bool, limits: ExecLimits) -> tuple[ExecOutcome, Channel]:
@@ -352,7 +335,7 @@ class ToolBox:
         return self._verifier_copy(patch)[0]
 
     def _verifier_copy(self, patch: Patch) -> tuple[Patch, VerifierCopy]:
-        copy = self.sandbox.verifier_copy(patch, self.policy)
+        copy = self.sandbox.starting.verifier_copy(patch, self.policy, self.sandbox.installed_modules)
         # A path already flagged whatever the policy (CI configuration) keeps
         # that reason, so its [apply] grant is the one that counts; the copy
         # adds what became of it in verification.
@@ -388,8 +371,8 @@ class ToolBox:
                               observation=f"denied by policy ({rule}) on the resolved path: "
                                           f"{args.path} resolves to {resolved}; {decision.reason}")
         if name == "list_files" and reply is not None and reply.get("ok"):
-            reply = _without_denied(reply, str(resolved), self.policy)
-        return _fileop_result(args, outcome, reply).model_copy(
+            reply = listing_without_denied(reply, str(resolved), self.policy)
+        return file_op_result(args, outcome, reply).model_copy(
             update={"resolved_path": resolved if isinstance(resolved, str) else None, "resolved_rule": rule})
 
 
@@ -398,69 +381,6 @@ def _read_channel(verifier: Sandbox, path: str) -> Channel:
     is gone by then) under the channel's cap."""
     data, truncated = verifier.read_file(path, MAX_CHANNEL_BYTES)
     return parse_channel(data, truncated=truncated)
-
-# What a failing sandbox, export or verifier raises when the fault may be
-# either the workspace's or the infrastructure's; the canary tells which.
-INFRA_SUSPECTS: tuple[type[Exception], ...] = (SandboxError, docker.errors.DockerException, OSError)
-
-
-def blame(step: str, failure: Exception, canary: Callable[[], object]) -> NoReturn:
-    """Run ``canary`` (``step`` on the starting copy alone, in a fresh
-    container) after ``step`` failed with ``failure``: WorkspaceFault when it
-    succeeds (the workspace's doing), InfraFailure with both failures when it
-    fails too (a dead daemon, a broken runtime)."""
-    cause = f"{type(failure).__name__}: {failure}"
-    try:
-        canary()
-    except INFRA_SUSPECTS as again:
-        raise InfraFailure(f"{step} failed ({cause[:1000]}), and so did the same step on the starting copy alone "
-                           f"(the canary: {type(again).__name__}: {str(again)[:1000]})",
-                           step=step, failure=cause, canary=f"{type(again).__name__}: {again}") from failure
-    raise WorkspaceFault(f"{step} failed on this workspace ({cause[:1000]}), while the same step on the starting "
-                         "copy alone succeeded (the canary): the workspace's content caused it",
-                         step=step, failure=cause) from failure
-
-
-def _fileop_result(args: FileToolArgs, outcome: FileOpOutcome, reply: dict | None) -> ToolResult:
-    if reply is None:
-        why = "timeout" if outcome.timed_out else "run canceled" if outcome.canceled else "no reply"
-        return ToolResult(tool=args.name, ok=False, exit_code=None, duration_s=outcome.duration_s,
-                          timed_out=outcome.timed_out, canceled=outcome.canceled,
-                          observation=f"{args.name} did not complete (killed: {why})")
-    ok = bool(reply.get("ok", False))
-    observation = str(reply.get("error", "failed")) if not ok else args.describe(reply)
-    return ToolResult(tool=args.name, ok=ok, exit_code=0 if ok else 1, observation=observation,
-                      duration_s=outcome.duration_s, timed_out=outcome.timed_out, canceled=outcome.canceled)
-
-
-def _without_denied(reply: dict, base: str, policy: Policy) -> dict:
-    """A listing keeps no entry under a deny glob: the names below ``.git`` or
-    ``secrets/**`` are as private as their contents. Hidden entries leave the
-    total too, so not even their number shows."""
-    def denied(entry: str) -> bool:
-        rel = entry.rstrip("/@")
-        path = rel if base in ("", ".") else f"{base}/{rel}"
-        return first_match(policy.paths.deny, path) is not None
-    kept = [e for e in reply["entries"] if not denied(e)]
-    return reply | {"entries": kept, "total": reply["total"] - (len(reply["entries"]) - len(kept))}
-
-
-def _from_outcome(tool: str, outcome: ExecOutcome) -> ToolResult:
-    parts = [f"exit code {outcome.exit_code}"]
-    if outcome.timed_out:
-        parts.append("(killed: timeout)")
-    if outcome.flooded:
-        parts.append("(killed: output flood)")
-    if outcome.canceled:
-        parts.append("(killed: run canceled)")
-    text = " ".join(parts)
-    if outcome.stdout.total_bytes:
-        text += f"\n[stdout {outcome.stdout.total_bytes} bytes]\n{outcome.stdout.text()}"
-    if outcome.stderr.total_bytes:
-        text += f"\n[stderr {outcome.stderr.total_bytes} bytes]\n{outcome.stderr.text()}"
-    return ToolResult(tool=tool, ok=outcome.exit_code == 0 and not outcome.timed_out, exit_code=outcome.exit_code,
-                      observation=text, stdout=outcome.stdout, stderr=outcome.stderr,
-                      duration_s=outcome.duration_s, timed_out=outcome.timed_out, canceled=outcome.canceled)
 
 
 def _with_suspect(sandbox: Sandbox, result: ToolResult) -> ToolResult:

@@ -20,26 +20,25 @@ the patch may not decide (``[verify]``, ``[paths] deny``):
   changed one is verified as the starting copy had it.
 
 Each path the patch touched that is treated so becomes a ``Flag``. The copy is
-streamed as a tar, one blob at a time from the private git dir, so host
-memory stays bounded by the largest file however large the workspace.
+streamed as a tar, one blob at a time from the private git dir
+(``sandbox.git_blobs``), so host memory stays bounded by the largest file
+however large the workspace.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import tarfile
-import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from policies import Flag, FlagReason, VerifyGrants
 from policies.paths import matcher
-from sandbox.errors import ExportRefused, WorkspaceError
+from sandbox.errors import WorkspaceError
 from sandbox.export_stream import LINK, text
+from sandbox.git_blobs import BlobReader
 from sandbox.hostgit import PrivateGit
-from sandbox.verifier_accept import AcceptRules, Refusal, TextCheck
-from sandbox.workspace import tar_info
+from sandbox.verifier_accept import AcceptRules, Refusal
 
 Entries = Mapping[bytes, tuple[str, str]]  # path -> (git mode, blob sha)
 ContentCheck = Callable[[str, str], "Refusal | None"]  # (path, blob sha) -> why it is not acceptable text
@@ -195,204 +194,20 @@ def _drop_conflicts(entries: dict[bytes, tuple[str, str]], winners: Mapping[str,
         flags.append(Flag(path=path, reason=winners[owner].value,
                           detail=f"{where} the {what}; left out of verification"))
     return flags
+
+
 def starting_view(base: Entries, verify: VerifyGrants, deny: tuple[str, ...]) -> Entries:
     """The starting copy less the paths denied to the model that ``reads``
     does not grant: what the verifier's repository and pre-pass hold."""
     return plan_copy(base, base, verify, deny, frozenset(), lambda _path, _sha: None).entries
 
 
-# Names that say "text": such a file that diffs as binary hides what it does
-# from whoever reads the patch (a NUL in pytest.ini makes a base85 blob).
-_TEXT_SUFFIXES = (".py", ".pyi", ".pyw", ".txt", ".md", ".rst", ".ini", ".cfg", ".toml", ".json", ".yml", ".yaml",
-                  ".sh", ".bash", ".c", ".h", ".cc", ".cpp", ".js", ".ts", ".html", ".css", ".csv", ".xml", ".in")
-_GIT_BINARY_PROBE = 8000
-_SEND_BYTES = 1 << 18  # git calls a file binary when a NUL is among its first 8000 bytes
-
-
-def describe_binary_text(path: str, size: int, head: bytes, nuls: int) -> str | None:
-    """Why a file diffs as binary though it looks like text, or None (it is
-    not binary to git, or it does not look like text). ``head`` is its first
-    bytes, ``nuls`` its count of NUL bytes."""
-    head = head[:_GIT_BINARY_PROBE]
-    nul = head.find(b"\0")
-    if nul < 0:
-        return None
-    rest = head.replace(b"\0", b"")
-    printable = sum(1 for b in rest if b in (9, 10, 13) or 32 <= b < 127 or b >= 128)
-    looks_text = path.lower().endswith(_TEXT_SUFFIXES) or (rest and printable / len(rest) >= 0.95)
-    if not looks_text:
-        return None
-    return (f"{size:,} bytes; diffs as binary because of {nuls:,} NUL byte(s), the first at offset {nul}; "
-            "git shows it as a base85 blob, not as lines")
-
-
-def binary_text_flags(git: PrivateGit, base: str, after: str, after_entries: Entries) -> tuple[Flag, ...]:
-    """A flag for each file the patch adds or changes that git diffs as binary
-    though it looks like text (each read in chunks, never whole)."""
-    numstat = git.run("diff", "--no-renames", "--no-ext-diff", "--no-textconv", "--numstat", "-z", base, after,
-                      "--").stdout
-    binary = [rec.partition(b"\t")[2].partition(b"\t")[2] for rec in numstat.split(b"\0") if rec.startswith(b"-\t")]
-    if not binary:
-        return ()
-    flags = []
-    reader = _BlobReader(git)
-    try:
-        for raw in binary:
-            entry = after_entries.get(raw)
-            if entry is None:  # deleted
-                continue
-            size, head, nuls = reader.scan(entry[1], _GIT_BINARY_PROBE)
-            if (detail := describe_binary_text(text(raw), size, head, nuls)) is not None:
-                flags.append(Flag(path=text(raw), reason=FlagReason.BINARY_TEXT.value, detail=detail))
-    finally:
-        reader.close()
-    return tuple(flags)
-
-
-def _tar_header(path: str, mode: str, data: bytes) -> bytes:
-    # PAX: any name length, and names that are not UTF-8 kept as their bytes.
-    return tar_info(path, mode, data).tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
-
-
 def plan_from_git(git: PrivateGit, base: Entries, after: Entries, verify: VerifyGrants, deny: tuple[str, ...],
                   installed: frozenset[str]) -> VerifierCopy:
     """``plan_copy`` with the blobs' content read from the private git dir."""
-    reader = _BlobReader(git)
+    reader = BlobReader(git)
     try:
         return plan_copy(base, after, verify, deny, installed, reader.text_refusal)
-    finally:
-        reader.close()
-
-
-class _BlobReader:
-    """One ``git cat-file --batch``: blobs read one at a time, so only the
-    one being sent is in memory. Killed past its timeout."""
-
-    def __init__(self, git: PrivateGit) -> None:
-        self.proc = git.cat_file_batch()
-        self._timer = threading.Timer(git.timeout_s, self.proc.kill)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def each(self, shas: list[str]) -> Iterator[bytes]:
-        """The blobs of ``shas`` in order, one in memory at a time. The names
-        are written by a thread while the blobs are read, so a repo of many
-        small files pays no round trip per file."""
-        stdin = self.proc.stdin
-        assert stdin is not None
-
-        def ask_all() -> None:
-            try:
-                stdin.write("".join(f"{sha}\n" for sha in shas).encode())
-                stdin.close()
-            except OSError:  # the reader was closed (killed) before all were read
-                pass
-
-        asker = threading.Thread(target=ask_all, daemon=True)
-        asker.start()
-        try:
-            for sha in shas:
-                size = self._answer(sha)
-                data = self._take(size)
-                self._take(1)
-                yield data
-        finally:
-            asker.join(timeout=0)
-
-    def scan(self, sha: str, head_bytes: int) -> tuple[int, bytes, int]:
-        """The blob's size, its first ``head_bytes`` and its count of NUL
-        bytes, read a chunk at a time."""
-        size = self._ask(sha)
-        head = self._take(min(size, head_bytes))
-        nuls, left = head.count(b"\0"), size - len(head)
-        while left:
-            chunk = self._take(min(left, 1 << 20))
-            nuls, left = nuls + chunk.count(b"\0"), left - len(chunk)
-        self._take(1)
-        return size, head, nuls
-
-    def text_refusal(self, path: str, sha: str) -> Refusal | None:
-        """``TextCheck`` of a blob, read a chunk at a time."""
-        check, left = TextCheck(path), self._ask(sha)
-        while left:
-            chunk = self._take(min(left, 1 << 20))
-            check.feed(chunk)
-            left -= len(chunk)
-        self._take(1)
-        return check.result()
-
-    def _ask(self, sha: str) -> int:
-        stdin = self.proc.stdin
-        assert stdin is not None
-        try:
-            stdin.write(f"{sha}\n".encode())
-            stdin.flush()
-        except OSError as exc:
-            raise WorkspaceError(f"asking the private git dir for blob {sha} failed: {exc}") from exc
-        return self._answer(sha)
-
-    def _answer(self, sha: str) -> int:
-        stdout = self.proc.stdout
-        assert stdout is not None
-        try:
-            header = stdout.readline().split()
-            if len(header) != 3 or header[1] != b"blob":
-                raise WorkspaceError(f"the private git dir has no blob {sha}")
-            return int(header[2])
-        except (OSError, ValueError) as exc:
-            raise WorkspaceError(f"reading blob {sha} from the private git dir failed: {exc}") from exc
-
-    def _take(self, size: int) -> bytes:
-        assert self.proc.stdout is not None
-        try:
-            data = self.proc.stdout.read(size)
-        except OSError as exc:
-            raise WorkspaceError(f"reading from git cat-file failed: {exc}") from exc
-        if len(data) != size:
-            raise WorkspaceError(f"git cat-file gave {len(data)} of {size} bytes (killed past its timeout?)")
-        return data
-
-    def close(self) -> None:
-        self._timer.cancel()
-        self.proc.kill()
-        self.proc.wait()
-
-
-def stream_archive(git: PrivateGit, entries: Entries, max_bytes: int, first: bytes = b"") -> Iterator[bytes]:
-    """A tar of ``first`` (members made elsewhere) and ``entries``
-    (0644/0755/links, uid 1000, mtime 0), yielded a header or a file's
-    content at a time (no copy of it is made); past ``max_bytes`` of tar it
-    stops with ExportRefused."""
-    if first:
-        yield first
-    reader = _BlobReader(git)
-    sent = len(first)
-    pending: list[bytes] = []  # small members gathered into one send (a repo of many small files)
-    held = 0
-    ordered = sorted(entries.items())
-    try:
-        for (raw, (mode, _)), data in zip(ordered, reader.each([sha for _, (_, sha) in ordered]), strict=True):
-            if mode == LINK:
-                header, data = _tar_header(text(raw), mode, data), b""
-            else:
-                header = _tar_header(text(raw), mode, data)
-            padding = b"\0" * (-len(data) % tarfile.BLOCKSIZE)
-            sent += len(header) + len(data) + len(padding)
-            if sent > max_bytes:
-                raise ExportRefused(f"the patched workspace is larger than {max_bytes} bytes", max_bytes=max_bytes)
-            if len(data) >= _SEND_BYTES:  # a large file goes as it is: never copied
-                yield b"".join((*pending, header))
-                pending, held = [], 0
-                yield data
-                yield padding
-            else:
-                pending += (header, data, padding)
-                held += len(header) + len(data) + len(padding)
-                if held >= _SEND_BYTES:
-                    yield b"".join(pending)
-                    pending, held = [], 0
-            del data
-        yield b"".join((*pending, b"\0" * (2 * tarfile.BLOCKSIZE)))  # and the end-of-archive blocks
     finally:
         reader.close()
 

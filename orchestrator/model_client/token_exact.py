@@ -24,7 +24,8 @@ takes text only, so the model's chat template is rendered here from the
 tokenizer files its ``/get_model_info`` names). Stop strings
 are not sent: llama-server cuts them from the text but not from the sampled
 ids (nor the logprobs), so the two would disagree. A
-grammar constraint is sent as chat sends it. A call is attempted as the
+grammar constraint is sent as chat sends it. Each engine's body and the
+reading of its answer are ``token_exact_wire``'s. A call is attempted as the
 chat client's are (``calls.Retrier``, ``run_attempt``): TRANSPORT_FAILURE
 (a dropped connection, 429, 502-504) retried with backoff, T_max over the
 whole call with the watchdog cutting a stalled connection; every outcome
@@ -38,7 +39,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import httpx
 
@@ -53,23 +54,11 @@ from orchestrator.model_client.normalize import Cause, status_of
 from orchestrator.model_client.provenance import EngineInfo, probe
 from orchestrator.model_client.retry import CircuitBreaker, RetryPolicy
 from orchestrator.model_client.token_endpoints import EngineTokens, LlamaServerTokens
+from orchestrator.model_client.token_exact_wire import answer_path, json_object, read_answer, request_body
 from orchestrator.model_client.token_sequence import SENTINEL, TextTemplate, TokenSequence, template_for
 from orchestrator.token_drift import first_difference
 
 TOKEN_EXACT_ENGINES = ("llama.cpp", "vllm", "sglang")
-_FINISH = {"eos": "stop", "word": "stop", "limit": "length"}
-
-class _Answer(NamedTuple):
-    """An engine's answer to a prompt of ids, read from its own shape."""
-
-    text: str
-    sampled: tuple[int, ...]
-    logprobs: list[dict[str, Any]] | None
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    cached: int | None
-    finish: str | None
-    model: str | None
 
 
 class TokenExactClient:
@@ -120,7 +109,7 @@ class TokenExactClient:
 
     @property
     def url(self) -> str:
-        return self.tokens.root + _PATHS.get(self.engine, "/completion")
+        return self.tokens.root + answer_path(self.engine)
 
     @property
     def sequence(self) -> TokenSequence:
@@ -165,7 +154,7 @@ class TokenExactClient:
             ids = self.sequence.prompt_ids(request.messages)
         except TokenizerError as exc:
             return self._failed(Status.FAULTED, Cause.INTERNAL_ERROR, str(exc), start, self._clock(), sha)
-        body = json.dumps(_BODIES.get(self.engine, _llama_body)(request, ids)).encode()
+        body = json.dumps(request_body(self.engine, request, ids)).encode()
         url, deadline_at = self.url, start + request.deadline_s
         out, attempts = self._retrier.run(lambda: self._attempt(url, body, request, deadline_at, cancel),
                                           deadline_at=deadline_at, cancel=cancel)
@@ -174,7 +163,7 @@ class TokenExactClient:
         if out.body is None or out.cause is not Cause.FINISH_STOP:
             return self._failed(status_of(out.cause), out.cause, f"{url}: {out.message}", start, end, sha,
                                 http_status=out.http_status, raw=raw, attempts=attempts)
-        return self._envelope(request, ids, _object(out.body), raw or "", start, end, sha, attempts)
+        return self._envelope(request, ids, json_object(out.body), raw or "", start, end, sha, attempts)
 
     def _attempt(self, url: str, body: bytes, request: ModelRequest, deadline_at: float,
                  cancel: threading.Event | None) -> AttemptOutcome:
@@ -189,9 +178,7 @@ class TokenExactClient:
 
     def _envelope(self, request: ModelRequest, ids: tuple[int, ...], data: dict[str, Any], raw: str, start: float,
                   end: float, sha: str, attempts: list[Attempt]) -> Envelope:
-        engine = self.engine
-        read = (_read_vllm(data, ids) if engine == "vllm" else _read_sglang(data, request) if engine == "sglang"
-                else _read_llama(data, request))
+        read = read_answer(self.engine, data, request, ids)
         if isinstance(read, str):
             return self._failed(Status.FAULTED, Cause.MALFORMED_PROTOCOL, f"{self.url} {read}",
                                 start, end, sha, http_status=200, raw=raw, attempts=attempts)
@@ -242,169 +229,6 @@ class TokenExactClient:
         return Envelope(status=status, error=error, http_status=http_status, timings=Timings(total_s=end - start),
                         attempts=(*(attempts or ())[:-1], last),
                         request_sha256=sha, raw_response=raw, engine=self._label())
-
-
-def _sampling(request: ModelRequest, body: dict[str, Any]) -> dict[str, Any]:
-    for key in ("temperature", "top_p", "top_k", "seed"):
-        if getattr(request.sampling, key) is not None:
-            body[key] = getattr(request.sampling, key)
-    if request.constraint is not None and request.constraint.kind == "grammar":
-        body.update(request.constraint.fields)  # the engine's own field, as chat sends it
-    return body
-
-
-def _llama_body(request: ModelRequest, ids: tuple[int, ...]) -> dict[str, Any]:
-    body: dict[str, Any] = {"prompt": list(ids), "n_predict": request.max_tokens, "stream": False,
-                            "return_tokens": True, "cache_prompt": True}
-    if request.sampling.logprobs:
-        body["n_probs"] = max(1, request.sampling.top_logprobs or 1)
-    return _sampling(request, body)
-
-
-def _vllm_body(request: ModelRequest, ids: tuple[int, ...]) -> dict[str, Any]:
-    # A logprob per sampled id always: a trainer reads them (vLLM sends the
-    # sampled token's logprob besides the top ``logprobs``).
-    top = max(1, request.sampling.top_logprobs or 1) if request.sampling.logprobs else 1
-    return _sampling(request, {"model": request.model, "prompt": list(ids), "max_tokens": request.max_tokens,
-                               "stream": False, "return_token_ids": True, "logprobs": top})
-
-
-def _sglang_body(request: ModelRequest, ids: tuple[int, ...]) -> dict[str, Any]:
-    # A logprob per sampled id always (``output_token_logprobs``); the seed
-    # is not sent: ``/generate`` names it differently across versions.
-    params: dict[str, Any] = {"max_new_tokens": request.max_tokens}
-    for key in ("temperature", "top_p", "top_k"):
-        if getattr(request.sampling, key) is not None:
-            params[key] = getattr(request.sampling, key)
-    if request.constraint is not None and request.constraint.kind == "grammar":
-        params.update(request.constraint.fields)  # ``ebnf``: a sampling parameter of /generate
-    top = max(1, request.sampling.top_logprobs or 1) if request.sampling.logprobs else 0
-    return {"input_ids": list(ids), "sampling_params": params, "return_logprob": True,
-            "top_logprobs_num": top, "stream": False}
-
-
-_BODIES = {"vllm": _vllm_body, "sglang": _sglang_body}
-_PATHS = {"vllm": "/v1/completions", "sglang": "/generate"}
-
-
-def _triples(value: object) -> list[tuple[float, int, str | None]] | None:
-    """SGLang's logprob entries, ``[logprob, id, text or null]`` each; None
-    when any is another shape."""
-    if not isinstance(value, list):
-        return None
-    out = []
-    for entry in value:
-        if not (isinstance(entry, (list, tuple)) and len(entry) == 3 and isinstance(entry[0], (int, float))
-                and not isinstance(entry[0], bool) and _ids([entry[1]])
-                and (entry[2] is None or isinstance(entry[2], str))):
-            return None
-        out.append((float(entry[0]), int(entry[1]), entry[2]))
-    return out
-
-
-def _read_sglang(data: dict[str, Any], request: ModelRequest) -> _Answer | str:
-    """SGLang's ``/generate`` answer: ``text``, the sampled ``output_ids``
-    and ``meta_info`` (``prompt_tokens``, ``completion_tokens``,
-    ``cached_tokens``, ``finish_reason`` as ``{"type": ...}``,
-    ``output_token_logprobs`` and ``output_top_logprobs`` as ``[logprob,
-    id, text]`` triples), normalised to the chat endpoint's entries (with
-    each id)."""
-    text, sampled, meta = data.get("text"), data.get("output_ids"), data.get("meta_info")
-    if not isinstance(text, str) or not _ids(sampled) or not isinstance(meta, dict):
-        return "answered without its text, sampled ids and meta_info (text, output_ids, meta_info)"
-    assert isinstance(sampled, list)
-    finish = meta.get("finish_reason")
-    kind = finish.get("type") if isinstance(finish, dict) else None
-    if kind not in ("stop", "length"):
-        return f"ended without a finish reason stop or length (meta_info.finish_reason {finish!r})"
-    entries = _triples(meta.get("output_token_logprobs"))
-    if entries is None:
-        return "answered no readable logprobs (meta_info.output_token_logprobs: [logprob, id, text] each)"
-    if len(entries) != len(sampled):
-        return f"answered {len(entries)} logprobs for {len(sampled)} sampled ids (meta_info.output_token_logprobs)"
-    named = [i for _, i, _ in entries]
-    if named != sampled:
-        at = first_difference(named, sampled)
-        return (f"answered logprobs for other ids than output_ids (from position {at}: {named[at]} for "
-                f"{sampled[at]}): the logprobs would not be the sampled tokens'")
-    tops = meta.get("output_top_logprobs")
-    tops = tops if isinstance(tops, list) and len(tops) == len(entries) else [None] * len(entries)
-    logprobs = [{"token": t or "", "logprob": v, "id": i,
-                 "top_logprobs": [{"token": tt or "", "logprob": tv, "id": ti} for tv, ti, tt in _triples(top) or ()]}
-                for (v, i, t), top in zip(entries, tops, strict=True)] if request.sampling.logprobs else None
-    return _Answer(text=text, sampled=tuple(sampled), logprobs=logprobs,
-                   prompt_tokens=_count(meta.get("prompt_tokens")),
-                   completion_tokens=_count(meta.get("completion_tokens")),
-                   cached=_count(meta.get("cached_tokens")), finish=kind,
-                   model=None)
-
-
-def _read_llama(data: dict[str, Any], request: ModelRequest) -> _Answer | str:
-    content, sampled = data.get("content"), data.get("tokens")
-    if not isinstance(content, str) or not _ids(sampled):
-        return "answered without its text and sampled ids (content, tokens)"
-    assert isinstance(sampled, list)
-    timings = data.get("timings") if isinstance(data.get("timings"), dict) else {}
-    probs = data.get("completion_probabilities") if request.sampling.logprobs else None
-    return _Answer(text=content, sampled=tuple(sampled), logprobs=probs if isinstance(probs, list) else None,
-                   prompt_tokens=_count(data.get("tokens_evaluated")),
-                   completion_tokens=_count(data.get("tokens_predicted")),
-                   cached=_count(timings.get("cache_n")) if isinstance(timings, dict) else None,
-                   finish=_FINISH.get(str(data.get("stop_type"))),
-                   model=data.get("model") if isinstance(data.get("model"), str) else None)
-
-
-def _read_vllm(data: dict[str, Any], sent: tuple[int, ...]) -> _Answer | str:
-    """vLLM's ``/v1/completions`` answer: ``choices[0]`` holds the text, the
-    sampled ``token_ids``, the ``prompt_token_ids`` it read and ``logprobs``
-    (``tokens``, ``token_logprobs``, ``top_logprobs``), normalised to the
-    chat endpoint's entries (``token``, ``logprob``, ``top_logprobs``)."""
-    choices = data.get("choices")
-    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
-    text, sampled, read = choice.get("text"), choice.get("token_ids"), choice.get("prompt_token_ids")
-    if not isinstance(text, str) or not _ids(sampled):
-        return "answered without its text and sampled ids (choices[0].text, token_ids: vLLM >= 0.10.2)"
-    assert isinstance(sampled, list)
-    if read is not None and (not _ids(read) or tuple(read) != sent):
-        at = first_difference(tuple(read), sent) if _ids(read) else 0
-        return (f"read other prompt ids than were sent (prompt_token_ids differ from position {at}): "
-                f"the sampled ids would not follow the prompt recorded")
-    logprobs = choice.get("logprobs") if isinstance(choice.get("logprobs"), dict) else {}
-    assert isinstance(logprobs, dict)
-    tokens, values, tops = (logprobs.get(k) for k in ("tokens", "token_logprobs", "top_logprobs"))
-    if not isinstance(tokens, list) or not isinstance(values, list) or not len(tokens) == len(values) == len(sampled):
-        given = len(values) if isinstance(values, list) else "no"
-        return f"answered {given} logprobs for {len(sampled)} sampled ids (choices[0].logprobs.token_logprobs)"
-    entries = [{"token": t, "logprob": v,
-                "top_logprobs": [{"token": k, "logprob": p} for k, p in top.items()] if isinstance(top, dict) else []}
-               for t, v, top in zip(tokens, values, tops if isinstance(tops, list) else [None] * len(tokens),
-                                    strict=False)]
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-    assert isinstance(usage, dict)
-    details = usage.get("prompt_tokens_details")
-    finish = choice.get("finish_reason")
-    return _Answer(text=text, sampled=tuple(sampled), logprobs=entries,
-                   prompt_tokens=_count(usage.get("prompt_tokens")),
-                   completion_tokens=_count(usage.get("completion_tokens")),
-                   cached=_count(details.get("cached_tokens")) if isinstance(details, dict) else None,
-                   finish=finish if finish in ("stop", "length") else None,
-                   model=data.get("model") if isinstance(data.get("model"), str) else None)
-
-
-def _count(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _ids(value: object) -> bool:
-    return isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value)
-
-
-def _object(text: str) -> dict[str, Any]:
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 class Rebuilt(Frozen):

@@ -179,14 +179,14 @@ def test_repositories_of_views_made_at_once_are_each_whole(start_sandbox, demo_r
     from tests.sandbox.conftest import all_at_once
 
     sandbox = start_sandbox(demo_repo)
-    base = sandbox._starting_entries()
+    base = sandbox.starting.entries()
     views = [{p: e for p, e in base.items() if p != b"calc.py"}, base] * 3  # a denied path's view, and the whole
     order = itertools.count()
     made: dict[int, bytes] = {}
 
     def make() -> None:
         n = next(order)
-        made[n] = sandbox.starting_repo(views[n])
+        made[n] = sandbox.starting.repo(views[n])
 
     assert all_at_once(make, len(views)) == []
     for n, repo in made.items():

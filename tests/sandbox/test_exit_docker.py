@@ -56,7 +56,7 @@ def test_the_verifier_container_shares_nothing(docker_client, start_sandbox, dem
     sandbox = start_sandbox(demo_repo)
     assert sandbox.bash("echo m > /tmp/marker && echo w > calc.py.extra && (sleep 300 &) ; true", LIMITS).exit_code == 0
     patch = sandbox.patch()
-    with sandbox.fresh(sandbox.archive_of(patch), "verify") as verifier:
+    with sandbox.fresh(sandbox.starting.archive_of(patch), "verify") as verifier:
         assert verifier.container.id != sandbox.container.id
         assert_hardened(docker_client, verifier, default_policy())
         tmp = verifier.bash("ls -A /tmp", LIMITS).stdout.text()

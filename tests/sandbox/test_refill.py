@@ -1,5 +1,5 @@
 """Only what changed is copied into a verifier that holds the starting copy
-(``sandbox.refill``, ``Sandbox.refill_verifier``): counted by what the refill
+(``sandbox.refill``, ``StartingCopy.refill``): counted by what the refill
 records, and the verifier's workspace left as a full copy leaves it."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def test_a_large_repository_with_one_changed_file_sends_one_file(start_sandbox, 
     result = box.submit()
     assert result.verifier_passed, result.observation
     assert result.evidence is not None and result.evidence.source == "collected"
-    [stats] = sandbox.refills
+    [stats] = sandbox.starting.refills
     assert (stats.full, stats.sent) == (False, 1) and stats.removed >= 1
 
 
@@ -68,7 +68,7 @@ def test_deletions_kinds_and_links_end_as_in_a_full_copy(start_sandbox, tmp_path
         result = box.submit()
         assert result.verifier_passed and result.stdout is not None, result.observation
         listings.append(result.stdout.text())
-        stats.append(sandbox.refills[-1])
+        stats.append(sandbox.starting.refills[-1])
     changed, full = listings
     assert changed == full
     # What the verifier's copy holds is sandbox.verifier_view's to decide (a
@@ -128,17 +128,17 @@ def test_small_files_are_copied_whole_by_default(start_sandbox, demo_repo: Path)
     box.start_early()
     assert box.command("bash", "sed -i 's/a - b/a + b/' calc.py", None).ok
     assert box.submit().verifier_passed
-    [stats] = sandbox.refills
+    [stats] = sandbox.starting.refills
     assert stats.full and stats.why_full is not None and "small files" in stats.why_full
 
 
 def test_a_listing_that_does_not_parse_falls_back_to_the_full_copy(start_sandbox, demo_repo: Path, monkeypatch):
     sandbox = start_sandbox(demo_repo)
-    monkeypatch.setattr("sandbox.container.parse_manifest", lambda data: parse_manifest(b""))
+    monkeypatch.setattr("sandbox.starting_copy.parse_manifest", lambda data: parse_manifest(b""))
     box = ToolBox(sandbox, default_policy(), verifier_command="python3 -m pytest -q")
     box.copy_changed_only = True
     box.start_early()
     assert box.command("bash", "sed -i 's/a - b/a + b/' calc.py", None).ok
     assert box.submit().verifier_passed
-    [stats] = sandbox.refills
+    [stats] = sandbox.starting.refills
     assert stats.full and stats.why_full is not None and "did not parse" in stats.why_full

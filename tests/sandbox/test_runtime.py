@@ -97,7 +97,7 @@ def test_the_verifiers_fresh_container_runs_under_the_same_runtime(docker_client
     with Sandbox.start(docker_client, sandbox_image, default_policy(), tmp_path, runtime="runsc",
                        run_id=f"rt-{uuid.uuid4().hex[:12]}") as sandbox:
         sandbox.bash("echo b > a.txt", LIMITS)
-        with sandbox.fresh(sandbox.archive_of(sandbox.patch()), "verify") as verifier:
+        with sandbox.fresh(sandbox.starting.archive_of(sandbox.patch()), "verify") as verifier:
             assert verifier.inspect()["HostConfig"]["Runtime"] == "runsc"
             kernel = verifier.bash("dmesg | head -1; cat a.txt", LIMITS).stdout.text()
     assert "Starting gVisor" in kernel and kernel.endswith("b\n")

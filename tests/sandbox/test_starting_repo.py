@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-import sandbox.container as container_module
+import sandbox.starting_copy as copy_module
 from policies import default_policy
 from sandbox import ExecLimits, Sandbox
 
@@ -21,15 +21,16 @@ def test_the_verifiers_repo_is_the_starting_copy_and_is_made_once(docker_client,
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "util.py").write_text("X = 1\n")
     made = []
-    real = container_module.starting_repo_tar
-    monkeypatch.setattr(container_module, "starting_repo_tar", lambda git, base: made.append(base) or real(git, base))
+    real = copy_module.starting_repo_tar
+    monkeypatch.setattr(copy_module, "starting_repo_tar", lambda git, base: made.append(base) or real(git, base))
     policy = default_policy()
     # new.py: a kind of file the starting copy holds, so the verifier's allow-list takes it
     with Sandbox.start(docker_client, sandbox_image, policy, tmp_path, runtime=sandbox_runtime) as sandbox:
         sandbox.bash("sed -i 's/a - b/a + b/' calc.py && echo Y = 2 > new.py", LIMITS)
         patch = sandbox.patch()
         for _ in range(2):
-            with sandbox.fresh(sandbox.archive_for(sandbox.verifier_copy(patch, policy)), "verify") as verifier:
+            copy = sandbox.starting.verifier_copy(patch, policy, sandbox.installed_modules)
+            with sandbox.fresh(sandbox.starting.archive_for(copy), "verify") as verifier:
                 status = verifier.bash("git status --short; git log --format=%H; git diff --stat | tail -1",
                                        LIMITS).stdout.text().splitlines()
                 assert status[:2] == [" M calc.py", "?? new.py"]

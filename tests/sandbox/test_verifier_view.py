@@ -8,9 +8,10 @@ import codecs
 import pytest
 
 from policies import ApplyGrants, FlagReason, VerifyGrants
+from sandbox.binary_text import describe_binary_text
 from sandbox.export_stream import text
 from sandbox.verifier_accept import TextCheck, declared_coding, text_refusal
-from sandbox.verifier_view import ALWAYS_SHADOWED, describe_binary_text, plan_copy, shadowed_name
+from sandbox.verifier_view import ALWAYS_SHADOWED, plan_copy, shadowed_name
 
 INSTALLED = frozenset({"json", "inspect", "test", "pytest", "_pytest", "pluggy", "iniconfig", "os"})
 DENY = (".git", ".git/**", "secrets/**")
