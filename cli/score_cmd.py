@@ -124,6 +124,12 @@ def _score_run(store: "Store", teacher: "TeacherClient", run_id: str, parallel: 
     return scored, refused
 
 
+def score_runs(store: "Store", teacher: "TeacherClient", run_ids: list[str],
+               parallel: int) -> dict[str, tuple[int, list[str]]]:
+    """Score every run's calls not yet scored: per run, how many were scored now and why the others were refused."""
+    return {run_id: _score_run(store, teacher, run_id, parallel) for run_id in run_ids}
+
+
 def score(
     runs: list[str] = typer.Argument(..., help="Run ids, or unique prefixes of them."),
     teacher_url: str = typer.Option(..., "--teacher-url", help="The teacher engine's base URL."),
@@ -161,7 +167,7 @@ def score(
                 teacher_url, teacher_model, found.engine, top_k=top_k, engine_label=found.label,
                 decode=student.detokenize) as teacher:
             check_vocabulary(teacher, student_url)
-            results = {run_id: _score_run(store, teacher, run_id, parallel) for run_id in run_ids}
+            results = score_runs(store, teacher, run_ids, parallel)
         figures = {run_id: run_figures(store, run_id, teacher_model, top_k) for run_id in run_ids}
     if as_json:
         emit_json({"teacher": {"url": teacher_url, "model": teacher_model, "engine": found.label, "top_k": top_k},
