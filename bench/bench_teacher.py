@@ -125,7 +125,7 @@ def scoring_alone(db: Path, run_ids: list[str], teacher: str, parallel: int) -> 
         started = time.perf_counter()
         results = score_runs(store, client, run_ids, parallel)
         elapsed = time.perf_counter() - started
-    if any(refused for _, refused in results.values()):
+    if any(refused for _, refused, _ in results.values()):
         raise SystemExit(f"scoring refused calls: {results}")
     return elapsed
 
