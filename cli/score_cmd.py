@@ -3,7 +3,9 @@ answered calls sampled, recorded in each run's chain (on-policy distillation).""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,14 +45,6 @@ def _json(f: Figures) -> dict[str, Any]:
             "kl_tokens": f.kl_tokens, "ranked_tokens": f.ranked}
 
 
-def run_figures(store: "Store", run_id: str, teacher_model: str, top_k: int) -> list[tuple[int | None, Figures]]:
-    """Per scored call, in chain order: its turn and figures."""
-    envelopes = {call_id: envelope for call_id, _, envelope in store.answered_envelopes(run_id)}
-    return [(row["turn"], call_figures(student_logprobs(envelopes[row["call_id"]]), row["logprobs"],
-                                       row["in_top_k"]))
-            for row in store.teacher_scores(run_id, teacher_model, top_k) if row["call_id"] in envelopes]
-
-
 def teacher_summaries(store: "Store", run_id: str) -> list[dict[str, Any]]:
     """Per teacher and K that scored the run (``report RUN``): the figures and
     the teacher's prefill (every id it read: prompt and sampled)."""
@@ -86,42 +80,86 @@ def by_turn(figures: list[tuple[int | None, Figures]]) -> dict[int | None, Figur
     return dict(sorted(turns.items(), key=lambda item: -1 if item[0] is None else item[0]))
 
 
-def _score_run(store: "Store", teacher: "TeacherClient", run_id: str, parallel: int) -> tuple[int, list[str]]:
-    """Score the run's calls not yet scored by this teacher and K; returns how
-    many were scored now and why the others were refused."""
-    done = {row["call_id"] for row in store.teacher_scores(run_id, teacher.model, teacher.top_k)}
-    todo: list[tuple[str, int | None, "Envelope"]] = []
-    refused: list[str] = []
-    for call_id, turn, envelope in store.answered_envelopes(run_id):
-        if call_id in done:
-            continue
-        if not envelope.prompt_token_ids or not envelope.completion_token_ids:
-            refused.append(f"call {call_id[:12]} (turn {turn}): no exact ids recorded; nothing to score")
-            continue
-        todo.append((call_id, turn, envelope))
+class _RunScoring:
+    """One run's part of a scoring: its answered calls, the figures of the
+    rows already there (as read) and of those written now, the calls to
+    score and why others were refused."""
 
-    def score(item: tuple[str, int | None, "Envelope"]) -> Any:
-        _, _, envelope = item
+    def __init__(self, store: "Store", teacher: "TeacherClient", run_id: str) -> None:
+        self.run_id = run_id
+        self.envelopes = {call_id: (turn, envelope) for call_id, turn, envelope in store.answered_envelopes(run_id)}
+        done = store.teacher_scores(run_id, teacher.model, teacher.top_k)
+        # Chain order, as a re-read would give them: the rows already there, then each as it is written.
+        self.figures = [(row["turn"], self.call_figures(row["call_id"], row["logprobs"], row["in_top_k"]))
+                        for row in done if row["call_id"] in self.envelopes]
+        scored = {row["call_id"] for row in done}
+        self.todo: list[tuple[str, int | None, "Envelope"]] = []
+        self.refused: list[str] = []
+        self.scored = 0
+        for call_id, (turn, envelope) in self.envelopes.items():
+            if call_id in scored:
+                continue
+            if not envelope.prompt_token_ids or not envelope.completion_token_ids:
+                self.refused.append(f"call {call_id[:12]} (turn {turn}): no exact ids recorded; nothing to score")
+                continue
+            self.todo.append((call_id, turn, envelope))
+
+    def call_figures(self, call_id: str, logprobs: Sequence[float | None], in_top_k: Sequence[bool | None]) -> Figures:
+        return call_figures(student_logprobs(self.envelopes[call_id][1]), logprobs, in_top_k)
+
+
+_Call = tuple[_RunScoring, str, int | None, "Envelope"]  # a call to score: its run, id, turn and envelope
+
+
+def _scored(store: "Store", teacher: "TeacherClient", runs: list[_RunScoring], parallel: int) -> None:
+    """Score every run's calls not yet scored, ``parallel`` in flight across runs."""
+    todo = [(run, call_id, turn, envelope) for run in runs for call_id, turn, envelope in run.todo]
+
+    def score(item: _Call) -> Any:
+        envelope = item[3]
         try:
             return teacher.score(envelope.prompt_token_ids or (), envelope.completion_token_ids or ())
         except TeacherAnswerInvalid as exc:
             return exc
 
-    scored = 0
     with ThreadPoolExecutor(max_workers=parallel) as pool:
-        # Each score is written as soon as its answer is read (map keeps the
-        # order): a kill loses only the answers in flight, and a rerun scores
-        # exactly the calls without a row.
-        for (call_id, turn, _), result in zip(todo, pool.map(score, todo), strict=True):
-            if isinstance(result, TeacherAnswerInvalid):
-                refused.append(f"call {call_id[:12]} (turn {turn}): {result.message}")
-                continue
-            store.record_teacher_score(
-                run_id, call_id, turn, teacher_model=teacher.model, teacher_engine=teacher.engine_label,
-                top_k=teacher.top_k, request_sha256=result.request_sha256, logprobs=result.logprobs,
-                in_top_k=result.in_top_k, duration_s=result.duration_s)
-            scored += 1
-    return scored, refused
+        # Each score is written as soon as its answer is read, in order: a
+        # kill loses only the answers in flight or waiting for the one before
+        # them (at most 2 x --parallel), and a rerun scores exactly the calls
+        # without a row. One window over all runs: a run of fewer calls than
+        # --parallel does not leave the teacher waiting for the next run.
+        window: deque[tuple[_Call, Future[Any]]] = deque()
+        for item in todo:
+            window.append((item, pool.submit(score, item)))
+            if len(window) == 2 * parallel:
+                _write(store, teacher, *window.popleft())
+        while window:
+            _write(store, teacher, *window.popleft())
+
+
+def _write(store: "Store", teacher: "TeacherClient", item: "_Call", asked: "Future[Any]") -> None:
+    run, call_id, turn, _ = item
+    result = asked.result()
+    if isinstance(result, TeacherAnswerInvalid):
+        run.refused.append(f"call {call_id[:12]} (turn {turn}): {result.message}")
+        return
+    store.record_teacher_score(
+        run.run_id, call_id, turn, teacher_model=teacher.model, teacher_engine=teacher.engine_label,
+        top_k=teacher.top_k, request_sha256=result.request_sha256, logprobs=result.logprobs,
+        in_top_k=result.in_top_k, duration_s=result.duration_s)
+    run.scored += 1
+    run.figures.append((turn, run.call_figures(call_id, result.logprobs, result.in_top_k)))
+
+
+def score_runs(store: "Store", teacher: "TeacherClient", run_ids: list[str],
+               parallel: int) -> dict[str, tuple[int, list[str], list[tuple[int | None, Figures]]]]:
+    """Score every run's calls not yet scored: per run, how many were scored
+    now, why the others were refused, and the turn and figures of every
+    scored call in chain order, kept as the rows were read and written."""
+    # A run named twice (its id and a prefix) is scored once.
+    runs = [_RunScoring(store, teacher, run_id) for run_id in dict.fromkeys(run_ids)]
+    _scored(store, teacher, runs, parallel)
+    return {run.run_id: (run.scored, run.refused, run.figures) for run in runs}
 
 
 def score(
@@ -150,19 +188,16 @@ def score(
     Calls already scored by this teacher and K are not asked again. Exits 1
     when a call could not be scored."""
     del resume  # scoring only what is missing is how the command always works
-    from orchestrator.model_client.teacher_scoring import TeacherClient, check_vocabulary, teacher_engine
-    from orchestrator.model_client.token_endpoints import EngineTokens
+    from orchestrator.model_client.teacher_scoring import checked_teacher
 
     # Writable, but never created: scores belong to runs already recorded.
     with Store.open(load_settings(config, db_url=db).store_url, create=False) as store:
         run_ids = [store.run(ref).id for ref in runs]
-        found = teacher_engine(teacher_url, engine)
-        with EngineTokens(student_url) as student, TeacherClient(
-                teacher_url, teacher_model, found.engine, top_k=top_k, engine_label=found.label,
-                decode=student.detokenize) as teacher:
-            check_vocabulary(teacher, student_url)
-            results = {run_id: _score_run(store, teacher, run_id, parallel) for run_id in run_ids}
-        figures = {run_id: run_figures(store, run_id, teacher_model, top_k) for run_id in run_ids}
+        with checked_teacher(teacher_url, teacher_model, student_url, engine=engine, top_k=top_k,
+                             parallel=parallel) as (teacher, found):
+            scored = score_runs(store, teacher, run_ids, parallel)
+    results = {run_id: (n, refused) for run_id, (n, refused, _) in scored.items()}
+    figures = {run_id: kept for run_id, (_, _, kept) in scored.items()}
     if as_json:
         emit_json({"teacher": {"url": teacher_url, "model": teacher_model, "engine": found.label, "top_k": top_k},
                    "runs": [{"run_id": run_id, "scored_now": results[run_id][0], "refused": results[run_id][1],
@@ -177,8 +212,8 @@ def score(
             rows += [_row("", "-" if turn is None else str(turn), f) for turn, f in by_turn(figures[run_id]).items()]
         lines = [f"teacher {teacher_model} ({found.label}), top K {top_k}", *render(COLUMNS, rows, width=width)]
         for run_id in run_ids:
-            scored, refused = results[run_id]
-            lines.append(f"run {run_id[:8]}: {scored} calls scored now")
+            count, refused = results[run_id]
+            lines.append(f"run {run_id[:8]}: {count} calls scored now")
             for reason in refused:
                 lines += wrapped(f"  refused: {reason}", width, indent="    ")
         typer.echo("\n".join(lines))

@@ -112,6 +112,7 @@ class FaultApp:
         self.model = model
         self.chat_template = chat_template
         self.fixed = frozenset(endpoints or ())
+        self.prefilled_until = 0.0  # the simulated engine's clock: when the prefills queued so far are done
         extra = [Route(path, _fixed(value), methods=["GET", "POST"]) for path, value in (endpoints or {}).items()]
         self.routes = Starlette(routes=[*extra, Route("/v1/models", self._models), Route("/health", self._health),
                                         Route("/tokenize", self._tokenize, methods=["POST"])])
@@ -177,6 +178,15 @@ class FaultApp:
         while name not in self.state.released and anyio.current_time() < until:
             await anyio.sleep(min(0.2, max(0.0, until - anyio.current_time())))
 
+    async def _prefill(self, body: dict[str, Any], ids_per_s: float) -> None:
+        """Wait until the engine, reading every prompt in flight at ``ids_per_s``
+        in all, has read this one (one event loop: no lock)."""
+        prompt = body.get("prompt")
+        ids = len(prompt) if isinstance(prompt, list) else 0
+        now = anyio.current_time()
+        self.prefilled_until = max(now, self.prefilled_until) + ids / ids_per_s
+        await anyio.sleep(self.prefilled_until - now)
+
     async def _play(self, scenario: Scenario, body: dict[str, Any], index: int, send, receive, *,
                     path: str = COMPLETIONS[0]) -> None:
         if scenario.kind == "hangup":
@@ -184,6 +194,8 @@ class FaultApp:
             return
         if isinstance(scenario, (Reply, HttpError)) and scenario.delay_s:
             await self._stall(scenario)
+        if isinstance(scenario, Reply) and scenario.prefill_ids_per_s and path == "/v1/completions":
+            await self._prefill(body, scenario.prefill_ids_per_s)
         if isinstance(scenario, HttpError):
             await self._http_error(scenario, send)
         elif isinstance(scenario, RawResponse):

@@ -208,7 +208,8 @@ def completion_body(reply: Reply, body: dict[str, Any], index: int) -> tuple[byt
     with ``return_token_ids`` each choice's sampled ``token_ids`` and the
     ``prompt_token_ids`` it read (the script's, else the prompt's ids as
     sent); with ``logprobs``, one ``token_logprobs`` entry per sampled id
-    (per chunk of text without ids)."""
+    (per chunk of text without ids); with ``prompt_logprobs``, one entry per
+    prompt id as vLLM gives a teacher scoring them."""
     ids = reply.completion_token_ids
     pieces = [reply.text if n == 0 else "" for n in range(len(ids))] if ids is not None else (
         _pieces(reply.text, reply.chunk_chars))
@@ -221,6 +222,10 @@ def completion_body(reply: Reply, body: dict[str, Any], index: int) -> tuple[byt
             "top_logprobs": [{p if i == 0 else f"{p}~{i}": -0.25 - i for i in range(k)} for p in pieces]}
     prompt = body.get("prompt")
     sent = prompt if isinstance(prompt, list) and all(isinstance(i, int) for i in prompt) else None
+    if sent is not None and isinstance(body.get("prompt_logprobs"), int):
+        # vLLM's shape: null for the first id, then each id's own entry (here always the top one).
+        choice["prompt_logprobs"] = [None, *({str(i): {"logprob": -1.25, "rank": 1, "decoded_token": f"t{i}"}}
+                                             for i in sent[1:])]
     if body.get("return_token_ids"):
         choice["token_ids"] = ids
         choice["prompt_token_ids"] = reply.prompt_token_ids if reply.prompt_token_ids is not None else sent

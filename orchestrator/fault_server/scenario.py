@@ -69,6 +69,9 @@ class Reply(Frozen):
     chunk_chars: int = Field(default=4, ge=1)
     tokens_per_s: float | None = Field(default=None, gt=0)
     delay_s: float = Field(default=0.0, ge=0, description="Stall before the response headers.")
+    prefill_ids_per_s: float | None = Field(default=None, gt=0, description=(
+        "vLLM's /v1/completions over a prompt of ids: the engine reads prompts at this many ids a second, "
+        "in all (one clock for every request in flight), before it answers (a simulated teacher's prefill)."))
     released_by: str | None = Field(default=None, description=(
         "With delay_s: the stall ends early once the server's release(NAME) is called "
         "(a test holds replies until what it waits for has happened, then lets them go)."))

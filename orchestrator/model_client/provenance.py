@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -106,15 +107,23 @@ def identify(answers: Mapping[str, Any], headers: Mapping[str, str] | None = Non
 
 
 def probe(base_url: str, http: httpx.Client, *, timeout_s: float = 2.0) -> EngineInfo:
-    """Ask each engine endpoint once (``base_url`` ends in ``/v1``)."""
+    """Ask each engine endpoint once, all at once (``base_url`` ends in ``/v1``)."""
     root = base_url.rstrip("/").removesuffix("/v1")
+
+    def ask(path: str) -> httpx.Response | None:
+        try:
+            return http.get(root + path, timeout=timeout_s)
+        except httpx.HTTPError:
+            return None
+
+    # One round trip's wait for all five rather than five (or five timeouts on a server that hangs).
+    with ThreadPoolExecutor(max_workers=len(PROBES)) as pool:
+        responses = dict(zip(PROBES, pool.map(ask, PROBES.values()), strict=True))
     answers: dict[str, Any] = {}
     headers: dict[str, str] = {}
     answered = False
-    for key, path in PROBES.items():
-        try:
-            response = http.get(root + path, timeout=timeout_s)
-        except httpx.HTTPError:
+    for key, response in responses.items():
+        if response is None:
             continue
         answered = True
         if key == "models":

@@ -29,7 +29,9 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import httpx
@@ -267,13 +269,13 @@ def _read_echo(data: dict[str, Any], echoed: int, n: int, k: int) -> _Read:
     return checked, tuple(in_top)
 
 
-def teacher_engine(base_url: str, engine: str | None = None) -> EngineInfo:
+def teacher_engine(base_url: str, engine: str | None = None, *, http: httpx.Client | None = None) -> EngineInfo:
     """The teacher's engine: the one named, or the one its endpoints say; refused when it cannot score."""
     if engine is not None:
         refuse_engine(engine)
         return EngineInfo(engine=engine, evidence=("--teacher-engine",))
-    with httpx.Client() as http:
-        info = probe(server_root(base_url) + "/v1", http)
+    with _client(http) as probing:
+        info = probe(server_root(base_url) + "/v1", probing)
     if not info.reachable:
         raise TeacherRefused(f"no teacher answers at {base_url}", url=base_url)
     if info.engine not in ENGINES:
@@ -283,26 +285,61 @@ def teacher_engine(base_url: str, engine: str | None = None) -> EngineInfo:
     return info
 
 
-def check_vocabulary(teacher: TeacherClient, student_url: str) -> None:
+@contextmanager
+def checked_teacher(teacher_url: str, model: str, student_url: str, *, engine: str | None, top_k: int,
+                    parallel: int) -> Iterator[tuple[TeacherClient, EngineInfo]]:
+    """The teacher (its engine found unless named) once its tokenizer is
+    found to be the student's, and the engine found; llama-cpp-python's text
+    is decoded by the student's own decoder."""
+    # One certificate store for the three clients (each would load its own);
+    # each keeps the timeout it had.
+    tls = httpx.create_ssl_context()
+    with httpx.Client(verify=tls) as probing, httpx.Client(timeout=30.0, verify=tls) as student_http, \
+            httpx.Client(timeout=300.0, verify=tls) as teacher_http:
+        found = teacher_engine(teacher_url, engine, http=probing)
+        teacher = TeacherClient(teacher_url, model, found.engine, top_k=top_k, engine_label=found.label,
+                                decode=EngineTokens(student_url, http=student_http).detokenize, http=teacher_http)
+        check_vocabulary(teacher, student_url, parallel=parallel, http=probing)
+        yield teacher, found
+
+
+def _client(http: httpx.Client | None) -> AbstractContextManager[httpx.Client]:
+    """The caller's client (left open), else a new one closed after use."""
+    return nullcontext(http) if http is not None else httpx.Client()
+
+
+def check_vocabulary(teacher: TeacherClient, student_url: str, *, parallel: int = 1,
+                     http: httpx.Client | None = None) -> None:
     """Refuse, with both figures, a teacher whose tokenizer is not the
     student's: another vocabulary size where both report one, or other ids
-    for any probe text."""
-    with httpx.Client() as http:
-        student_engine = probe(server_root(student_url) + "/v1", http).engine
-        with EngineTokens(student_url, http=http) as student:
-            sizes = (student.vocab_size(), teacher.vocab_size())
-            if None not in sizes and sizes[0] != sizes[1]:
-                raise TeacherRefused(f"the student's vocabulary has {sizes[0]} tokens, the teacher's {sizes[1]}: "
-                                     "scores over other ids mean nothing; nothing was scored",
-                                     student=sizes[0], teacher=sizes[1])
-            for text in PROBES:
-                mine = (student.tokenize_prompt(text) if student_engine == "vllm"
-                        else student.tokenize(text, special=True, bos=False))
-                theirs = teacher.tokenize(text)
-                if mine != theirs:
-                    at = next((i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b),
-                              min(len(mine), len(theirs)))
-                    raise TeacherRefused(
-                        f"teacher and student tokenize {text!r} otherwise (position {at}: student "
-                        f"{list(mine[at:at + 4])}, teacher {list(theirs[at:at + 4])}; {len(mine)} and "
-                        f"{len(theirs)} ids): not one vocabulary; nothing was scored", probe=text, position=at)
+    for any probe text. The probes go ``parallel`` at a time and are judged
+    in ``PROBES`` order: a refusal names the first that differs."""
+    with _client(http) as client, EngineTokens(student_url, http=client) as student, \
+            ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        engine = pool.submit(probe, server_root(student_url) + "/v1", client)
+        theirs_size = pool.submit(teacher.vocab_size)
+        sizes = (student.vocab_size(), theirs_size.result())
+        if None not in sizes and sizes[0] != sizes[1]:
+            raise TeacherRefused(f"the student's vocabulary has {sizes[0]} tokens, the teacher's {sizes[1]}: "
+                                 "scores over other ids mean nothing; nothing was scored",
+                                 student=sizes[0], teacher=sizes[1])
+        student_engine = engine.result().engine
+
+        def ours(text: str) -> tuple[int, ...]:
+            return (student.tokenize_prompt(text) if student_engine == "vllm"
+                    else student.tokenize(text, special=True, bos=False))
+
+        # Submitted in order, student's and teacher's ids of each probe side by side.
+        pending = [(text, pool.submit(ours, text), pool.submit(teacher.tokenize, text)) for text in PROBES]
+        for text, mine_asked, theirs_asked in pending:
+            mine, theirs = mine_asked.result(), theirs_asked.result()
+            if mine != theirs:
+                at = next((i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b),
+                          min(len(mine), len(theirs)))
+                for _, *later in pending:
+                    for asked in later:
+                        asked.cancel()
+                raise TeacherRefused(
+                    f"teacher and student tokenize {text!r} otherwise (position {at}: student "
+                    f"{list(mine[at:at + 4])}, teacher {list(theirs[at:at + 4])}; {len(mine)} and "
+                    f"{len(theirs)} ids): not one vocabulary; nothing was scored", probe=text, position=at)
