@@ -16,6 +16,7 @@ from orchestrator.exit_codes import ExitCode
 from orchestrator.settings import load_settings
 from orchestrator.teacher_figures import Figures, call_figures, student_logprobs, total
 from store import Store
+from store.teacher_scores import CallScore
 
 if TYPE_CHECKING:
     from orchestrator.envelope import Envelope
@@ -116,10 +117,10 @@ def _score_run(store: "Store", teacher: "TeacherClient", run_id: str, parallel: 
             if isinstance(result, TeacherAnswerInvalid):
                 refused.append(f"call {call_id[:12]} (turn {turn}): {result.message}")
                 continue
-            store.record_teacher_score(
-                run_id, call_id, turn, teacher_model=teacher.model, teacher_engine=teacher.engine_label,
-                top_k=teacher.top_k, request_sha256=result.request_sha256, logprobs=result.logprobs,
-                in_top_k=result.in_top_k, duration_s=result.duration_s)
+            store.record_teacher_scores([CallScore(
+                run_id=run_id, call_id=call_id, turn=turn, teacher_model=teacher.model,
+                teacher_engine=teacher.engine_label, top_k=teacher.top_k, request_sha256=result.request_sha256,
+                logprobs=result.logprobs, in_top_k=result.in_top_k, duration_s=result.duration_s)])
             scored += 1
     return scored, refused
 
