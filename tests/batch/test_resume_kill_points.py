@@ -35,6 +35,7 @@ import os, random, signal, sys
 from sqlalchemy import event
 from store import Recorder, Store, synthetic
 from store import batches as bstore
+from store import liveness
 url, batch_id, task_id, kill_at = sys.argv[1:]
 commits = [0]
 with Store.open(url) as store:
