@@ -39,6 +39,7 @@ from orchestrator.terminal_text import one_line
 from store import Store
 from store import batches as bstore
 from store.batches import INFRASTRUCTURE, INTERRUPTED
+from store.liveness import crashed_runs
 
 VIEWS = ("status", "report")
 LISTED = 50  # batches `escrow batch list` shows, newest first
@@ -262,7 +263,7 @@ def _report(store: Store, batch_id: str) -> BatchReport:
     assert view is not None
     run_ids = [a.run_id for a in view.latest().values() if a.run_id]
     summaries = {s.run.id: s for s in store.summaries(run_ids)} if run_ids else {}
-    return batch_report(view, summaries, bstore.crashed_runs(store))
+    return batch_report(view, summaries, crashed_runs(store))
 
 
 BATCH_COLUMNS = (

@@ -18,6 +18,7 @@ from orchestrator.exit_codes import ExitCode
 from orchestrator.settings import load_settings
 from orchestrator.teacher_figures import Figures, call_figures, student_logprobs, total
 from store import Store
+from store.teacher_scores import CallScore
 
 if TYPE_CHECKING:
     from orchestrator.envelope import Envelope
@@ -123,32 +124,48 @@ def _scored(store: "Store", teacher: "TeacherClient", runs: list[_RunScoring], p
             return exc
 
     with ThreadPoolExecutor(max_workers=parallel) as pool:
-        # Each score is written as soon as its answer is read, in order: a
-        # kill loses only the answers in flight or waiting for the one before
-        # them (at most 2 x --parallel), and a rerun scores exactly the calls
+        # Scores are written in chain order as their answers are read: a kill
+        # loses only the answers in flight or waiting for the one before them
+        # (at most 2 x --parallel), and a rerun scores exactly the calls
         # without a row. One window over all runs: a run of fewer calls than
-        # --parallel does not leave the teacher waiting for the next run.
+        # --parallel does not leave the teacher waiting for the next run. The
+        # answers already in at the window's head go in one commit, since each
+        # commit recomputes the finished runs' totals.
         window: deque[tuple[_Call, Future[Any]]] = deque()
         for item in todo:
             window.append((item, pool.submit(score, item)))
             if len(window) == 2 * parallel:
-                _write(store, teacher, *window.popleft())
+                _write(store, teacher, _ready_head(window))
         while window:
-            _write(store, teacher, *window.popleft())
+            _write(store, teacher, _ready_head(window))
 
 
-def _write(store: "Store", teacher: "TeacherClient", item: "_Call", asked: "Future[Any]") -> None:
-    run, call_id, turn, _ = item
-    result = asked.result()
-    if isinstance(result, TeacherAnswerInvalid):
-        run.refused.append(f"call {call_id[:12]} (turn {turn}): {result.message}")
-        return
-    store.record_teacher_score(
-        run.run_id, call_id, turn, teacher_model=teacher.model, teacher_engine=teacher.engine_label,
-        top_k=teacher.top_k, request_sha256=result.request_sha256, logprobs=result.logprobs,
-        in_top_k=result.in_top_k, duration_s=result.duration_s)
-    run.scored += 1
-    run.figures.append((turn, run.call_figures(call_id, result.logprobs, result.in_top_k)))
+def _ready_head(window: "deque[tuple[_Call, Future[Any]]]") -> list[tuple[_Call, Any]]:
+    """The window's first answer (waited for) and the answers after it already in."""
+    first, asked = window.popleft()
+    ready = [(first, asked.result())]
+    while window and window[0][1].done():
+        item, asked = window.popleft()
+        ready.append((item, asked.result()))
+    return ready
+
+
+def _write(store: "Store", teacher: "TeacherClient", answers: list[tuple[_Call, Any]]) -> None:
+    scores: list[CallScore] = []
+    for (run, call_id, turn, _), result in answers:
+        if isinstance(result, TeacherAnswerInvalid):
+            run.refused.append(f"call {call_id[:12]} (turn {turn}): {result.message}")
+            continue
+        scores.append(CallScore(
+            run_id=run.run_id, call_id=call_id, turn=turn, teacher_model=teacher.model,
+            teacher_engine=teacher.engine_label, top_k=teacher.top_k, request_sha256=result.request_sha256,
+            logprobs=result.logprobs, in_top_k=result.in_top_k, duration_s=result.duration_s))
+    if scores:
+        store.record_teacher_scores(scores)
+    for (run, call_id, turn, _), result in answers:
+        if not isinstance(result, TeacherAnswerInvalid):
+            run.scored += 1
+            run.figures.append((turn, run.call_figures(call_id, result.logprobs, result.in_top_k)))
 
 
 def score_runs(store: "Store", teacher: "TeacherClient", run_ids: list[str],

@@ -1,4 +1,5 @@
-"""Reading and writing batches, their attempts and run leases.
+"""Reading and writing batches and their attempts (a run's lease, which a
+batch attempt's run takes as every run does, is ``store.liveness``'s).
 
 A task counts once: its outcome is its latest attempt, and ``--resume`` reruns
 only the tasks whose latest attempt has no model verdict.
@@ -12,16 +13,14 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, delete, func, insert, inspect, select, update
+from sqlalchemy import Connection, func, insert, inspect, select, update
 
 from orchestrator.contract import Frozen
-from store import liveness
-from store.batch_tables import ATTEMPT_STARTED, BatchAttemptRow, BatchRow, BatchTaskRow, RunLease
+from store.batch_tables import ATTEMPT_STARTED, BatchAttemptRow, BatchRow, BatchTaskRow
 from store.cells import check_row
 from store.chain import VERDICT_EVENT
 from store.errors import StoreDamaged
-from store.liveness import LeaseClaim, claim_run
-from store.tables import EventRow, Run, table_of
+from store.tables import EventRow, table_of
 
 if TYPE_CHECKING:
     from store.store import Store
@@ -34,8 +33,6 @@ INTERRUPTED = "interrupted"  # Ctrl-C ended it: not a verdict; --resume reruns t
 B = table_of(BatchRow)
 BT = table_of(BatchTaskRow)
 BA = table_of(BatchAttemptRow)
-RL = table_of(RunLease)
-R = table_of(Run)
 E = table_of(EventRow)
 INFRA_ERROR = "INFRA_ERROR"  # the run-level verdict of an infrastructure failure
 CANCELED = "CANCELED"
@@ -158,36 +155,6 @@ def finish_attempt(store: Store, attempt_id: str, *, outcome: str, run_id: str |
         done = conn.execute(update(BA).where((BA.c.id == attempt_id) & (BA.c.outcome == was)).values(
             outcome=outcome, run_id=run_id, verdict=verdict, error=error, finished_at=time.time()))
     return bool(done.rowcount)
-
-
-# Leases taken and renewed for a run that exists (``liveness.claim_run`` takes the first).
-
-def take_lease(store: Store, run_id: str, owner: str, lease_s: float, *, attempt_id: str | None = None) -> None:
-    """The lease of a run that already exists, in a transaction of its own."""
-    with store.write() as conn:
-        claim_run(conn, run_id, LeaseClaim(owner=owner, lease_s=lease_s, attempt_id=attempt_id))
-
-
-def renew_lease(store: Store, run_id: str, lease_s: float) -> None:
-    now = time.time()
-    with store.write() as conn:
-        conn.execute(update(RL).where(RL.c.run_id == run_id).values(heartbeat_at=now, expires_at=now + lease_s))
-
-
-def release_lease(store: Store, run_id: str) -> None:
-    """Drop the lease of a run that has ended. A run its owner could not end
-    (the store was away) keeps its lease, which lapses: it then reads crashed."""
-    with store.write() as conn:
-        conn.execute(delete(RL).where((RL.c.run_id == run_id) & ~select(R.c.id).where(
-            (R.c.id == run_id) & (R.c.status == "running")).exists()))
-
-
-def crashed_runs(store: Store, *, now: float | None = None) -> set[str]:
-    """Runs still ``running`` whose lease expired: their process died (``store.liveness``)."""
-    at = time.time() if now is None else now
-    with store.read() as conn:
-        rows = conn.execute(select(R.c.id).where(liveness.status_clause(liveness.CRASHED, at))).scalars().all()
-    return set(rows)
 
 
 def list_batches(store: Store, *, page: int = 1, per_page: int = 50) -> tuple[list[str], int]:

@@ -2,8 +2,9 @@
 from its first row, renewed while its process lives. A run still ``running``
 whose lease expired reads ``crashed``, with the moment it was last alive (the
 lease's last heartbeat). The one reading of that rule for every view of a run:
-``runs``, ``show``, ``report``, the viewer and ``--status``. A run's lease is
-claimed with its first row (``claim_run``)."""
+``runs``, ``show``, ``report``, the viewer and ``--status``; and the one writer
+of leases: claimed with the run's first row (``claim_run``), renewed by its
+process's heartbeat (``renew_lease``) and dropped when it ends."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from orchestrator.contract import Frozen
 from orchestrator.trajectory import RunView
 from store.batch_tables import ATTEMPT_STARTED, BatchAttemptRow, RunLease
 from store.tables import Run, table_of
+from store.transactions import Readable, Writable
 
 CRASHED = "crashed"
 RUNNING = "running"
@@ -94,3 +96,34 @@ def claim_run(conn: Connection, run_id: str, claim: LeaseClaim) -> None:
     conn.execute(delete(RL).where(RL.c.run_id == run_id))
     conn.execute(insert(RL).values(run_id=run_id, owner=claim.owner, heartbeat_at=now,
                                    expires_at=now + claim.lease_s))
+
+
+# A lease taken, renewed and dropped for a run that exists, each in a
+# transaction of its own (``claim_run`` takes the first with the run's row).
+
+def take_lease(store: Writable, run_id: str, owner: str, lease_s: float, *, attempt_id: str | None = None) -> None:
+    """The lease of a run that already exists."""
+    with store.write() as conn:
+        claim_run(conn, run_id, LeaseClaim(owner=owner, lease_s=lease_s, attempt_id=attempt_id))
+
+
+def renew_lease(store: Writable, run_id: str, lease_s: float) -> None:
+    """A heartbeat: the lease runs ``lease_s`` seconds from now."""
+    now = time.time()
+    with store.write() as conn:
+        conn.execute(update(RL).where(RL.c.run_id == run_id).values(heartbeat_at=now, expires_at=now + lease_s))
+
+
+def release_lease(store: Writable, run_id: str) -> None:
+    """Drop the lease of a run that has ended. A run its owner could not end
+    (the store was away) keeps its lease, which lapses: it then reads crashed."""
+    with store.write() as conn:
+        conn.execute(delete(RL).where((RL.c.run_id == run_id) & ~select(R.c.id).where(
+            (R.c.id == run_id) & (R.c.status == RUNNING)).exists()))
+
+
+def crashed_runs(store: Readable, *, now: float | None = None) -> set[str]:
+    """Runs still ``running`` whose lease expired: their process died."""
+    with store.read() as conn:
+        rows = conn.execute(select(R.c.id).where(status_clause(CRASHED, now_or(now)))).scalars().all()
+    return set(rows)

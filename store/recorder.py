@@ -5,15 +5,17 @@ envelope (with its attempts) right after it. The turn's remaining rows
 (candidates, transitions, tool executions, events) are buffered by a
 ``TurnWriter`` and committed together with the turn's own row in one
 transaction, so a crash loses at most the turn in flight and never leaves
-half a turn's actions. Every row extends the run's hash chain.
+half a turn's actions. Every row extends the run's hash chain, and every
+write after a run's first goes through ``Recorder.commit_runs`` (a turn's,
+an event's, a verdict's and teacher scores, the last for several runs in one
+transaction).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, select
 
@@ -28,18 +30,25 @@ from store.chain import GENESIS_EVENT, VERDICT_EVENT
 from store.errors import RecordingError
 from store.liveness import LeaseClaim, claim_run
 from store.rows import Output, Pending
-from store.tables import CandidateRow, ModelCall, Run, TransitionRow, table_of
+from store.tables import ModelCall, Run, table_of
+from store.transactions import Writable
 from store.writer import append
 
 DEFAULT_OUTPUT_CAP = 64 * 1024
 
 
-class Writable(Protocol):
-    """What a Recorder needs of a store: one write transaction at a time
-    (``store.store.Store`` is one). A Protocol, so that this module does not
-    import store.store, which imports it through the journal."""
+class RunRows(NamedTuple):
+    """One run's part of a commit: ``rows`` appended to its chain, its
+    ``run_update`` and the request ``blobs`` they use; ``history`` and
+    ``prompt_ids`` are what the run's next request and envelope store their
+    additions against, kept once the commit is in (None keeps the last)."""
 
-    def write(self) -> AbstractContextManager[Connection]: ...
+    run_id: str
+    rows: Sequence[Pending]
+    run_update: Mapping[str, Any] | None = None
+    blobs: Mapping[str, str] | None = None
+    history: History | None = None
+    prompt_ids: tuple[int, ...] | None = None
 
 
 class Recorder:
@@ -54,17 +63,12 @@ class Recorder:
         self.clock = clock
         self.output_cap_bytes = output_cap_bytes
         # Each run's last message list, so the next request stores only what it adds.
-        self.histories: dict[str, History] = {}
+        self._histories: dict[str, History] = {}
         # Each run's last recorded prompt ids, so the next envelope stores only what its prompt adds.
-        self.prompt_ids: dict[str, tuple[int, ...]] = {}
+        self._prompt_ids: dict[str, tuple[int, ...]] = {}
 
     def stored_envelope(self, run_id: str, envelope: Envelope) -> Envelope:
-        return token_ids.compact(envelope, self.prompt_ids.get(run_id))
-
-    def remember_prompt(self, run_id: str, envelope: Envelope) -> None:
-        """Only once committed: a delta must never refer to ids the store lacks."""
-        if envelope.prompt_token_ids is not None:
-            self.prompt_ids[run_id] = envelope.prompt_token_ids
+        return token_ids.compact(envelope, self._prompt_ids.get(run_id))
 
     def start_run(
         self, *, task: str, repo: str, config: Mapping[str, Any], policy: Mapping[str, Any], model: str,
@@ -72,7 +76,7 @@ class Recorder:
         lease: LeaseClaim | None = None,
     ) -> str:
         """Record a new run; with ``lease``, the run's lease is taken in the
-        same transaction (a batch attempt's run, see ``store.batches.claim_run``)."""
+        same transaction (``store.liveness.claim_run``)."""
         run_id = build.new_run_id()
         row = build.run_row(
             run_id=run_id, now=self.clock(), task=task, repo=repo, config=config, policy=policy, model=model,
@@ -91,92 +95,10 @@ class Recorder:
     def turn(self, run_id: str, turn: int) -> "TurnWriter":
         return TurnWriter(self, run_id, turn)
 
-    def record_request(self, run_id: str, turn: int, request: ModelRequest, attempt_of: str | None = None) -> str:
-        """Commit the request row now, before the call is made; returns the call id."""
-        return self.turn(run_id, turn).request(request, attempt_of=attempt_of)
-
-    def record_envelope(self, call_id: str, envelope: Envelope, cost_usd: float | None = None) -> None:
-        with self.store.write() as conn:
-            run_id, turn = _owner(conn, ModelCall, call_id)
-            stored = self.stored_envelope(run_id, envelope)
-            append(conn, run_id, build.response_rows(call_id, run_id, turn, stored, cost_usd, self.clock()))
-        self.remember_prompt(run_id, envelope)
-
-    def record_candidate(
-        self, run_id: str, turn: int | None, call_id: str, candidate_index: int, tool_call_json: Any
-    ) -> str:
-        candidate_id = build.new_row_id()
-        self._commit(
-            run_id,
-            [build.candidate_row(candidate_id, run_id, turn, call_id, candidate_index, tool_call_json, self.clock())],
-        )
-        return candidate_id
-
-    def record_transition(
-        self, candidate_id: str, from_state: str | None, to_state: str, reason: str = "", layer: str | None = None
-    ) -> None:
-        with self.store.write() as conn:
-            run_id, turn = _owner(conn, CandidateRow, candidate_id)
-            check_transition(candidate_id, _current_state(conn, candidate_id), from_state, to_state)
-            append(
-                conn,
-                run_id,
-                [
-                    build.transition_row(
-                        run_id,
-                        turn,
-                        candidate_id,
-                        _state(from_state),
-                        _state_name(to_state),
-                        reason,
-                        layer,
-                        self.clock(),
-                    )
-                ],
-            )
-
-    def record_tool_execution(
-        self,
-        candidate_id: str,
-        tool: str,
-        arguments_json: Any,
-        decision: str | None,
-        rule: str | None,
-        reason: str | None,
-        exit_code: int | None,
-        stdout: Output,
-        stderr: Output,
-        duration_s: float | None,
-        observation: str,
-        *,
-        ok: bool | None = None,
-        detail: Mapping[str, Any] | None = None,
-    ) -> str:
-        with self.store.write() as conn:
-            run_id, turn = _owner(conn, CandidateRow, candidate_id)
-            pending = self.tool_row(
-                run_id,
-                turn,
-                candidate_id,
-                tool=tool,
-                arguments_json=arguments_json,
-                decision=decision,
-                rule=rule,
-                reason=reason,
-                exit_code=exit_code,
-                stdout=stdout,
-                stderr=stderr,
-                duration_s=duration_s,
-                observation=observation,
-                ok=ok,
-                detail=detail,
-            )
-            append(conn, run_id, [pending])
-        return str(pending[1]["id"])
-
     def record_event(self, run_id: str, turn: int | None, kind: str, data: Mapping[str, Any]) -> str:
+        """An event outside any open turn (a run's patch, its engine), committed at once."""
         pending = self.event_row(run_id, turn, kind, data)
-        self._commit(run_id, [pending])
+        self.commit(run_id, [pending])
         return str(pending[1]["id"])
 
     def finish_run(self, run_id: str, verdict: str, detail: str = "", *, turn: int | None = None,
@@ -184,11 +106,12 @@ class Recorder:
         """Record the verdict event (with ``extra``, e.g. the verified patch's
         sha256) and close the run, in one transaction."""
         now = self.clock()
-        self.histories.pop(run_id, None)
+        self._histories.pop(run_id, None)
         pending = build.event_row(run_id, turn, VERDICT_EVENT, {**(extra or {}), "verdict": verdict, "detail": detail},
                                   now)
-        self._commit(
-            run_id, [pending], {"status": "finished", "verdict": verdict, "verdict_detail": detail, "finished_at": now}
+        self.commit(
+            run_id, [pending],
+            run_update={"status": "finished", "verdict": verdict, "verdict_detail": detail, "finished_at": now},
         )
 
     def tool_row(self, run_id: str, turn: int | None, candidate_id: str, **fields: Any) -> Pending:
@@ -203,11 +126,40 @@ class Recorder:
             raise RecordingError("the genesis event is recorded by start_run only", run_id=run_id)
         return build.event_row(run_id, turn, kind, data, self.clock())
 
-    def _commit(self, run_id: str, pending: Sequence[Pending], run_update: Mapping[str, Any] | None = None,
-                blobs: Mapping[str, str] | None = None) -> None:
+    def commit(
+        self, run_id: str, rows: Sequence[Pending], *, run_update: Mapping[str, Any] | None = None,
+        blobs: Mapping[str, str] | None = None, history: History | None = None,
+        prompt_ids: tuple[int, ...] | None = None,
+    ) -> list[dict[str, Any]]:
+        """``commit_runs`` for one run (a turn's rows, an event, a verdict)."""
+        (written,) = self.commit_runs(
+            [RunRows(run_id, rows, run_update=run_update, blobs=blobs, history=history, prompt_ids=prompt_ids)]
+        )
+        return written
+
+    def commit_runs(self, runs: Sequence[RunRows]) -> list[list[dict[str, Any]]]:
+        """The one write: each run's rows appended to its chain, all in one
+        transaction. A row naming a call must name one its own run made in its
+        own turn, else RecordingError and nothing is written. Returns each
+        run's rows as written."""
         with self.store.write() as conn:
-            put_blobs(conn, blobs or {})
-            append(conn, run_id, pending, run_update)
+            written = []
+            for run in runs:
+                _check_calls(conn, run.run_id, run.rows)
+                put_blobs(conn, run.blobs or {})
+                written.append(append(conn, run.run_id, run.rows, run.run_update))
+        # Only once committed: a later request or envelope stores what it adds
+        # to these, so they must never name nodes or ids the store lacks.
+        for run in runs:
+            if run.history is not None:
+                self._histories[run.run_id] = run.history
+            if run.prompt_ids is not None:
+                self._prompt_ids[run.run_id] = run.prompt_ids
+        return written
+
+    def history(self, run_id: str) -> History | None:
+        """The run's last committed message list (None before its first request)."""
+        return self._histories.get(run_id)
 
 
 class TurnWriter:
@@ -235,13 +187,11 @@ class TurnWriter:
 
     def request(self, request: ModelRequest, attempt_of: str | None = None) -> str:
         call_id = build.new_row_id()
-        histories = self.recorder.histories
         stored = build.request_row(
-            call_id, self.run_id, self.turn, request, attempt_of, self.recorder.clock(), histories.get(self.run_id)
+            call_id, self.run_id, self.turn, request, attempt_of, self.recorder.clock(),
+            self.recorder.history(self.run_id),
         )
-        self.recorder._commit(self.run_id, [*self.pending, stored.row], blobs=stored.blobs)
-        if stored.history is not None:
-            histories[self.run_id] = stored.history  # only once committed: its node is then in the store
+        self.recorder.commit(self.run_id, [*self.pending, stored.row], blobs=stored.blobs, history=stored.history)
         self.pending.clear()
         self.call_ids.add(call_id)
         return call_id
@@ -255,8 +205,7 @@ class TurnWriter:
             )
         stored = self.recorder.stored_envelope(self.run_id, envelope)
         rows = build.response_rows(call_id, self.run_id, self.turn, stored, cost_usd, self.recorder.clock())
-        self.recorder._commit(self.run_id, [*self.pending, *rows])
-        self.recorder.remember_prompt(self.run_id, envelope)
+        self.recorder.commit(self.run_id, [*self.pending, *rows], prompt_ids=envelope.prompt_token_ids)
         self.early_rows += len(self.pending) + len(rows)
         self.pending.clear()
 
@@ -336,9 +285,7 @@ class TurnWriter:
         turn_row = build.turn_row(
             self.run_id, self.turn, self.early_rows + len(self.pending), messages, self.recorder.clock()
         )
-        with self.recorder.store.write() as conn:
-            _check_calls(conn, self.run_id, self.turn, self.pending)
-            append(conn, self.run_id, [*self.pending, turn_row])
+        self.recorder.commit(self.run_id, [*self.pending, turn_row])
         self.pending.clear()
         self.closed = True
 
@@ -363,29 +310,20 @@ def check_transition(candidate_id: str, current: str | None, from_state: Any, to
         raise RecordingError("a transition needs a target state", candidate_id=candidate_id)
 
 
-def _owner(conn: Connection, model: type, row_id: str) -> tuple[str, int | None]:
-    t = table_of(model)
-    found = conn.execute(select(t.c.run_id, t.c.turn).where(t.c.id == row_id)).first()
-    if found is None:
-        raise RecordingError(f"no {t.name} row {row_id}", row_id=row_id)
-    return str(found.run_id), found.turn
-
-
-def _current_state(conn: Connection, candidate_id: str) -> str | None:
-    t = table_of(TransitionRow)
-    return conn.execute(
-        select(t.c.to_state).where(t.c.candidate_id == candidate_id).order_by(t.c.seq.desc()).limit(1)
-    ).scalar()
-
-
-def _check_calls(conn: Connection, run_id: str, turn: int, pending: Sequence[Pending]) -> None:
-    """Responses and candidates of a turn must refer to that turn's own calls."""
-    wanted = {row["call_id"] for _, row in pending if "call_id" in row}
-    if not wanted:
+def _check_calls(conn: Connection, run_id: str, rows: Sequence[Pending]) -> None:
+    """Rows naming a call (responses, attempts, candidates, teacher scores)
+    must name one that their run made in their turn: made before, or among
+    these rows."""
+    named = {(row["call_id"], row.get("turn")) for _, row in rows if "call_id" in row}
+    if not named:
         return
     t = table_of(ModelCall)
-    found = set(
-        conn.execute(select(t.c.id).where(t.c.id.in_(wanted), t.c.run_id == run_id, t.c.turn == turn)).scalars()
-    )
-    if wanted - found:
-        raise RecordingError(f"turn {turn} of run {run_id} refers to calls it did not make: {sorted(wanted - found)}")
+    made = {(row["id"], row.get("turn")) for table, row in rows if table is t}
+    wanted = {call_id for call_id, _ in named} - {call_id for call_id, _ in made}
+    if wanted:
+        made |= {(call_id, turn) for call_id, turn in conn.execute(
+            select(t.c.id, t.c.turn).where(t.c.id.in_(wanted), t.c.run_id == run_id))}
+    wrong = sorted(f"{call_id} (turn {turn})" for call_id, turn in named - made)
+    if wrong:
+        raise RecordingError(f"run {run_id} did not make these calls in these turns: {', '.join(wrong)}",
+                             run_id=run_id)

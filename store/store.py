@@ -8,7 +8,7 @@ turned into typed StoreErrors at this boundary.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -52,6 +52,7 @@ from store.errors import (
     StoreError,
 )
 from store.journal import JournaledRecorder
+from store.teacher_scores import CallScore
 from store.turn_browse import TurnIndexEntry, TurnSlice
 
 T = TypeVar("T")
@@ -208,10 +209,12 @@ class Store:
         """The run's teacher score rows (``escrow score``), in chain order."""
         return self._query(teacher_scores.scores, run_id, teacher_model, top_k)
 
-    def record_teacher_score(self, run_id: str, call_id: str, turn: int | None, **score: Any) -> None:
-        """Append one call's teacher score to the run's chain, in its own transaction."""
-        with self.write() as conn:
-            teacher_scores.record(conn, run_id, call_id, turn, **score)
+    def record_teacher_scores(self, scores: Sequence[CallScore]) -> None:
+        """Append the calls' teacher scores to their runs' chains, all in one
+        transaction; RecordingError (nothing written) when one names a call its
+        run did not make in that turn."""
+        recorder = self.recorder()
+        recorder.commit_runs(teacher_scores.by_run(scores, recorder.clock()))
 
     def check_totals(self, run_id: str) -> None:
         """Raise RollupMismatch when the run's stored totals (what aggregate

@@ -1,20 +1,23 @@
 """Teacher scores (schema 13, ``escrow score``): what a run's answered calls
-carry to be scored, the rows already written, and one row appended to the
-run's chain per scored call, each in its own transaction as soon as the
-teacher answered, so a killed scoring loses at most the calls in flight."""
+carry to be scored, the rows already written, and the row a scored call
+appends to its run's chain (written by ``Recorder.commit_runs``, which refuses
+a score naming a call its run did not make in that turn; ``escrow score``
+commits each as soon as the teacher answered, so a killed scoring loses at
+most the calls in flight)."""
 
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, select
 
 from orchestrator.canonical import canonical_json
+from orchestrator.contract import Frozen
 from orchestrator.envelope import Envelope
-from store import writer
+from store.recorder import RunRows
+from store.rows import Pending
 from store.tables import ModelResponse, TeacherScoreRow, table_of
 from store.token_ids import envelopes_in_order
 
@@ -49,19 +52,39 @@ def scores(conn: Connection, run_id: str, teacher_model: str | None = None,
     return out
 
 
-def record(conn: Connection, run_id: str, call_id: str, turn: int | None, *, teacher_model: str,
-           teacher_engine: str, top_k: int, request_sha256: str, logprobs: Sequence[float],
-           in_top_k: Sequence[bool | None], duration_s: float | None = None,
-           at: float | None = None) -> Mapping[str, Any]:
-    """Append one call's score to the run's chain (the caller's transaction)."""
-    values = {
-        "id": f"{call_id}:{request_sha256[:16]}", "call_id": call_id, "turn": turn,
-        "teacher_model": teacher_model, "teacher_engine": teacher_engine, "top_k": top_k,
-        "request_sha256": request_sha256, "n_tokens": len(logprobs),
+class CallScore(Frozen):
+    """A teacher's score of one answered call, to be recorded in its run's chain;
+    ``at`` defaults to the moment it is committed."""
+
+    run_id: str
+    call_id: str
+    turn: int | None
+    teacher_model: str
+    teacher_engine: str
+    top_k: int
+    request_sha256: str
+    logprobs: tuple[float, ...]
+    in_top_k: tuple[bool | None, ...]
+    duration_s: float | None = None
+    at: float | None = None
+
+
+def score_row(score: CallScore, now: float) -> Pending:
+    """The chained row of one call's score."""
+    return (SCORES, {
+        "id": f"{score.call_id}:{score.request_sha256[:16]}", "call_id": score.call_id, "turn": score.turn,
+        "teacher_model": score.teacher_model, "teacher_engine": score.teacher_engine, "top_k": score.top_k,
+        "request_sha256": score.request_sha256, "n_tokens": len(score.logprobs),
         # -inf (a token the teacher gives no chance) is not JSON: written as null.
-        "logprobs_json": canonical_json([v if v != float("-inf") else None for v in logprobs]),
-        "in_top_k_json": canonical_json(list(in_top_k)), "duration_s": duration_s,
-        "at": time.time() if at is None else at,
-    }
-    (row,) = writer.append(conn, run_id, [(SCORES, values)])
-    return row
+        "logprobs_json": canonical_json([v if v != float("-inf") else None for v in score.logprobs]),
+        "in_top_k_json": canonical_json(list(score.in_top_k)), "duration_s": score.duration_s,
+        "at": now if score.at is None else score.at,
+    })
+
+
+def by_run(scores: Sequence[CallScore], now: float) -> list[RunRows]:
+    """The scores' rows, one commit part per run, in the order given."""
+    rows: dict[str, list[Pending]] = {}
+    for score in scores:
+        rows.setdefault(score.run_id, []).append(score_row(score, now))
+    return [RunRows(run_id, found) for run_id, found in rows.items()]

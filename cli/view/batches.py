@@ -13,6 +13,7 @@ from orchestrator.batch.report import BatchReport, TaskLine, batch_report
 from store import RunNotFound, Store
 from store import batches as bstore
 from store.batches import INFRASTRUCTURE, AttemptView, BatchView
+from store.liveness import crashed_runs
 
 PER_PAGE = 50
 
@@ -74,7 +75,7 @@ def report(store: Store, batch_id: str) -> tuple[BatchView, BatchReport]:
         raise UnknownBatch(f"no batch {batch_id!r}", batch=batch_id)
     run_ids = [a.run_id for a in view.latest().values() if a.run_id]
     summaries = {s.run.id: s for s in store.summaries(run_ids)} if run_ids else {}
-    return view, batch_report(view, summaries, bstore.crashed_runs(store))
+    return view, batch_report(view, summaries, crashed_runs(store))
 
 
 def batch_shown(store: Store, ref: str) -> BatchShown:

@@ -9,8 +9,7 @@ import socket
 import threading
 
 from orchestrator.errors import EscrowError
-from store import Store
-from store import batches as bstore
+from store import Store, liveness
 
 
 def owner_id() -> str:
@@ -27,8 +26,8 @@ class Heartbeat:
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
 
-    def claim(self, attempt_id: str | None = None) -> bstore.LeaseClaim:
-        return bstore.LeaseClaim(owner=owner_id(), lease_s=self.lease_s, attempt_id=attempt_id)
+    def claim(self, attempt_id: str | None = None) -> liveness.LeaseClaim:
+        return liveness.LeaseClaim(owner=owner_id(), lease_s=self.lease_s, attempt_id=attempt_id)
 
     def started(self, run_id: str) -> None:
         self.run_id = run_id
@@ -38,7 +37,7 @@ class Heartbeat:
     def _beat(self, run_id: str) -> None:
         while not self.stop.wait(self.lease_s / 3):
             try:
-                bstore.renew_lease(self.store, run_id, self.lease_s)
+                liveness.renew_lease(self.store, run_id, self.lease_s)
             except EscrowError:
                 pass  # the store is away; the lease lapses and the run reads as crashed, which is then true
 
@@ -50,6 +49,6 @@ class Heartbeat:
             self.thread.join(timeout=5)
         if self.run_id is not None:
             try:
-                bstore.release_lease(self.store, self.run_id)
+                liveness.release_lease(self.store, self.run_id)
             except EscrowError:
                 pass

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.batch.tasks import load_task_file
-from store import Store
+from store import Store, liveness
 from store import batches as bstore
 from tests.batch.conftest import EXAMPLES
 from tests.processes import run_escrow, start_escrow
@@ -78,7 +78,7 @@ def test_kill_9_of_the_driver_then_resume_counts_every_task_once(tmp_path, fault
     with Store.open(f"sqlite:///{db}", readonly=True, create=False) as store:
         (batch_id,) = _batch_ids(store)
         # The dead driver's runs read as crashed once their lease lapsed, in `escrow runs` too.
-        wait_for(lambda: in_flight <= bstore.crashed_runs(store), "leases to lapse", timeout_s=60)
+        wait_for(lambda: in_flight <= liveness.crashed_runs(store), "leases to lapse", timeout_s=60)
     listed = run_escrow(home, "runs", "--json", "--limit", "100")
     assert listed.returncode == 0, listed.stderr
     assert in_flight <= {r["id"] for r in json.loads(listed.stdout) if r["status"] == "crashed"}

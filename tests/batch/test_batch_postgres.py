@@ -10,7 +10,7 @@ import time
 from typer.testing import CliRunner
 
 from cli.main import app
-from store import Recorder, Store, synthetic
+from store import Recorder, Store, liveness, synthetic
 from store import batches as bstore
 from tests.store.test_postgres import postgres_url  # noqa: F401  (fixture)
 
@@ -26,11 +26,11 @@ def test_batch_bookkeeping_on_postgresql(postgres_url):  # noqa: F811
         bstore.finish_attempt(store, first, outcome=bstore.MODEL, run_id=done, verdict="PASS")
         crashed = bstore.start_attempt(store, batch_id, "b")
         taken = time.time()
-        bstore.take_lease(store, dead, "elsewhere:1", lease_s=0.5, attempt_id=crashed)
+        liveness.take_lease(store, dead, "elsewhere:1", lease_s=0.5, attempt_id=crashed)
         # Read at chosen moments, not after a sleep: alive within its lease, crashed past it.
-        assert dead not in bstore.crashed_runs(store, now=taken)
+        assert dead not in liveness.crashed_runs(store, now=taken)
         past = time.time() + 1.0  # later than the lease's end, however long taking it took
-        assert bstore.crashed_runs(store, now=past) == {dead}
+        assert liveness.crashed_runs(store, now=past) == {dead}
         assert bstore.load_batch(store, batch_id).pending() == ["b", "c"]
     # The commands below read the real clock: they run once the lease has lapsed.
     while time.time() <= past:

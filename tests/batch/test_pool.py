@@ -7,7 +7,7 @@ import pytest
 from orchestrator.batch.driver import BatchPlan, run_batch, start_batch
 from orchestrator.batch.pool import PoolOptions
 from orchestrator.batch.tasks import load_task_file
-from store import Store
+from store import Store, liveness
 from store import batches as bstore
 from tests.batch.conftest import EXAMPLES
 
@@ -30,7 +30,7 @@ def test_pool_runs_tasks_to_pass_each_with_its_own_script(settings, fault_server
         assert view.pending() == [] and len(view.attempts) == 3
         for attempt in view.attempts:
             assert store.run(attempt.run_id).verdict == "PASS" and store.verify(attempt.run_id).ok
-            assert attempt.run_id not in bstore.crashed_runs(store)
+            assert attempt.run_id not in liveness.crashed_runs(store)
     # Each task's requests came under its own key, as many as its script has steps.
     calls = [r.path for r in fault_server.requests if r.path.endswith("/chat/completions")]
     assert sorted(calls) == sorted(f"/k/{t}/v1/chat/completions" for t in chosen for _ in fix_scripts[t])

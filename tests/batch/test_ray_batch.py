@@ -23,7 +23,7 @@ from orchestrator.batch.ray_executor import run_ray
 from orchestrator.batch.runner import Deadlines
 from orchestrator.batch.tasks import load_task_file
 from orchestrator.fault_server import Reply, ScriptedToolCall
-from store import Store
+from store import Store, liveness
 from store import batches as bstore
 from tests.batch.conftest import EXAMPLES, batch_settings, subset_task_file
 from tests.batch.pg_server import PostgresServer
@@ -46,7 +46,7 @@ def paced(steps, tokens_per_s: float = 40.0):
 
 def lease_owners(store: Store) -> dict[str, str]:
     with store.read() as conn:
-        return {run_id: owner for run_id, owner in conn.execute(select(bstore.RL.c.run_id, bstore.RL.c.owner))}
+        return {run_id: owner for run_id, owner in conn.execute(select(liveness.RL.c.run_id, liveness.RL.c.owner))}
 
 
 def watch_owners(store: Store, label: str, into: set[tuple[str, str]], node: set[int], cluster: RayCluster,
@@ -163,7 +163,7 @@ def test_kill_9_of_the_worker_node_mid_batch_loses_and_double_counts_nothing(tmp
         for attempt in model:
             assert store.run(attempt.run_id).verdict == "PASS" and store.verify(attempt.run_id).ok
         # The runs the dead node left read as crashed once their lease lapsed, in `escrow runs` too.
-        wait_for(lambda: on_node <= bstore.crashed_runs(store), "leases to lapse", timeout_s=60)
+        wait_for(lambda: on_node <= liveness.crashed_runs(store), "leases to lapse", timeout_s=60)
     listed = run_escrow(None, "runs", "--json", "--limit", "100", "--db", postgres.url)
     assert listed.returncode == 0, listed.stderr
     assert on_node <= {r["id"] for r in json.loads(listed.stdout) if r["status"] == "crashed"}

@@ -34,7 +34,7 @@ from orchestrator.batch.ray_executor import run_ray
 from orchestrator.batch.ray_slots import NAMESPACE, PREFIX
 from orchestrator.batch.runner import INFRASTRUCTURE_FAILURE, Deadlines
 from orchestrator.fault_server import FaultServer, Reply, ScriptedToolCall
-from store import Store
+from store import Store, liveness
 from store import batches as bstore
 from tests.batch.conftest import EXAMPLES, batch_settings
 from tests.batch.docker_proxy import FlakyDockerProxy, StallingDockerProxy
@@ -78,10 +78,11 @@ def run_states(store: Store, run_ids: set[str]) -> str:
     """Each run's status, lease and attempt, for a wait that timed out."""
     now = time.time()
     with store.read() as conn:
-        runs = dict(conn.execute(select(bstore.R.c.id, bstore.R.c.status).where(bstore.R.c.id.in_(run_ids))).all())
-        leases = {r: (o, e) for r, o, e in conn.execute(select(bstore.RL.c.run_id, bstore.RL.c.owner,
-                                                               bstore.RL.c.expires_at)
-                                                        .where(bstore.RL.c.run_id.in_(run_ids)))}
+        runs = dict(conn.execute(select(liveness.R.c.id, liveness.R.c.status)
+                                 .where(liveness.R.c.id.in_(run_ids))).all())
+        leases = {r: (o, e) for r, o, e in conn.execute(select(liveness.RL.c.run_id, liveness.RL.c.owner,
+                                                               liveness.RL.c.expires_at)
+                                                        .where(liveness.RL.c.run_id.in_(run_ids)))}
     (batch_id,) = _batch_ids(store)
     attempts = {a.run_id: (a.outcome, a.error) for a in bstore.load_batch(store, batch_id).attempts}
     return "; ".join(
@@ -139,11 +140,11 @@ def test_kill_9_of_the_driver_then_resume_runs_on_ray_and_counts_every_task_once
             before = bstore.load_batch(store, batch_id).attempts
             started = {a.run_id for a in before if a.outcome == bstore.STARTED and a.run_id}
             with store.read() as conn:
-                running = set(conn.execute(select(bstore.R.c.id).where(bstore.R.c.status == "running")).scalars())
+                running = set(conn.execute(select(liveness.R.c.id).where(liveness.R.c.status == "running")).scalars())
             in_flight = started & running
             assert any(a.task_id == SLOW and a.run_id in in_flight for a in before), run_states(store, started)
             # Their runs read as crashed once the lease lapsed.
-            wait_for(lambda: in_flight <= bstore.crashed_runs(store),
+            wait_for(lambda: in_flight <= liveness.crashed_runs(store),
                      lambda: f"leases to lapse: {run_states(store, in_flight)}", timeout_s=120)
     finally:
         if driver.poll() is None:

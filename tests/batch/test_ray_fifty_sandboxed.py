@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from store import Store
+from store import Store, liveness
 from store import batches as bstore
 from tests.batch.conftest import EXAMPLES
 from tests.batch.test_batch_cli import _batch_ids, wait_for
@@ -63,8 +63,8 @@ def task_file(where, fix_scripts, fault_server) -> list[str]:
 def in_flight(url: str) -> int:
     """Runs of the batch started and not ended, as the store says now."""
     with Store.open(url, readonly=True, create=False) as store, store.read() as conn:
-        started = (select(func.count()).select_from(bstore.BA.join(bstore.R, bstore.R.c.id == bstore.BA.c.run_id))
-                   .where(bstore.BA.c.outcome == bstore.STARTED, bstore.R.c.status == "running"))
+        started = (select(func.count()).select_from(bstore.BA.join(liveness.R, liveness.R.c.id == bstore.BA.c.run_id))
+                   .where(bstore.BA.c.outcome == bstore.STARTED, liveness.R.c.status == "running"))
         return int(conn.execute(started).scalar_one())
 
 
@@ -97,7 +97,7 @@ def test_fifty_sandboxed_runs_at_once_from_ray_on_both_nodes_on_one_sqlite_file(
                 if most[0] == RUNS:
                     fault_server.release(ALL_IN_FLIGHT)
                 with Store.open(url, readonly=True, create=False) as store, store.read() as conn:
-                    owners.update(conn.execute(select(bstore.RL.c.owner)).scalars())
+                    owners.update(conn.execute(select(liveness.RL.c.owner)).scalars())
             except Exception:  # the store is still being created by the batch
                 continue
 

@@ -35,6 +35,7 @@ import os, random, signal, sys
 from sqlalchemy import event
 from store import Recorder, Store, synthetic
 from store import batches as bstore
+from store import liveness
 url, batch_id, task_id, kill_at = sys.argv[1:]
 commits = [0]
 with Store.open(url) as store:
@@ -45,14 +46,14 @@ with Store.open(url) as store:
     event.listen(store._writer, "commit", counted)  # every write goes through it
     attempt_id = bstore.start_attempt(store, batch_id, task_id)
     recorder = Recorder(store)
-    claim = bstore.LeaseClaim(owner="driver-%d" % os.getpid(), lease_s=0.01, attempt_id=attempt_id)
+    claim = liveness.LeaseClaim(owner="driver-%d" % os.getpid(), lease_s=0.01, attempt_id=attempt_id)
     run_id = recorder.start_run(task=task_id, repo="/repo", config={"batch": batch_id, "task_id": task_id},
                                 policy={}, model="gemma-3-270m", lease=claim)
     rng, history = random.Random(7), []
     for turn in range(2):
         synthetic.record_turn(recorder, run_id, turn, history, rng)
     recorder.finish_run(run_id, "PASS", "the verifier passed", turn=2)
-    bstore.release_lease(store, run_id)
+    liveness.release_lease(store, run_id)
     bstore.finish_attempt(store, attempt_id, outcome=bstore.MODEL, run_id=run_id, verdict="PASS")
 print(commits[0])
 """

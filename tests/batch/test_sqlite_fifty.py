@@ -26,7 +26,7 @@ import traceback
 from typer.testing import CliRunner
 
 from cli.main import app
-from store import Recorder, Store, synthetic
+from store import Recorder, Store, liveness, synthetic
 from store import batches as bstore
 
 RUNS = 50
@@ -47,15 +47,15 @@ def record_one_run(url: str, batch_id: str, index: int, busy_timeout_ms: int, re
             attempt = bstore.start_attempt(store, batch_id, f"t{index}")
             rng = synthetic.random.Random(index)
             run_id = synthetic.start(recorder, rng)
-            bstore.take_lease(store, run_id, f"test:{index}", lease_s=60, attempt_id=attempt)
+            liveness.take_lease(store, run_id, f"test:{index}", lease_s=60, attempt_id=attempt)
             history: list = []
             for turn in range(TURNS):
                 synthetic.record_turn(recorder, run_id, turn, history, rng)
-                bstore.renew_lease(store, run_id, 60)
+                liveness.renew_lease(store, run_id, 60)
                 store.runs(limit=5)
             recorder.finish_run(run_id, "PASS", "the verifier passed", turn=TURNS)
             bstore.finish_attempt(store, attempt, outcome=bstore.MODEL, run_id=run_id, verdict="PASS")
-            bstore.release_lease(store, run_id)
+            liveness.release_lease(store, run_id)
     except Exception:
         errors.append(traceback.format_exc())
     return errors

@@ -18,8 +18,7 @@ from orchestrator.costing.figures import RunSlice, percentile_of_counts
 from orchestrator.launch.reports import report_run, report_runs
 from policies.price_table import load_price_table, set_price
 from policies.pricing import CostBreakdown, Price, cost_breakdown
-from store import Recorder
-from store import batches as bstore
+from store import Recorder, liveness
 from store.batch_tables import RunLease
 from store.tables import table_of
 
@@ -128,8 +127,8 @@ def test_by_status_reads_a_run_whose_owner_is_gone_as_crashed(scripted, home: Pa
     lease and one a lapsed one; the lapsed one, and its calls' TTFTs, group
     under ``crashed``."""
     alive, gone = fleet["None"][:2]
-    bstore.take_lease(scripted.store, alive, "host:1", 3600.0)
-    bstore.take_lease(scripted.store, gone, "host:2", 3600.0)
+    liveness.take_lease(scripted.store, alive, "host:1", 3600.0)
+    liveness.take_lease(scripted.store, gone, "host:2", 3600.0)
     with scripted.store.write() as conn:
         conn.execute(update(table_of(RunLease)).where(table_of(RunLease).c.run_id == gone).values(expires_at=T0))
     prices = load_price_table(home)

@@ -103,7 +103,7 @@ def test_unpriced_model_costs_zero_with_a_warning(scripted, home: Path) -> None:
 def test_call_in_flight_is_listed_but_not_priced(scripted, home: Path) -> None:
     run_id = scripted.record(scripted.GROWING[:2], verdict=None)
     request = ModelRequest(model="gemma-3-270m", messages=(Message(role="user", content="again"),), max_tokens=16)
-    scripted.recorder.record_request(run_id, 2, request)
+    scripted.recorder.turn(run_id, 2).request(request)  # never committed: in flight
     report = report_run(scripted.store, run_id, load_price_table(home))
     assert report.turns[-1].statuses == ("IN_FLIGHT",) and report.turns[-1].prompt_tokens == 0
     assert report.comparison is not None and report.comparison.n == 2

@@ -16,8 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from store import Recorder, Store, synthetic
-from store import batches as bstore
+from store import Recorder, Store, liveness, synthetic
 from store.errors import UncheckedRows
 
 DAMAGED = 4
@@ -32,8 +31,8 @@ def pristine(tmp_path_factory) -> tuple[Path, dict[str, str]]:
         ids = {"finished": synthetic.record_run(recorder, turns=2, seed=31),
                "running": synthetic.record_run(recorder, turns=3, seed=32, finish=False),
                "crashed": synthetic.record_run(recorder, turns=3, seed=33, finish=False)}
-        bstore.take_lease(store, ids["running"], "alive", 3600.0)
-        bstore.take_lease(store, ids["crashed"], "gone", -1.0)  # lapsed: reads crashed
+        liveness.take_lease(store, ids["running"], "alive", 3600.0)
+        liveness.take_lease(store, ids["crashed"], "gone", -1.0)  # lapsed: reads crashed
     with closing(sqlite3.connect(path)) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return path, ids

@@ -24,8 +24,9 @@ def build(path: Path, runs: int = 3) -> list[str]:
         recorder = Recorder(store)
         ids = [synthetic.record_run(recorder, turns=4, seed=seed) for seed in range(runs)]
         odd = [Message(role="user", content="NUL \x00, \u2028, é, \U0001f600, \\u0000 and \"quotes\"")]
-        first = recorder.record_request(ids[0], 9, synthetic.request_for(9, odd))
-        recorder.record_request(ids[0], 9, synthetic.request_for(9, odd), attempt_of=first)
+        tx = recorder.turn(ids[0], 9)  # never committed: its calls are those in flight at a crash
+        first = tx.request(synthetic.request_for(9, odd))
+        tx.request(synthetic.request_for(9, odd), attempt_of=first)
     with closing(sqlite3.connect(path)) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return ids

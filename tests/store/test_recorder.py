@@ -12,6 +12,7 @@ from orchestrator.contract import Captured, Message, ToolCall
 from orchestrator.envelope import Envelope, Status
 from orchestrator.ports import ToolOutcome
 from store import Recorder, RecordingError, RunJournal, Store, synthetic
+from store.teacher_scores import CallScore
 
 
 def raw_count(path, table: str) -> int:
@@ -106,11 +107,15 @@ def test_observation_is_stored_byte_exact_and_output_is_capped_with_its_true_siz
 def test_illegal_or_discontinuous_records_are_refused(store):
     recorder = Recorder(store)
     run_id = synthetic.record_run(recorder, turns=1, finish=False)
-    cand = store.candidates(run_id)[0]
-    with pytest.raises(RecordingError, match="is (COMMITTED|REJECTED), not STAGED"):
-        recorder.record_transition(cand.id, "STAGED", "VALIDATING")
-    with pytest.raises(RecordingError, match="no model_calls row"):
-        recorder.record_envelope("nope", Envelope(status=Status.COMPLETED))
+    with pytest.raises(RecordingError, match="is STAGED, not VALIDATING"):
+        with recorder.turn(run_id, 1) as tx:
+            call_id = tx.request(synthetic.request_for(1, []))
+            cand = tx.candidate(call_id, 0, ToolCall(id="c", name="bash", arguments="{}"))
+            tx.transition(cand, None, "STAGED")
+            tx.transition(cand, "VALIDATING", "COMMITTED")
+    with pytest.raises(RecordingError, match="did not make call nope"):
+        with recorder.turn(run_id, 2) as tx:
+            tx.envelope("nope", Envelope(status=Status.COMPLETED))
     with pytest.raises(RecordingError, match="finish_run"):
         recorder.record_event(run_id, 0, "verdict", {})
     with pytest.raises(RecordingError):  # turn 0 was already committed
@@ -123,21 +128,56 @@ def test_illegal_or_discontinuous_records_are_refused(store):
     assert store.verify(run_id).ok and store.verify(other).ok
 
 
-def test_standalone_methods_extend_the_same_chain(store):
+def test_a_turn_an_event_outside_it_and_the_verdict_extend_the_same_chain(store):
     recorder = Recorder(store)
     run_id = synthetic.start(recorder, random.Random(6))
-    call_id = recorder.record_request(run_id, 0, synthetic.request_for(0, []))
-    recorder.record_envelope(call_id, Envelope(status=Status.TRUNCATED, finish_reason="length"), cost_usd=0.5)
-    cand = recorder.record_candidate(run_id, 0, call_id, 0, '{"name": "bash", "arguments": "{}"}')
-    recorder.record_transition(cand, None, CandidateState.STAGED, "staged")
-    recorder.record_transition(cand, CandidateState.STAGED, CandidateState.VALIDATING, "")
-    recorder.record_tool_execution(cand, "bash", None, "deny", "paths", "no", None, "", "", None, "denied")
+    with recorder.turn(run_id, 0) as tx:
+        call_id = tx.request(synthetic.request_for(0, []))
+        tx.envelope(call_id, Envelope(status=Status.TRUNCATED, finish_reason="length"), cost_usd=0.5)
+        cand = tx.candidate(call_id, 0, '{"name": "bash", "arguments": "{}"}')
+        tx.transition(cand, None, CandidateState.STAGED, "staged")
+        tx.transition(cand, CandidateState.STAGED, CandidateState.VALIDATING, "")
+        tx.tool_execution(cand, tool="bash", arguments_json=None, decision="deny", rule="paths", reason="no",
+                          exit_code=None, stdout="", stderr="", duration_s=None, observation="denied")
     recorder.record_event(run_id, None, "budget", {"left": 3})
     recorder.finish_run(run_id, "TRUNCATED", "cut off")
     check = store.verify(run_id)
-    assert check.ok and check.rows == 9  # the genesis event, then eight
+    assert check.ok and check.rows == 10  # the genesis event, then nine (the turn row among them)
     assert store.calls(run_id)[0].response.finish_reasons == '["length"]'
     assert store.events(run_id, "budget")[0].data == {"left": 3}
+
+
+def score(run_id: str, call_id: str, turn: int | None) -> CallScore:
+    return CallScore(run_id=run_id, call_id=call_id, turn=turn, teacher_model="teacher", teacher_engine="vllm",
+                     top_k=1, request_sha256=call_id.ljust(64, "0"), logprobs=(-0.5, float("-inf")),
+                     in_top_k=(True, None), duration_s=0.25)
+
+
+def test_teacher_scores_of_several_runs_are_one_commit(store):
+    recorder = Recorder(store)
+    a = synthetic.record_run(recorder, turns=2, seed=21)
+    b = synthetic.record_run(recorder, turns=1, seed=22)
+    scores = [score(run_id, call_id, turn)
+              for run_id in (a, b) for call_id, turn, _ in store.answered_envelopes(run_id)]
+    store.record_teacher_scores(scores)
+    assert [r["call_id"] for r in store.teacher_scores(a)] == [s.call_id for s in scores if s.run_id == a]
+    (row,) = store.teacher_scores(b)
+    assert row["logprobs"] == [-0.5, None] and row["in_top_k"] == [True, None] and row["n_tokens"] == 2
+    assert store.verify(a).ok and store.verify(b).ok
+
+
+def test_a_teacher_score_naming_a_call_of_another_run_or_turn_is_refused_and_nothing_is_written(store):
+    recorder = Recorder(store)
+    a = synthetic.record_run(recorder, turns=2, seed=23)
+    b = synthetic.record_run(recorder, turns=1, seed=24)
+    (first, turn, _), (second, _, _) = store.answered_envelopes(a)[:2]
+    other_call = store.answered_envelopes(b)[0][0]
+    good = score(a, first, turn)
+    for wrong in (score(a, other_call, 0), score(a, second, turn)):  # b's call; a's call of its next turn
+        with pytest.raises(RecordingError, match="did not make"):
+            store.record_teacher_scores([good, wrong])
+    assert store.teacher_scores(a) == [] and store.teacher_scores(b) == []
+    assert store.verify(a).ok and store.verify(b).ok
 
 
 class Decision:

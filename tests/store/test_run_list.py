@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.trajectory import RunView
-from store import Recorder, Store, synthetic
-from store.batches import take_lease
+from store import Recorder, Store, liveness, synthetic
 from store.run_list import ESCAPED_RUN_COLUMNS, RUN_FIELDS, RunLine, RunQuery, read_run_lines, sqlite_file
 from store.tables import Run, table_of
 from store.text_escape import EscapedString, EscapedText
@@ -38,9 +37,9 @@ def varied(tmp_path_factory) -> Path:
                                      config={}, policy={})
         recorder.finish_run(hostile, "PASS", "detail\x00", turn=0)
         crashed = synthetic.record_run(recorder, turns=2, seed=9, finish=False)
-        take_lease(store, crashed, "gone-host:1", lease_s=-10.0)
+        liveness.take_lease(store, crashed, "gone-host:1", lease_s=-10.0)
         alive = synthetic.record_run(recorder, turns=1, seed=10, finish=False)
-        take_lease(store, alive, "here:1", lease_s=1e9)
+        liveness.take_lease(store, alive, "here:1", lease_s=1e9)
     return path
 
 
@@ -173,7 +172,7 @@ def test_a_batch_run_is_created_only_with_its_lease_and_its_attempt_naming_it(tm
 
         def start(owner: str, lease_s: float) -> str:
             return recorder.start_run(task="t", repo="/r", config={}, policy={}, model="m",
-                                      lease=bstore.LeaseClaim(owner=owner, lease_s=lease_s, attempt_id=attempt))
+                                      lease=liveness.LeaseClaim(owner=owner, lease_s=lease_s, attempt_id=attempt))
 
         with store.write() as conn:
             conn.exec_driver_sql("CREATE TRIGGER no_lease BEFORE INSERT ON run_leases "
@@ -187,7 +186,7 @@ def test_a_batch_run_is_created_only_with_its_lease_and_its_attempt_naming_it(tm
             conn.exec_driver_sql("DROP TRIGGER no_lease")
         run_id = start("gone:1", -1)
         (seen,) = bstore.load_batch(store, batch).attempts
-        assert seen.run_id == run_id and run_id in bstore.crashed_runs(store)
+        assert seen.run_id == run_id and run_id in liveness.crashed_runs(store)
         assert [s.run.id for s in store.runs()] == [run_id] and store.verify(run_id).ok
 
 

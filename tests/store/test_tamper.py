@@ -18,6 +18,7 @@ from store import ChainBroken, Recorder, Store, synthetic, verify
 from store.chain import ChainRow
 from store.errors import StoreDamaged
 from store.tables import CHAINED_TABLES
+from store.teacher_scores import CallScore
 
 TABLES = ("runs", *CHAINED_TABLES)
 
@@ -29,11 +30,11 @@ def record_finished_and_crashed(recorder: Recorder) -> None:
     assert isinstance(store, Store)  # a Recorder writes through any Writable; this one is a store
     finished = synthetic.record_run(recorder, turns=2, seed=11)
     call_id, turn, _ = store.answered_envelopes(finished)[0]
-    store.record_teacher_score(finished, call_id, turn, teacher_model="teacher", teacher_engine="vllm",
-                                        top_k=1, request_sha256="0" * 64, logprobs=[-0.5], in_top_k=[True],
-                                        duration_s=0.5)
+    store.record_teacher_scores([CallScore(run_id=finished, call_id=call_id, turn=turn, teacher_model="teacher",
+                                           teacher_engine="vllm", top_k=1, request_sha256="0" * 64,
+                                           logprobs=(-0.5,), in_top_k=(True,), duration_s=0.5)])
     unfinished = synthetic.record_run(recorder, turns=1, seed=12, finish=False)
-    recorder.record_request(unfinished, 1, synthetic.request_for(1, []))  # the call in flight at a crash
+    recorder.turn(unfinished, 1).request(synthetic.request_for(1, []))  # the call in flight at a crash
 
 
 def build(path: Path) -> None:

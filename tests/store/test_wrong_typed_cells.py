@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from store import Recorder, Store, synthetic
+from store import Recorder, Store, liveness, synthetic
 from store import batches as bstore
 from store.errors import StoreDamaged
 
@@ -41,7 +41,7 @@ def pristine(tmp_path_factory) -> tuple[Path, dict[str, str]]:
         finished = synthetic.record_run(recorder, turns=3, seed=21)
         bstore.finish_attempt(store, attempt_id, outcome=bstore.MODEL, run_id=finished, verdict="PASS")
         running = synthetic.record_run(recorder, turns=2, seed=22, finish=False)
-        bstore.take_lease(store, running, "someone", 3600.0)
+        liveness.take_lease(store, running, "someone", 3600.0)
     with closing(sqlite3.connect(path)) as conn:
         now = time.time()
         with conn:

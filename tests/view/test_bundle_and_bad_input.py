@@ -128,8 +128,13 @@ def test_script_in_a_task_and_a_tool_output_is_shown_as_text(
 
     recorder = Recorder(store)
     last = store.calls(run_id)[-1]
-    candidate = recorder.record_candidate(run_id, last.turn, last.id, 5, {"name": "bash", "arguments": XSS})
-    recorder.record_tool_execution(candidate, "bash", XSS, "allow", "tools.bash", XSS, 0, XSS, XSS, 0.1, XSS, ok=True)
+    assert last.turn is not None and last.response is not None
+    with recorder.turn(run_id, last.turn + 1) as tx:
+        call_id = tx.request(last.request())
+        tx.envelope(call_id, last.response.envelope())
+        candidate = tx.candidate(call_id, 5, {"name": "bash", "arguments": XSS})
+        tx.tool_execution(candidate, tool="bash", arguments_json=XSS, decision="allow", rule="tools.bash",
+                          reason=XSS, exit_code=0, stdout=XSS, stderr=XSS, duration_s=0.1, observation=XSS, ok=True)
     bundle = tmp_path / "bundle"
     assert escrow("view", "--export", str(bundle), "--db", f"sqlite:///{db_path}").returncode == 0
     with serving(db_path) as base:
