@@ -22,7 +22,7 @@ import time
 from sandbox.command_namespace import INIT, mount_own_proc, next_child_in_new_pid_namespace
 from sandbox.command_seccomp import install_command_filter
 
-ROOT = "/workspace"  # where every command starts and every file op resolves
+ROOT = "/workspace"  # a command's directory unless it names one; every file op's path lies beneath it
 UID = GID = 1000
 PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, CAP_LAST = 24, 36, 63
 REAP_LIMIT_S = 30.0
