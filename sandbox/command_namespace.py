@@ -1,6 +1,6 @@
 """Under gVisor: each child of the executor in a PID namespace of its own,
-with its own /proc. Runs INSIDE the container as part of the executor's
-script (stdlib only).
+with its own /proc. Runs INSIDE the container, one of the executor's
+modules (sandbox/guest_loader.py; stdlib only).
 
 Linux refuses a process of another uid the ``fd`` and ``fdinfo`` listings
 and the ``environ`` and ``maps`` of a root process; gVisor's kernel (runsc

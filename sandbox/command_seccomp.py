@@ -1,5 +1,6 @@
 """A seccomp filter every command runs under: no new namespaces. Runs INSIDE
-the container as part of the executor's script (stdlib only).
+the container, one of the executor's modules (sandbox/guest_loader.py;
+stdlib only).
 
 Under runc, dockerd's default seccomp profile already refuses namespaces to
 a process without CAP_SYS_ADMIN. Under gVisor that profile guards the

@@ -1,4 +1,5 @@
-"""The host's end of the sandbox's persistent executor (``executor_script``).
+"""The host's end of the sandbox's persistent executor (``executor_script``),
+and the program that starts it in the container (``guest_loader``).
 
 One attached stdio stream per container carries every command and file
 operation, so a tool call costs no ``docker exec``. The stream is Docker's
@@ -25,14 +26,20 @@ from typing import Any, NoReturn, cast
 from orchestrator.contract import Frozen
 from sandbox.errors import ExecutorBroken
 
-# The in-container script: the command filter's, the namespaces' and the
-# guest watch's modules, then the executor (which calls their
-# install_command_filter, next_child_in_new_pid_namespace, mount_own_proc,
-# over_memory and at_process_limit); all stdlib only.
-SOURCE = "\n".join(resources.files("sandbox").joinpath(name).read_text(encoding="utf-8")
-                   for name in ("command_seccomp.py", "command_namespace.py", "guest_watch.py",
-                                "executor_script.py"))
-COMMAND = ["/usr/bin/python3", "-I", "-S", "-c", SOURCE, "escrow-executor"]
+# The executor's modules (stdlib only), each after those it imports: in this
+# order sandbox/guest_loader.py creates them in the container, from their
+# sources written into the program, and then runs the executor's main.
+GUEST_MODULES = ("command_seccomp", "command_namespace", "guest_watch", "executor_channel", "executor_processes",
+                 "executor_command", "executor_file_ops", "executor_script")
+
+
+def _source(module: str) -> str:
+    return resources.files("sandbox").joinpath(f"{module}.py").read_text(encoding="utf-8")
+
+
+GUEST_SOURCES = {f"sandbox.{module}": _source(module) for module in GUEST_MODULES}
+PROGRAM = _source("guest_loader") + f"\nrun_executor({GUEST_SOURCES!r})\n"
+COMMAND = ["/usr/bin/python3", "-I", "-S", "-c", PROGRAM, "escrow-executor"]
 # A shell loop that prints, one a line, the number of each process whose
 # argv is the executor's (its program and its last word): how a command
 # finds the executor, in the doctor's probe and the tests, rather than

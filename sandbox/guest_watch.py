@@ -1,5 +1,6 @@
 """Under gVisor: the guest's memory and processes, read while a command runs.
-Runs INSIDE the container as part of the executor's script (stdlib only).
+Runs INSIDE the container, one of the executor's modules
+(sandbox/guest_loader.py; stdlib only).
 
 Under runc the cgroup holds the guest: its OOM killer takes one process and
 the pids limit refuses a fork. gVisor has neither in the guest's terms: a
