@@ -16,12 +16,11 @@ from sqlalchemy import Connection, delete, func, insert, inspect, select, update
 
 from orchestrator.contract import Frozen
 from store import liveness
-from store.batch_tables import ATTEMPT_STARTED, BatchAttemptRow, BatchRow, BatchTaskRow, RunLease
 from store.cells import check_row
 from store.chain import VERDICT_EVENT
 from store.errors import StoreDamaged
 from store.liveness import LeaseClaim, claim_run
-from store.tables import EventRow, Run, table_of
+from store.tables import ATTEMPT_STARTED, BatchAttemptRow, BatchRow, BatchTaskRow, EventRow, Run, RunLease, table_of
 
 if TYPE_CHECKING:
     from store.store import Store

@@ -8,7 +8,7 @@ since the epoch (``floor(created_at / 86400)``); ``replay`` is 1 for an
 offline replay or re-execution (left out of real spend). It is derived data,
 kept equal to the sum of ``run_ttfts``: ``totals_write.write`` moves a run's
 buckets out and in again (``moved``), ``gc`` moves a deleted run's out,
-migration 9 builds it, and ``escrow verify`` recomputes it (``problems``).
+migration 9 builds it (``store.migrations``), and ``escrow verify`` recomputes it (``problems``).
 
 A key is updated in place on its lowest id; a key two writers inserted at
 once (PostgreSQL) holds two rows, which a report sums like one.
@@ -22,7 +22,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import Connection, Table, and_, delete, func, select, true, update
-from sqlmodel import SQLModel
 
 from store import totals_check
 from store.cells import check_row
@@ -86,16 +85,6 @@ def add(conn: Connection, delta: Mapping[DayKey, int]) -> None:
 def moved(conn: Connection, before: Mapping[DayKey, int], after: Mapping[DayKey, int]) -> None:
     """The rollup follows runs whose TTFT rows went from ``before`` to ``after``."""
     add(conn, {k: after.get(k, 0) - before.get(k, 0) for k in before.keys() | after.keys()})
-
-
-def rebuild(conn: Connection) -> None:
-    """The whole rollup from ``run_ttfts`` (migration 9: idempotent, one transaction)."""
-    SQLModel.metadata.create_all(conn, tables=[DAYS])
-    conn.execute(delete(DAYS))
-    rows, _ = sums(conn, true())
-    if rows:
-        conn.execute(DAYS.insert(), [{**dict(zip(KEY, k, strict=True)), "calls": n} for k, n in sorted(
-            rows.items(), key=lambda kv: repr(kv[0]))])
 
 
 def stored(conn: Connection, days: Iterable[int] | None) -> tuple[dict[DayKey, int], dict[DayKey, list[int]]]:
