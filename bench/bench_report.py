@@ -56,7 +56,7 @@ from sqlalchemy.engine import make_url
 from orchestrator.costing.aggregate import aggregate
 from orchestrator.launch.reports import report_runs
 from policies.price_table import load_price_table
-from store import Store, run_totals, ttft_buckets
+from store import Store, run_totals, totals_figures, ttft_buckets
 from store.engine import make_engine
 from store.migrations import upgrade
 from store.reports import query_plans
@@ -178,24 +178,30 @@ def released_times(store: Store, newest: float, repeat: int) -> dict[tuple[str, 
 # The totals figures schemas 8 to 10 stored: the released queries read this
 # version's store modules, whose totals carry schema 11's TTFT check and
 # schema 12's count of calls that reported a cached count too.
-RELEASED_FIGURES = tuple(name for name in run_totals.FIGURES if name not in ("ttft_check", "cached_reported"))
+RELEASED_FIGURES = tuple(name for name in totals_figures.FIGURES if name not in ("ttft_check", "cached_reported"))
 
 
-# What the released queries read from store.run_totals that lives in store.ttft_buckets now.
-RELEASED_NAMES = {"ttft_bucket": ttft_buckets.ttft_bucket, "bucket_seconds": ttft_buckets.bucket_seconds}
+# What the released queries read from store.run_totals that lives in store.ttft_buckets
+# and store.totals_figures now.
+RELEASED_NAMES = {
+    "ttft_bucket": ttft_buckets.ttft_bucket, "bucket_seconds": ttft_buckets.bucket_seconds,
+    **{name: getattr(totals_figures, name) for name in (
+        "Key", "Totals", "INT_FIGURES", "FIGURE_IS_INT", "ROW_IN_RUN", "MARKER_ROW", "digest", "digester", "in_run",
+        "canonical", "from_row", "order")},
+}
 
 
 @contextmanager
 def figures_as_released() -> Iterator[None]:
-    kept = run_totals.FIGURES
-    run_totals.FIGURES = RELEASED_FIGURES
-    missing = [name for name in RELEASED_NAMES if not hasattr(run_totals, name)]
+    kept = totals_figures.FIGURES
+    missing = [name for name in (*RELEASED_NAMES, "FIGURES") if not hasattr(run_totals, name)]
     for name in missing:
-        setattr(run_totals, name, RELEASED_NAMES[name])
+        setattr(run_totals, name, RELEASED_NAMES.get(name))
+    run_totals.FIGURES = totals_figures.FIGURES = RELEASED_FIGURES  # type: ignore[attr-defined]
     try:
         yield
     finally:
-        run_totals.FIGURES = kept
+        totals_figures.FIGURES = kept
         for name in missing:
             delattr(run_totals, name)
 

@@ -16,11 +16,10 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, func, insert, inspect, select, update
 
 from orchestrator.contract import Frozen
-from store.batch_tables import ATTEMPT_STARTED, BatchAttemptRow, BatchRow, BatchTaskRow
 from store.cells import check_row
 from store.chain import VERDICT_EVENT
 from store.errors import StoreDamaged
-from store.tables import EventRow, table_of
+from store.tables import ATTEMPT_STARTED, BatchAttemptRow, BatchRow, BatchTaskRow, EventRow, table_of
 
 if TYPE_CHECKING:
     from store.store import Store

@@ -30,10 +30,10 @@ from orchestrator.trajectory import (
     RunView,
 )
 from store import liveness
-from store.batch_tables import BatchAttemptRow
 from store.reader import run_totals, view
 from store.tables import (
     CHAINED,
+    BatchAttemptRow,
     ModelResponse,
     Run,
     Turn,

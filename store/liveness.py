@@ -15,8 +15,7 @@ from sqlalchemy import ColumnElement, Connection, and_, case, delete, exists, in
 
 from orchestrator.contract import Frozen
 from orchestrator.trajectory import RunView
-from store.batch_tables import ATTEMPT_STARTED, BatchAttemptRow, RunLease
-from store.tables import Run, table_of
+from store.tables import ATTEMPT_STARTED, BatchAttemptRow, Run, RunLease, table_of
 from store.transactions import Readable, Writable
 
 CRASHED = "crashed"

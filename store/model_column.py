@@ -5,9 +5,8 @@ instead of joining ``model_calls`` for every call.
 The copy is left out of the hashed row form (``store.chain.COPIES``): rows
 written before it existed keep their links. It is checked against the call
 row it was copied from instead, which is chained; a copy that differs, or is
-missing, fails verification. The writer fills it (``fill``); the migration
-backfills it in batches that each commit, in primary-key order, so an
-upgrade killed at any point resumes where it stopped (``backfill``).
+missing, fails verification. The writer fills it (``fill``); migration 7
+(``store.migrations``) adds and backfills it.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Index, MetaData, Table, inspect, select, update
+from sqlalchemy import Connection, Table, select
 
 from store.chain import COPIES, ChainCheck, ChainRow
 from store.tables import CallAttempt, ModelCall, ModelResponse, table_of
@@ -23,7 +22,6 @@ from store.tables import CallAttempt, ModelCall, ModelResponse, table_of
 MODEL = "gen_ai.request.model"
 CALLS: Table = table_of(ModelCall)
 TABLES: tuple[Table, ...] = (table_of(ModelResponse), table_of(CallAttempt))
-BATCH_ROWS = 5000
 assert all(MODEL in COPIES[t.name] for t in TABLES)
 
 
@@ -38,39 +36,6 @@ def fill(conn: Connection, table: Table, rows: Sequence[dict[str, Any]], written
         models.update((i, m) for i, m in conn.execute(select(CALLS.c.id, CALLS.c[MODEL]).where(CALLS.c.id.in_(wanted))))
     for row in rows:
         row[MODEL] = models.get(row["call_id"])
-
-
-def add_columns(conn: Connection) -> None:
-    """The nullable copy columns (idempotent: re-run when an upgrade resumes)."""
-    for table in TABLES:
-        if MODEL not in {c["name"] for c in inspect(conn).get_columns(table.name)}:
-            conn.exec_driver_sql(f'ALTER TABLE {table.name} ADD COLUMN "{MODEL}" VARCHAR')
-
-
-def backfill(engine: Engine, batch_rows: int | None = None) -> None:
-    """Copy each call's model onto its rows, a batch per transaction, then
-    build the covering indexes (after, so the backfill does not maintain them)."""
-    for table in TABLES:
-        after = ""
-        while True:
-            with engine.begin() as conn:
-                ids = list(conn.execute(
-                    select(table.c.id).where(table.c.id > after).order_by(table.c.id).limit(batch_rows or BATCH_ROWS)
-                ).scalars())
-                if not ids:
-                    break
-                of_call = select(CALLS.c[MODEL]).where(CALLS.c.id == table.c.call_id).scalar_subquery()
-                conn.execute(
-                    update(table).where(table.c.id.in_(ids), table.c[MODEL].is_(None)).values({MODEL: of_call})
-                )
-                after = ids[-1]
-    with engine.begin() as conn:
-        meta = MetaData()
-        for table in TABLES:
-            reflected = Table(table.name, meta, autoload_with=conn)
-            for index in table.indexes:
-                if MODEL in index.columns:
-                    Index(index.name, *(reflected.c[c.name] for c in index.columns)).create(conn, checkfirst=True)
 
 
 def problems(rows: Iterable[ChainRow]) -> dict[str, tuple[str, str, str]]:

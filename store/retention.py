@@ -28,7 +28,7 @@ from sqlalchemy import String as SAString
 
 from orchestrator.contract import Frozen
 from orchestrator.interop.records import IMPORT_MODE
-from store import blobs, run_totals, ttft_days
+from store import blobs, totals_write
 from store.tables import CHAINED, Deletion, ModelCall, Run, table_of
 
 RUNS: Table = table_of(Run)
@@ -116,9 +116,7 @@ def collect(
             table = tables[name]
             freed += _size(conn, table, table.c.run_id.in_(chunk))
             rows += conn.execute(delete(table).where(table.c.run_id.in_(chunk))).rowcount or 0
-        ttft_days.moved(conn, ttft_days.sums(conn, RUNS.c.id.in_(chunk))[0], {})
-        for derived in run_totals.DERIVED:  # not counted: derived data
-            conn.execute(delete(derived).where(derived.c.run_id.in_(chunk)))
+        totals_write.forget(conn, chunk)  # not counted: derived data
         freed += _size(conn, RUNS, RUNS.c.id.in_(chunk))
         conn.execute(delete(RUNS).where(RUNS.c.id.in_(chunk)))
     stamp = time.time() if now is None else now

@@ -3,21 +3,23 @@
 Every table but ``runs`` and the derived ones at the end (per-run totals,
 their TTFT buckets, the per-day rollup) is append-only and part of its run's
 hash chain: it carries ``run_id``, a per-run sequence number ``seq`` shared
-by all chained tables, and ``chain_hash``. The batch tables are in
-``store.batch_tables``. Columns are named after OpenTelemetry GenAI
+by all chained tables, and ``chain_hash``; the batch tables and the
+migration log are bookkeeping, outside any chain. Every table of a store is
+here. Columns are named after OpenTelemetry GenAI
 attributes where one fits; the Python attribute keeps a plain name. JSON is
 stored as canonical text (not a JSON type) so the hashed bytes are the stored
 bytes on every backend. Timestamps are Unix seconds (REAL).
 
-The DDL that creates these tables lives in ``store.migrations``; a test keeps
-the two in step.
+The DDL that migrates older stores to these tables lives in
+``store.migrations``; tests keep the two, and docs/SCHEMA.md's tables
+section, in step with the models.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Index, Table, UniqueConstraint
+from sqlalchemy import Column, Float, Index, Integer, MetaData, String, Table, Text, UniqueConstraint
 from sqlalchemy import inspect as sa_inspect
 from sqlmodel import Field, SQLModel
 
@@ -394,3 +396,82 @@ class TtftDay(SQLModel, table=True):
     engine: str | None = outside(default=None)
     bucket_ms: int
     calls: int
+
+
+# Batch runs and run leases (schema 5): not part of any hash chain, since a
+# batch is bookkeeping over runs and each run keeps its own chain.
+# ``batch_attempts`` is append-only, one row per try of a task; a task's
+# outcome is its latest attempt.
+
+
+class BatchRow(SQLModel, table=True):
+    __tablename__ = "batches"
+
+    id: str = Field(primary_key=True)
+    created_at: float
+    task_file: str
+    n_tasks: int
+    settings_json: str = Field(sa_type=Text)
+
+
+class BatchTaskRow(SQLModel, table=True):
+    """One task of a batch, as its row was parsed (the task file may change later)."""
+
+    __tablename__ = "batch_tasks"
+
+    batch_id: str = Field(primary_key=True, foreign_key="batches.id")
+    task_id: str = Field(primary_key=True)
+    line: int
+    task_json: str = Field(sa_type=Text)
+
+
+ATTEMPT_STARTED = "started"
+"""An attempt's ``outcome`` while it is in flight (or after its process died)."""
+
+
+class BatchAttemptRow(SQLModel, table=True):
+    """One try of a task. ``outcome`` is ``model`` (the run's verdict counts),
+    ``infrastructure`` (retried, never a model failure) or ``started`` (in flight,
+    or its process died)."""
+
+    __tablename__ = "batch_attempts"
+    __table_args__ = (Index("ix_batch_attempts_task", "batch_id", "task_id", "number"),)
+
+    id: str = Field(primary_key=True)
+    batch_id: str = Field(foreign_key="batches.id")
+    task_id: str
+    number: int
+    run_id: str | None = None
+    outcome: str
+    verdict: str | None = None
+    error: str | None = Field(default=None, sa_type=Text)
+    replica: str | None = None
+    started_at: float
+    finished_at: float | None = None
+
+
+class RunLease(SQLModel, table=True):
+    """A live process's claim on a running run, renewed by heartbeat. A run
+    still ``running`` whose lease expired belongs to a process that died."""
+
+    __tablename__ = "run_leases"
+
+    run_id: str = Field(primary_key=True)
+    owner: str
+    heartbeat_at: float
+    expires_at: float
+
+
+BATCH_TABLES = (BatchRow, BatchTaskRow, BatchAttemptRow, RunLease)
+
+
+# The migration log: one row per applied migration (store.migrations). Its own
+# metadata, so that creating the models' tables never creates it.
+migration_log_metadata = MetaData()
+MIGRATION_LOG = Table(
+    "escrow_migrations",
+    migration_log_metadata,
+    Column("version", Integer, primary_key=True, autoincrement=False),
+    Column("name", String, nullable=False),
+    Column("applied_at", Float, nullable=False),
+)

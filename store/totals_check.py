@@ -10,7 +10,8 @@ from typing import Any
 from sqlalchemy import Connection, and_, select, true
 
 from store.cells import check_row
-from store.run_totals import FIGURES, RUNS, TOTALS, compute, digest, has_totals, in_run, order, stored
+from store.run_totals import RUNS, TOTALS, compute, has_totals, stored
+from store.totals_figures import FIGURES, digest, in_run, order
 
 
 def problems(conn: Connection, run_id: str | None = None) -> dict[str, str]:

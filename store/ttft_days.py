@@ -7,8 +7,9 @@ One row per (day, replay, spend flag, model, engine, bucket): the calls of
 since the epoch (``floor(created_at / 86400)``); ``replay`` is 1 for an
 offline replay or re-execution (left out of real spend). It is derived data,
 kept equal to the sum of ``run_ttfts``: ``totals_write.write`` moves a run's
-buckets out and in again (``moved``), ``gc`` moves a deleted run's out,
-migration 9 builds it, and ``escrow verify`` recomputes it (``problems``).
+buckets out and in again (``totals_write.move_days``), ``gc`` moves a deleted
+run's out (``totals_write.forget``),
+migration 9 builds it (``store.migrations``), and ``escrow verify`` recomputes it (``problems``).
 
 A key is updated in place on its lowest id; a key two writers inserted at
 once (PostgreSQL) holds two rows, which a report sums like one.
@@ -18,11 +19,10 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, Table, and_, delete, func, select, true, update
-from sqlmodel import SQLModel
+from sqlalchemy import Connection, Table, and_, select, true
 
 from store import totals_check
 from store.cells import check_row
@@ -64,38 +64,6 @@ def sums(conn: Connection, runs: Any) -> tuple[dict[DayKey, int], dict[DayKey, s
         out[key] += calls
         whose[key].add(run_id)
     return dict(out), dict(whose)
-
-
-def _matches(key: DayKey) -> Any:
-    return and_(*(DAYS.c[name].is_not_distinct_from(value) for name, value in zip(KEY, key, strict=True)))
-
-
-def add(conn: Connection, delta: Mapping[DayKey, int]) -> None:
-    """Add calls per key (negative: take them out), in sorted key order."""
-    for key in sorted(delta, key=repr):
-        n = delta[key]
-        if n == 0:
-            continue
-        first = select(func.min(DAYS.c.id)).where(_matches(key)).scalar_subquery()
-        if conn.execute(update(DAYS).where(DAYS.c.id == first).values(calls=DAYS.c.calls + n)).rowcount == 0:
-            conn.execute(DAYS.insert().values({**dict(zip(KEY, key, strict=True)), "calls": n}))
-        elif n < 0:
-            conn.execute(delete(DAYS).where(_matches(key), DAYS.c.calls == 0))
-
-
-def moved(conn: Connection, before: Mapping[DayKey, int], after: Mapping[DayKey, int]) -> None:
-    """The rollup follows runs whose TTFT rows went from ``before`` to ``after``."""
-    add(conn, {k: after.get(k, 0) - before.get(k, 0) for k in before.keys() | after.keys()})
-
-
-def rebuild(conn: Connection) -> None:
-    """The whole rollup from ``run_ttfts`` (migration 9: idempotent, one transaction)."""
-    SQLModel.metadata.create_all(conn, tables=[DAYS])
-    conn.execute(delete(DAYS))
-    rows, _ = sums(conn, true())
-    if rows:
-        conn.execute(DAYS.insert(), [{**dict(zip(KEY, k, strict=True)), "calls": n} for k, n in sorted(
-            rows.items(), key=lambda kv: repr(kv[0]))])
 
 
 def stored(conn: Connection, days: Iterable[int] | None) -> tuple[dict[DayKey, int], dict[DayKey, list[int]]]:

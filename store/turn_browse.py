@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from functools import cache
-from typing import Any, TypeVar
+from functools import cache, partial
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from sqlalchemy import (
     ColumnElement,
@@ -110,8 +110,20 @@ def _attrs(model: type[SQLModel]) -> dict[str, str]:
     return {column.name: attr for attr, column in inspect(model).columns.items()}
 
 
+class ReadRow(NamedTuple, Generic[V]):
+    """One row of a slice: its view, and the row's values by column name
+    (what a view does not keep, such as the ``call_id`` its group is by)."""
+
+    view: V
+    columns: dict[str, Any]
+
+
+def _no_parts(values: dict[str, Any]) -> dict[str, Any]:
+    return {}
+
+
 def _constructed(view_cls: type[V], model: type, result: Any,
-                 extra: Callable[[dict[str, Any]], dict[str, Any]] = lambda _: {}) -> list[tuple[V, dict[str, Any]]]:
+                 extra: Callable[[dict[str, Any]], dict[str, Any]] = _no_parts) -> list[ReadRow[V]]:
     """Views of a result's rows, each with its row's values by column name.
     Plain tuples are read rather than SQLAlchemy's row mappings, which cost
     more than the views' validation on a long run's ~2,500 rows."""
@@ -121,7 +133,7 @@ def _constructed(view_cls: type[V], model: type, result: Any,
     out = []
     for row in result:
         values = {a: row[i] for i, a in pairs}
-        out.append((view_cls.model_validate({**values, **extra(values)}), dict(zip(keys, row, strict=True))))
+        out.append(ReadRow(view_cls.model_validate({**values, **extra(values)}), dict(zip(keys, row, strict=True))))
     return out
 
 
@@ -154,16 +166,60 @@ class _SliceQuery:
         return self.conn.execute(stmt.order_by(t.c.seq))
 
     def views(self, view_cls: type[V], model: type, *columns: Any, loose: bool = False,
-              extra: Callable[[dict[str, Any]], dict[str, Any]] = lambda _: {}) -> list[V]:
-        return [view for view, _ in _constructed(view_cls, model, self.rows(model, *columns, loose=loose), extra)]
+              extra: Callable[[dict[str, Any]], dict[str, Any]] = _no_parts) -> list[V]:
+        return [read.view for read in _constructed(view_cls, model, self.rows(model, *columns, loose=loose), extra)]
 
     def grouped(self, view_cls: type[V], model: type, by: str) -> dict[str, list[V]]:
         """The slice's views of ``model``, in order, grouped by the column ``by``
         (a call's attempts by ``call_id``, a candidate's moves by ``candidate_id``)."""
         groups: dict[str, list[V]] = defaultdict(list)
-        for view, row in _constructed(view_cls, model, self.rows(model)):
-            groups[row[by]].append(view)
+        for read in _constructed(view_cls, model, self.rows(model)):
+            groups[read.columns[by]].append(read.view)
         return groups
+
+
+def _attempt_number(attempt: AttemptView) -> int:
+    return attempt.number
+
+
+def _call_parts(first_call: tuple[str, str] | None, responses: Mapping[str, ResponseView],
+                attempts: Mapping[str, list[AttemptView]], values: dict[str, Any]) -> dict[str, Any]:
+    """What a call's view gets besides its columns: the request text (only the
+    run's first call's is read), its response and its HTTP attempts in order."""
+    call_id = values["id"]
+    return {
+        "request_json": first_call[1] if first_call and call_id == first_call[0] else "",
+        "response": responses.get(call_id),
+        "attempts": tuple(sorted(attempts.get(call_id, ()), key=_attempt_number)),
+    }
+
+
+def _candidate_parts(moves: Mapping[str, list[TransitionView]], values: dict[str, Any]) -> dict[str, Any]:
+    """A candidate's escrow transitions, in order."""
+    return {"transitions": tuple(moves.get(values["id"], ()))}
+
+
+def _first_request(conn: Connection, run_id: str) -> tuple[str, str] | None:
+    """(call id, request text) of the run's first call, the only request whose text a page shows whole."""
+    first_row = conn.execute(select(CALLS).where(CALLS.c.run_id == run_id, CALLS.c.attempt_of.is_(None))
+                             .order_by(CALLS.c.seq).limit(1)).first()
+    first_text = request_texts(conn, [dict(first_row._mapping)]) if first_row is not None else {}
+    return next(iter(first_text.items()), None)
+
+
+def _records(committed: Mapping[int, TurnView], **items: list[Any]) -> tuple[TurnRecord, ...]:
+    """The turn records of every turn a committed row or an item names, the
+    items (calls, candidates, tool executions, events) grouped by turn in order."""
+    groups: dict[str, dict[int, list[Any]]] = {name: defaultdict(list) for name in items}
+    for name, listed in items.items():
+        for item in listed:
+            if item.turn is not None:
+                groups[name][item.turn].append(item)
+    numbers = sorted(set(committed).union(*(g.keys() for g in groups.values())))
+    return tuple(
+        TurnRecord(turn=n, committed=committed.get(n), **{k: tuple(g.get(n, ())) for k, g in groups.items()})
+        for n in numbers
+    )
 
 
 def turn_slice(conn: Connection, run_id: str, first: int | None = None, last: int | None = None, *,
@@ -179,45 +235,16 @@ def turn_slice(conn: Connection, run_id: str, first: int | None = None, last: in
     call_columns = [c for c in CALLS.c if c.name != "request_json"]
     if tails:
         last_rows = list(last_messages(conn, [dict(r._mapping) for r in query.rows(ModelCall)]).items())
-    first_row = conn.execute(select(CALLS).where(CALLS.c.run_id == run_id, CALLS.c.attempt_of.is_(None))
-                             .order_by(CALLS.c.seq).limit(1)).first()
-    first_text = request_texts(conn, [dict(first_row._mapping)]) if first_row is not None else {}
-    first_call = next(((i, t) for i, t in first_text.items()), None)
     responses = {call_id: views[-1] for call_id, views in query.grouped(ResponseView, ModelResponse, "call_id").items()}
-    attempts = query.grouped(AttemptView, CallAttempt, "call_id")
-
-    def call_parts(values: dict[str, Any]) -> dict[str, Any]:
-        i = values["id"]
-        return {
-            "request_json": first_call[1] if first_call and i == first_call[0] else "",
-            "response": responses.get(i),
-            "attempts": tuple(sorted(attempts.get(i, ()), key=lambda a: a.number)),
-        }
-
+    call_parts = partial(_call_parts, _first_request(conn, run_id), responses,
+                         query.grouped(AttemptView, CallAttempt, "call_id"))
     calls = query.views(CallView, ModelCall, *call_columns, extra=call_parts)
-    moves = query.grouped(TransitionView, TransitionRow, "candidate_id")
-    candidates = query.views(CandidateView, CandidateRow,
-                             extra=lambda v: {"transitions": tuple(moves.get(v["id"], ()))})
+    candidate_parts = partial(_candidate_parts, query.grouped(TransitionView, TransitionRow, "candidate_id"))
+    candidates = query.views(CandidateView, CandidateRow, extra=candidate_parts)
     executions = query.views(ToolExecutionView, ToolExecution)
     events = query.views(EventView, EventRow, loose=True)
     committed = {v.turn: v for v in query.views(TurnView, Turn)}
-    groups: dict[str, dict[int, list[Any]]] = {
-        k: defaultdict(list) for k in ("calls", "candidates", "tool_executions", "events")
-    }
-    for name, items in (
-        ("calls", calls),
-        ("candidates", candidates),
-        ("tool_executions", executions),
-        ("events", events),
-    ):
-        for item in items:
-            if item.turn is not None:
-                groups[name][item.turn].append(item)
-    numbers = sorted(set(committed).union(*(g.keys() for g in groups.values())))
-    records = tuple(
-        TurnRecord(turn=n, committed=committed.get(n), **{k: tuple(g.get(n, ())) for k, g in groups.items()})
-        for n in numbers
-    )
+    records = _records(committed, calls=calls, candidates=candidates, tool_executions=executions, events=events)
     before = None
     if first is not None:
         before = conn.execute(select(TURNS.c.messages_json).where(TURNS.c.run_id == run_id, TURNS.c.turn < first)

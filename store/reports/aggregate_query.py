@@ -27,7 +27,7 @@ from sqlalchemy import Connection, String, and_, case, func, select, true, type_
 from orchestrator.costing.figures import RunSlice, keyer
 from orchestrator.interop.records import IMPORT_MODE
 from orchestrator.source_figures import IMPORT_EVENT, counted_run_level
-from store import run_totals
+from store import run_totals, totals_figures
 from store.cells import check_numbers, check_row
 from store.engine import driver_rows
 from store.errors import RollupMismatch, StoreDamaged
@@ -35,17 +35,18 @@ from store.liveness import CRASHED, RUNNING, lapsed, now_or
 from store.reports.report_checks import check_attribution, check_unsummed
 from store.reports.report_window import BATCH_ATTEMPTS, NUMBER_TYPES, RESPONSES, off_types, source_sql, unsummed, window
 from store.reports.ttft_histogram import ttft_histogram
-from store.run_totals import RUNS, TOOLS, TOTALS, Key, Totals
+from store.run_totals import RUNS, TOOLS, TOTALS
 from store.store import Store
 from store.tables import CallAttempt, EventRow, table_of
 from store.text_codec import unescape
+from store.totals_figures import Key, Totals
 from store.ttft_buckets import TTFT_CHECK_MODULUS
 
 EVENTS = table_of(EventRow)
 Figures = tuple[Any, ...]
-"""A totals row's figures, in ``run_totals.FIGURES`` order."""
-ZERO: Figures = tuple(getattr(Totals(), name) for name in run_totals.FIGURES)
-TOOL_S = run_totals.FIGURES.index("tool_s")
+"""A totals row's figures, in ``totals_figures.FIGURES`` order."""
+ZERO: Figures = tuple(getattr(Totals(), name) for name in totals_figures.FIGURES)
+TOOL_S = totals_figures.FIGURES.index("tool_s")
 ATTEMPTS = table_of(CallAttempt)
 
 
@@ -71,7 +72,7 @@ def totals_query(since: float | None, until: float | None, include_replays: bool
     # Model and engine as stored (escaped): ``_stored`` unescapes each distinct name once.
     names = [type_coerce(TOTALS.c[name], String).label(name) for name in ("model", "engine")]
     run = [RUNS.c.created_at, RUNS.c.status, RUNS.c.verdict, source_sql(dialect).label("source")]
-    figures = [TOTALS.c[name] for name in run_totals.FIGURES]
+    figures = [TOTALS.c[name] for name in totals_figures.FIGURES]
     spend = true() if include_replays else TOTALS.c.own == 1
     # Outer: a run whose marker has no model row left still gives a row (its
     # figures NULL), so that a deleted or re-flagged last row is checked too;
@@ -104,15 +105,15 @@ def unchecked(rows: list[Any], shared: list[Any], names: Mapping[str | None, str
     """The runs whose stored totals do not match their digests: altered in
     place, added, deleted, or computed from an older chain head (stale). One
     digest a row: a row with a model also covers its run's tool seconds and
-    count of model rows (``run_totals.in_run``); a run's tool seconds row is
+    count of model rows (``totals_figures.in_run``); a run's tool seconds row is
     checked alone only when no model row of its spend flag came back."""
     idle, bad = ZERO[:TOOL_S], set()
-    tool_at = first + len(run_totals.FIGURES)
+    tool_at = first + len(totals_figures.FIGURES)
     head_at, digest_at, marker_at = tool_at + 1, tool_at + 2, tool_at + 3
     own_rows = Counter(r[0] for r in rows if r[1] == 1)
     shared_rows = Counter(r[0] for r in rows if r[1] == 0)  # a fork's prefix may have model rows and no tool row
     shared_tool_s = {run_id: seconds for run_id, seconds, _, _ in shared}
-    marker = run_totals.digester(None, None)
+    marker = totals_figures.digester(None, None)
     digests: dict[tuple[Any, Any], Any] = {}  # one digester for each (model, engine) the rows name
     for r in rows:
         run_id, own = r[0], r[1]
@@ -122,7 +123,7 @@ def unchecked(rows: list[Any], shared: list[Any], names: Mapping[str | None, str
             continue
         of = digests.get((r[2], r[3]))
         if of is None:
-            of = digests[(r[2], r[3])] = run_totals.digester(names[r[2]], names[r[3]])
+            of = digests[(r[2], r[3])] = totals_figures.digester(names[r[2]], names[r[3]])
         in_run = (r[tool_at], own_rows[run_id]) if own == 1 else (shared_tool_s.get(run_id, 0.0), shared_rows[run_id])
         if of(r[head_at], run_id, own, (*r[first:tool_at], *in_run)) != r[digest_at]:
             bad.add(run_id)
@@ -148,7 +149,7 @@ def _stored(conn: Connection, since: float | None, until: float | None,
     # A numeric cell holding text (only SQLite stores one) arrives as str or
     # bytes: one pass over each column's types, the details only when one is off.
     columns, first = list(zip(*rows, strict=True)), 4 + len(RUN_COLUMNS)
-    numbers = first + len(run_totals.FIGURES) + 1  # the figures and the marker's tool seconds
+    numbers = first + len(totals_figures.FIGURES) + 1  # the figures and the marker's tool seconds
     if (columns and any(off_types(columns[i], NUMBER_TYPES) for i in (1, *range(first, numbers)))
             or off_types((row[1] for row in shared), NUMBER_TYPES)):
         off = {r[0] for r in rows if not {type(v) for v in (r[1], *r[first:numbers])} <= NUMBER_TYPES}
@@ -164,7 +165,7 @@ def _stored(conn: Connection, since: float | None, until: float | None,
         raise RollupMismatch(sorted(bad))
     rows = [r for r in rows if r[2] is not None]  # a run without model rows adds no slice
     # Positional: a report reads one row per (run, model), so no mapping per row.
-    tool_at = first + len(run_totals.FIGURES)
+    tool_at = first + len(totals_figures.FIGURES)
     totals: dict[Key, Figures] = {(r[0], r[1], names[r[2]], names[r[3]]): r[first:tool_at] for r in rows}
     idle = ZERO[:TOOL_S]
     totals.update({(r[0], 1, None, None): (*idle, r[tool_at]) for r in rows})
@@ -203,7 +204,7 @@ def _from_rows(conn: Connection, runs: Any, include_replays: bool) -> dict[Key, 
         check_numbers(conn, RESPONSES, RESPONSES.c.run_id.in_(select(RUNS.c.id).where(ids)), run_totals.SUMMED)
         check_numbers(conn, ATTEMPTS, ATTEMPTS.c.run_id.in_(select(RUNS.c.id).where(ids)), run_totals.ATTEMPT_SUMMED)
         check_numbers(conn, TOOLS, TOOLS.c.run_id.in_(select(RUNS.c.id).where(ids)), run_totals.TOOL_SUMMED)
-    return {k: tuple(getattr(t, name) for name in run_totals.FIGURES)
+    return {k: tuple(getattr(t, name) for name in totals_figures.FIGURES)
             for k, t in totals.items() if include_replays or k[1] == 1}
 
 
@@ -301,7 +302,7 @@ def slices(totals: Mapping[Key, Figures], runs: Mapping[str, RunCells], by_engin
     check (``ttft_buckets.ttft_check``)."""
     # Keys gathered by slot first: most slots have one row, taken as it is;
     # a slot of several (engines under one model, or both spend flags) adds
-    # them in ``run_totals.order``, as does a run's tool seconds.
+    # them in ``totals_figures.order``, as does a run's tool seconds.
     parts: dict[tuple[str, str, str], list[Key]] = defaultdict(list)
     idle: dict[str, list[Key]] = defaultdict(list)
     for key in totals:
@@ -313,7 +314,7 @@ def slices(totals: Mapping[Key, Figures], runs: Mapping[str, RunCells], by_engin
     tool_s: dict[str, float] = {}
     for run_id, keys in idle.items():
         seconds = 0.0
-        for key in (keys if len(keys) == 1 else sorted(keys, key=run_totals.order)):
+        for key in (keys if len(keys) == 1 else sorted(keys, key=totals_figures.order)):
             seconds += totals[key][TOOL_S]
         tool_s[run_id] = seconds
     merged: dict[tuple[str, str, str], Figures] = {}
@@ -325,7 +326,7 @@ def slices(totals: Mapping[Key, Figures], runs: Mapping[str, RunCells], by_engin
             continue
         # Each figure added to the slot's, as ``Totals.add`` does (from zero:
         # the same figures, as x + 0 == x for every figure a slot holds).
-        ordered = sorted(keys, key=run_totals.order)
+        ordered = sorted(keys, key=totals_figures.order)
         figures = totals[ordered[0]]
         for key in ordered[1:]:
             figures = tuple(map(operator.add, figures, totals[key]))

@@ -12,9 +12,8 @@ from sqlalchemy import JSON, Connection, and_, case, cast, func, select, true
 from orchestrator.costing.figures import ESCROW_SOURCE
 from orchestrator.interop.records import IMPORT_MODE
 from store import run_totals
-from store.batch_tables import BatchAttemptRow
 from store.run_totals import RUNS
-from store.tables import ModelResponse, table_of
+from store.tables import BatchAttemptRow, ModelResponse, table_of
 from store.ttft_days import REPLAY_MODES
 
 RESPONSES = table_of(ModelResponse)

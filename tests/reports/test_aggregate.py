@@ -19,8 +19,7 @@ from orchestrator.launch.reports import report_run, report_runs
 from policies.price_table import load_price_table, set_price
 from policies.pricing import CostBreakdown, Price, cost_breakdown
 from store import Recorder, liveness
-from store.batch_tables import RunLease
-from store.tables import table_of
+from store.tables import RunLease, table_of
 
 DAY = 86_400.0
 T0 = 1_790_000_000.0  # a fixed UTC instant, so days are known

@@ -34,14 +34,14 @@ MIGRATE = """
 import sys
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
-from store import content_migration
-content_migration.BATCH_ROWS = 2
+from store import migrations
+migrations.CONTENT_BATCH_ROWS = 2
 def pause(point):
     print(point, flush=True)
     if sys.stdin.readline().strip() != "go":
         raise SystemExit(3)
 state = {"in_batch": False, "rows": 0}
-pending, converted = content_migration._pending, content_migration._converted
+pending, converted = migrations._unconverted_requests, migrations._converted_request
 def announced_pending(*args):
     rows = list(pending(*args))
     if rows:
@@ -57,8 +57,8 @@ def before_commit(conn):
     if state["in_batch"]:
         state["in_batch"] = False
         pause("commit")
-content_migration._pending = announced_pending
-content_migration._converted = announced_converted
+migrations._unconverted_requests = announced_pending
+migrations._converted_request = announced_converted
 event.listen(Engine, "commit", before_commit)
 from store import Store
 Store.open(f"sqlite:///{sys.argv[1]}").close()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy import delete, func, select, true
 
-from store import Recorder, Store, synthetic, ttft_days
+from store import Recorder, Store, synthetic, totals_write, ttft_days
 from store.reports import read_slices
 from store.retention import collect
 from store.run_totals import RUNS
@@ -49,9 +49,9 @@ def test_a_key_two_writers_inserted_at_once_is_summed_like_one(postgres_url: str
         with store.write() as conn:
             conn.execute(delete(DAYS))
         with store.write() as first:
-            ttft_days.add(first, delta[newer])
+            totals_write.add_days(first, delta[newer])
             with store.write() as second:
-                ttft_days.add(second, delta[older])
+                totals_write.add_days(second, delta[older])
 
         per_key = rows_per_key(store)
         assert all(per_key[key] == 2 for key in shared), per_key  # the interleaving happened
