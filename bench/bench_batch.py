@@ -38,11 +38,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from orchestrator.batch.driver import BatchPlan, run_batch, start_batch
-from orchestrator.batch.pool import PoolOptions
-from orchestrator.batch.scripted import example_scripts, fixed_files
-from orchestrator.batch.tasks import load_task_file
-from orchestrator.fault_server import FaultServer, Reply, ScriptedToolCall
+from orchestrator.adapters.fault_server import FaultServer, Reply, ScriptedToolCall
+from orchestrator.composition.batch.driver import BatchPlan, run_batch, start_batch
+from orchestrator.composition.batch.pool import PoolOptions
+from orchestrator.composition.batch.scripted import example_scripts, fixed_files
+from orchestrator.composition.batch.tasks import load_task_file
 from orchestrator.settings import DEFAULT_SANDBOX_IMAGE, load_settings
 from store import Store
 

@@ -19,10 +19,10 @@ import threading
 import time
 from typing import Any
 
+from orchestrator.adapters.fault_server import FaultServer, Reply, ScriptedToolCall
+from orchestrator.adapters.model_client.client import ModelClient
+from orchestrator.adapters.model_client.retry import RetryPolicy
 from orchestrator.contract import Message, ModelRequest
-from orchestrator.fault_server import FaultServer, Reply, ScriptedToolCall
-from orchestrator.model_client.client import ModelClient
-from orchestrator.model_client.retry import RetryPolicy
 
 CHUNKS = 5000
 RATE = 400.0  # chunks/s: an uncut stream lasts 12.5 s

@@ -6,7 +6,7 @@ For each command line, runs both forms as fresh interpreters, alternating,
 the cumulative import time of ``cli.main`` from ``python -X importtime``,
 and the ten slowest imports of the eager form. ``escrow runs`` lists the 50
 newest of 300 generated runs (1 to 4 turns each) in a SQLite store made here;
-the lazy form reads them with ``store.run_list``'s sqlite3 reader, the eager
+the lazy form reads them with ``store.read.run_list``'s sqlite3 reader, the eager
 one has already imported the whole store. The issue's goal is ``escrow runs``
 under 0.3 s; the last rows print the floor under it: the interpreter, typer,
 and typer with the pydantic adapters it builds each option with.
@@ -24,7 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from store import Store, synthetic
+from store import Store
+from store.write import synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
 LAZY = "from cli.main import main; main()"

@@ -22,14 +22,14 @@ from pathlib import Path
 
 import httpx
 
+from orchestrator.adapters.fault_server import Reply, Script, ScriptedToolCall
+from orchestrator.adapters.model_client.accumulate import ResponseAccumulator
+from orchestrator.adapters.model_client.client import ModelClient
+from orchestrator.adapters.model_client.monitor import StreamMonitor
+from orchestrator.adapters.model_client.sse import SSEParser
+from orchestrator.adapters.model_client.wire import WireCompletion
 from orchestrator.contract import Message, ModelRequest
 from orchestrator.envelope import Status
-from orchestrator.fault_server import Reply, Script, ScriptedToolCall
-from orchestrator.model_client.accumulate import ResponseAccumulator
-from orchestrator.model_client.client import ModelClient
-from orchestrator.model_client.monitor import StreamMonitor
-from orchestrator.model_client.sse import SSEParser
-from orchestrator.model_client.wire import WireCompletion
 
 
 def scenarios(chunks: int) -> dict[str, Reply]:

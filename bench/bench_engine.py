@@ -27,15 +27,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.llama_server
 from bench_client import capture, start_server, timed  # noqa: E402
 
+from orchestrator.adapters.fault_server import Reply  # noqa: E402
+from orchestrator.adapters.model_client.accumulate import ResponseAccumulator  # noqa: E402
+from orchestrator.adapters.model_client.client import ModelClient  # noqa: E402
+from orchestrator.adapters.model_client.monitor import StreamMonitor  # noqa: E402
+from orchestrator.adapters.model_client.sse import SSEParser  # noqa: E402
+from orchestrator.adapters.model_client.wire import WireCompletion  # noqa: E402
 from orchestrator.contract import Message, ModelRequest, Sampling  # noqa: E402
 from orchestrator.envelope import Status  # noqa: E402
-from orchestrator.fault_server import Reply  # noqa: E402
-from orchestrator.model_client.accumulate import ResponseAccumulator  # noqa: E402
-from orchestrator.model_client.client import ModelClient  # noqa: E402
-from orchestrator.model_client.monitor import StreamMonitor  # noqa: E402
-from orchestrator.model_client.sse import SSEParser  # noqa: E402
-from orchestrator.model_client.wire import WireCompletion  # noqa: E402
-from store import Recorder, Store, synthetic  # noqa: E402
+from store import Recorder, Store  # noqa: E402
+from store.write import synthetic
 
 
 def request(

@@ -32,13 +32,13 @@ from bench_report import SCHEMA8_REV, side_by_side, timed  # noqa: E402  (one de
 from store_generator import generate_sql  # noqa: E402
 from throwaway_postgres import throwaway_postgres  # noqa: E402
 
-from orchestrator.launch.reports import report_runs  # noqa: E402
+from orchestrator.composition.launch.reports import report_runs  # noqa: E402
 from policies.price_table import load_price_table  # noqa: E402
 from store import Store  # noqa: E402
 from store.engine import make_engine  # noqa: E402
-from store.migrations import upgrade  # noqa: E402
-from store.reports import query_plans  # noqa: E402
-from store.reports.aggregate_query import totals_query  # noqa: E402
+from store.read.reports import query_plans  # noqa: E402
+from store.read.reports.aggregate_query import totals_query  # noqa: E402
+from store.schema.migrations import upgrade  # noqa: E402
 
 
 def as_schema7(url: str) -> None:

@@ -33,8 +33,8 @@ from sqlalchemy import Engine, event
 
 from orchestrator.interop import read_trajectories
 from store import Store
-from store.importer import ImportOutcome, import_file, import_files
-from store.reports import otel_export
+from store.read.reports import otel_export
+from store.write.importer import ImportOutcome, import_file, import_files
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "data" / "interop"
 SOURCES = {

@@ -42,11 +42,11 @@ from typing import NamedTuple
 
 import docker
 
+from orchestrator.adapters.fault_server import Reply, Script, ScriptedToolCall
+from orchestrator.adapters.model_client.client import ModelClient
 from orchestrator.agent import Agent
 from orchestrator.context import TiktokenCounter
 from orchestrator.envelope import Envelope
-from orchestrator.fault_server import Reply, Script, ScriptedToolCall
-from orchestrator.model_client.client import ModelClient
 from orchestrator.perimeter import acl_of
 from orchestrator.ports import ToolOutcome
 from orchestrator.runspec import RunSpec, build_agent

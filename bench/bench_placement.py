@@ -68,7 +68,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.llama_server
-from orchestrator.batch.placement import ReplicaPool  # noqa: E402
+from orchestrator.composition.batch.placement import ReplicaPool  # noqa: E402
 from orchestrator.context import Budget, ContextAssembler, TiktokenCounter  # noqa: E402
 from orchestrator.contract import Message  # noqa: E402
 from orchestrator.runspec import SYSTEM_PROMPT  # noqa: E402

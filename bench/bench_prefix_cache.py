@@ -23,6 +23,7 @@ import uuid
 
 import httpx
 
+from orchestrator.adapters.model_client.server_tokenizer import counter_for
 from orchestrator.context import (
     Budget,
     ContextAssembler,
@@ -33,7 +34,6 @@ from orchestrator.context import (
     resent_tokens_no_cache,
 )
 from orchestrator.contract import Message
-from orchestrator.model_client.server_tokenizer import counter_for
 
 PREAMBLE = ("You are a coding agent in a sandboxed copy of a Python repository. Each turn, propose one "
             "shell command, read its output, and continue until the test suite passes. ") * 4

@@ -23,15 +23,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the tests' throwaway Ray cluster and PostgreSQL
 
-from orchestrator.batch.driver import BatchPlan, start_batch  # noqa: E402
-from orchestrator.batch.pool import PoolOptions, run_pool  # noqa: E402
-from orchestrator.batch.ray_executor import run_ray  # noqa: E402
-from orchestrator.batch.scripted import example_scripts  # noqa: E402
-from orchestrator.batch.tasks import load_task_file  # noqa: E402
-from orchestrator.fault_server import FaultServer  # noqa: E402
+from orchestrator.adapters.fault_server import FaultServer  # noqa: E402
+from orchestrator.composition.batch.driver import BatchPlan, start_batch  # noqa: E402
+from orchestrator.composition.batch.pool import PoolOptions, run_pool  # noqa: E402
+from orchestrator.composition.batch.ray_executor import run_ray  # noqa: E402
+from orchestrator.composition.batch.scripted import example_scripts  # noqa: E402
+from orchestrator.composition.batch.tasks import load_task_file  # noqa: E402
 from orchestrator.settings import DEFAULT_SANDBOX_IMAGE, load_settings  # noqa: E402
 from store import Store  # noqa: E402
-from store import batches as bstore  # noqa: E402
+from store.write import batches as bstore  # noqa: E402
 from tests.batch.pg_server import PostgresServer  # noqa: E402
 from tests.batch.ray_cluster import RayCluster  # noqa: E402
 

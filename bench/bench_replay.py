@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.fault_server import FaultServer  # noqa: E402
+from orchestrator.adapters.fault_server import FaultServer  # noqa: E402
 from orchestrator.replay import Replayer  # noqa: E402
 from policies import default_policy  # noqa: E402
 from store import Store  # noqa: E402

@@ -13,7 +13,7 @@ any other cell, so the TTFT histograms hold what a real run's would. Each
 run of this bench works on a copy of the cached store:
 
 1. before: ``report --by model|day`` over 7 days, 30 days and all time
-   through the schema-7 queries as released (store/reports/aggregate_query.py
+   through the schema-7 queries as released (store/read/reports/aggregate_query.py
    at SCHEMA7_REV, read from git), and through this version's row path
    (``raw``: every run summed from its rows, as a run without totals is
    read), with the row path's EXPLAIN QUERY PLAN; best of --repeat-before (1);
@@ -53,13 +53,15 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
+from orchestrator.composition.launch.reports import report_runs
 from orchestrator.costing.aggregate import aggregate
-from orchestrator.launch.reports import report_runs
 from policies.price_table import load_price_table
-from store import Store, run_totals, totals_figures, ttft_buckets
+from store import Store
 from store.engine import make_engine
-from store.migrations import upgrade
-from store.reports import query_plans
+from store.read import run_totals, ttft_buckets
+from store.read.reports import query_plans
+from store.schema.migrations import upgrade
+from store.write import totals_figures
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA7_REV = "14a009a"  # the last commit whose report queries summed every run's rows
@@ -159,7 +161,7 @@ def released(rev: str, path: str) -> types.ModuleType:
 
 def released_times(store: Store, newest: float, repeat: int) -> dict[tuple[str, str], tuple[float, Any]]:
     with figures_as_released():
-        old = released(SCHEMA7_REV, "store/reports/aggregate_query.py")
+        old = released(SCHEMA7_REV, "store/read/reports/aggregate_query.py")
     prices = load_price_table(None)
 
     def report(since: float | None, by: str) -> Any:
@@ -181,8 +183,8 @@ def released_times(store: Store, newest: float, repeat: int) -> dict[tuple[str, 
 RELEASED_FIGURES = tuple(name for name in totals_figures.FIGURES if name not in ("ttft_check", "cached_reported"))
 
 
-# What the released queries read from store.run_totals that lives in store.ttft_buckets
-# and store.totals_figures now.
+# What the released queries read from store.read.run_totals that lives in store.read.ttft_buckets
+# and store.write.totals_figures now.
 RELEASED_NAMES = {
     "ttft_bucket": ttft_buckets.ttft_bucket, "bucket_seconds": ttft_buckets.bucket_seconds,
     **{name: getattr(totals_figures, name) for name in (
@@ -209,7 +211,7 @@ def figures_as_released() -> Iterator[None]:
 def released_report(rev: str) -> Callable[..., Any]:
     """``report_runs`` as released at ``rev``: its store queries and its costing core."""
     with figures_as_released():
-        queries = released(rev, "store/reports/aggregate_query.py")
+        queries = released(rev, "store/read/reports/aggregate_query.py")
         costing = released(rev, "orchestrator/costing/aggregate.py")
     prices = load_price_table(None)
 

@@ -27,7 +27,8 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 
 from orchestrator.contract import Message
-from store import Recorder, Store, blobs, synthetic
+from store import Recorder, Store
+from store.write import blobs, synthetic
 
 CHARS_PER_TURN = 6_000  # ~1,500 tokens
 WORDS = ("def", "return", "assert", "import", "class", "self", "value", "error", "test", "None", "pytest", "fixture")

@@ -34,10 +34,11 @@ from cli.runs_cmd import runs_table
 from orchestrator.canonical import canonical_json
 from orchestrator.contract import Message, ModelRequest
 from orchestrator.envelope import Envelope, Status, Usage
-from store import Recorder, Store, synthetic
+from store import Recorder, Store
 from store.chain import genesis, link
-from store.rows import new_run_id
-from store.run_list import RunLine
+from store.read.run_list import RunLine
+from store.write import synthetic
+from store.write.rows import new_run_id
 
 ROWS_PER_TURN = 4
 RUNS, CALLS_PER_RUN, MODELS = (

@@ -46,8 +46,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_tokens import record  # noqa: E402  (the token-exact runs bench_tokens times)
 
 from cli.score_cmd import score_runs  # noqa: E402
-from orchestrator.fault_server import FaultServer, Reply  # noqa: E402
-from orchestrator.model_client.teacher_scoring import TeacherClient  # noqa: E402
+from orchestrator.adapters.fault_server import FaultServer, Reply  # noqa: E402
+from orchestrator.adapters.model_client.teacher_scoring import TeacherClient  # noqa: E402
 from store import Store  # noqa: E402
 
 TEACHER_MODEL = "teacher"

@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from cli.logging_setup import configure_logging
+from orchestrator.adapters.fault_server import FaultServer, Reply
+from orchestrator.composition.launch import RunRequest, run_agent
 from orchestrator.context.tokenizer import TokenCounter
-from orchestrator.fault_server import FaultServer, Reply
-from orchestrator.launch import RunRequest, run_agent
 from orchestrator.ports import Model
 from orchestrator.settings import load_settings
 

@@ -4,7 +4,7 @@
    last prompt + the sampled ids + what the template and the tool add, as a
    token-faithful engine returns them, recorded through the real Recorder.
    The bytes of ids in the stored envelopes are printed with the delta
-   (``store/token_ids.py``) and as they would be whole; the claim is that a
+   (``store/write/token_ids.py``) and as they would be whole; the claim is that a
    50-turn run stores at most 5.5x a 10-turn run's (linear; whole ids grow
    with the square).
 2. ``escrow tokens`` on a 200-turn run (final prompt of about 60,000 ids):
@@ -29,8 +29,9 @@ from sqlalchemy import select
 
 from orchestrator.contract import Message, ModelRequest, Sampling
 from orchestrator.envelope import Envelope, Payload, Status, Usage
-from store import Recorder, Store, synthetic
-from store.tables import ModelResponse, table_of
+from store import Recorder, Store
+from store.schema.tables import ModelResponse, table_of
+from store.write import synthetic
 
 
 def logprob_entries(ids: list[int]) -> list[dict]:

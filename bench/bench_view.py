@@ -2,7 +2,7 @@
 runs and the run page of a 200-turn run. Goal: under 300 ms each.
 
 The store: 40 varied runs of 1-3 turns recorded through the Recorder
-(store.synthetic.record_many), cloned with SQL into 10,000 runs an hour
+(store.write.synthetic.record_many), cloned with SQL into 10,000 runs an hour
 apart, each clone re-chained (its hash chain verifies), plus one 200-turn
 run recorded through the Recorder. Pages are requested in-process through
 Starlette's test client, so the time is the server's: routing, SQL, and
@@ -35,12 +35,13 @@ from starlette.testclient import TestClient
 
 from cli.view.app import create_app
 from cli.view.compare import align, request_pairs, with_requests
+from cli.view.jinja_pages import Links
 from cli.view.pages import run_shown
-from cli.view.render import Links
 from cli.view.site import Site
-from store import Recorder, Store, synthetic
+from store import Recorder, Store
 from store.chain import genesis, link
-from store.tables import CHAINED_TABLES
+from store.schema.tables import CHAINED_TABLES
+from store.write import synthetic
 
 TEMPLATES = 40
 REFERENCES = ("run_id", "call_id", "candidate_id", "attempt_of")

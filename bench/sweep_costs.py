@@ -33,7 +33,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from cli.view.pages import run_shown
-from orchestrator.fault_server import Fault, FaultServer, Reply, Scenario
+from orchestrator.adapters.fault_server import Fault, FaultServer, Reply, Scenario
 from orchestrator.settings import Settings
 from policies.price_table import set_price
 from store import Store

@@ -45,8 +45,8 @@ import docker.errors
 from typer.testing import CliRunner
 
 from cli.main import app
+from orchestrator.adapters.fault_server import FaultServer
 from orchestrator.exit_codes import ExitCode
-from orchestrator.fault_server import FaultServer
 from tests.conftest import SANDBOX_IMAGE
 from tests.e2e.test_killed_runs import (
     PHASES,

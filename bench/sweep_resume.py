@@ -33,10 +33,10 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from orchestrator.batch.scripted import example_scripts
-from orchestrator.fault_server import FaultServer
+from orchestrator.adapters.fault_server import FaultServer
+from orchestrator.composition.batch.scripted import example_scripts
 from store import Store
-from store import batches as bstore
+from store.write import batches as bstore
 from tests.batch.conftest import EXAMPLES, subset_task_file
 from tests.batch.test_batch_cli import _batch_ids, attempts
 from tests.processes import ESCROW, cli_env, run_escrow

@@ -29,8 +29,8 @@ from contextlib import closing
 from pathlib import Path
 
 from store import Recorder, Store
-from store import batches as bstore
-from store.tables import CHAINED_TABLES
+from store.schema.tables import CHAINED_TABLES
+from store.write import batches as bstore
 from tests.reports.test_batch_attribution import batch_run
 from tests.store.test_damage import code_of, invoke
 from tests.store.test_tamper import altered, record_finished_and_crashed

@@ -21,25 +21,25 @@ from cli.display.table import ABSENT, Column, figure, prose, render, terminal_wi
 from cli.logging_setup import configure_logging
 from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
 from cli.usage import choices
-from orchestrator.batch.driver import BatchPlan, find_batch, pending_tasks, run_batch, start_batch
-from orchestrator.batch.errors import TaskFileError
-from orchestrator.batch.pool import PoolOptions
-from orchestrator.batch.progress import BatchProgress
-from orchestrator.batch.ray_executor import require_shared_store, run_batch_on_ray
-from orchestrator.batch.report import BatchReport, batch_report
-from orchestrator.batch.runner import INFRASTRUCTURE_FAILURE, AttemptResult, Deadlines, task_settings
-from orchestrator.batch.tasks import load_task_file
+from orchestrator.adapters.model_client.reach import require_model, require_reachable
+from orchestrator.composition.batch.driver import BatchPlan, find_batch, pending_tasks, run_batch, start_batch
+from orchestrator.composition.batch.errors import TaskFileError
+from orchestrator.composition.batch.live_counts import BatchProgress
+from orchestrator.composition.batch.pool import PoolOptions
+from orchestrator.composition.batch.ray_executor import require_shared_store, run_batch_on_ray
+from orchestrator.composition.batch.report import BatchReport, batch_report
+from orchestrator.composition.batch.runner import INFRASTRUCTURE_FAILURE, AttemptResult, Deadlines, task_settings
+from orchestrator.composition.batch.tasks import load_task_file
+from orchestrator.composition.launch.compose import require_token_exact
 from orchestrator.costing.money import dollars
 from orchestrator.errors import ConfigError
 from orchestrator.exit_codes import ExitCode
-from orchestrator.launch.compose import require_token_exact
-from orchestrator.model_client.reach import require_model, require_reachable
 from orchestrator.settings import Settings, load_settings
 from orchestrator.terminal_text import one_line
 from store import Store
-from store import batches as bstore
-from store.batches import INFRASTRUCTURE, INTERRUPTED
-from store.liveness import crashed_runs
+from store.read.liveness import crashed_runs
+from store.write import batches as bstore
+from store.write.batches import INFRASTRUCTURE, INTERRUPTED
 
 VIEWS = ("status", "report")
 LISTED = 50  # batches `escrow batch list` shows, newest first
@@ -179,7 +179,7 @@ def batch(
         if not task_file.tasks:
             raise TaskFileError(f"{target}: no task to run: all {len(task_file.errors)} rows were skipped "
                                 "(above)", path=target)
-        from orchestrator.launch.compose import resolve_policy
+        from orchestrator.composition.launch.compose import resolve_policy
 
         for task in task_file.tasks:
             resolve_policy(task_settings(settings, task, settings.model_url))  # a bad one is a usage error

@@ -11,12 +11,12 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from orchestrator.adapters.model_client.engines import SCHEMA_STYLES, response_format
+from orchestrator.adapters.model_client.reach import require_model
 from orchestrator.contract import Message, ModelRequest, Sampling
 from orchestrator.envelope import Envelope, Status
 from orchestrator.errors import ConfigError
 from orchestrator.exit_codes import ExitCode
-from orchestrator.model_client.engines import SCHEMA_STYLES, response_format
-from orchestrator.model_client.reach import require_model
 from orchestrator.settings import load_settings
 
 _STYLE = {Status.COMPLETED: "green", Status.TRUNCATED: "yellow", Status.REFUSED: "magenta", Status.CANCELED: "cyan"}
@@ -133,7 +133,7 @@ def call(
     as_json: bool = typer.Option(False, "--json", help="Print the Envelope as JSON."),
 ) -> None:
     """Make one model call and print its Envelope. Exits 0 only when the status is COMPLETED."""
-    from orchestrator.model_client.client import ModelClient
+    from orchestrator.adapters.model_client.client import ModelClient
 
     if schema_style not in SCHEMA_STYLES:
         raise ConfigError(f"--schema-style must be json_schema or json_object, not {schema_style!r}")
@@ -184,7 +184,7 @@ def fault_server(
     """Serve a scripted OpenAI-compatible model with injected faults until Ctrl-C.
 
     The script format: docs/FAULT_SERVER.md."""
-    from orchestrator.fault_server import FaultServer, Script
+    from orchestrator.adapters.fault_server import FaultServer, Script
 
     if (script is None) == (fixes is None):
         raise ConfigError("give --script FILE or --fixes DIR (one of them)")
@@ -214,8 +214,8 @@ def fault_server(
 
 
 def _serve_fixes(root: Path, host: str, port: int, model: str, as_json: bool) -> None:
-    from orchestrator.batch.scripted import example_scripts
-    from orchestrator.fault_server import FaultServer
+    from orchestrator.adapters.fault_server import FaultServer
+    from orchestrator.composition.batch.scripted import example_scripts
 
     if not root.is_dir():
         raise ConfigError(f"--fixes {root} is not a directory", path=str(root))

@@ -22,9 +22,9 @@ from orchestrator.costing import NothingToReport
 from orchestrator.errors import ConfigError
 from orchestrator.rollout import SHAPES
 from store import Store
-from store.reports import FORMATS, ExportError, conversation, event_lines, is_verified_pass, run_ids
-from store.reports.atif_export import to_atif
-from store.reports.tokens import token_lines
+from store.read.reports import FORMATS, ExportError, conversation, event_lines, is_verified_pass, run_ids
+from store.read.reports.atif_export import to_atif
+from store.read.reports.tokens import token_lines
 
 
 @contextmanager
@@ -182,7 +182,7 @@ def export(
 def export_rollout(run: str | None, all_runs: bool, batch: str | None, shape: str, output: Path | None,
                    db: str | None, config: Path | None, teacher_model: str | None = None) -> None:
     from orchestrator.rollout import RolloutRefused
-    from store.reports.rollout_export import rollout_rows, write_parquet
+    from store.read.reports.rollout_export import rollout_rows, write_parquet
 
     if shape not in SHAPES:
         raise ConfigError(f"--shape takes one of {', '.join(SHAPES)}, not {shape!r}")
@@ -219,9 +219,9 @@ def export_rollout(run: str | None, all_runs: bool, batch: str | None, shape: st
 
 
 def batch_run_ids(store: Store, ref: str) -> list[str]:
-    from orchestrator.batch.driver import find_batch
-    from orchestrator.batch.errors import BatchNotFound
-    from store.batches import load_batch
+    from orchestrator.composition.batch.driver import find_batch
+    from orchestrator.composition.batch.errors import BatchNotFound
+    from store.write.batches import load_batch
 
     batch_id = find_batch(store, ref)
     view = load_batch(store, batch_id)
@@ -233,7 +233,7 @@ def batch_run_ids(store: Store, ref: str) -> list[str]:
 def export_otel(
     store: Store, ids: list[str], output: Path | None, endpoint: str | None, project: str, err: Console
 ) -> None:
-    from store.reports import otel_export
+    from store.read.reports import otel_export
 
     spans = otel_export.collect((store.trajectory(run_id) for run_id in ids), project)
     if endpoint:

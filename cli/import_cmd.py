@@ -18,7 +18,7 @@ from cli.usage import choices
 from orchestrator.errors import ConfigError
 from orchestrator.interop import FORMATS, ReadLimits, SourceError
 from orchestrator.terminal_text import printable
-from store.importer import ImportOutcome, import_files
+from store.write.importer import ImportOutcome, import_files
 
 MiB = 1024 * 1024
 

@@ -71,7 +71,7 @@ def parity(
     (each side's token in the other's top-k) or a real difference; also the
     tool calls that would be released, and the status. Exits 1 when any call
     differs for real (divergent or status changed), 0 otherwise."""
-    from orchestrator.model_client.client import ModelClient
+    from orchestrator.adapters.model_client.client import ModelClient
 
     with open_store(db, config) as store:
         trajectory = store.trajectory(run)

@@ -12,9 +12,9 @@ import typer
 from cli.display.progress import StepProgress
 from cli.display.table import prose, terminal_width
 from cli.store_options import CONFIG_HELP, DB_HELP
+from orchestrator.composition.launch.replay import ReplayMode, ReplayRequest, replay_run
 from orchestrator.errors import ConfigError
 from orchestrator.exit_codes import ExitCode
-from orchestrator.launch.replay import ReplayMode, ReplayRequest, replay_run
 from orchestrator.replay import ForkOverrides, ReplayReport
 from orchestrator.settings import load_settings
 from orchestrator.terminal_text import printable

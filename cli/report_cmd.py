@@ -36,7 +36,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.settings import load_settings
 from orchestrator.token_drift import TokenClass
 from policies.price_table import PriceTable, load_price_table
-from store.run_list import when
+from store.read.run_list import when
 
 if TYPE_CHECKING:
     from store import Store
@@ -194,7 +194,7 @@ def report(
         )
     now = time.time()
     since_ts, until_ts = parse_moment("--since", since, now), parse_moment("--until", until, now)
-    from orchestrator.launch.reports import report_run, report_runs
+    from orchestrator.composition.launch.reports import report_run, report_runs
 
     store, prices = load_context(db, config)
     with store:

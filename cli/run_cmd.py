@@ -19,15 +19,15 @@ from cli import run_options as ro
 from cli.display.live import LiveScreen, PlainScreen, RunDisplay
 from cli.display.whole import print_diff
 from cli.logging_setup import configure_logging
+from orchestrator.adapters.model_client.reach import require_model, require_reachable
 from orchestrator.agent import Verdict
 from orchestrator.canonical import bytes_fields
+from orchestrator.composition.launch import RunOutcome, RunRequest, run_agent
+from orchestrator.composition.launch.compose import wire
 from orchestrator.costing.money import dollars
 from orchestrator.envelope import Envelope
 from orchestrator.exit_codes import ExitCode
-from orchestrator.launch import RunOutcome, RunRequest, run_agent
-from orchestrator.launch.compose import wire
 from orchestrator.limits import Tally
-from orchestrator.model_client.reach import require_model, require_reachable
 from orchestrator.settings import load_settings
 from orchestrator.terminal_text import one_line, printable
 from sandbox.errors import ApplyRefused

@@ -1,6 +1,6 @@
 """``escrow runs``: list recorded runs. Kept apart from the other store
 commands so that listing a SQLite store imports neither SQLAlchemy nor the
-table models (``store.run_list``); any other store, and any case the light
+table models (``store.read.run_list``); any other store, and any case the light
 reader does not judge, goes through the full ``Store``."""
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
 from cli.usage import choices
 from orchestrator.errors import ConfigError
 from orchestrator.settings import load_settings
-from store.run_list import RunLine, RunQuery, read_run_lines, runs_json, sqlite_file, when
+from store.read.run_list import RunLine, RunQuery, read_run_lines, runs_json, sqlite_file, when
 
 if TYPE_CHECKING:
     from orchestrator.trajectory import RunSummary
     from store import Store
 
-STATUSES = ("running", "crashed", "finished")  # crashed: running, its lease lapsed (store.liveness)
-IMPORTED = "IMPORTED"  # store.importer.IMPORTED_VERDICT, named here so that listing runs loads no SQLAlchemy
+STATUSES = ("running", "crashed", "finished")  # crashed: running, its lease lapsed (store.read.liveness)
+IMPORTED = "IMPORTED"  # store.write.importer.IMPORTED_VERDICT, named here so that listing runs loads no SQLAlchemy
 
 
 def known_verdict(given: str) -> str:
@@ -135,9 +135,9 @@ def _listed_by_store(url: str, wanted: RunQuery, now: float, batch: str | None =
 
 def _batch_runs(store: Store, ref: str, wanted: RunQuery) -> list[RunSummary]:
     """The runs of every attempt of the batch ``ref``, newest first, filtered as ``wanted``."""
-    from orchestrator.batch.driver import find_batch
-    from orchestrator.batch.errors import BatchNotFound
-    from store.batches import load_batch
+    from orchestrator.composition.batch.driver import find_batch
+    from orchestrator.composition.batch.errors import BatchNotFound
+    from store.write.batches import load_batch
 
     batch_id = find_batch(store, ref)
     view = load_batch(store, batch_id)

@@ -18,11 +18,11 @@ from orchestrator.exit_codes import ExitCode
 from orchestrator.settings import load_settings
 from orchestrator.teacher_figures import Figures, call_figures, student_logprobs, total
 from store import Store
-from store.teacher_scores import CallScore
+from store.write.teacher_scores import CallScore
 
 if TYPE_CHECKING:
+    from orchestrator.adapters.model_client.teacher_scoring import TeacherClient
     from orchestrator.envelope import Envelope
-    from orchestrator.model_client.teacher_scoring import TeacherClient
 
 COLUMNS = (
     Column("run", "run", "text", rank=0),
@@ -205,7 +205,7 @@ def score(
     Calls already scored by this teacher and K are not asked again. Exits 1
     when a call could not be scored."""
     del resume  # scoring only what is missing is how the command always works
-    from orchestrator.model_client.teacher_scoring import checked_teacher
+    from orchestrator.adapters.model_client.teacher_scoring import checked_teacher
 
     # Writable, but never created: scores belong to runs already recorded.
     with Store.open(load_settings(config, db_url=db).store_url, create=False) as store:

@@ -19,9 +19,9 @@ from orchestrator.errors import ConfigError
 from orchestrator.settings import load_settings
 from orchestrator.terminal_text import printable
 from store import ChainBroken, Store
-from store.batches import attempt_of_run
-from store.render import check_line
-from store.run_list import when
+from store.check.verify_lines import check_line
+from store.read.run_list import when
+from store.write.batches import attempt_of_run
 
 
 def open_store(db: str | None, config: Path | None, *, readonly: bool = True) -> Store:
@@ -105,9 +105,9 @@ def gc(
     """Delete whole runs older than a span, the blobs no other run uses, and
     the kept batch workspaces no run records. Each deletion of a run is
     recorded in the deletions table."""
-    from orchestrator.launch.compose import kept_workspaces
+    from orchestrator.composition.launch.compose import kept_workspaces
     from sandbox.kept import sweep
-    from store.retention import collect, recorded_repos
+    from store.write.retention import collect, recorded_repos
 
     try:
         before = parse_since(older_than, time.time())

@@ -17,7 +17,7 @@ from orchestrator.terminal_text import printable
 from orchestrator.token_drift import CallCheck, RunTokens, TokenClass, answered_calls
 
 if TYPE_CHECKING:
-    from orchestrator.model_client.token_exact import Rebuilt
+    from orchestrator.adapters.model_client.token_exact import Rebuilt
 
 COLUMNS = (
     Column("n", "#", rank=0),
@@ -112,8 +112,8 @@ def tokens(
         if model_url is None:
             report = store.run_tokens(run_id)
         else:
-            from orchestrator.model_client.token_endpoints import EngineTokens
-            from orchestrator.model_client.token_exact import rebuild_prompts
+            from orchestrator.adapters.model_client.token_endpoints import EngineTokens
+            from orchestrator.adapters.model_client.token_exact import rebuild_prompts
 
             with EngineTokens(model_url) as engine:
                 engine.detokenize([])  # a server that cannot decode is an error now, not text missing later

@@ -1,5 +1,5 @@
 """``escrow verify-patch RUN``: a recorded run's patch judged again under
-today's rules (``orchestrator.launch.verify_patch``)."""
+today's rules (``orchestrator.composition.launch.verify_patch``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import typer
 
 from cli.display.table import ABSENT, Column, render, terminal_width, wrapped
 from cli.store_options import CONFIG_HELP, DB_HELP
+from orchestrator.composition.launch.verify_patch import PatchVerification, verify_patch
 from orchestrator.exit_codes import ExitCode
-from orchestrator.launch.verify_patch import PatchVerification, verify_patch
 from orchestrator.settings import load_settings
 from orchestrator.terminal_text import printable
 

@@ -36,7 +36,7 @@ def view(
     with store:
         if export is not None:
             from cli.display.progress import StepProgress
-            from cli.view.export import export_bundle
+            from cli.view.static_bundle import export_bundle
 
             shown = StepProgress("pages written")
             try:

@@ -1,6 +1,6 @@
 """The response side of the contract: one Envelope per call, whatever happened.
 
-The Status taxonomy is closed. ``orchestrator.model_client.normalize`` holds the single
+The Status taxonomy is closed. ``orchestrator.adapters.model_client.normalize`` holds the single
 table that maps raw outcomes (finish reasons, HTTP codes, transport errors,
 monitor trips) onto it.
 """
@@ -115,7 +115,7 @@ class TokenDelta(Frozen):
     """How the store keeps a prompt's ids: the first ``keep`` ids of the
     run's previous recorded prompt ids, then ``ids``. A prompt is mostly the
     last prompt, so a run's stored ids grow with what each turn adds, not
-    with the whole history again (``store/token_ids.py`` writes and expands it)."""
+    with the whole history again (``store/write/token_ids.py`` writes and expands it)."""
 
     keep: int = Field(ge=0)
     ids: tuple[int, ...]

@@ -19,12 +19,12 @@ The one tree (exit code in brackets)::
     ├── BudgetExhausted [2]          a run limit was reached (ends a run as a verdict, not an exit)
     ├── QuarantinedPayloadError [2]  orchestrator/escrow.py: a non-COMPLETED envelope asked to leave
     ├── IllegalTransition [2]        orchestrator/candidate.py: a move the escrow's states forbid
-    ├── SSEError [2]                 orchestrator/model_client/sse.py: a byte stream that is not SSE
-    ├── FaultServerError [2]         orchestrator/fault_server: the test server did not start or stop
+    ├── SSEError [2]                 orchestrator/adapters/model_client/sse.py: a byte stream that is not SSE
+    ├── FaultServerError [2]         orchestrator/adapters/fault_server: the test server did not start or stop
     ├── LoopAbort [2]                ends Agent.run itself (a replay's divergence)
     ├── ReportError [8]              a report or export cannot be produced
     │   ├── NothingToReport [8]
-    │   ├── ExportError [8]          store/reports/export.py
+    │   ├── ExportError [8]          store/read/reports/export.py
     │   └── RolloutRefused [8]       orchestrator/rollout.py: no exact ids for a training sequence
     ├── ReplayError [2]              orchestrator/replay/errors.py: an unusable recording
     │   ├── RecordingUnusable, ChainRefused, WorkspaceGone, WorkspaceChanged [2]
@@ -43,18 +43,19 @@ The one tree (exit code in brackets)::
     │   │   └── BatchAttributionMismatch [4]  batch tables that disagree with a run's chain
     │   ├── SchemaTooNew, SchemaTooOld [5]
     │   ├── RunNotFound [6], RecordingError [7]
-    │   │   └── UnknownBatch [6]     cli/view/batches.py: no batch with that id (a 404 page)
-    │   ├── StoreLost [3]            orchestrator/batch/errors.py: the store went away during a batch
+    │   │   └── UnknownBatch [6]     cli/view/batch_pages.py: no batch with that id (a 404 page)
+    │   ├── StoreLost [3]            orchestrator/composition/batch/errors.py: the store went away during a batch
     │   └── ChainBroken [1], BlobMissing [1]
     ├── SandboxError [71]            sandbox/errors.py
     │   ├── DaemonUnavailable [69], ImageMissing [67], RuntimeMissing [68], ImageBuildError [70]
-    │   ├── SandboxStartTimeout [71] orchestrator/batch/start_deadline.py: past --start-timeout
+    │   ├── SandboxStartTimeout [71] orchestrator/composition/batch/start_deadline.py: past --start-timeout
     │   ├── ExecError [71]: ExecutorBroken [71] (the sandbox's executor died or broke its protocol)
     │   ├── InfraFailure [71]        a failed step whose canary on the starting copy failed too
     │   └── WorkspaceError [71]: ExportRefused, GitTimeout [71], ApplyRefused [77]
     │       └── WorkspaceFault [71]  (an ExportRefused) the step failed on this workspace alone
-    ├── TaskFileError, TaskRowError, RepoError, RayUnavailable [2], BatchNotFound [6]   orchestrator/batch/errors.py
-    └── BatchInterrupted [130]       orchestrator/batch/errors.py: Ctrl-C stopped a batch
+    ├── TaskFileError, TaskRowError, RepoError, RayUnavailable [2], BatchNotFound [6]
+    │                                orchestrator/composition/batch/errors.py
+    └── BatchInterrupted [130]       orchestrator/composition/batch/errors.py: Ctrl-C stopped a batch
 
 Model-call failures are *not* exceptions: the client turns every outcome into an
 Envelope with a Status, so that the loop routes on data rather than on ``except``.

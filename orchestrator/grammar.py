@@ -8,7 +8,7 @@ argument schema (or, asked for, one anchored search/replace edit), then the
 end of the turn.
 It is written in GBNF, which llama.cpp and llama-cpp-python read as is and
 XGrammar (vLLM's and SGLang's default grammar backend) reads as its EBNF;
-how each engine is sent it is ``orchestrator.model_client.engines``' concern.
+how each engine is sent it is ``orchestrator.adapters.model_client.engines``' concern.
 
 A schema feature the grammar cannot express (a pattern, a length, a bound
 over a wide range, a combinator other than anyOf/oneOf, nesting past

@@ -1,6 +1,6 @@
 """An imported run's run-level figures as its import event records them:
 the names, and reading them back. Standard library alone, so that the light
-runs listing (``store.run_list``) reads them without importing the parsers."""
+runs listing (``store.read.run_list``) reads them without importing the parsers."""
 
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ class RunView(Frozen):
     chain_seq: int
     chain_head: str
     last_alive_at: float | None = None
-    """Set when the run reads ``crashed``: its owner's last heartbeat (``store.liveness``)."""
+    """Set when the run reads ``crashed``: its owner's last heartbeat (``store.read.liveness``)."""
 
     @property
     def config(self) -> dict[str, Any]:

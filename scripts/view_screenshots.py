@@ -20,9 +20,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the recording helpers live with the tests
 
-from orchestrator.fault_server import FaultServer  # noqa: E402
-from store import Recorder, Store, synthetic  # noqa: E402
-from store import batches as bstore  # noqa: E402
+from orchestrator.adapters.fault_server import FaultServer  # noqa: E402
+from store import Recorder, Store  # noqa: E402
+from store.write import batches as bstore  # noqa: E402
+from store.write import synthetic  # noqa: E402
 from tests.replay.recording import fixing_steps, record_memory_run  # noqa: E402
 from tests.view.conftest import serving  # noqa: E402
 from tests.view.recorded import record_denial_run, record_fork, record_patch  # noqa: E402

@@ -3,7 +3,7 @@ PostgreSQL), a per-run hash chain, and frozen read views. The schema is a
 public interface, documented in docs/SCHEMA.md.
 
 The public names are imported on first use (PEP 562), so that importing a
-light module of the package (``store.run_list``, for ``escrow runs``) does
+light module of the package (``store.read.run_list``, for ``escrow runs``) does
 not load SQLAlchemy and the table models."""
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ if TYPE_CHECKING:
         StoreError,
         StoreNotFound,
     )
-    from store.journal import RunJournal
-    from store.recorder import Recorder, TurnWriter
-    from store.schema_version import LATEST as SCHEMA_VERSION
+    from store.schema.version import LATEST as SCHEMA_VERSION
     from store.store import Store
+    from store.write.journal import RunJournal
+    from store.write.recorder import Recorder, TurnWriter
 
 _HOMES: dict[str, tuple[str, str]] = {
     **{name: ("orchestrator.trajectory", name) for name in (
@@ -51,10 +51,10 @@ _HOMES: dict[str, tuple[str, str]] = {
         "ChainBroken", "NotAStore", "RecordingError", "RunNotFound", "SchemaTooNew", "SchemaTooOld", "StoreError",
         "StoreNotFound")},
     "ChainCheck": ("store.chain", "ChainCheck"),
-    "RunJournal": ("store.journal", "RunJournal"),
-    "Recorder": ("store.recorder", "Recorder"),
-    "TurnWriter": ("store.recorder", "TurnWriter"),
-    "SCHEMA_VERSION": ("store.schema_version", "LATEST"),
+    "RunJournal": ("store.write.journal", "RunJournal"),
+    "Recorder": ("store.write.recorder", "Recorder"),
+    "TurnWriter": ("store.write.recorder", "TurnWriter"),
+    "SCHEMA_VERSION": ("store.schema.version", "LATEST"),
     "Store": ("store.store", "Store"),
 }
 

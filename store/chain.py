@@ -31,7 +31,7 @@ VERDICT_EVENT = "verdict"
 
 # Columns copied from another chained row for reports (schema 7): not hashed,
 # so rows written before the copy existed keep their links; verify checks
-# each copy against the row it was copied from instead (store.model_column).
+# each copy against the row it was copied from instead (store.write.model_column).
 COPIES: dict[str, frozenset[str]] = {
     "model_responses": frozenset({"gen_ai.request.model"}),
     "call_attempts": frozenset({"gen_ai.request.model"}),

@@ -27,19 +27,8 @@ from orchestrator.trajectory import (
     Trajectory,
     TurnView,
 )
-from store import (
-    browse,
-    migrations,
-    reader,
-    request_texts,
-    teacher_scores,
-    token_check,
-    totals_check,
-    turn_browse,
-    verify,
-)
-from store.browse import ChainPosition, Facets
 from store.chain import ChainCheck
+from store.check import token_check, totals_check, verify
 from store.engine import ensure_parent, make_engine, parse_url, probe_file, sqlite_path, use_wal
 from store.errors import (
     NotAStore,
@@ -51,9 +40,13 @@ from store.errors import (
     StoreDamaged,
     StoreError,
 )
-from store.journal import JournaledRecorder
-from store.teacher_scores import CallScore
-from store.turn_browse import TurnIndexEntry, TurnSlice
+from store.read import browse, reader, request_texts, turn_browse
+from store.read.browse import ChainPosition, Facets
+from store.read.turn_browse import TurnIndexEntry, TurnSlice
+from store.schema import migrations
+from store.write import teacher_scores
+from store.write.journal import JournaledRecorder
+from store.write.teacher_scores import CallScore
 
 T = TypeVar("T")
 
@@ -135,7 +128,7 @@ class Store:
     def runs(self, *, status: str | None = None, verdict: str | None = None, model: str | None = None,
              since: float | None = None, until: float | None = None, limit: int = 50,
              now: float | None = None) -> list[RunSummary]:
-        """Newest first; a run whose owner is gone reads ``crashed`` as of ``now`` (``store.liveness``)."""
+        """Newest first; a run whose owner is gone reads ``crashed`` as of ``now`` (``store.read.liveness``)."""
         with self.read() as conn:
             return reader.list_runs(
                 conn, status=status, verdict=verdict, model=model, since=since, until=until, limit=limit, now=now

@@ -1,5 +1,5 @@
 """The escaped form of text cells (see ``store.text_escape``), as plain
-functions: no SQLAlchemy, so the light runs reader (``store.run_list``)
+functions: no SQLAlchemy, so the light runs reader (``store.read.run_list``)
 reads cells the way the full store does."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import os
 import httpx
 import pytest
 
-from orchestrator.fault_server import FaultServer
+from orchestrator.adapters.fault_server import FaultServer
 from orchestrator.settings import DEFAULT_SANDBOX_IMAGE
 from tests.processes import HARNESS_VARIABLES
 

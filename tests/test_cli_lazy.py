@@ -111,4 +111,5 @@ def test_a_report_or_listing_help_or_usage_error_loads_no_store_and_no_launch(ar
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
     exit_code, loaded = out.stdout.splitlines()[-1].split(" ", 1)
     assert int(exit_code) == code
-    assert not {"sqlalchemy", "sqlmodel", "orchestrator.launch", "docker", "httpx"} & set(json.loads(loaded))
+    heavy = {"sqlalchemy", "sqlmodel", "orchestrator.composition.launch", "docker", "httpx"}
+    assert not heavy & set(json.loads(loaded))

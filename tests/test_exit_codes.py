@@ -21,7 +21,7 @@ def _all_error_classes() -> list[type[EscrowError]]:
     for package in ("orchestrator", "store", "sandbox", "policies", "cli"):
         root = importlib.import_module(package)
         for info in pkgutil.walk_packages(root.__path__, package + "."):
-            if info.name not in SCRIPTS and not info.name.startswith("orchestrator.fault_server.__main__"):
+            if info.name not in SCRIPTS and not info.name.startswith("orchestrator.adapters.fault_server.__main__"):
                 importlib.import_module(info.name)
     found, todo = [], [EscrowError]
     while todo:

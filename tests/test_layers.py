@@ -12,12 +12,11 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# orchestrator's packages that are not core, by layer (docs/ARCHITECTURE.md).
+# orchestrator's packages that are not core, by layer (docs/ARCHITECTURE.md),
+# and the packages each may hold: a module of either is named for its layer.
 NOT_CORE = {
-    "orchestrator.model_client": "adapter (HTTP)",
-    "orchestrator.fault_server": "adapter (our test model server)",
-    "orchestrator.launch": "composition",
-    "orchestrator.batch": "composition",
+    "orchestrator.adapters": {"model_client", "fault_server"},
+    "orchestrator.composition": {"launch", "batch"},
 }
 
 
@@ -62,3 +61,44 @@ def test_every_orchestrator_module_has_a_layer():
     unplaced = sorted(orchestrator_modules() - core - set(NOT_CORE))
     assert unplaced == [], f"modules in no layer (add to the core lists, or to NOT_CORE with its layer): {unplaced}"
     assert not (core & set(NOT_CORE))
+
+
+def test_the_adapter_and_composition_packages_hold_only_their_named_packages():
+    for package, members in NOT_CORE.items():
+        folder = ROOT / package.replace(".", "/")
+        found = {p.name for p in folder.iterdir() if (p / "__init__.py").exists()}
+        loose = {p.name for p in folder.glob("*.py") if p.name != "__init__.py"}
+        assert found == members and not loose, f"{package}: {sorted(found | loose)}"
+        docstring = (folder / "__init__.py").read_text()
+        assert all(f"``{m}``" in docstring for m in members), f"{package}'s docstring names its packages"
+
+
+def test_the_core_may_import_neither_layer_package_whole():
+    config = configparser.ConfigParser()
+    config.read(ROOT / ".importlinter")
+    forbidden = set(config["importlinter:contract:core-is-pure"]["forbidden_modules"].split())
+    assert set(NOT_CORE) <= forbidden
+
+
+def test_store_is_grouped_by_job():
+    """store/'s modules sit in schema/, write/, read/ or check/, but for the
+    few every job shares (docs/ARCHITECTURE.md)."""
+    shared = {"__init__", "store", "engine", "errors", "chain", "transactions", "text_codec", "text_escape"}
+    top = {p.stem for p in (ROOT / "store").glob("*.py")}
+    assert top == shared, f"store/ modules outside schema/, write/, read/, check/: {sorted(top - shared)}"
+    jobs = {p.name for p in (ROOT / "store").iterdir() if (p / "__init__.py").exists()}
+    assert jobs == {"schema", "write", "read", "check"}
+
+
+# Basenames that several modules may share, each with one meaning wherever it
+# appears: a package's errors, its Protocols (ports) and its web app.
+SHARED_BASENAMES = {"__init__.py", "errors.py", "ports.py", "app.py"}
+
+
+def test_one_basename_per_meaning():
+    names: dict[str, list[str]] = {}
+    for top in ("orchestrator", "sandbox", "store", "policies", "cli", "bench", "scripts"):
+        for path in (ROOT / top).rglob("*.py"):
+            names.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    repeated = {n: paths for n, paths in names.items() if len(paths) > 1 and n not in SHARED_BASENAMES}
+    assert repeated == {}, repeated

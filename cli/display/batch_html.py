@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from html import escape
 
-from orchestrator.batch.report import BatchReport
+from orchestrator.composition.batch.report import BatchReport
 from orchestrator.costing.money import dollars
 
 STYLE = """

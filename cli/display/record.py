@@ -22,8 +22,8 @@ from orchestrator.terminal_text import one_line, printable
 from orchestrator.token_drift import check_trajectory
 from orchestrator.trajectory import CallView, EventView, ResponseView, Trajectory, TurnRecord
 from store.chain import GENESIS_EVENT
-from store.liveness import CRASHED, RUNNING
-from store.run_list import when
+from store.read.liveness import CRASHED, RUNNING
+from store.read.run_list import when
 
 TASK_LINES = 6  # of the task, unless full
 EVENT_LINES = 12  # of an event's data, unless full

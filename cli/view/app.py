@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
-from cli.view.render import Links
+from cli.view.jinja_pages import Links
 from cli.view.site import Site, parse_filter
 from store import RunNotFound, Store, StoreError
 

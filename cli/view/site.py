@@ -9,16 +9,16 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from urllib.parse import urlencode
 
-from cli.view import batches
+from cli.view import batch_pages
 from cli.view.compare import Comparison, align, first_divergent_turn, request_pairs, with_requests
+from cli.view.jinja_pages import Links, Renderer, marked, text_block
 from cli.view.pages import matching, run_shown
-from cli.view.render import Links, Renderer, marked, text_block
 from cli.view.shown import RunShown
 from orchestrator.trajectory import Trajectory
 from store import ChainCheck, Store
-from store import batches as bstore
-from store.browse import SORT_KEYS, RunFilter
-from store.turn_browse import TurnIndexEntry
+from store.read.browse import SORT_KEYS, RunFilter
+from store.read.turn_browse import TurnIndexEntry
+from store.write import batches as bstore
 
 FILTER_KEYS = (
     "verdict",
@@ -233,11 +233,11 @@ class Site:
         return self.render.page("compare.html", cmp=comparison, checks=checks)
 
     def batches_page(self, page: int = 1, ids: list[str] | None = None) -> str:
-        reports, pages = batches.listed(self.store, page, ids)
+        reports, pages = batch_pages.listed(self.store, page, ids)
         return self.render.page("batches.html", reports=reports, page=page, pages=pages)
 
     def batch_page(self, ref: str) -> str:
-        return self.render.page("batch.html", b=batches.batch_shown(self.store, ref), run_link=self.run_link)
+        return self.render.page("batch.html", b=batch_pages.batch_shown(self.store, ref), run_link=self.run_link)
 
     def aligned(self, left: Trajectory, right: Trajectory) -> Comparison:
         """The two runs aligned. Only the first divergent turn's requests are

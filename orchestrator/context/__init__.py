@@ -1,7 +1,7 @@
 """Context assembly: segmented, prefix-stable prompts inside the S <= S_max - K_max budget.
 
 Pure: counting with the model server's own tokenizer needs HTTP, so that
-counter lives with the model client (``orchestrator.model_client.server_tokenizer``)
+counter lives with the model client (``orchestrator.adapters.model_client.server_tokenizer``)
 and is handed in as a ``TokenCounter``.
 """
 

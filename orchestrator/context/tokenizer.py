@@ -67,7 +67,7 @@ class FunctionCounter:
 
 def resolve_counter(spec: str) -> TokenCounter:
     """An offline counter from its spec: ``cl100k_base`` or ``tiktoken:<encoding>``.
-    The server's tokenizer is resolved by ``orchestrator.model_client.server_tokenizer.counter_for``."""
+    The server's tokenizer is resolved by ``orchestrator.adapters.model_client.server_tokenizer.counter_for``."""
     name = spec.removeprefix("tiktoken:")
     if name in OFFLINE_ENCODINGS:
         return TiktokenCounter(name)

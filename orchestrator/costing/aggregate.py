@@ -20,7 +20,7 @@ from orchestrator.costing.figures import (
     percentile_of_counts,
     ratio,
 )
-from orchestrator.costing.trajectory import unpriced_warnings
+from orchestrator.costing.run_cost import unpriced_warnings
 from policies.pricing import CostBreakdown, Price, cost_parts
 
 

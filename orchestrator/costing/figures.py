@@ -29,7 +29,7 @@ class RunSlice(NamedTuple):
     A typed tuple, not a validated model: a fleet report builds one per
     (run, model), tens of thousands, and validating each took a third of the
     report's time. The store checks every cell's type as it reads it
-    (``store.cells``), which is where a damaged value is named."""
+    (``store.check.cells``), which is where a damaged value is named."""
 
     run_id: str
     created_at: float

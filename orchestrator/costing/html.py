@@ -12,9 +12,9 @@ from typing import Any
 
 from orchestrator.costing.aggregate import AggregateReport
 from orchestrator.costing.money import dollars
+from orchestrator.costing.run_cost import RunCost
 from orchestrator.costing.svg import Series, bar_chart
 from orchestrator.costing.tabular import aggregate_rows, comparison_lines, line_rows
-from orchestrator.costing.trajectory import RunCost
 
 CACHED, PREFILLED, OUTPUT, COST, CUMULATIVE = "#4c9a6a", "#d9822b", "#3b6fb6", "#8e5bb5", "#c0392b"
 UNSPLIT = "#9a9a9a"  # a prompt whose cached share no server reported

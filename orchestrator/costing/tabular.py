@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from orchestrator.costing.aggregate import AggregateReport, GroupStats
-from orchestrator.costing.trajectory import CacheComparison, CostLine, RunCost
+from orchestrator.costing.run_cost import CacheComparison, CostLine, RunCost
 
 
 def usd(value: float) -> float:

@@ -9,7 +9,6 @@ from orchestrator.interop.errors import (
     UnsupportedVersion,
 )
 from orchestrator.interop.formats import detect, read_folder, read_trajectories
-from orchestrator.interop.limits import ReadLimits
 from orchestrator.interop.records import (
     FORMATS,
     SourceCall,
@@ -18,6 +17,7 @@ from orchestrator.interop.records import (
     SourceTrajectory,
     SourceUsage,
 )
+from orchestrator.interop.safe_read import ReadLimits
 
 __all__ = [
     "FORMATS",

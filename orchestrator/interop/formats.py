@@ -8,8 +8,8 @@ from typing import Any, Protocol
 
 from orchestrator.interop import atif, inspect_eval, mini_swe_agent, openhands, openhands_v1, swe_agent
 from orchestrator.interop.errors import FormatMismatch
-from orchestrator.interop.limits import ReadLimits, parse_json
 from orchestrator.interop.records import FORMATS, SourceTrajectory
+from orchestrator.interop.safe_read import ReadLimits, parse_json
 
 
 class JsonFormat(Protocol):

@@ -19,7 +19,6 @@ from typing import Any
 from orchestrator.contract import Message, ToolCall
 from orchestrator.interop.content import arguments_text, count, epoch_seconds, money, obj, text_of
 from orchestrator.interop.errors import FormatMismatch, UnreadableSource, UnsupportedVersion
-from orchestrator.interop.limits import ReadLimits, SafeZip
 from orchestrator.interop.records import (
     SourceMessage,
     SourceObservation,
@@ -28,6 +27,7 @@ from orchestrator.interop.records import (
     call_message,
     plain,
 )
+from orchestrator.interop.safe_read import ReadLimits, SafeZip
 
 FORMAT = "inspect"
 VERSIONS = (1, 2, 3)

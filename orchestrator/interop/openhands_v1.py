@@ -23,7 +23,6 @@ from typing import Any
 from orchestrator.contract import ToolCall
 from orchestrator.interop.content import arguments_text, count, epoch_seconds, money, need, obj, text_of
 from orchestrator.interop.errors import UnreadableSource
-from orchestrator.interop.limits import parse_json
 from orchestrator.interop.records import (
     SourceCall,
     SourceMessage,
@@ -32,6 +31,7 @@ from orchestrator.interop.records import (
     SourceUsage,
     plain,
 )
+from orchestrator.interop.safe_read import parse_json
 
 FORMAT = "openhands"
 VERSION = "v1-event-folder"

@@ -8,12 +8,12 @@ no docker client.
 from orchestrator.replay.digest import trajectory_digest
 from orchestrator.replay.divergence import compare, differing_paths, readable_diff
 from orchestrator.replay.errors import ChainRefused, Divergence, RecordingUnusable, ReplayError
+from orchestrator.replay.findings import DivergenceView, ReplayReport
 from orchestrator.replay.recorded import ForkPoint, RecordedRun, RecordedTool, RecordedTurn, from_trajectory
 from orchestrator.replay.replay_journal import NullJournal, ReplayJournal
 from orchestrator.replay.replay_model import Cursor, ReplayModel, TurnCheck
 from orchestrator.replay.replay_tools import ReplayTools, ToolDrift
 from orchestrator.replay.replayer import ForkOverrides, Loaded, Replayer
-from orchestrator.replay.report import DivergenceView, ReplayReport
 
 __all__ = [
     "ChainRefused", "Cursor", "Divergence", "DivergenceView", "ForkOverrides", "ForkPoint", "Loaded", "NullJournal",

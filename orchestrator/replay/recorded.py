@@ -87,7 +87,7 @@ class RecordedRun(Frozen):
 
 
 def _outcome(row: ToolExecutionView) -> ToolOutcome:
-    """The typed outcome a recorded row holds (store.journal's ``recorded_detail``
+    """The typed outcome a recorded row holds (store.write.journal's ``recorded_detail``
     wrote its detail); a stream is its stored text, already rendered."""
     detail: dict[str, Any] = json.loads(row.detail_json) if row.detail_json else {}
     typed = {key: detail.pop(key) for key in _TYPED if key in detail}

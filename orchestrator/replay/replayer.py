@@ -24,11 +24,11 @@ from orchestrator.ports import Journal, Model, Tools
 from orchestrator.replay.digest import trajectory_digest
 from orchestrator.replay.divergence import compare
 from orchestrator.replay.errors import ChainRefused, ReplayError
+from orchestrator.replay.findings import DivergenceView, Mode, ReplayReport
 from orchestrator.replay.ports import Liveness, RecordingStore, ReplayRecorder
 from orchestrator.replay.recorded import ForkPoint, RecordedRun, from_trajectory
 from orchestrator.replay.replay_journal import NullJournal
 from orchestrator.replay.replay_tools import ToolDrift
-from orchestrator.replay.report import DivergenceView, Mode, ReplayReport
 from orchestrator.replay.session import Drive, ending_divergence, recording_died, replay_counter, tolerated_end
 
 ToolsFor = Callable[[str], AbstractContextManager[Tools]]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.fault_server import Fault, FaultServer
+from orchestrator.adapters.fault_server import Fault, FaultServer
 from tests.batch.conftest import subset_task_file
 from tests.batch.test_batch_cli import wait_for
 from tests.processes import ESCROW, cli_env

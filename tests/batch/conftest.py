@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.batch.scripted import example_scripts
+from orchestrator.composition.batch.scripted import example_scripts
 from orchestrator.settings import load_settings
 from tests.batch.pg_server import PostgresServer
 from tests.batch.ray_cluster import RayCluster

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.batch.tasks import load_task_file
-from store import Store, liveness
-from store import batches as bstore
+from orchestrator.composition.batch.tasks import load_task_file
+from store import Store
+from store.read import liveness
+from store.write import batches as bstore
 from tests.batch.conftest import EXAMPLES
 from tests.processes import run_escrow, start_escrow
 

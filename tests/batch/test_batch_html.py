@@ -11,8 +11,9 @@ from html.parser import HTMLParser
 from typer.testing import CliRunner
 
 from cli.main import app
-from store import Recorder, Store, synthetic
-from store import batches as bstore
+from store import Recorder, Store
+from store.write import batches as bstore
+from store.write import synthetic
 
 HOSTILE = ['<script>window.pwned=1</script>', '"><img src=x onerror="window.pwned=2">', "a&b</td></tr><tr><td>x"]
 

@@ -14,12 +14,12 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from orchestrator.batch.progress import BatchProgress
-from orchestrator.batch.runner import TASK_ERROR, AttemptResult
+from orchestrator.composition.batch.live_counts import BatchProgress
+from orchestrator.composition.batch.runner import TASK_ERROR, AttemptResult
 from orchestrator.exit_codes import ExitCode
 from store import Store
-from store import batches as bstore
-from store.batches import MODEL
+from store.write import batches as bstore
+from store.write.batches import MODEL
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import pytest
 
 from sandbox.hardening import LABEL_RUN
 from store import Store
-from store import batches as bstore
+from store.write import batches as bstore
 from tests.batch.conftest import subset_task_file
 from tests.batch.test_batch_cli import _batch_ids, attempts, wait_for
 from tests.processes import ESCROW

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from orchestrator.batch.tasks import load_task_file
+from orchestrator.composition.batch.tasks import load_task_file
 from tests.batch.conftest import EXAMPLES
 from tests.processes import ESCROW
 

@@ -10,8 +10,10 @@ import time
 from typer.testing import CliRunner
 
 from cli.main import app
-from store import Recorder, Store, liveness, synthetic
-from store import batches as bstore
+from store import Recorder, Store
+from store.read import liveness
+from store.write import batches as bstore
+from store.write import synthetic
 from tests.store.test_postgres import postgres_url  # noqa: F401  (fixture)
 
 

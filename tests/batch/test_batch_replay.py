@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.batch.driver import BatchPlan, run_batch, start_batch
-from orchestrator.batch.pool import PoolOptions
-from orchestrator.batch.tasks import load_task_file
+from orchestrator.composition.batch.driver import BatchPlan, run_batch, start_batch
+from orchestrator.composition.batch.pool import PoolOptions
+from orchestrator.composition.batch.tasks import load_task_file
+from orchestrator.composition.launch.compose import kept_workspaces
 from orchestrator.exit_codes import ExitCode
-from orchestrator.launch.compose import kept_workspaces
 from sandbox.kept import tree_digest
 from store import Store
 from tests.batch.conftest import EXAMPLES

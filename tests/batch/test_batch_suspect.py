@@ -10,11 +10,11 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from orchestrator.batch.driver import BatchPlan, run_batch, start_batch
-from orchestrator.batch.pool import PoolOptions
-from orchestrator.batch.progress import BatchProgress
-from orchestrator.batch.tasks import load_task_file
-from orchestrator.fault_server import Reply, ScriptedToolCall
+from orchestrator.adapters.fault_server import Reply, ScriptedToolCall
+from orchestrator.composition.batch.driver import BatchPlan, run_batch, start_batch
+from orchestrator.composition.batch.live_counts import BatchProgress
+from orchestrator.composition.batch.pool import PoolOptions
+from orchestrator.composition.batch.tasks import load_task_file
 from store import Store
 from tests.batch.conftest import EXAMPLES
 

@@ -1,4 +1,4 @@
-"""Model calls held to a replica's slot count (orchestrator/batch/call_slots.py),
+"""Model calls held to a replica's slot count (orchestrator/composition/batch/call_slots.py),
 against the real fault server on loopback: a call waits for a free slot
 before it is sent, so its deadline (T_max) starts when the server can take it,
 not while it queues behind other runs' calls."""
@@ -9,13 +9,13 @@ import threading
 
 import pytest
 
-from orchestrator.batch.call_slots import CallSlots, engine_slots
+from orchestrator.adapters.fault_server import Reply
+from orchestrator.adapters.model_client.client import ModelClient
+from orchestrator.adapters.model_client.provenance import EngineInfo
+from orchestrator.composition.batch.call_slots import CallSlots, engine_slots
 from orchestrator.context.tokenizer import TiktokenCounter
 from orchestrator.contract import Message, ModelRequest
 from orchestrator.envelope import Status
-from orchestrator.fault_server import Reply
-from orchestrator.model_client.client import ModelClient
-from orchestrator.model_client.provenance import EngineInfo
 from orchestrator.ports import Model
 
 REPLICA = "replica-a"

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from store import Recorder, Store
-from store import batches as bstore
+from store.write import batches as bstore
 
 
 def test_no_costliest_tasks_when_all_cost_nothing(tmp_path: Path) -> None:

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.batch.driver import BatchPlan, run_batch, start_batch
-from orchestrator.batch.pool import PoolOptions
-from orchestrator.batch.report import batch_report
-from orchestrator.batch.runner import INFRASTRUCTURE_FAILURE
-from orchestrator.batch.tasks import load_task_file
+from orchestrator.composition.batch.driver import BatchPlan, run_batch, start_batch
+from orchestrator.composition.batch.pool import PoolOptions
+from orchestrator.composition.batch.report import batch_report
+from orchestrator.composition.batch.runner import INFRASTRUCTURE_FAILURE
+from orchestrator.composition.batch.tasks import load_task_file
 from store import Store
-from store import batches as bstore
+from store.write import batches as bstore
 from tests.batch.conftest import EXAMPLES
 from tests.batch.docker_proxy import FlakyDockerProxy
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.batch.placement import NoReplica, ReplicaPool
-from orchestrator.batch.progress import BatchProgress
-from orchestrator.batch.runner import AttemptResult
+from orchestrator.composition.batch.live_counts import BatchProgress
+from orchestrator.composition.batch.placement import NoReplica, ReplicaPool
+from orchestrator.composition.batch.runner import AttemptResult
 
 
 def test_least_loaded_then_order_given():

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.batch.driver import BatchPlan, run_batch, start_batch
-from orchestrator.batch.pool import PoolOptions
-from orchestrator.batch.tasks import load_task_file
-from store import Store, liveness
-from store import batches as bstore
+from orchestrator.composition.batch.driver import BatchPlan, run_batch, start_batch
+from orchestrator.composition.batch.pool import PoolOptions
+from orchestrator.composition.batch.tasks import load_task_file
+from store import Store
+from store.read import liveness
+from store.write import batches as bstore
 from tests.batch.conftest import EXAMPLES
 
 pytestmark = [pytest.mark.docker]

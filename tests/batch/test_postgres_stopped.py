@@ -16,9 +16,9 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from orchestrator.batch.tasks import load_task_file
+from orchestrator.composition.batch.tasks import load_task_file
 from store import Store
-from store import batches as bstore
+from store.write import batches as bstore
 from tests.batch.conftest import EXAMPLES
 from tests.batch.test_batch_cli import escrow, wait_for
 from tests.processes import run_escrow

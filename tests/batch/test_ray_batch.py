@@ -17,14 +17,15 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from orchestrator.batch.driver import BatchPlan, start_batch
-from orchestrator.batch.pool import PoolOptions, run_pool
-from orchestrator.batch.ray_executor import run_ray
-from orchestrator.batch.runner import Deadlines
-from orchestrator.batch.tasks import load_task_file
-from orchestrator.fault_server import Reply, ScriptedToolCall
-from store import Store, liveness
-from store import batches as bstore
+from orchestrator.adapters.fault_server import Reply, ScriptedToolCall
+from orchestrator.composition.batch.driver import BatchPlan, start_batch
+from orchestrator.composition.batch.pool import PoolOptions, run_pool
+from orchestrator.composition.batch.ray_executor import run_ray
+from orchestrator.composition.batch.runner import Deadlines
+from orchestrator.composition.batch.tasks import load_task_file
+from store import Store
+from store.read import liveness
+from store.write import batches as bstore
 from tests.batch.conftest import EXAMPLES, batch_settings, subset_task_file
 from tests.batch.pg_server import PostgresServer
 from tests.batch.ray_cluster import RayCluster

@@ -28,14 +28,15 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from orchestrator.batch.driver import BatchPlan, start_batch
-from orchestrator.batch.pool import PoolOptions
-from orchestrator.batch.ray_executor import run_ray
-from orchestrator.batch.ray_slots import NAMESPACE, PREFIX
-from orchestrator.batch.runner import INFRASTRUCTURE_FAILURE, Deadlines
-from orchestrator.fault_server import FaultServer, Reply, ScriptedToolCall
-from store import Store, liveness
-from store import batches as bstore
+from orchestrator.adapters.fault_server import FaultServer, Reply, ScriptedToolCall
+from orchestrator.composition.batch.driver import BatchPlan, start_batch
+from orchestrator.composition.batch.pool import PoolOptions
+from orchestrator.composition.batch.ray_executor import run_ray
+from orchestrator.composition.batch.ray_slots import NAMESPACE, PREFIX
+from orchestrator.composition.batch.runner import INFRASTRUCTURE_FAILURE, Deadlines
+from store import Store
+from store.read import liveness
+from store.write import batches as bstore
 from tests.batch.conftest import EXAMPLES, batch_settings
 from tests.batch.docker_proxy import FlakyDockerProxy, StallingDockerProxy
 from tests.batch.ray_cluster import RayCluster, node_processes
@@ -510,8 +511,8 @@ def test_a_worker_whose_cancel_never_came_stops_on_the_batchs_stop_and_sigterm_e
     ``finally`` that would write a file) races Ray's SIGKILL to record an end."""
     import ray
 
-    from orchestrator.batch.ray_executor import _stop_workers
-    from orchestrator.batch.ray_slots import new_token, start_slots_actor
+    from orchestrator.composition.batch.ray_executor import _stop_workers
+    from orchestrator.composition.batch.ray_slots import new_token, start_slots_actor
 
     root, marks = str(Path(__file__).resolve().parents[2]), tmp_path / "marks"
     marks.mkdir()
@@ -525,7 +526,7 @@ def test_a_worker_whose_cancel_never_came_stops_on_the_batchs_stop_and_sigterm_e
             from pathlib import Path
 
             sys.path.insert(0, root)
-            from orchestrator.batch.ray_executor import CanceledByDriver
+            from orchestrator.composition.batch.ray_executor import CanceledByDriver
 
             cancel, stop = threading.Event(), CanceledByDriver(slots)
             with stop.watching(cancel):
@@ -539,7 +540,7 @@ def test_a_worker_whose_cancel_never_came_stops_on_the_batchs_stop_and_sigterm_e
             from pathlib import Path
 
             sys.path.insert(0, root)
-            from orchestrator.batch.ray_executor import ended_by_sigterm
+            from orchestrator.composition.batch.ray_executor import ended_by_sigterm
 
             with ended_by_sigterm():
                 try:

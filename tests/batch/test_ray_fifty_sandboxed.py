@@ -22,8 +22,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from store import Store, liveness
-from store import batches as bstore
+from store import Store
+from store.read import liveness
+from store.write import batches as bstore
 from tests.batch.conftest import EXAMPLES
 from tests.batch.test_batch_cli import _batch_ids, wait_for
 from tests.processes import ESCROW

@@ -8,11 +8,11 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from orchestrator.batch.errors import RayUnavailable
-from orchestrator.batch.ray_executor import connect
+from orchestrator.composition.batch.errors import RayUnavailable
+from orchestrator.composition.batch.ray_executor import connect
 from orchestrator.errors import ConfigError
 from store import Store
-from store import batches as bstore
+from store.write import batches as bstore
 from tests.batch.conftest import EXAMPLES
 from tests.batch.ray_cluster import free_port
 from tests.conftest import require

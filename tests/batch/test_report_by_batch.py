@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from store import Recorder, Store
-from store import batches as bstore
-from store.synthetic import record_run
+from store.write import batches as bstore
+from store.write.synthetic import record_run
 
 ESCROW = Path(sys.executable).parent / "escrow"
 

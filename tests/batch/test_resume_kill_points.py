@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.batch.runner import INFRASTRUCTURE_FAILURE
+from orchestrator.composition.batch.runner import INFRASTRUCTURE_FAILURE
 from store import Store
-from store import batches as bstore
+from store.write import batches as bstore
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = ("alpha", "beta")
@@ -33,9 +33,10 @@ TASKS = ("alpha", "beta")
 ATTEMPT = """
 import os, random, signal, sys
 from sqlalchemy import event
-from store import Recorder, Store, synthetic
-from store import batches as bstore
-from store import liveness
+from store import Recorder, Store
+from store.write import synthetic
+from store.write import batches as bstore
+from store.read import liveness
 url, batch_id, task_id, kill_at = sys.argv[1:]
 commits = [0]
 with Store.open(url) as store:

@@ -26,8 +26,10 @@ import traceback
 from typer.testing import CliRunner
 
 from cli.main import app
-from store import Recorder, Store, liveness, synthetic
-from store import batches as bstore
+from store import Recorder, Store
+from store.read import liveness
+from store.write import batches as bstore
+from store.write import synthetic
 
 RUNS = 50
 TURNS = 6

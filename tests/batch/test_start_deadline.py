@@ -11,14 +11,14 @@ import time
 
 import pytest
 
-from orchestrator.batch.driver import BatchPlan, run_batch, start_batch
-from orchestrator.batch.pool import PoolOptions
-from orchestrator.batch.report import START_TIMEOUT, batch_report
-from orchestrator.batch.runner import INFRASTRUCTURE_FAILURE, Deadlines
-from orchestrator.batch.start_deadline import SandboxStartTimeout
+from orchestrator.composition.batch.driver import BatchPlan, run_batch, start_batch
+from orchestrator.composition.batch.pool import PoolOptions
+from orchestrator.composition.batch.report import START_TIMEOUT, batch_report
+from orchestrator.composition.batch.runner import INFRASTRUCTURE_FAILURE, Deadlines
+from orchestrator.composition.batch.start_deadline import SandboxStartTimeout
 from sandbox.orphans import LABEL_RUN
 from store import Store
-from store import batches as bstore
+from store.write import batches as bstore
 from tests.batch.conftest import EXAMPLES as EXAMPLES_DIR
 from tests.batch.docker_proxy import StallingDockerProxy
 from tests.batch.test_infrastructure import subset
@@ -84,7 +84,7 @@ def test_a_start_abandoned_at_its_deadline_is_removed_when_its_create_lands_howe
 
     import docker
 
-    from orchestrator.batch.start_deadline import BoundedStart
+    from orchestrator.composition.batch.start_deadline import BoundedStart
     from policies import default_policy
     from sandbox import Sandbox
 

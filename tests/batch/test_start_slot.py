@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.batch.driver import BatchPlan, start_batch
-from orchestrator.batch.pool import PoolOptions
-from orchestrator.batch.runner import run_attempt
-from orchestrator.batch.tasks import load_task_file
+from orchestrator.composition.batch.driver import BatchPlan, start_batch
+from orchestrator.composition.batch.pool import PoolOptions
+from orchestrator.composition.batch.runner import run_attempt
+from orchestrator.composition.batch.tasks import load_task_file
 from store import Store
 from tests.batch.conftest import EXAMPLES
 

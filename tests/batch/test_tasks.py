@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.batch.errors import RepoError, TaskFileError
-from orchestrator.batch.microrepo import example_rows, git, materialise
-from orchestrator.batch.repos import prepare_repo
-from orchestrator.batch.tasks import load_task_file, parse_row
-from orchestrator.launch import RunRequest
-from orchestrator.launch.compose import with_task_inputs
+from orchestrator.composition.batch.errors import RepoError, TaskFileError
+from orchestrator.composition.batch.microrepo import example_rows, git, materialise
+from orchestrator.composition.batch.repos import prepare_repo
+from orchestrator.composition.batch.tasks import load_task_file, parse_row
+from orchestrator.composition.launch import RunRequest
+from orchestrator.composition.launch.compose import with_task_inputs
 from policies import default_policy
 from tests.batch.conftest import EXAMPLES
 

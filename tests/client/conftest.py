@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.adapters.fault_server import FaultServer
+from orchestrator.adapters.model_client.client import ModelClient
+from orchestrator.adapters.model_client.retry import RetryPolicy
 from orchestrator.contract import Message, ModelRequest
-from orchestrator.fault_server import FaultServer
-from orchestrator.model_client.client import ModelClient
-from orchestrator.model_client.retry import RetryPolicy
 
 
 def words(text: str) -> int:

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
+from orchestrator.adapters.fault_server import Fault, Reply, StreamFault
+from orchestrator.adapters.model_client.client import ModelClient
+from orchestrator.adapters.model_client.retry import RetryPolicy
 from orchestrator.envelope import Status
-from orchestrator.fault_server import Fault, Reply, StreamFault
-from orchestrator.model_client.client import ModelClient
-from orchestrator.model_client.retry import RetryPolicy
 
 ONE_TRY = RetryPolicy(max_attempts=1)
 FIFTY_MB = 50 * 1024 * 1024
@@ -122,7 +122,7 @@ def test_failing_estimator_leaves_usage_absent(srv, req):
 
 
 def test_unexpected_exception_becomes_faulted_envelope(srv, req, monkeypatch):
-    import orchestrator.model_client.client as client_module
+    import orchestrator.adapters.model_client.client as client_module
 
     def explode(*args, **kwargs):
         raise ZeroDivisionError("boom")

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import threading
 
+from orchestrator.adapters.fault_server import Fault, Reply
+from orchestrator.adapters.model_client.client import ModelClient
+from orchestrator.adapters.model_client.retry import CircuitBreaker, RetryPolicy
 from orchestrator.envelope import Status
-from orchestrator.fault_server import Fault, Reply
-from orchestrator.model_client.client import ModelClient
-from orchestrator.model_client.retry import CircuitBreaker, RetryPolicy
 
 POLICY = RetryPolicy(max_attempts=3, base_s=0.0, cap_s=0.0, breaker_threshold=2, breaker_reset_s=30)
 

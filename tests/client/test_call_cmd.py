@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from orchestrator.adapters.fault_server import Fault, Reply, Script
 from orchestrator.errors import ConfigError
-from orchestrator.fault_server import Fault, Reply, Script
 
 ESCROW = str(Path(sys.executable).with_name("escrow"))
 runner = CliRunner()
@@ -139,7 +139,7 @@ def test_fault_server_fixes_starts_a_tasks_fix_again_for_each_new_run(tmp_path):
     call (Ctrl-C, then ``escrow batch --resume``) gets its whole fix again."""
     import httpx
 
-    from orchestrator.batch.scripted import fix_script
+    from orchestrator.composition.batch.scripted import fix_script
 
     tasks = Path(__file__).resolve().parents[2] / "examples" / "tasks"
     proc = subprocess.Popen([ESCROW, "fault-server", "--fixes", str(tasks), "--port", "0", "--json"],

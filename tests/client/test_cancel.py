@@ -9,8 +9,8 @@ from __future__ import annotations
 import threading
 import time
 
+from orchestrator.adapters.fault_server import Fault, Reply, ScriptedToolCall
 from orchestrator.envelope import Status
-from orchestrator.fault_server import Fault, Reply, ScriptedToolCall
 
 CHUNKS = 5000
 RATE = 400.0  # tokens/s: the whole stream would take 12.5 s
@@ -119,8 +119,8 @@ def test_stall_before_headers_past_deadline(srv, client, req):
 
 
 def test_deadline_bounds_retries_too(srv, req):
-    from orchestrator.model_client.client import ModelClient
-    from orchestrator.model_client.retry import RetryPolicy
+    from orchestrator.adapters.model_client.client import ModelClient
+    from orchestrator.adapters.model_client.retry import RetryPolicy
 
     srv.script([Fault.http(503, retry_after=0.3)] * 10)
     with ModelClient(srv.base_url, retry=RetryPolicy(max_attempts=10, base_s=0.01)) as c:

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.adapters.fault_server import FaultServer, Reply
+from orchestrator.composition.launch.compose import ModelProbe, resolve_constraint
+from orchestrator.composition.launch.reports import report_run
 from orchestrator.errors import ConfigError
-from orchestrator.fault_server import FaultServer, Reply
 from orchestrator.grammar import NOT_HONOURED, tool_grammar
-from orchestrator.launch.compose import ModelProbe, resolve_constraint
-from orchestrator.launch.reports import report_run
 from orchestrator.replay import Replayer
 from orchestrator.settings import Settings
 from orchestrator.toolset import tool_specs
@@ -192,7 +192,7 @@ def _prices() -> PriceTable:
 
 
 def test_a_call_cut_mid_json_by_the_output_ceiling_is_truncated_as_without_a_grammar(tmp_path):
-    from orchestrator.fault_server import Fault
+    from orchestrator.adapters.fault_server import Fault
 
     with FaultServer(endpoints=LLAMA) as srv, Store.open(f"sqlite:///{tmp_path / 'e.db'}") as store:
         choice = choose(srv, tmp_path)

@@ -11,11 +11,11 @@ import json
 
 import pytest
 
+from orchestrator.adapters.model_client.client import ModelClient
+from orchestrator.adapters.model_client.engines import constraint_for
 from orchestrator.contract import Constraint, Message, ModelRequest, Sampling
 from orchestrator.envelope import Envelope, Payload, Status
 from orchestrator.grammar import tool_grammar
-from orchestrator.model_client.client import ModelClient
-from orchestrator.model_client.engines import constraint_for
 from orchestrator.tool_protocols import TextProtocol
 from orchestrator.toolset import tool_specs
 from tests.conftest import require
@@ -88,7 +88,7 @@ def test_auto_leaves_the_slow_llama_cpp_python_unconstrained_and_says_why(llama_
     """llama-cpp-python honours a grammar at several times the cost of a
     token (engines.SLOW_GRAMMAR_ENGINES): ``auto`` leaves it off there and
     says why; ``tools`` still asks for it."""
-    from orchestrator.launch.compose import ModelProbe, resolve_constraint
+    from orchestrator.composition.launch.compose import ModelProbe, resolve_constraint
     from orchestrator.settings import Settings
     from policies import default_policy
 

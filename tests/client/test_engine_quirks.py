@@ -1,4 +1,4 @@
-"""One test per row of ``orchestrator.model_client.engines.QUIRKS``, at the layer that
+"""One test per row of ``orchestrator.adapters.model_client.engines.QUIRKS``, at the layer that
 handles it (the wire tests drive the same classes over loopback HTTP)."""
 
 from __future__ import annotations
@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import sys
 
+from orchestrator.adapters.model_client.accumulate import ResponseAccumulator
+from orchestrator.adapters.model_client.call_usage import resolve_usage
+from orchestrator.adapters.model_client.engines import QUIRK_IDS, QUIRKS, error_message, response_format
+from orchestrator.adapters.model_client.monitor import StreamMonitor
+from orchestrator.adapters.model_client.sse import SSEParser
+from orchestrator.adapters.model_client.wire import WireCompletion
 from orchestrator.contract import Message, ModelRequest
-from orchestrator.model_client.accumulate import ResponseAccumulator
-from orchestrator.model_client.call_usage import resolve_usage
-from orchestrator.model_client.engines import QUIRK_IDS, QUIRKS, error_message, response_format
-from orchestrator.model_client.monitor import StreamMonitor
-from orchestrator.model_client.sse import SSEParser
-from orchestrator.model_client.wire import WireCompletion
 
 REQUEST = ModelRequest(model="m", messages=(Message(role="user", content="one two three"),), max_tokens=8)
 
@@ -155,7 +155,7 @@ def test_quirk_unsent_end_of_generation():
 def test_the_engines_doc_shows_the_table():
     from pathlib import Path
 
-    from orchestrator.model_client.engines import quirks_markdown
+    from orchestrator.adapters.model_client.engines import quirks_markdown
 
     doc = Path(__file__).resolve().parents[2] / "docs" / "ENGINES.md"
     assert quirks_markdown() in doc.read_text(encoding="utf-8")
@@ -182,8 +182,8 @@ GRAMMAR = 'root ::= "<tool name=\\"submit\\">{}</tool>"\n'
 
 
 def _constrained_body(engine: str, version: str | None, protocol: str = "text") -> dict:
+    from orchestrator.adapters.model_client.engines import constraint_for
     from orchestrator.contract import Message, ModelRequest
-    from orchestrator.model_client.engines import constraint_for
 
     constraint = constraint_for(engine, version, protocol, GRAMMAR, ("t.p: pattern not expressed",))
     request = ModelRequest(model="m", messages=(Message(role="user", content="x"),), max_tokens=8,
@@ -214,7 +214,7 @@ def test_quirk_ebnf_field():
 
 
 def test_quirk_tool_choice_required():
-    from orchestrator.model_client.engines import constrains, constraint_for
+    from orchestrator.adapters.model_client.engines import constrains, constraint_for
 
     for engine in ("vllm", "sglang", "llama.cpp"):
         body = _constrained_body(engine, None, protocol="native")

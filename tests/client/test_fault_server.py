@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import httpx
 
+from orchestrator.adapters.fault_server import (
+    Fault,
+    FaultServer,
+    HttpError,
+    Reply,
+    Script,
+    ScriptedToolCall,
+    StreamFault,
+)
 from orchestrator.envelope import Status
-from orchestrator.fault_server import Fault, FaultServer, HttpError, Reply, Script, ScriptedToolCall, StreamFault
 
 
 def test_script_is_consumed_one_step_per_request(srv, client, req):

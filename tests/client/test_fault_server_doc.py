@@ -12,7 +12,7 @@ from typing import get_args
 from typer.testing import CliRunner
 
 from cli.main import app
-from orchestrator.fault_server.scenario import Scenario, Script, ScriptedToolCall, StreamFault
+from orchestrator.adapters.fault_server.scenario import Scenario, Script, ScriptedToolCall, StreamFault
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "FAULT_SERVER.md").read_text(encoding="utf-8")

@@ -8,7 +8,7 @@ import time
 
 import httpx
 
-from orchestrator.fault_server import FaultServer, Reply
+from orchestrator.adapters.fault_server import FaultServer, Reply
 
 
 def ask(url: str) -> httpx.Response:

@@ -10,10 +10,10 @@ import time
 import pytest
 from pydantic import BaseModel, ConfigDict
 
+from orchestrator.adapters.model_client.client import ModelClient
 from orchestrator.contract import Message, ModelRequest, Sampling
 from orchestrator.envelope import Status
 from orchestrator.escrow import QuarantinedPayloadError, release_from_escrow
-from orchestrator.model_client.client import ModelClient
 
 pytestmark = pytest.mark.llama
 

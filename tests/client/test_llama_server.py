@@ -16,12 +16,13 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from orchestrator.adapters.model_client.client import ModelClient
+from orchestrator.adapters.model_client.provenance import EngineInfo
 from orchestrator.contract import Message, ModelRequest, Sampling
 from orchestrator.envelope import Envelope, Status
 from orchestrator.logprobs import read_logprobs
-from orchestrator.model_client.client import ModelClient
-from orchestrator.model_client.provenance import EngineInfo
-from store import Recorder, Store, synthetic
+from store import Recorder, Store
+from store.write import synthetic
 from tests.conftest import require
 from tests.llama_server import BINARY, BUILD, CONTEXT, MODEL, available, llama_server
 

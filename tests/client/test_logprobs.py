@@ -8,8 +8,8 @@ import json
 from typer.testing import CliRunner
 
 from cli.main import app
-from orchestrator.fault_server import Fault
-from orchestrator.model_client.client import ModelClient
+from orchestrator.adapters.fault_server import Fault
+from orchestrator.adapters.model_client.client import ModelClient
 from tests.client.test_parity import record_run, request
 from tests.client.wire_frames import FRAMINGS, chunk, frame
 
@@ -86,8 +86,8 @@ def test_export_tokens_writes_token_faithful_lines(srv, tmp_path):
 def test_logprobs_setting_flows_from_flags_env_and_file_into_the_run_sampling(tmp_path, monkeypatch):
     import pytest
 
+    from orchestrator.composition.launch.compose import sampling_of
     from orchestrator.errors import ConfigError
-    from orchestrator.launch.compose import sampling_of
     from orchestrator.settings import load_settings
 
     monkeypatch.setenv("ESCROW_HOME", str(tmp_path))
@@ -104,7 +104,7 @@ LLAMA_PROPS = {"build_info": "b11434-unknown", "total_slots": 1, "default_genera
 
 
 def test_the_logprobs_mode_is_the_engines_report_once_probed():
-    from orchestrator.fault_server import FaultServer
+    from orchestrator.adapters.fault_server import FaultServer
 
     with FaultServer(endpoints={"/props": LLAMA_PROPS}) as server:
         server.script([Fault.raw_stream(llama_answer()), Fault.raw_stream(llama_answer())])

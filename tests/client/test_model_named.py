@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from orchestrator.adapters.fault_server import FaultServer, Reply
+from orchestrator.adapters.model_client.reach import require_model
 from orchestrator.errors import ConfigError
-from orchestrator.fault_server import FaultServer, Reply
-from orchestrator.model_client.reach import require_model
 
 
 @pytest.fixture(autouse=True)

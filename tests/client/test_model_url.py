@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.adapters.model_client.reach import ModelUrl, require_reachable
+from orchestrator.composition.launch import RunRequest, run_agent
 from orchestrator.errors import ModelUnreachable
 from orchestrator.exit_codes import ExitCode
-from orchestrator.launch import RunRequest, run_agent
-from orchestrator.model_client.reach import ModelUrl, require_reachable
 from orchestrator.settings import Settings
 from tests.processes import run_escrow
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.model_client.monitor import JsonPrefix, StreamMonitor
-from orchestrator.model_client.normalize import Cause
+from orchestrator.adapters.model_client.monitor import JsonPrefix, StreamMonitor
+from orchestrator.adapters.model_client.normalize import Cause
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.envelope import Status
-from orchestrator.model_client.normalize import (
+from orchestrator.adapters.model_client.normalize import (
     TABLE,
     Cause,
     error_object_cause,
@@ -18,6 +17,7 @@ from orchestrator.model_client.normalize import (
     mapping_markdown,
     status_of,
 )
+from orchestrator.envelope import Status
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "STATUS.md"
 

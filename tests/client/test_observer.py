@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import json
 
+from orchestrator.adapters.fault_server import Fault, FaultServer, Reply, ScriptedToolCall
+from orchestrator.adapters.model_client.client import ModelClient
 from orchestrator.envelope import Envelope, Payload, Status
-from orchestrator.fault_server import Fault, FaultServer, Reply, ScriptedToolCall
-from orchestrator.model_client.client import ModelClient
 from orchestrator.observer import ObservedJournal
 
 

@@ -11,14 +11,15 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from orchestrator.adapters.fault_server import Fault
+from orchestrator.adapters.model_client.client import ModelClient
 from orchestrator.contract import Message, ModelRequest, Sampling
 from orchestrator.envelope import Envelope, Status
 from orchestrator.errors import ConfigError, EscrowError
-from orchestrator.fault_server import Fault
 from orchestrator.logprobs import read_logprobs
-from orchestrator.model_client.client import ModelClient
 from orchestrator.parity import compare, token_divergence
-from store import Recorder, Store, synthetic
+from store import Recorder, Store
+from store.write import synthetic
 from tests.client.wire_frames import FRAMINGS, chunk, frame
 
 # Each token with its top-2: the recorded answer is "The cat sat", and at

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.fault_server import FaultServer, Reply
-from orchestrator.model_client.client import ModelClient
-from orchestrator.model_client.provenance import identify
+from orchestrator.adapters.fault_server import FaultServer, Reply
+from orchestrator.adapters.model_client.client import ModelClient
+from orchestrator.adapters.model_client.provenance import identify
 from tests.client.conftest import make_request
 
 LLAMA_PROPS = {"build_info": "b6510-703f9e32", "total_slots": 1,

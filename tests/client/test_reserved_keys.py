@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.adapters.fault_server import Reply
+from orchestrator.adapters.model_client.client import ModelClient
 from orchestrator.contract import RESERVED_WIRE_KEYS, ReservedWireKey, Sampling
 from orchestrator.envelope import Status
 from orchestrator.errors import ContractError
-from orchestrator.fault_server import Reply
-from orchestrator.model_client.client import ModelClient
 
 
 @pytest.mark.parametrize("key", sorted(RESERVED_WIRE_KEYS))

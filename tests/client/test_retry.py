@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.model_client.retry import (
+from orchestrator.adapters.model_client.retry import (
     CircuitBreaker,
     RetryPolicy,
     jittered_backoff,

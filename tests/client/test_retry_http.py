@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import time
 
+from orchestrator.adapters.fault_server import Fault, Reply
+from orchestrator.adapters.model_client.client import ModelClient
+from orchestrator.adapters.model_client.retry import RetryPolicy
 from orchestrator.envelope import Status
-from orchestrator.fault_server import Fault, Reply
-from orchestrator.model_client.client import ModelClient
-from orchestrator.model_client.retry import RetryPolicy
 
 
 def test_503_503_then_success_records_three_attempts_with_backoff(srv, req):

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.model_client.sse import SSEError, SSEParser
+from orchestrator.adapters.model_client.sse import SSEError, SSEParser
 
 
 def parse(*chunks: bytes) -> list[str]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.adapters.fault_server import Fault, Reply, ScriptedToolCall
 from orchestrator.envelope import Status
 from orchestrator.escrow import QuarantinedPayloadError, release_from_escrow
-from orchestrator.fault_server import Fault, Reply, ScriptedToolCall
 
 BOTH = pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
 
@@ -167,7 +167,7 @@ def test_disconnect_mid_stream_is_transport_failure_then_retried(srv, client, re
 
 
 def test_connection_refused_is_transport_failure(req, fast_retry):
-    from orchestrator.model_client.client import ModelClient
+    from orchestrator.adapters.model_client.client import ModelClient
 
     with ModelClient("http://127.0.0.1:9/v1", retry=fast_retry) as c:
         env = c.call(req())
@@ -182,7 +182,7 @@ def test_stream_ending_without_done_after_finish_is_accepted(srv, client, req):
 
 
 def test_done_without_finish_reason_is_faulted(srv, client, req):
-    from orchestrator.fault_server import StreamFault
+    from orchestrator.adapters.fault_server import StreamFault
 
     raw = b'data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\ndata: [DONE]\n\n'
     srv.script([Reply(text="", faults=(StreamFault(at_chunk=0, action="raw", data=raw),))])

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
+from orchestrator.adapters.fault_server import Fault, Reply
+from orchestrator.adapters.model_client.client import ModelClient
 from orchestrator.context import TemplateOverhead
 from orchestrator.contract import Message, Sampling
 from orchestrator.envelope import Status
-from orchestrator.fault_server import Fault, Reply
-from orchestrator.model_client.client import ModelClient
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.adapters.fault_server import Fault
 from orchestrator.envelope import Status
-from orchestrator.fault_server import Fault
 from tests.client.wire_frames import FRAMINGS, Framing, chunk, frame
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "engines"

@@ -7,9 +7,9 @@ import uuid
 import httpx
 import pytest
 
+from orchestrator.adapters.model_client.server_tokenizer import discover_context_window, probe_server_tokenizer
 from orchestrator.context import Budget, ContextAssembler, PromptBytes, prefix_report
 from orchestrator.contract import Message
-from orchestrator.model_client.server_tokenizer import discover_context_window, probe_server_tokenizer
 from tests.conftest import require
 from tests.llama_server import available as llama_server_available
 from tests.llama_server import llama_server

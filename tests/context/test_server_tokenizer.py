@@ -15,14 +15,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from orchestrator.context import TiktokenCounter
-from orchestrator.errors import TokenizerError
-from orchestrator.model_client.server_tokenizer import (
+from orchestrator.adapters.model_client.server_tokenizer import (
     counter_for,
     discover_context_window,
     probe_server_tokenizer,
     server_root,
 )
+from orchestrator.context import TiktokenCounter
+from orchestrator.errors import TokenizerError
 
 
 class VllmDialect(BaseHTTPRequestHandler):

@@ -13,8 +13,8 @@ import pytest
 from cli.display import record, table
 from cli.display.data import scalar
 from cli.display.render import Budget, budget_line
-from cli.view import render as viewer
-from orchestrator.batch.progress import BatchProgress
+from cli.view import jinja_pages as viewer
+from orchestrator.composition.batch.live_counts import BatchProgress
 from orchestrator.costing.money import amount, dollars
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -25,8 +25,9 @@ from orchestrator.contract import Message, ToolCall
 from orchestrator.envelope import Envelope, Payload, Status, Timings, Usage
 from orchestrator.terminal_text import printable
 from orchestrator.trajectory import Trajectory
-from store import Recorder, Store, synthetic
-from store.importer import import_file
+from store import Recorder, Store
+from store.write import synthetic
+from store.write.importer import import_file
 from tests.display.hostile import squeezed
 from tests.interop.conftest import real
 

@@ -22,7 +22,7 @@ from orchestrator.envelope import Envelope, Payload, Status, Usage
 from orchestrator.ports import ToolOutcome
 from orchestrator.terminal_text import is_printable, one_line, printable
 from policies.model import RunLimits
-from store.run_list import clip
+from store.read.run_list import clip
 from tests.display.hostile import PAYLOADS, RAW_CONTROL_CHARS
 
 ALL = "".join(PAYLOADS.values())

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.fault_server import FaultServer
+from orchestrator.adapters.fault_server import FaultServer
 from orchestrator.settings import Settings
 from store import Store
 

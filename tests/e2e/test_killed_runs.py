@@ -28,7 +28,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from cli.view.app import create_app
-from orchestrator.fault_server import FaultServer, Reply
+from orchestrator.adapters.fault_server import FaultServer, Reply
 from sandbox.hardening import LABEL_PID, LABEL_ROLE, LABEL_RUN
 from store import Store
 from tests.container_processes import commands_in

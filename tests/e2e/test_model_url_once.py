@@ -12,10 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from orchestrator.adapters.fault_server import FaultServer, Reply, ScriptedToolCall
+from orchestrator.adapters.model_client.reach import ModelUrl
+from orchestrator.composition.launch import RunRequest, run_agent
 from orchestrator.exit_codes import ExitCode
-from orchestrator.fault_server import FaultServer, Reply, ScriptedToolCall
-from orchestrator.launch import RunRequest, run_agent
-from orchestrator.model_client.reach import ModelUrl
 from orchestrator.settings import Settings
 
 pytestmark = [pytest.mark.docker]

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from cli.view.pages import run_shown
+from orchestrator.adapters.fault_server import Fault, Reply
 from orchestrator.agent import Verdict
-from orchestrator.fault_server import Fault, Reply
 from policies.price_table import set_price
 from tests.e2e.test_run_faults import EDIT, SUBMIT, TEST, run, tool
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.fault_server import FaultServer
+from orchestrator.adapters.fault_server import FaultServer
 from store import Store
 from tests.e2e.conftest import EXAMPLE
 from tests.replay.recording import fixing_steps
@@ -50,5 +50,5 @@ def test_the_readme_example_runs_one_recorded_run(tmp_path: Path, fault_server: 
     with Store.open(f"sqlite:///{tmp_path / 'home' / 'escrow.db'}", readonly=True, create=False) as store:
         assert store.run(run_id).verdict == "PASS" and store.verify(run_id).ok
     assert "typer" not in subprocess.run(
-        [sys.executable, "-c", "import sys, orchestrator.launch; print(' '.join(sys.modules))"], cwd=ROOT,
+        [sys.executable, "-c", "import sys, orchestrator.composition.launch; print(' '.join(sys.modules))"], cwd=ROOT,
         capture_output=True, text=True, check=True).stdout.split()

@@ -21,12 +21,12 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from cli.view.export import export_bundle
+from cli.view.static_bundle import export_bundle
+from orchestrator.adapters.fault_server import Reply, ScriptedToolCall
 from orchestrator.agent import Verdict
 from orchestrator.canonical import recorded_bytes
-from orchestrator.fault_server import Reply, ScriptedToolCall
-from orchestrator.launch import RunRequest, run_agent
-from orchestrator.launch.compose import resolve_policy
+from orchestrator.composition.launch import RunRequest, run_agent
+from orchestrator.composition.launch.compose import resolve_policy
 from orchestrator.settings import Settings
 from policies import FlagReason
 from sandbox import Patch, apply_patch

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.adapters.fault_server import Reply, ScriptedToolCall
 from orchestrator.agent import Verdict
-from orchestrator.fault_server import Reply, ScriptedToolCall
-from orchestrator.launch import RunRequest, run_agent
+from orchestrator.composition.launch import RunRequest, run_agent
 from orchestrator.settings import Settings
 from tests.batch.docker_proxy import FlakyDockerProxy, _pipe
 from tests.conftest import require

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from orchestrator.fault_server import FaultServer
+from orchestrator.adapters.fault_server import FaultServer
 from sandbox.hardening import LABEL_PID
 from store import Store
 from tests.e2e.test_run_cli import escrow_run, tool

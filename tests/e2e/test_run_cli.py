@@ -18,8 +18,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from orchestrator.adapters.fault_server import FaultServer, Reply, ScriptedToolCall
 from orchestrator.errors import ConfigError
-from orchestrator.fault_server import FaultServer, Reply, ScriptedToolCall
 from store import Store
 from tests.batch.docker_proxy import StallingDockerProxy
 from tests.view.conftest import serving

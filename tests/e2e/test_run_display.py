@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cli.display.live import PLAIN_HANG
-from orchestrator.fault_server import Fault, FaultServer, Reply, ScriptedToolCall
+from orchestrator.adapters.fault_server import Fault, FaultServer, Reply, ScriptedToolCall
 from orchestrator.terminal_text import printable
 from sandbox.hardening import LABEL_RUN
 from store import Store

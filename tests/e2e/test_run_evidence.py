@@ -17,9 +17,9 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from orchestrator.adapters.fault_server import Reply, ScriptedToolCall
 from orchestrator.agent import Verdict
-from orchestrator.fault_server import Reply, ScriptedToolCall
-from orchestrator.launch import RunRequest, run_agent
+from orchestrator.composition.launch import RunRequest, run_agent
 from orchestrator.settings import Settings
 
 pytestmark = [pytest.mark.docker]

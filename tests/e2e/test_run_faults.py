@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from orchestrator.adapters.fault_server import Fault, FaultServer, Reply, ScriptedToolCall
 from orchestrator.agent import Verdict
 from orchestrator.canonical import canonical_bytes
-from orchestrator.fault_server import Fault, FaultServer, Reply, ScriptedToolCall
-from orchestrator.launch import RunOutcome, RunRequest, run_agent
+from orchestrator.composition.launch import RunOutcome, RunRequest, run_agent
 from orchestrator.settings import Settings
 from store import Trajectory
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.adapters.fault_server import Reply, ScriptedToolCall
 from orchestrator.agent import Verdict
-from orchestrator.fault_server import Reply, ScriptedToolCall
-from orchestrator.launch import RunOutcome, RunRequest, run_agent
+from orchestrator.composition.launch import RunOutcome, RunRequest, run_agent
 from orchestrator.settings import Settings
 from policies import default_policy
 from sandbox.hardening import LABEL_PID

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from orchestrator.fault_server import FaultServer
+from orchestrator.adapters.fault_server import FaultServer
 from tests.e2e.test_run_cli import ESCROW, tool
 
 pytestmark = [pytest.mark.docker]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.fault_server import Reply, ScriptedToolCall
+from orchestrator.adapters.fault_server import Reply, ScriptedToolCall
 
 pytestmark = [pytest.mark.docker]
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,7 +19,7 @@ DEFAULT_POLICY = ROOT / "policies" / "default.toml"
 CHILD = """
 import json, resource, sys
 from pathlib import Path
-from orchestrator.launch import RunRequest, run_agent
+from orchestrator.composition.launch import RunRequest, run_agent
 from orchestrator.settings import Settings
 args = json.loads(sys.argv[1])
 settings = Settings(home=Path(args["home"]), model_url=args["url"], sandbox_image=args["image"],

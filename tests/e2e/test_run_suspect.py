@@ -17,9 +17,9 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from cli.view.export import export_bundle
-from orchestrator.fault_server import FaultServer, Reply, ScriptedToolCall
-from orchestrator.launch.replay import ReplayRequest, replay_run
+from cli.view.static_bundle import export_bundle
+from orchestrator.adapters.fault_server import FaultServer, Reply, ScriptedToolCall
+from orchestrator.composition.launch.replay import ReplayRequest, replay_run
 from orchestrator.settings import load_settings
 from sandbox.errors import ApplyRefused
 from store import Store

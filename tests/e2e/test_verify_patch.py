@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.adapters.fault_server import Reply, ScriptedToolCall
+from orchestrator.composition.launch import RunRequest, run_agent
 from orchestrator.exit_codes import ExitCode
-from orchestrator.fault_server import Reply, ScriptedToolCall
-from orchestrator.launch import RunRequest, run_agent
 from orchestrator.settings import Settings
 from policies import FlagReason
 

@@ -8,12 +8,13 @@ import json
 
 import pytest
 
+from orchestrator.composition.launch.reports import report_run
 from orchestrator.interop import atif_schema
-from orchestrator.launch.reports import report_run
 from policies.price_table import PriceTable
-from store import Recorder, synthetic
-from store.importer import import_file
-from store.reports.atif_export import to_atif
+from store import Recorder
+from store.read.reports.atif_export import to_atif
+from store.write import synthetic
+from store.write.importer import import_file
 from tests.interop.conftest import OWN_FILES, REAL_SAMPLES, own, real
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.interop import FormatMismatch, ReadLimits, SourceTooLarge, UnreadableSource, UnsupportedVersion
-from store import importer
-from store.importer import import_file
+from store.write import importer
+from store.write.importer import import_file
 from tests.interop.conftest import own
 
 ESCROW = str(Path(sys.executable).with_name("escrow"))
@@ -285,7 +285,7 @@ def test_a_batch_writes_each_good_file_once_and_no_bad_one(store, tmp_path):
     """import_files writes up to ``batch`` parsed files a transaction: a file
     that does not parse is never part of it, and the same file twice in one
     batch is imported once (the second is skipped, naming the first's runs)."""
-    from store.importer import ImportOutcome, import_files
+    from store.write.importer import ImportOutcome, import_files
 
     data = own(ATIF).read_bytes()
     cut = write(tmp_path, "cut.json", data[: len(data) // 2])

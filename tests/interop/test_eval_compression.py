@@ -15,8 +15,8 @@ import pytest
 import zstandard
 
 from orchestrator.interop import ReadLimits, SourceTooLarge, UnreadableSource
-from orchestrator.interop.limits import ZIP_ZSTANDARD
-from store.importer import import_file
+from orchestrator.interop.safe_read import ZIP_ZSTANDARD
+from store.write.importer import import_file
 from tests.interop.conftest import own, totals
 from tests.interop.test_bad_input import n_runs, run_cli, write
 

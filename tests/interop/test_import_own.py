@@ -10,7 +10,7 @@ import zipfile
 
 import pytest
 
-from store.importer import IMPORTED_VERDICT, import_file
+from store.write.importer import IMPORTED_VERDICT, import_file
 from tests.interop.conftest import OWN_FILES, own, responses, sha256_of, totals
 
 VERSIONS = {

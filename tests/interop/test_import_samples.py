@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 import pytest
 
 from orchestrator.interop import FormatMismatch
-from store.importer import IMPORTED_VERDICT, import_file
+from store.write.importer import IMPORTED_VERDICT, import_file
 from tests.interop.conftest import REAL_SAMPLES, REPO, real, responses, sha256_of, totals
 
 FORMAT_OF_DIR = {

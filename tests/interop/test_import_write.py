@@ -12,9 +12,10 @@ from pathlib import Path
 
 from sqlalchemy import Engine, event
 
-from store import Store, verify
+from store import Store
 from store.chain import ChainRow
-from store.importer import import_file, import_files
+from store.check import verify
+from store.write.importer import import_file, import_files
 from tests.interop.conftest import own
 from tests.store.test_tamper import altered
 

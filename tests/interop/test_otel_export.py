@@ -15,9 +15,10 @@ import uuid
 import httpx
 import pytest
 
-from store import Recorder, synthetic
-from store.importer import import_file
-from store.reports import otel_export
+from store import Recorder
+from store.read.reports import otel_export
+from store.write import synthetic
+from store.write.importer import import_file
 from tests.conftest import require
 from tests.interop.conftest import own, real
 

@@ -3,11 +3,12 @@ throwaway cluster, the store tests' fixture)."""
 
 from __future__ import annotations
 
-from orchestrator.launch.reports import report_runs
+from orchestrator.composition.launch.reports import report_runs
 from policies.price_table import load_price_table
-from store import Recorder, Store, synthetic
-from store.importer import import_file
-from store.reports.atif_export import to_atif
+from store import Recorder, Store
+from store.read.reports.atif_export import to_atif
+from store.write import synthetic
+from store.write.importer import import_file
 from tests.interop.conftest import own
 from tests.store.test_postgres import postgres_url  # noqa: F401  (the fixture)
 

@@ -8,12 +8,13 @@ import json
 from typer.testing import CliRunner
 
 from cli.main import app
+from orchestrator.composition.launch.reports import report_runs
 from orchestrator.costing.figures import group_key
-from orchestrator.launch.reports import report_runs
 from policies.price_table import load_price_table
-from store import Recorder, synthetic
-from store.importer import import_file
-from store.reports.aggregate_query import run_slices
+from store import Recorder
+from store.read.reports.aggregate_query import run_slices
+from store.write import synthetic
+from store.write.importer import import_file
 from tests.interop.conftest import own
 
 

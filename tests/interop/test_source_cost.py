@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from orchestrator.launch.reports import report_run, report_runs
+from orchestrator.composition.launch.reports import report_run, report_runs
 from policies.price_table import PriceTable
 from policies.pricing import Price
-from store.importer import import_file
+from store.write.importer import import_file
 from tests.interop.conftest import REAL_SAMPLES, real
 
 
@@ -182,7 +182,7 @@ def test_runs_lists_the_run_level_figures_on_both_readers(store, tmp_path):
     # The store fixture's file (tests/interop/conftest.py).
     """`escrow runs` (its light sqlite3 reader and Store.runs alike) counts
     SWE-agent's run-level tokens and dollars, where no call gives any."""
-    from store.run_list import read_run_lines
+    from store.read.run_list import read_run_lines
 
     path = real("swe-agent/swe-agent__test-repo-i1.traj")
     stats = json.loads(path.read_bytes())["info"]["model_stats"]

@@ -8,7 +8,7 @@ import json
 from typer.testing import CliRunner
 
 from cli.main import app
-from store.importer import import_file
+from store.write.importer import import_file
 from tests.interop.conftest import own
 
 ONE_PER_FORMAT = (

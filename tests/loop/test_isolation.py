@@ -46,6 +46,6 @@ def test_importing_the_whole_core_loads_no_io_library():
 
 def test_the_check_sees_an_adapter():
     # The same walk over an adapter does report its library: the check can fail.
-    out = subprocess.run([sys.executable, "-c", walk_code(["orchestrator.model_client"])], capture_output=True,
+    out = subprocess.run([sys.executable, "-c", walk_code(["orchestrator.adapters.model_client"])], capture_output=True,
                          text=True, check=True, cwd=ROOT)
     assert "httpx" in out.stdout

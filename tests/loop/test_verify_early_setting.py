@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from orchestrator.launch.session import RunRequest, early_verifier_wanted
+from orchestrator.composition.launch.live_run import RunRequest, early_verifier_wanted
 from orchestrator.settings import Settings, load_settings
 
 SINGLE = RunRequest(task="t", repo=Path("."), verify="pytest")

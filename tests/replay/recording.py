@@ -13,10 +13,10 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from orchestrator.adapters.fault_server import FaultServer, Reply, ScriptedToolCall
+from orchestrator.adapters.model_client.client import ModelClient
 from orchestrator.context import TiktokenCounter
 from orchestrator.contract import Sampling, ToolSpec
-from orchestrator.fault_server import FaultServer, Reply, ScriptedToolCall
-from orchestrator.model_client.client import ModelClient
 from orchestrator.perimeter import acl_of
 from orchestrator.ports import ToolOutcome
 from orchestrator.runspec import RunSpec, build_agent
@@ -155,7 +155,7 @@ def record_varied_runs(store: Store, server: FaultServer) -> dict[str, str]:
     """Runs that take every road through the loop: pass, truncation and
     refusal, perimeter rejections and a turn limit, a stream rejection and a
     retried 503, the text protocol, a non-tiktoken tokenizer."""
-    from orchestrator.fault_server import Fault
+    from orchestrator.adapters.fault_server import Fault
 
     runs = {"fixing": record_memory_run(store, server, fixing_steps(extra_reads=1))}
     runs["truncated_then_refused"] = record_memory_run(

@@ -12,10 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from orchestrator.adapters.fault_server import FaultServer
 from orchestrator.errors import EscrowError
-from orchestrator.fault_server import FaultServer
 from store import Recorder, Store
-from store.migrations import V2_INDEXES, V3_INDEXES
+from store.schema.migrations import V2_INDEXES, V3_INDEXES
 from tests.replay.recording import fixing_steps, record_memory_run
 from tests.replay.test_offline import ESCROW
 

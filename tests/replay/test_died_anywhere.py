@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RECORD = """
 import os, signal, sys
 from sqlalchemy import event
-from orchestrator.fault_server import FaultServer
+from orchestrator.adapters.fault_server import FaultServer
 from store import Store
 from tests.replay.recording import fixing_steps, record_memory_run
 url, kill_at = sys.argv[1], int(sys.argv[2])

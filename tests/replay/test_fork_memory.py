@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from orchestrator.fault_server import FaultServer
-from orchestrator.model_client.client import ModelClient
+from orchestrator.adapters.fault_server import FaultServer
+from orchestrator.adapters.model_client.client import ModelClient
 from orchestrator.replay import ForkOverrides, Replayer, trajectory_digest
 from policies import default_policy
 from store import Store

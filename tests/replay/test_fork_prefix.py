@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from orchestrator.fault_server import FaultServer
+from orchestrator.adapters.fault_server import FaultServer
 from tests.replay.test_live import STEPS, replay_cli
 
 pytestmark = pytest.mark.docker

@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from cli.view.export import export_bundle
-from orchestrator.fault_server import FaultServer
+from cli.view.static_bundle import export_bundle
+from orchestrator.adapters.fault_server import FaultServer
 from store import Store
 from tests.replay.recording import BROKEN_MEAN, FIXED_MEAN, call, reply
 from tests.replay.test_live import docker_run as docker_run  # noqa: F401 - the fixture

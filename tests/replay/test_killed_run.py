@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from orchestrator.fault_server import FaultServer, Reply, ScriptedToolCall
+from orchestrator.adapters.fault_server import FaultServer, Reply, ScriptedToolCall
 from sandbox.hardening import LABEL_PID
 from sandbox.orphans import OWNER_FILE, claim_state_dir
 from store import Store

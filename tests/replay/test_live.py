@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from orchestrator.fault_server import FaultServer
-from orchestrator.launch import RunRequest, run_agent
+from orchestrator.adapters.fault_server import FaultServer
+from orchestrator.composition.launch import RunRequest, run_agent
 from store import Store
 from tests.replay.recording import BROKEN_MEAN, FIXED_MEAN, call, copy_example_repo, docker_settings, reply
 from tests.replay.test_offline import _replay_in_subprocess

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.fault_server import FaultServer
+from orchestrator.adapters.fault_server import FaultServer
 from orchestrator.replay import Replayer
 from store import Store
 from tests.replay.recording import record_varied_runs

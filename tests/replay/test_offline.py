@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.fault_server import FaultServer
+from orchestrator.adapters.fault_server import FaultServer
 from orchestrator.replay import Replayer
 from store import Store
 from tests.replay.recording import call, record_memory_run, record_varied_runs, reply

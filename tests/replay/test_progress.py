@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from cli.display import progress as progress_module
 from cli.display.progress import StepProgress
 from cli.main import app
-from cli.view.export import export_bundle
-from orchestrator.fault_server import FaultServer
+from cli.view.static_bundle import export_bundle
+from orchestrator.adapters.fault_server import FaultServer
 from orchestrator.replay import Replayer
 from store import Store
 from tests.replay.recording import fixing_steps, record_memory_run

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.fault_server import FaultServer
-from orchestrator.launch import RunRequest, run_agent
+from orchestrator.adapters.fault_server import FaultServer
+from orchestrator.composition.launch import RunRequest, run_agent
 from orchestrator.replay.noise import classify
 from policies import default_policy
 from tests.replay.recording import BROKEN_MEAN, FIXED_MEAN, call, copy_example_repo, docker_settings, reply

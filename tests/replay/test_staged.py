@@ -11,7 +11,7 @@ from contextlib import closing
 
 import pytest
 
-from orchestrator.fault_server import FaultServer
+from orchestrator.adapters.fault_server import FaultServer
 from orchestrator.replay import Replayer
 from orchestrator.tool_protocols import NativeProtocol
 from store import Store

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from cli.display.render import model_heading, model_line
 from cli.display.steps import model_step
 from cli.main import app
-from cli.view.export import export_bundle
+from cli.view.static_bundle import export_bundle
 from orchestrator.contract import Message, ModelRequest, Sampling
 from orchestrator.envelope import Attempt, Envelope, ErrorDetail, Payload, Status, Timings, Usage
 from store import Recorder, Store

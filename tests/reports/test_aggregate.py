@@ -11,15 +11,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import update
 
+from orchestrator.composition.launch.reports import report_run, report_runs
 from orchestrator.contract import Message, ModelRequest
 from orchestrator.costing import percentile
 from orchestrator.costing.aggregate import group_stats
 from orchestrator.costing.figures import RunSlice, percentile_of_counts
-from orchestrator.launch.reports import report_run, report_runs
 from policies.price_table import load_price_table, set_price
 from policies.pricing import CostBreakdown, Price, cost_breakdown
-from store import Recorder, liveness
-from store.tables import RunLease, table_of
+from store import Recorder
+from store.read import liveness
+from store.schema.tables import RunLease, table_of
 
 DAY = 86_400.0
 T0 = 1_790_000_000.0  # a fixed UTC instant, so days are known
@@ -183,7 +184,7 @@ def test_an_aggregate_holds_off_the_cycle_collector_and_leaves_it_as_it_found_it
     figures), and gives it back on, or off if it was, also when it fails."""
     import gc
 
-    from orchestrator.launch import reports
+    from orchestrator.composition.launch import reports
     from policies.price_table import PriceTable
 
     seen: list[bool] = []

@@ -15,9 +15,10 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from store import Recorder, Store, synthetic
-from store import batches as bstore
+from store import Recorder, Store
 from store.errors import BatchAttributionMismatch
+from store.write import batches as bstore
+from store.write import synthetic
 
 DAMAGED = 4
 

@@ -9,13 +9,13 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from cli.main import app
-from orchestrator.batch.driver import BatchPlan, start_batch
-from orchestrator.batch.errors import BatchNotFound
-from orchestrator.batch.pool import PoolOptions
-from orchestrator.batch.runner import TASK_ERROR
-from orchestrator.batch.tasks import load_task_file
+from orchestrator.composition.batch.driver import BatchPlan, start_batch
+from orchestrator.composition.batch.errors import BatchNotFound
+from orchestrator.composition.batch.pool import PoolOptions
+from orchestrator.composition.batch.runner import TASK_ERROR
+from orchestrator.composition.batch.tasks import load_task_file
 from orchestrator.exit_codes import ExitCode
-from store import batches as bstore
+from store.write import batches as bstore
 
 
 def test_batch_list_and_runs_of_a_batch(scripted, home: Path, tmp_path: Path) -> None:

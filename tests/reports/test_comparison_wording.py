@@ -5,7 +5,7 @@ figure is now a share of its reference, true whichever side is larger."""
 from __future__ import annotations
 
 from orchestrator.costing import comparison_lines
-from orchestrator.costing.trajectory import CacheComparison
+from orchestrator.costing.run_cost import CacheComparison
 
 
 def comparison(prefilled: int, no_cache: int, ideal: int) -> CacheComparison:
@@ -30,7 +30,7 @@ def test_a_server_that_sends_no_cached_count_leaves_the_prefill_absent() -> None
     """llama-cpp-python sends no cached count: the prefill is not known, so
     the comparison says absent rather than prompt - 0, and gives no ratio."""
     from orchestrator.costing.figures import CallFigures
-    from orchestrator.costing.trajectory import cache_comparison
+    from orchestrator.costing.run_cost import cache_comparison
 
     def call(prompt: int, cached_absent: bool) -> CallFigures:
         return CallFigures(turn=0, model="m", status="COMPLETED", prompt_tokens=prompt, prompt_source="server",

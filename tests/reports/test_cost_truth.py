@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.composition.launch.reports import report_run, report_runs
 from orchestrator.contract import Message, ModelRequest, Sampling
 from orchestrator.costing import CallFigures, cache_comparison, run_cost
 from orchestrator.envelope import Attempt, Envelope, ErrorDetail, Payload, Status, Timings, Usage
-from orchestrator.launch.reports import report_run, report_runs
 from policies.price_table import load_price_table, set_price
 from store import Recorder, Store
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from store import Recorder
-from store.reports import ExportError, conversation, event_lines
+from store.read.reports import ExportError, conversation, event_lines
 
 ROLES = {"system", "user", "assistant", "tool"}
 

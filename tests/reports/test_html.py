@@ -9,8 +9,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from orchestrator.composition.launch.reports import report_run, report_runs
 from orchestrator.costing import aggregate_html, run_html
-from orchestrator.launch.reports import report_run, report_runs
 from policies.price_table import load_price_table, set_price
 
 FLAGS = (

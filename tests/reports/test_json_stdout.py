@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from cli.main import COMMANDS, MODULES, commands_of
-from orchestrator.batch.driver import BatchPlan, start_batch
-from orchestrator.batch.pool import PoolOptions
-from orchestrator.batch.tasks import load_task_file
-from orchestrator.fault_server import FaultServer, Reply
+from orchestrator.adapters.fault_server import FaultServer, Reply
+from orchestrator.composition.batch.driver import BatchPlan, start_batch
+from orchestrator.composition.batch.pool import PoolOptions
+from orchestrator.composition.batch.tasks import load_task_file
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_POLICY = ROOT / "policies" / "default.toml"

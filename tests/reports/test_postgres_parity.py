@@ -17,10 +17,12 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from orchestrator.costing import GROUP_BY
-from store import Store, run_totals, synthetic, totals_write, ttft_days
-from store.importer import import_file
-from store.reports import read_slices
-from store.tables import BATCH_TABLES, CHAINED, Blob, Run, table_of
+from store import Store
+from store.read import run_totals, ttft_days
+from store.read.reports import read_slices
+from store.schema.tables import BATCH_TABLES, CHAINED, Blob, Run, table_of
+from store.write import synthetic, totals_write
+from store.write.importer import import_file
 from tests.interop.conftest import own
 from tests.reports.test_absent_figures import NO_CACHE_COUNT, record_calls
 from tests.store.test_nul_text import VARIANTS, record

@@ -10,9 +10,9 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from cli.main import app
+from orchestrator.adapters.fault_server import FaultServer
+from orchestrator.composition.launch.reports import report_runs
 from orchestrator.contract import Message, ModelRequest, Sampling
-from orchestrator.fault_server import FaultServer
-from orchestrator.launch.reports import report_runs
 from orchestrator.replay import Replayer
 from policies.price_table import load_price_table, set_price
 from store import Recorder, Store

@@ -14,9 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from orchestrator.composition.launch.reports import report_run, report_runs
 from orchestrator.costing.figures import GROUP_BY
 from orchestrator.exit_codes import ExitCode
-from orchestrator.launch.reports import report_run, report_runs
 from policies.price_table import load_price_table
 from store import Recorder, Store
 from store.errors import RollupMismatch, TtftRollupMismatch

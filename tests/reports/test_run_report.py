@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.composition.launch.reports import report_run
 from orchestrator.contract import Message, ModelRequest
 from orchestrator.costing import CallFigures, cache_comparison, resent_per_call
-from orchestrator.launch.reports import report_run
 from policies.price_table import load_price_table, set_price
 from store import RunNotFound
 

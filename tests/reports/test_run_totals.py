@@ -14,20 +14,22 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from orchestrator.composition.launch.reports import report_runs
 from orchestrator.contract import Message, ModelRequest, Sampling, ToolCall
 from orchestrator.costing.figures import GROUP_BY
 from orchestrator.envelope import Attempt, Envelope, Payload, Status, Timings, Usage
-from orchestrator.launch.reports import report_runs
 from policies.price_table import load_price_table, set_price
-from store import Recorder, Store, run_totals, totals_write, ttft_buckets, ttft_days
+from store import Recorder, Store
 from store.engine import driver_rows
 from store.errors import StoreDamaged, TtftRollupMismatch, UncheckedRows
-from store.importer import import_file
-from store.reports import read_slices
-from store.reports.query_plans import query_plans
-from store.reports.ttft_histogram import whole_days
-from store.retention import collect
+from store.read import run_totals, ttft_buckets, ttft_days
+from store.read.reports import read_slices
+from store.read.reports.query_plans import query_plans
+from store.read.reports.ttft_histogram import whole_days
 from store.text_codec import unescape
+from store.write import totals_write
+from store.write.importer import import_file
+from store.write.retention import collect
 from tests.interop.conftest import own
 
 MODELS = ("gemma-3-270m", "qwen3-0.6b", "llama-3.2-1b")

@@ -16,11 +16,11 @@ import pytest
 from cli.display.table import figure
 from cli.report_cmd import GROUP_COLUMNS, TURN_COLUMNS
 from cli.runs_cmd import RUN_COLUMNS
-from orchestrator.batch.driver import BatchPlan, start_batch
-from orchestrator.batch.pool import PoolOptions
-from orchestrator.batch.tasks import load_task_file
+from orchestrator.composition.batch.driver import BatchPlan, start_batch
+from orchestrator.composition.batch.pool import PoolOptions
+from orchestrator.composition.batch.tasks import load_task_file
+from orchestrator.composition.launch.reports import report_run, report_runs
 from orchestrator.costing import aggregate_rows, line_rows
-from orchestrator.launch.reports import report_run, report_runs
 from policies.price_table import load_price_table
 
 ESCROW = Path(sys.executable).parent / "escrow"

@@ -16,8 +16,10 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from store import Recorder, Store, liveness, synthetic
+from store import Recorder, Store
 from store.errors import UncheckedRows
+from store.read import liveness
+from store.write import synthetic
 
 DAMAGED = 4
 REPORTS = (("--by", "model"), ("--by", "day"), ("--by", "engine"), ("--by", "status"))

@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from orchestrator.batch.microrepo import materialise
+from orchestrator.composition.batch.microrepo import materialise
 from sandbox.kept import PARTIAL, keep, sweep, tree_digest
 from sandbox.workspace import repo_entries
 

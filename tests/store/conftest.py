@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from store import Recorder, Store, synthetic
+from store import Recorder, Store
+from store.write import synthetic
 
 
 @pytest.fixture

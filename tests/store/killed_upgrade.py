@@ -14,7 +14,7 @@ import importlib, os, signal, sys
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from store.engine import make_engine
-from store.migrations import upgrade
+from store.schema.migrations import upgrade
 url, kill_at, from_version, module, name, value = sys.argv[1:]
 engine = make_engine(make_url(url), readonly=False)
 commits = [0]

@@ -14,8 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from store import NotAStore, Recorder, SchemaTooNew, Store, StoreNotFound, synthetic
-from store.migrations import LATEST
+from store import NotAStore, Recorder, SchemaTooNew, Store, StoreNotFound
+from store.schema.migrations import LATEST
+from store.write import synthetic
 
 ESCROW = str(Path(sys.executable).with_name("escrow"))
 

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from orchestrator.errors import ConfigError
-from store import SCHEMA_VERSION, Recorder, Store, synthetic
+from store import SCHEMA_VERSION, Recorder, Store
+from store.write import synthetic
 
 ESCROW = str(Path(sys.executable).with_name("escrow"))
 
@@ -55,7 +56,7 @@ def test_runs_refuses_a_status_or_verdict_no_run_can_have(populated):
     """Issue 27: `runs --status bogus` and `--verdict pass` printed "no runs", exit 0."""
     from cli.runs_cmd import IMPORT_MODE, IMPORTED
     from orchestrator.interop.records import IMPORT_MODE as MODE
-    from store.importer import IMPORTED_VERDICT
+    from store.write.importer import IMPORTED_VERDICT
 
     assert IMPORTED == IMPORTED_VERDICT and IMPORT_MODE == MODE
     for args, named in ((["--status", "bogus"], "running, crashed or finished"),

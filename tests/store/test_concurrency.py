@@ -12,7 +12,8 @@ import traceback
 
 import pytest
 
-from store import Recorder, Store, synthetic
+from store import Recorder, Store
+from store.write import synthetic
 
 SECONDS = float(os.environ.get("ESCROW_TEST_CONCURRENCY_S", "30"))
 READERS = 8

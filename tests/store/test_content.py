@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from cli.main import app
 from orchestrator.canonical import sha256_hex
 from orchestrator.contract import Message
-from store import ChainBroken, Recorder, Store, synthetic
+from store import ChainBroken, Recorder, Store
+from store.write import synthetic
 
 SYSTEM = sha256_hex('{"content":"You fix code.","name":null,"role":"system","tool_call_id":null,"tool_calls":[]}')
 

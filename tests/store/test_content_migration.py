@@ -16,10 +16,12 @@ from contextlib import closing
 from pathlib import Path
 
 from orchestrator.canonical import sha256_hex
-from store import Store, blobs, verify
+from store import Store
 from store.chain import ChainRow
-from store.migrations import LATEST
-from store.tables import CHAINED_TABLES
+from store.check import verify
+from store.schema.migrations import LATEST
+from store.schema.tables import CHAINED_TABLES
+from store.write import blobs
 
 FIXTURE = Path(__file__).parent / "data" / "schema3.db"
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +36,7 @@ MIGRATE = """
 import sys
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
-from store import migrations
+from store.schema import migrations
 migrations.CONTENT_BATCH_ROWS = 2
 def pause(point):
     print(point, flush=True)

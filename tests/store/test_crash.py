@@ -23,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from store import Recorder, Store, synthetic
-from store.tables import CHAINED_TABLES
+from store import Recorder, Store
+from store.schema.tables import CHAINED_TABLES
+from store.write import synthetic
 
 KILLS = int(os.environ.get("ESCROW_TEST_KILLS", "220"))
 TURN_TABLES = [t for t in CHAINED_TABLES if t not in ("turns", "model_calls")]

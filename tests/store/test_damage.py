@@ -16,8 +16,9 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from store import Recorder, Store, synthetic
+from store import Recorder, Store
 from store.errors import StoreDamaged
+from store.write import synthetic
 
 DAMAGED = 4
 IMMUTABLE = ("task", "created_at", "config_json", "policy_json", "repo", "escrow_version", "mode")

@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from orchestrator.exit_codes import ExitCode
-from store import Recorder, Store, synthetic
-from store.importer import import_files
+from store import Recorder, Store
+from store.write import synthetic
+from store.write.importer import import_files
 from tests.interop.conftest import real
 
 DAY = 86_400.0

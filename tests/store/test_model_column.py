@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from store import Recorder, Store, synthetic
-from store.migrations import LATEST
+from store import Recorder, Store
+from store.schema.migrations import LATEST
+from store.write import synthetic
 from tests.store.killed_upgrade import killed_upgrade
 
 COPY = '"gen_ai.request.model"'
@@ -94,7 +95,7 @@ def test_the_backfill_resumes_after_sigkill(tmp_path: Path, kill_at: int) -> Non
     ids = recorded(path)
     as_schema_6(path)
     url = f"sqlite:///{path}"
-    done = killed_upgrade(url, kill_at, 6, ("store.migrations", "MODEL_COPY_BATCH_ROWS", 3))
+    done = killed_upgrade(url, kill_at, 6, ("store.schema.migrations", "MODEL_COPY_BATCH_ROWS", 3))
     assert done.returncode == -signal.SIGKILL, done.stderr.decode()
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute("SELECT max(version) FROM escrow_migrations").fetchone()[0] == 6

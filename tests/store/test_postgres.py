@@ -17,7 +17,8 @@ from sqlalchemy import create_engine, text
 from typer.testing import CliRunner
 
 from cli.main import app
-from store import ChainBroken, Recorder, Store, synthetic
+from store import ChainBroken, Recorder, Store
+from store.write import synthetic
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -115,7 +116,7 @@ def test_shared_blobs_and_gc_on_postgresql(postgres_url):
     import time
 
     from orchestrator.canonical import sha256_hex
-    from store.retention import collect
+    from store.write.retention import collect
 
     with Store.open(postgres_url) as store:
         old = Recorder(store, clock=lambda: time.time() - 40 * 86_400)

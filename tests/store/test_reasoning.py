@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 from cli.main import app
 from orchestrator.contract import Message, ToolCall
 from orchestrator.envelope import Envelope, Payload, Status, Usage
-from store import Recorder, Store, synthetic
+from store import Recorder, Store
+from store.write import synthetic
 
 REASONING = "The test fails because the fixture path is wrong; read conftest first."
 

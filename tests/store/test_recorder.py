@@ -11,8 +11,9 @@ from orchestrator.candidate import CandidateState, stage
 from orchestrator.contract import Captured, Message, ToolCall
 from orchestrator.envelope import Envelope, Status
 from orchestrator.ports import ToolOutcome
-from store import Recorder, RecordingError, RunJournal, Store, synthetic
-from store.teacher_scores import CallScore
+from store import Recorder, RecordingError, RunJournal, Store
+from store.write import synthetic
+from store.write.teacher_scores import CallScore
 
 
 def raw_count(path, table: str) -> int:

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from orchestrator.canonical import sha256_hex
-from store import Recorder, Store, synthetic
+from store import Recorder, Store
+from store.write import synthetic
 
 DAY = 86_400.0
 

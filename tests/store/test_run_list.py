@@ -1,4 +1,4 @@
-"""The light runs reader (store.run_list) lists exactly what the full store
+"""The light runs reader (store.read.run_list) lists exactly what the full store
 lists, falls back to it whenever the store is not plain, and keeps
 `escrow runs` on a SQLite file free of SQLAlchemy."""
 
@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 
 from orchestrator.trajectory import RunView
-from store import Recorder, Store, liveness, synthetic
-from store.run_list import ESCAPED_RUN_COLUMNS, RUN_FIELDS, RunLine, RunQuery, read_run_lines, sqlite_file
-from store.tables import Run, table_of
+from store import Recorder, Store
+from store.read import liveness
+from store.read.run_list import ESCAPED_RUN_COLUMNS, RUN_FIELDS, RunLine, RunQuery, read_run_lines, sqlite_file
+from store.schema.tables import Run, table_of
 from store.text_escape import EscapedString, EscapedText
+from store.write import synthetic
 from tests.processes import run_escrow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,7 +83,7 @@ def test_the_comparison_sees_the_crashed_and_the_escaped_runs(varied: Path) -> N
 
 
 def test_the_field_list_is_the_views_and_the_tables() -> None:
-    # last_alive_at is no column: it is read from the run's lease (store.liveness).
+    # last_alive_at is no column: it is read from the run's lease (store.read.liveness).
     assert [name for name, _ in RUN_FIELDS] == [f for f in RunView.model_fields if f != "last_alive_at"]
     table = table_of(Run)
     assert {column for _, column in RUN_FIELDS} == {c.name for c in table.columns}
@@ -163,7 +165,7 @@ def test_a_batch_run_is_created_only_with_its_lease_and_its_attempt_naming_it(tm
     a ``running`` run without a lease (it would never read as crashed), nor an
     attempt naming such a run. The lease write is made to fail, as a death
     mid-claim would leave it; neither the run nor the note may remain."""
-    from store import batches as bstore
+    from store.write import batches as bstore
 
     with Store.open(f"sqlite:///{tmp_path / 's.db'}") as store:
         batch = bstore.create_batch(store, task_file="t.jsonl", settings={}, tasks={"a": (1, {})})
@@ -194,7 +196,7 @@ def test_figures_no_call_reported_list_as_absent_in_both_readers(tmp_path: Path,
     """Real imported runs: a count no call reported is None (JSON null, "-" in
     the table), not 0; a run-level figure of the source counts; both
     readers say the same."""
-    from store.importer import import_file
+    from store.write.importer import import_file
     from tests.interop.conftest import real
 
     path = tmp_path / "imported.db"

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from store import Recorder, Store, synthetic
-from store.migrations import LATEST
+from store import Recorder, Store
+from store.schema.migrations import LATEST
+from store.write import synthetic
 from tests.store.killed_upgrade import killed_upgrade
 
 TOTALS = "SELECT run_id, own, model, engine, calls, prompt_tokens, cached_tokens, output_tokens, direct_s, http_s, " \
@@ -67,7 +68,7 @@ def test_the_backfill_resumes_after_sigkill(tmp_path: Path, kill_at: int) -> Non
     chains = heads(path)
     written = as_schema_7(path)
     url = f"sqlite:///{path}"
-    done = killed_upgrade(url, kill_at, 7, ("store.migrations", "BACKFILL_RUNS", 1))
+    done = killed_upgrade(url, kill_at, 7, ("store.schema.migrations", "BACKFILL_RUNS", 1))
     assert done.returncode == -signal.SIGKILL, done.stderr.decode()
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute("SELECT max(version) FROM escrow_migrations").fetchone()[0] == 7
@@ -113,7 +114,7 @@ def test_migration_9_builds_the_rollup_the_writer_keeps(tmp_path: Path, kill_at:
 def killed_from(path: Path, kill_at: int, version: int) -> None:
     """An upgrade from ``version``, one run per transaction, killed at its
     ``kill_at``th commit: the store is still at ``version``."""
-    done = killed_upgrade(f"sqlite:///{path}", kill_at, version, ("store.migrations", "BACKFILL_RUNS", 1))
+    done = killed_upgrade(f"sqlite:///{path}", kill_at, version, ("store.schema.migrations", "BACKFILL_RUNS", 1))
     assert done.returncode == -signal.SIGKILL, done.stderr.decode()
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute("SELECT max(version) FROM escrow_migrations").fetchone()[0] == version

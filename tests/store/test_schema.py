@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, inspect
 
-from store import Recorder, SchemaTooOld, Store, synthetic
-from store.migrations import LATEST, MIGRATIONS, V2_INDEXES, V3_INDEXES, V4_COLUMNS, create_latest, store_tables
+from store import Recorder, SchemaTooOld, Store
+from store.schema.migrations import LATEST, MIGRATIONS, V2_INDEXES, V3_INDEXES, V4_COLUMNS, create_latest, store_tables
+from store.write import synthetic
 
 OTEL_COLUMNS = {
     "runs": {"gen_ai.request.model"},
@@ -57,7 +58,7 @@ def test_a_new_store_is_at_the_latest_version_in_wal_mode(store, db_path):
 
 def test_the_schema_page_documents_the_latest_version_and_each_migration():
     """docs/SCHEMA.md is the public interface: its stated version and its
-    table of migrations keep up with store/migrations.py (it said 9 at 12)."""
+    table of migrations keep up with store/schema/migrations.py (it said 9 at 12)."""
     page = (Path(__file__).parents[2] / "docs" / "SCHEMA.md").read_text()
     assert f"documents schema version **{LATEST}**" in page
     section = page.split("## Versions and migrations", 1)[1].split("\n## ", 1)[0]

@@ -1,7 +1,7 @@
 """docs/SCHEMA.md prints every table, column and type of a store as the
 models declare them (a generated section, as docs/ARCHITECTURE.md prints the
 exit codes), the models are what a new store's DDL holds, and every table
-model lives in store/tables.py."""
+model lives in store/schema/tables.py."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from sqlalchemy import create_engine, inspect
 from sqlmodel import SQLModel
 
 import store
-from store.migrations import create_latest
-from store.schema_doc import every_table, markdown_tables, section
+from store.schema.doc import every_table, markdown_tables, section
+from store.schema.migrations import create_latest
 
 ROOT = Path(__file__).resolve().parents[2]
 ROW = re.compile(r"^\| (?P<column>[^|]+) \| (?P<type>[^|]+) \| (?P<null>yes|no) \| [^|]* \|$")
@@ -55,5 +55,5 @@ def test_every_table_model_is_in_store_tables():
         importlib.import_module(info.name)  # every module that could declare a model
     homes = {table.name: {m.class_.__module__ for m in SQLModel._sa_registry.mappers if m.local_table is table}
              for table in SQLModel.metadata.sorted_tables}
-    assert {name: mods for name, mods in homes.items() if mods != {"store.tables"}} == {}
+    assert {name: mods for name, mods in homes.items() if mods != {"store.schema.tables"}} == {}
     assert {t.name for t in SQLModel.metadata.sorted_tables} == {t.name for t in every_table()} - {"escrow_migrations"}

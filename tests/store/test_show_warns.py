@@ -37,7 +37,7 @@ def test_show_warns_of_a_broken_chain_and_keeps_the_engine_to_a_line(tmp_path: P
 
 
 def test_show_names_a_batch_runs_batch_task_and_attempt(tmp_path: Path) -> None:
-    from store import batches as bstore
+    from store.write import batches as bstore
 
     db = tmp_path / "escrow.db"
     with Store.open(f"sqlite:///{db}") as store:
@@ -77,7 +77,7 @@ def test_a_patch_the_verifier_failed_does_not_read_not_verified(tmp_path: Path) 
     from orchestrator.canonical import sha256_hex
     from orchestrator.contract import Message, ToolCall
     from orchestrator.envelope import Envelope, Payload, Status
-    from store import synthetic
+    from store.write import synthetic
 
     db = tmp_path / "escrow.db"
     diff = "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n"

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from store import Recorder, Store, synthetic
+from store import Recorder, Store
 from store.errors import RollupMismatch
+from store.write import synthetic
 from tests.store.test_damage import code_of, invoke
 
 DAMAGED, FINDING = 4, 1

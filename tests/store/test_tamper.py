@@ -14,11 +14,13 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from cli.main import app
-from store import ChainBroken, Recorder, Store, synthetic, verify
+from store import ChainBroken, Recorder, Store
 from store.chain import ChainRow
+from store.check import verify
 from store.errors import StoreDamaged
-from store.tables import CHAINED_TABLES
-from store.teacher_scores import CallScore
+from store.schema.tables import CHAINED_TABLES
+from store.write import synthetic
+from store.write.teacher_scores import CallScore
 
 TABLES = ("runs", *CHAINED_TABLES)
 

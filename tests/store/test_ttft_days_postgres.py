@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from sqlalchemy import delete, func, select, true
 
-from store import Recorder, Store, synthetic, totals_write, ttft_days
-from store.reports import read_slices
-from store.retention import collect
-from store.run_totals import RUNS
-from store.ttft_days import DAYS, KEY
+from store import Recorder, Store
+from store.read import ttft_days
+from store.read.reports import read_slices
+from store.read.run_totals import RUNS
+from store.read.ttft_days import DAYS, KEY
+from store.write import synthetic, totals_write
+from store.write.retention import collect
 from tests.store.test_postgres import postgres_url  # noqa: F401 - the throwaway cluster
 
 T0 = 1_790_000_000.0  # one UTC day for both runs

@@ -20,13 +20,15 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from store import Recorder, Store, liveness, synthetic
-from store import batches as bstore
+from store import Recorder, Store
 from store.errors import StoreDamaged
+from store.read import liveness
+from store.write import batches as bstore
+from store.write import synthetic
 
 DAMAGED = 4
 WRONG_TYPE = re.compile(r"column .+ holds .+, not (TEXT|INTEGER|REAL)")
-"""The damaged-store error of a wrong-typed cell (``store.cells.check_row``); another one (a
+"""The damaged-store error of a wrong-typed cell (``store.check.cells.check_row``); another one (a
 totals row no longer matching, a run that no longer verifies) names the run instead."""
 
 

@@ -13,13 +13,13 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from orchestrator.adapters.fault_server import FaultServer, Reply
+from orchestrator.adapters.model_client.client import ModelClient
 from orchestrator.contract import Message, ModelRequest, Sampling
 from orchestrator.envelope import Envelope
-from orchestrator.fault_server import FaultServer, Reply
-from orchestrator.model_client.client import ModelClient
-from store import synthetic
-from store.recorder import Recorder
 from store.store import Store
+from store.write import synthetic
+from store.write.recorder import Recorder
 
 EOT, NL = 106, 107
 

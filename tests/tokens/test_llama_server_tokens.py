@@ -13,12 +13,13 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from orchestrator.adapters.model_client.client import ModelClient
+from orchestrator.adapters.model_client.token_endpoints import EngineTokens
 from orchestrator.contract import Message, ModelRequest, Sampling
 from orchestrator.envelope import Status
-from orchestrator.model_client.client import ModelClient
-from orchestrator.model_client.token_endpoints import EngineTokens
-from store import Recorder, Store, synthetic
-from store.reports import ExportError
+from store import Recorder, Store
+from store.read.reports import ExportError
+from store.write import synthetic
 from tests.conftest import require
 from tests.llama_server import BINARY, MODEL, available, llama_server
 from tests.tokens.conftest import tokens_cli

@@ -10,11 +10,11 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from orchestrator.adapters.fault_server import Reply
 from orchestrator.exit_codes import ExitCode
-from orchestrator.fault_server import Reply
 from orchestrator.interop.atif_schema import Metrics
 from orchestrator.rollout import reward_of
-from store.reports import ExportError
+from store.read.reports import ExportError
 from tests.tokens.conftest import EOT, NL, growing, record
 
 
@@ -134,8 +134,8 @@ def test_the_reward_is_the_verifiers_verdict_only():
 
 
 def test_a_batch_exports_its_runs_and_names_the_refused_one(srv, tmp_path):
-    from store.batches import MODEL, create_batch, finish_attempt, start_attempt
     from store.store import Store
+    from store.write.batches import MODEL, create_batch, finish_attempt, start_attempt
 
     srv.script([*growing(2), Reply(text="no ids")])
     db = tmp_path / "e.db"

@@ -22,12 +22,12 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from orchestrator.adapters.fault_server import FaultServer, Reply
+from orchestrator.adapters.fault_server.scenario import Hangup
+from orchestrator.adapters.model_client.provenance import PROBES as ENDPOINTS
+from orchestrator.adapters.model_client.provenance import probe
+from orchestrator.adapters.model_client.teacher_scoring import PROBES, TeacherClient, check_vocabulary
 from orchestrator.errors import TeacherRefused
-from orchestrator.fault_server import FaultServer, Reply
-from orchestrator.fault_server.scenario import Hangup
-from orchestrator.model_client.provenance import PROBES as ENDPOINTS
-from orchestrator.model_client.provenance import probe
-from orchestrator.model_client.teacher_scoring import PROBES, TeacherClient, check_vocabulary
 from tests.tokens.conftest import growing, record
 
 

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 from cli.main import app
 from orchestrator.contract import Message, ModelRequest, Sampling
 from orchestrator.teacher_figures import student_logprobs
-from store import Store, synthetic
+from store import Store
+from store.write import synthetic
 from tests.conftest import require
 from tests.llama_server import BINARY, MODEL, available, llama_server
 
@@ -41,8 +42,8 @@ def recorded(tmp_path_factory, llama_url) -> tuple[Path, str, str]:
     """A token-exact run of two calls on llama-server, recorded; yields the
     store, the run id and the student server's URL (kept up for the check)."""
     require(available(), f"llama-server at {BINARY} with {MODEL} (scripts/setup.sh escrow_setup_llama_server)")
-    from orchestrator.model_client.token_exact import TokenExactClient
-    from store.recorder import Recorder
+    from orchestrator.adapters.model_client.token_exact import TokenExactClient
+    from store.write.recorder import Recorder
 
     tmp = tmp_path_factory.mktemp("score")
     db = tmp / "escrow.db"

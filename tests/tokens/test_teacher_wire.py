@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from orchestrator.adapters.fault_server import FaultServer
+from orchestrator.adapters.fault_server.scenario import RawResponse
+from orchestrator.adapters.model_client.teacher_scoring import TeacherClient, check_vocabulary
 from orchestrator.errors import TeacherAnswerInvalid, TeacherRefused
-from orchestrator.fault_server import FaultServer
-from orchestrator.fault_server.scenario import RawResponse
-from orchestrator.model_client.teacher_scoring import TeacherClient, check_vocabulary
 
 PROMPT, SAMPLED = (2, 5), (7, 9)
 
@@ -133,7 +133,7 @@ def test_score_records_chained_rows_and_a_rerun_scores_only_what_is_missing(faul
     from typer.testing import CliRunner
 
     from cli.main import app
-    from orchestrator.fault_server.scenario import Hangup
+    from orchestrator.adapters.fault_server.scenario import Hangup
     from store import Store
     from tests.tokens.conftest import growing, record
 

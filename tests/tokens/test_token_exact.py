@@ -20,12 +20,12 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from orchestrator.adapters.fault_server import FaultServer
+from orchestrator.adapters.model_client.token_endpoints import EngineTokens
+from orchestrator.adapters.model_client.token_exact import rebuild_prompts
+from orchestrator.adapters.model_client.token_sequence import SENTINEL, after_answer
 from orchestrator.errors import TemplateNotPrefixPreserving, TokenExactUnsupported
 from orchestrator.exit_codes import ExitCode
-from orchestrator.fault_server import FaultServer
-from orchestrator.model_client.token_endpoints import EngineTokens
-from orchestrator.model_client.token_exact import rebuild_prompts
-from orchestrator.model_client.token_sequence import SENTINEL, after_answer
 from orchestrator.token_drift import TokenClass, answered_calls, check_envelopes
 from store import Store
 from tests.conftest import require
@@ -108,8 +108,8 @@ def test_each_prompt_is_the_last_one_and_its_sampled_ids_and_the_templates_text(
     """The delta on the real server, against the template's text written out:
     a quarantined answer's ids are dropped (the template's end of turn after
     an empty answer follows), a kept answer's ids are carried as sampled."""
+    from orchestrator.adapters.model_client.token_exact import TokenExactClient
     from orchestrator.contract import Message, ModelRequest, Sampling
-    from orchestrator.model_client.token_exact import TokenExactClient
 
     def request(*messages: Message) -> ModelRequest:
         return ModelRequest(model="gemma-3-270m", messages=messages, max_tokens=4,
@@ -147,8 +147,8 @@ def test_a_template_rendered_here_as_on_the_server_costs_one_round_trip_a_turn(g
     ``/tokenize`` and the ids are those of the server's own rendering; a
     template this Jinja cannot render (llama.cpp's own ``strftime_now``)
     stays the server's."""
+    from orchestrator.adapters.model_client.token_exact import TokenExactClient
     from orchestrator.contract import Message, ModelRequest, Sampling
-    from orchestrator.model_client.token_exact import TokenExactClient
 
     def run(url: str, *, prepared: bool) -> tuple[list[tuple[int, ...]], list[list[str]], TokenExactClient]:
         messages: tuple[Message, ...] = (Message(role="system", content="Be terse."),

@@ -20,13 +20,13 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from orchestrator.batch.scripted import example_scripts
+from orchestrator.adapters.fault_server import FaultServer, Reply
+from orchestrator.adapters.fault_server.chat_tokens import ids
+from orchestrator.adapters.model_client.token_exact import TokenExactClient
+from orchestrator.composition.batch.scripted import example_scripts
 from orchestrator.contract import Message, ModelRequest, Sampling
 from orchestrator.errors import EscrowError, TokenExactUnsupported
 from orchestrator.exit_codes import ExitCode
-from orchestrator.fault_server import FaultServer, Reply
-from orchestrator.fault_server.chat_tokens import ids
-from orchestrator.model_client.token_exact import TokenExactClient
 from tests.batch.conftest import EXAMPLES, subset_task_file
 from tests.processes import run_escrow
 from tests.tokens.test_token_exact import EXAMPLE
@@ -128,7 +128,7 @@ def test_the_library_entry_point_takes_token_exact(fault_server: FaultServer, tm
     """``run_agent`` reads ``Settings.token_exact``: against an engine that
     takes no prompt of ids it refuses before a sandbox starts or a run is
     recorded, as ``escrow run --token-exact`` does."""
-    from orchestrator.launch import RunRequest, run_agent
+    from orchestrator.composition.launch import RunRequest, run_agent
     from orchestrator.settings import load_settings
 
     settings = load_settings(None, home=tmp_path / "home", model_url=fault_server.base_url, token_exact=True,

@@ -19,11 +19,11 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from orchestrator.adapters.fault_server import FaultServer, RawResponse, Reply
+from orchestrator.adapters.fault_server.chat_tokens import ids, render
+from orchestrator.adapters.model_client.token_exact import TokenExactClient
 from orchestrator.contract import Message, ModelRequest, Sampling
 from orchestrator.errors import TemplateNotPrefixPreserving
-from orchestrator.fault_server import FaultServer, RawResponse, Reply
-from orchestrator.fault_server.chat_tokens import ids, render
-from orchestrator.model_client.token_exact import TokenExactClient
 from tests.tokens.conftest import token_exact_run, tokens_cli
 from tests.tokens.test_token_exact import run_args
 

@@ -4,7 +4,7 @@ bytes and reads back the same ids."""
 
 from __future__ import annotations
 
-from orchestrator.fault_server import FaultServer
+from orchestrator.adapters.fault_server import FaultServer
 from orchestrator.replay import Replayer
 from store import Store
 from tests.replay.recording import fixing_steps, record_memory_run

@@ -10,10 +10,10 @@ from sqlalchemy import select
 
 from orchestrator.contract import Message
 from orchestrator.envelope import Envelope, Payload, Status, Usage
-from store import synthetic
-from store.recorder import Recorder
+from store.schema.tables import ModelResponse, table_of
 from store.store import Store
-from store.tables import ModelResponse, table_of
+from store.write import synthetic
+from store.write.recorder import Recorder
 from tests.tokens.conftest import request
 
 

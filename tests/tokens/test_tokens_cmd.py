@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.fault_server import Reply
+from orchestrator.adapters.fault_server import Reply
 from tests.tokens.conftest import EOT, NL, growing, record, tokens_cli
 
 
@@ -191,7 +191,7 @@ def test_show_report_and_the_viewer_say_how_many_calls_are_clean(srv, tmp_path):
 def test_with_a_tokenizer_at_hand_drifts_are_decoded_and_ids_checked_against_the_vocabulary(tmp_path):
     """``--model-url`` of a server posing as llama-server: ``/detokenize``
     gives the text on both sides, ``/v1/models`` the vocabulary size."""
-    from orchestrator.fault_server import FaultServer
+    from orchestrator.adapters.fault_server import FaultServer
 
     posing = {"/detokenize": {"content": "<decoded>"},
               "/v1/models": {"object": "list", "data": [{"id": "m", "meta": {"n_vocab": 1005}}]}}
@@ -224,7 +224,7 @@ def test_an_unreachable_tokenizer_is_a_clear_error(srv, tmp_path):
 
 
 def test_hostile_decoded_text_is_escaped_and_folded_to_80_columns(tmp_path):
-    from orchestrator.fault_server import FaultServer
+    from orchestrator.adapters.fault_server import FaultServer
 
     hostile = "\x1b[31mred\x1b[0m\r\n" + "x" * 300 + " /a/very/long/path" * 10
     posing = {"/detokenize": {"content": hostile}}

@@ -3,8 +3,9 @@ recorded through the Recorder: task ids and errors carry hostile text."""
 
 from __future__ import annotations
 
-from store import Recorder, Store, synthetic
-from store import batches as bstore
+from store import Recorder, Store
+from store.write import batches as bstore
+from store.write import synthetic
 from tests.view.recorded import XSS
 
 HOSTILE_TASK = f"task-{XSS}"

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from store import SCHEMA_VERSION, Store, synthetic
+from store import SCHEMA_VERSION, Store
+from store.write import synthetic
 from tests.store.conftest import db_path as db_path
 from tests.store.conftest import store as store
 

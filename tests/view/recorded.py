@@ -8,8 +8,8 @@ import random
 import sqlite3
 from pathlib import Path
 
-from orchestrator.fault_server import FaultServer
-from orchestrator.model_client.client import ModelClient
+from orchestrator.adapters.fault_server import FaultServer
+from orchestrator.adapters.model_client.client import ModelClient
 from orchestrator.replay import ForkOverrides, Replayer
 from store import Recorder, Store
 from tests.replay.recording import BROKEN_MEAN, EXAMPLE_REPO, FIXED_MEAN, call, fixing_steps, record_memory_run, reply
@@ -76,7 +76,7 @@ def record_reasoning_run(store: Store, *, turns: int = 3, reasoning: str = REASO
     whose requests end with the volatile tail, as the context builds them."""
     from orchestrator.contract import Message, ToolCall
     from orchestrator.envelope import Envelope, Payload, Status, Usage
-    from store import synthetic
+    from store.write import synthetic
 
     recorder = Recorder(store)
     run_id = synthetic.start(recorder, random.Random(7))

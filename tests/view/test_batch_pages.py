@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from cli.view.export import export_bundle
+from cli.view.static_bundle import export_bundle
 from store import Store
 from tests.view.batch_recorded import HOSTILE_TASK, INFRA_ERROR, record_batch
 from tests.view.conftest import serving
@@ -83,7 +83,8 @@ def test_batch_page_in_the_static_bundle(page, store: Store, tmp_path: Path) -> 
 def test_hostile_ids_cannot_name_a_file_outside_the_bundle(store: Store, db_path: Path, tmp_path: Path) -> None:
     import sqlite3
 
-    from store import Recorder, synthetic
+    from store import Recorder
+    from store.write import synthetic
 
     run_id = synthetic.record_run(Recorder(store), turns=2, seed=8)
     batch_id, _ = record_batch(store)

@@ -11,8 +11,9 @@ import pytest
 
 from cli.view.compare import difference
 from cli.view.site import parse_filter
-from store import Store, synthetic
-from store.browse import RunFilter
+from store import Store
+from store.read.browse import RunFilter
+from store.write import synthetic
 
 
 @pytest.fixture
@@ -126,7 +127,7 @@ def test_a_bad_or_unknown_filter_is_a_400_that_names_it(small: Path, query: str,
 def test_a_verified_chain_is_said_on_every_view_not_the_first_alone(small: Path) -> None:
     """The first view's frame said "Hash chain verified"; once the check was
     kept, later views said nothing of it (only a broken chain had a banner)."""
-    from cli.view.render import Links
+    from cli.view.jinja_pages import Links
     from cli.view.site import Site
 
     with Store.open(f"sqlite:///{small}", create=False, readonly=True) as store:
@@ -144,7 +145,7 @@ def test_a_turn_s_header_names_its_input_tokens(small: Path) -> None:
     """The header gave cached, prefilled and output tokens, never the input."""
     import re
 
-    from cli.view.render import Links
+    from cli.view.jinja_pages import Links
     from cli.view.site import Site
 
     with Store.open(f"sqlite:///{small}", create=False, readonly=True) as store:
@@ -159,7 +160,7 @@ def test_a_turn_s_header_names_its_input_tokens(small: Path) -> None:
 
 def test_a_search_speaks_of_matches_not_of_how_it_finds_them(small: Path) -> None:
     """It said "N turns hold the query's longest word and are checked"."""
-    from cli.view.render import Links
+    from cli.view.jinja_pages import Links
     from cli.view.site import Site
 
     with Store.open(f"sqlite:///{small}", create=False, readonly=True) as store:

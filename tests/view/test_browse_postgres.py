@@ -1,4 +1,4 @@
-"""The viewer's reads (store/browse.py) and pages on PostgreSQL give what
+"""The viewer's reads (store/read/browse.py) and pages on PostgreSQL give what
 they give on SQLite: the same rows are copied from a SQLite store into a
 throwaway PostgreSQL cluster (tests/store's fixture), then every read and
 page is asked of both."""
@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Table, select
 
-from cli.view.render import Links
+from cli.view.jinja_pages import Links
 from cli.view.site import Site
-from store import Store, synthetic
-from store.browse import RunFilter
-from store.tables import CHAINED, Blob, Run, table_of
+from store import Store
+from store.read.browse import RunFilter
+from store.schema.tables import CHAINED, Blob, Run, table_of
+from store.write import synthetic
 from tests.store.test_postgres import postgres_url  # noqa: F401 - the throwaway cluster
 from tests.view.recorded import record_reasoning_run
 

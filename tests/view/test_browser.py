@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from orchestrator.fault_server import FaultServer
+from orchestrator.adapters.fault_server import FaultServer
 from store import Store
 from tests.replay.recording import FIXED_MEAN
 from tests.view.conftest import serving

@@ -8,7 +8,7 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
-from orchestrator.fault_server import FaultServer
+from orchestrator.adapters.fault_server import FaultServer
 from store import Store
 from tests.processes import IN_PROCESS, run_escrow
 from tests.replay.recording import FIXED_MEAN

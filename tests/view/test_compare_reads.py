@@ -5,9 +5,10 @@ names the same first differing field as the whole requests do."""
 from __future__ import annotations
 
 from cli.view.compare import align, with_requests
-from cli.view.render import Links
+from cli.view.jinja_pages import Links
 from cli.view.site import Site
-from store import Recorder, Store, synthetic
+from store import Recorder, Store
+from store.write import synthetic
 from tests.view.recorded import record_reasoning_run
 
 

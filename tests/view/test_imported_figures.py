@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from cli.view.export import export_bundle
+from cli.view.static_bundle import export_bundle
 from store import Store
-from store.importer import import_files
+from store.write.importer import import_files
 from tests.interop.conftest import real
 
 

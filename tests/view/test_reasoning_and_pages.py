@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cli.view.export import export_bundle
+from cli.view.static_bundle import export_bundle
 from store import Store
 from tests.view.conftest import serving
 from tests.view.recorded import REASONING, XSS, record_reasoning_run

@@ -10,7 +10,8 @@ import random
 from pathlib import Path
 
 from orchestrator.contract import Message
-from store import Recorder, Store, synthetic
+from store import Recorder, Store
+from store.write import synthetic
 from tests.view.conftest import serving
 from tests.view.recorded import XSS
 from tests.view.test_bundle_and_bad_input import escrow

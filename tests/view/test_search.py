@@ -8,10 +8,11 @@ from __future__ import annotations
 import random
 import re
 
+from cli.view.jinja_pages import Links
 from cli.view.pages import matching, run_shown
-from cli.view.render import Links
 from cli.view.site import Site
-from store import Recorder, Store, synthetic
+from store import Recorder, Store
+from store.write import synthetic
 from tests.view.recorded import record_reasoning_run
 
 # Text whose shown form differs from its stored form: JSON escapes (quote,

@@ -16,9 +16,10 @@ import urllib.request
 from html.parser import HTMLParser
 from pathlib import Path
 
-from cli.view.export import export_bundle
-from orchestrator.fault_server import FaultServer
-from store import Recorder, Store, synthetic
+from cli.view.static_bundle import export_bundle
+from orchestrator.adapters.fault_server import FaultServer
+from store import Recorder, Store
+from store.write import synthetic
 from tests.replay.recording import EXAMPLE_REPO, FIXED_MEAN, call, record_memory_run, reply
 from tests.reports.test_absent_figures import record_run as record_absent_run
 from tests.view.batch_recorded import HOSTILE_TASK, record_batch

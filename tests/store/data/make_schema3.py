@@ -4,7 +4,8 @@ import sys
 from contextlib import closing
 
 from orchestrator.contract import Message
-from store import Recorder, Store, synthetic
+from store import Recorder, Store
+from store.write import synthetic
 
 path = sys.argv[1]
 with Store.open(f"sqlite:///{path}") as store:

@@ -1,6 +1,0 @@
-"""The schema version this Escrow writes, apart from the migrations that
-reach it, so that a light reader (``store.run_list``) can check a store's
-version without importing SQLAlchemy. ``store.migrations`` refuses to load
-when its last migration is not this version."""
-
-LATEST = 13
