@@ -152,7 +152,8 @@ def kill_container_when(docker_client, marker: str, stop: threading.Event, execu
                 continue
             if marker.encode() in out:
                 if executor_only:
-                    container.exec_run(["pkill", "-9", "-f", "-u", "0", "^/usr/bin/python3 -I -S -c"], user="0")
+                    container.exec_run(["pkill", "-9", "-f", "-u", "0", "^/usr/bin/python3 -I -S -c"], user="0",
+                                      detach=True)
                 else:
                     container.kill()
                 return
