@@ -225,7 +225,7 @@ def _sleeping(docker_client, home: Path) -> bool:
 def test_repo_dot_in_a_deleted_directory_is_a_clear_error(tmp_path):
     gone = tmp_path / "gone"
     gone.mkdir()
-    script = f"cd {gone} && rmdir {gone} && exec {ESCROW} run t --repo . --verify true"
+    script = f"cd {gone} && rmdir {gone} && exec {ESCROW} run t --repo . --verify true --model m"
     done = subprocess.run(["bash", "-c", script], env={**os.environ, "ESCROW_HOME": str(tmp_path / "home")},
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "Traceback" not in done.stderr
