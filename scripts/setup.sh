@@ -166,9 +166,10 @@ PY
     if [ "$changed" = changed ]; then
         say "registered runsc in /etc/docker/daemon.json; reloading dockerd"
         pkill -HUP -x dockerd
-        for _ in $(seq 1 30); do docker info 2>/dev/null | grep -q 'Runtimes:.*runsc' && break; sleep 1; done
     fi
-    docker info 2>/dev/null | grep -q 'Runtimes:.*runsc' || { say "dockerd did not take up runsc"; return 1; }
+    # A dockerd that has just started can answer before it lists its runtimes.
+    for _ in $(seq 1 30); do docker info 2>/dev/null | grep -q 'Runtimes:.*runsc' && return 0; sleep 1; done
+    say "dockerd did not take up runsc"; return 1
 }
 
 escrow_setup_image() {
