@@ -46,6 +46,9 @@ RUNS: Table = table_of(Run)
 RESPONSES: Table = table_of(ModelResponse)
 ATTEMPTS: Table = table_of(CallAttempt)
 TOOLS: Table = table_of(ToolExecution)
+# The tables whose rows ``compute`` sums (with ``runs``' own fork turn): a row
+# appended to any other (a teacher's score) leaves a run's figures as they were.
+SUMMED_TABLES: frozenset[str] = frozenset((RESPONSES.name, ATTEMPTS.name, TOOLS.name))
 MODEL = "gen_ai.request.model"
 SUMMED = ("gen_ai.usage.input_tokens", "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.output_tokens",
           "total_s", "decode_s", "ttft_s", "n_attempts")

@@ -12,8 +12,9 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, delete, func, select, update
 
+from store.errors import StoreDamaged
 from store.read import ttft_days
-from store.read.run_totals import DERIVED, RUNS, compute, heads
+from store.read.run_totals import DERIVED, RUNS, TOTALS, compute, heads, stored
 from store.read.ttft_days import DAYS, KEY, DayKey
 from store.write import totals_figures
 from store.write.totals_figures import Key, Totals, canonical, digest, in_run, order
@@ -36,6 +37,30 @@ def write(conn: Connection, run_ids: Iterable[str], days: bool = True) -> None:
             conn.execute(table.insert(), rows)
     if days:
         move_days(conn, before, ttft_days.sums(conn, RUNS.c.id.in_(ids))[0])
+
+
+def rehead(conn: Connection, run_id: str, old_head: str, new_head: str) -> bool:
+    """Move a run's stored totals from its old chain head to its new one,
+    when what was appended in between is nothing they sum: the figures stand
+    and are re-digested, not recomputed. False, writing nothing, when a
+    stored row does not check against the old head (altered, stale or
+    damaged): the caller then recomputes them from the rows, as before."""
+    try:
+        totals = stored(conn, RUNS.c.id == run_id)
+    except StoreDamaged:
+        return False
+    found = {(r.own, r.model, r.engine): (r.id, r.digest)
+             for r in conn.execute(select(TOTALS.c.id, TOTALS.c.own, TOTALS.c.model, TOTALS.c.engine,
+                                          TOTALS.c.digest).where(TOTALS.c.run_id == run_id))}
+    before, _ = as_rows(totals, {run_id: old_head})
+    if len(before) != len(found) or any(
+            found.get((r["own"], r["model"], r["engine"]), (None, None))[1] != r["digest"] for r in before):
+        return False
+    after, _ = as_rows(totals, {run_id: new_head})
+    for row in after:
+        row_id, _ = found[(row["own"], row["model"], row["engine"])]
+        conn.execute(update(TOTALS).where(TOTALS.c.id == row_id).values(digest=row["digest"]))
+    return True
 
 
 def forget(conn: Connection, run_ids: list[str]) -> None:
