@@ -215,7 +215,8 @@ def score_runs(store: "Store", teacher: "TeacherClient", run_ids: list[str],
 
 def score(
     runs: list[str] = typer.Argument(
-        ..., help="Run ids or batch ids, or unique prefixes of either; a batch means each task's latest run."),
+        ..., metavar="RUN|BATCH",
+        help="Run ids or batch ids, or unique prefixes of either; a batch means each task's latest run."),
     teacher_url: str = typer.Option(..., "--teacher-url", help="The teacher engine's base URL."),
     teacher_model: str = typer.Option(..., "--teacher-model", help="The teacher's model name on that engine."),
     student_url: str = typer.Option(
