@@ -1,4 +1,4 @@
-"""``escrow score RUN...``: a teacher's logprob of every token the runs'
+"""``escrow score RUN|BATCH...``: a teacher's logprob of every token the runs'
 answered calls sampled, recorded in each run's chain (on-policy distillation)."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import typer
 
 from cli.display.table import Column, render, terminal_width, wrapped
 from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
-from orchestrator.errors import TeacherAnswerInvalid
+from orchestrator.errors import NothingToReport, TeacherAnswerInvalid
 from orchestrator.exit_codes import ExitCode
 from orchestrator.settings import load_settings
 from orchestrator.teacher_figures import Figures, call_figures, student_logprobs, total
-from store import Store
+from store import RunNotFound, Store
 from store.write.teacher_scores import CallScore
 
 if TYPE_CHECKING:
@@ -174,6 +174,34 @@ def _write(store: "Store", teacher: "TeacherClient", answers: list[tuple[_Call, 
             run.figures.append((turn, run.call_figures(call_id, result.logprobs, result.in_top_k)))
 
 
+def named_runs(store: "Store", refs: list[str]) -> list[str]:
+    """The runs the ids or prefixes name, each once: a run, or each task's
+    latest recorded run of a batch. One that names both a run and a batch,
+    or neither, is refused (exit 6), and so is a batch without runs (exit 8)."""
+    from orchestrator.composition.batch.driver import find_batch
+    from store.write.batches import load_batch, matching_batches
+
+    run_ids: list[str] = []
+    for ref in refs:
+        runs = store.matching_runs(ref, limit=1)
+        batches = matching_batches(store, ref, limit=1) if ref else []
+        if runs and batches:
+            raise RunNotFound(f"{ref!r} matches both a run ({runs[0][:12]}) and a batch ({batches[0][:12]}); "
+                              "give more characters", ref=ref)
+        if not batches:
+            if not runs:
+                raise RunNotFound(f"no run or batch matches {ref!r}", ref=ref)
+            run_ids.append(store.resolve(ref))  # an ambiguous prefix is refused, naming what it matches
+            continue
+        batch_id = find_batch(store, ref)
+        view = load_batch(store, batch_id)
+        latest = [] if view is None else view.latest_runs()
+        if not latest:
+            raise NothingToReport(f"batch {batch_id[:12]} has no recorded run to score", batch=batch_id)
+        run_ids += latest
+    return list(dict.fromkeys(run_ids))
+
+
 def score_runs(store: "Store", teacher: "TeacherClient", run_ids: list[str],
                parallel: int) -> dict[str, tuple[int, list[str], list[tuple[int | None, Figures]]]]:
     """Score every run's calls not yet scored: per run, how many were scored
@@ -186,7 +214,9 @@ def score_runs(store: "Store", teacher: "TeacherClient", run_ids: list[str],
 
 
 def score(
-    runs: list[str] = typer.Argument(..., help="Run ids, or unique prefixes of them."),
+    runs: list[str] = typer.Argument(
+        ..., metavar="RUN|BATCH",
+        help="Run ids or batch ids, or unique prefixes of either; a batch means each task's latest run."),
     teacher_url: str = typer.Option(..., "--teacher-url", help="The teacher engine's base URL."),
     teacher_model: str = typer.Option(..., "--teacher-model", help="The teacher's model name on that engine."),
     student_url: str = typer.Option(
@@ -204,18 +234,19 @@ def score(
     config: Path | None = typer.Option(None, "--config", help=CONFIG_HELP),
 ) -> None:
     """Ask a teacher for its logprob of every token the runs' answered calls
-    sampled, over the exact recorded ids, after checking that teacher and
-    student tokenize alike; record each call's score in its run's chain and
-    print, per run and turn, the tokens scored, the mean reverse KL estimate
-    (student - teacher logprob) and the share outside the teacher's top K.
-    Calls already scored by this teacher and K are not asked again. Exits 1
-    when a call could not be scored."""
+    sampled (a batch's runs: each task's latest), over the exact recorded
+    ids, after checking that teacher and student tokenize alike; record each
+    call's score in its run's chain and print, per run and turn, the tokens
+    scored, the mean reverse KL estimate (student - teacher logprob) and the
+    share outside the teacher's top K. Calls already scored by this teacher
+    and K are not asked again. Exits 1 when a call could not be scored; 6
+    when an id names no run or batch, or both; 8 for a batch without runs."""
     del resume  # scoring only what is missing is how the command always works
     from orchestrator.adapters.model_client.teacher_scoring import checked_teacher
 
     # Writable, but never created: scores belong to runs already recorded.
     with Store.open(load_settings(config, db_url=db).store_url, create=False) as store:
-        run_ids = [store.run(ref).id for ref in runs]
+        run_ids = named_runs(store, runs)  # every id checked before the teacher is asked anything
         with checked_teacher(teacher_url, teacher_model, student_url, engine=engine, top_k=top_k,
                              parallel=parallel) as (teacher, found):
             scored = score_runs(store, teacher, run_ids, parallel)

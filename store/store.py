@@ -121,6 +121,11 @@ class Store:
         with self.read() as conn:
             return reader.resolve_run_id(conn, ref)
 
+    def matching_runs(self, ref: str, *, limit: int) -> list[str]:
+        """The run whose id is ``ref``, else up to ``limit`` runs whose id starts with it."""
+        with self.read() as conn:
+            return reader.matching_run_ids(conn, ref, limit=limit)
+
     def run(self, ref: str) -> RunView:
         with self.read() as conn:
             return reader.get_run(conn, reader.resolve_run_id(conn, ref))

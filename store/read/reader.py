@@ -70,21 +70,30 @@ def _rows(conn: Connection, model: type, run_id: str) -> list[Mapping[Any, Any]]
     return list(conn.execute(select(t).where(t.c.run_id == run_id).order_by(t.c.seq)).mappings())
 
 
-def resolve_run_id(conn: Connection, ref: str) -> str:
-    """A full run id, from the id itself or a unique prefix of it."""
+def matching_run_ids(conn: Connection, ref: str, *, limit: int) -> list[str]:
+    """The run whose id is ``ref``, else up to ``limit`` runs whose id starts with it, in id order."""
     runs = _table(Run)
     if conn.execute(select(runs.c.id).where(runs.c.id == ref)).first():
+        return [ref]
+    if not ref or any(c in ref for c in "%_\\"):
+        return []
+    return [str(run_id) for run_id in conn.execute(
+        select(runs.c.id).where(runs.c.id.like(f"{ref}%")).order_by(runs.c.id).limit(limit)).scalars()]
+
+
+def resolve_run_id(conn: Connection, ref: str) -> str:
+    """A full run id, from the id itself or a unique prefix of it."""
+    found = matching_run_ids(conn, ref, limit=6)
+    if found == [ref]:
         return ref
     if not ref or any(c in ref for c in "%_\\"):
         raise RunNotFound(f"no run {ref!r}", ref=ref)
-    found = conn.execute(select(runs.c.id).where(runs.c.id.like(f"{ref}%")).order_by(runs.c.id).limit(6)
-                         ).scalars().all()
     if not found:
         raise RunNotFound(f"no run matches {ref!r}", ref=ref)
     if len(found) > 1:  # named, so the user can pick one
-        named = ", ".join(str(run_id)[:12] for run_id in found[:5]) + (" and more" if len(found) > 5 else "")
+        named = ", ".join(run_id[:12] for run_id in found[:5]) + (" and more" if len(found) > 5 else "")
         raise RunNotFound(f"run prefix {ref!r} is ambiguous: it matches {named}; give more characters", ref=ref)
-    return str(found[0])
+    return found[0]
 
 
 def get_run(conn: Connection, run_id: str, *, now: float | None = None) -> RunView:

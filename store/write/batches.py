@@ -66,6 +66,14 @@ class BatchView(Frozen):
                 out[attempt.task_id] = attempt
         return out
 
+    def latest_runs(self) -> list[str]:
+        """Each task's latest recorded run (of its latest attempt that made one), in task-file order."""
+        runs: dict[str, tuple[int, str]] = {}  # task: (attempt number, run id)
+        for attempt in self.attempts:
+            if attempt.run_id is not None and attempt.number > runs.get(attempt.task_id, (0, ""))[0]:
+                runs[attempt.task_id] = (attempt.number, attempt.run_id)
+        return [runs[t][1] for t in self.tasks if t in runs]
+
     def pending(self) -> list[str]:
         """Tasks without a model verdict, in task-file order."""
         latest = self.latest()
