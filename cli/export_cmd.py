@@ -111,7 +111,8 @@ def export(
     teacher_model: str | None = typer.Option(
         None, "--teacher-model",
         help="rollout: add teacher_logprobs, this teacher's logprob of each sampled id (escrow score), where the "
-             "loss mask is 1; absent from a sequence with a call it did not score."),
+             "loss mask is 1, and teacher_top_ids and teacher_top_logprobs, its top K there (K a position); "
+             "absent from a sequence with a call it did not score (the top K also where it gave none by id)."),
     output: Path | None = typer.Option(
         None, "--output", "-o", help="Write to this file instead of stdout (rollout: .parquet writes Parquet)."
     ),
@@ -199,7 +200,7 @@ def export_rollout(run: str | None, all_runs: bool, batch: str | None, shape: st
         for run_id in ids:
             try:
                 teacher = None if teacher_model is None else {
-                    r["call_id"]: tuple(r["logprobs"]) for r in store.teacher_scores(run_id, teacher_model)}
+                    r["call_id"]: r for r in store.teacher_scores(run_id, teacher_model)}
                 rows += rollout_rows(store.trajectory(run_id), shape, teacher)
             except RolloutRefused as exc:
                 if run is not None:

@@ -165,7 +165,8 @@ def _write(store: "Store", teacher: "TeacherClient", answers: list[tuple[_Call, 
         scores.append(CallScore(
             run_id=run.run_id, call_id=call_id, turn=turn, teacher_model=teacher.model,
             teacher_engine=teacher.engine_label, top_k=teacher.top_k, request_sha256=result.request_sha256,
-            logprobs=result.logprobs, in_top_k=result.in_top_k, duration_s=result.duration_s))
+            logprobs=result.logprobs, in_top_k=result.in_top_k, top=result.top,
+            duration_s=result.duration_s))
     if scores:
         store.record_teacher_scores(scores)
     for (run, call_id, turn, _), result in answers:

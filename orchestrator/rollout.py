@@ -55,6 +55,9 @@ class RolloutCall(Frozen):
     envelope: Envelope
     teacher_logprobs: tuple[float | None, ...] | None = None
     """A teacher's logprob of each sampled id (``escrow score``), when asked for in the export."""
+    teacher_top: tuple[tuple[tuple[int, float | None], ...], ...] | None = None
+    """That teacher's top K (id, logprob) at each sampled id, best first; None where it gave none by id."""
+    teacher_top_k: int | None = None
 
 
 class Provenance(Frozen):
@@ -77,6 +80,10 @@ class RolloutSequence(Frozen):
     """The sampled ids' logprobs where the mask is 1, 0.0 elsewhere; empty when none were recorded."""
     teacher_logprobs: tuple[float, ...] = ()
     """The teacher's logprob of the sampled ids where the mask is 1, 0.0 elsewhere; empty when not asked for."""
+    teacher_top_ids: tuple[tuple[int, ...], ...] = ()
+    teacher_top_logprobs: tuple[tuple[float | None, ...], ...] = ()
+    """The teacher's top K ids and their logprobs at each position, K a position, best first where the mask
+    is 1, the filler (0, 0.0) elsewhere; empty when not asked for, or when a call's top K is absent or not K."""
     steps: tuple[dict[str, Any], ...]
     """ATIF v1.4 step ``metrics``, one a call (``orchestrator.interop.atif_schema.Metrics``)."""
 
@@ -116,6 +123,17 @@ def _sequence(number: int, group: list[tuple[RolloutCall, CallCheck]]) -> Rollou
     mask = [0] * len(ids)
     logprobs = [0.0] * len(ids)
     teacher = [0.0] * len(ids)
+    # The teacher's top K, rectangular (K a position, as verl's and TRL's
+    # [T, K] tensors read): only when every call has exactly K at every
+    # kept position; a call without them (llama-cpp-python names them by
+    # text) leaves the columns out, never zeros in their place.
+    ks = {call.teacher_top_k for call, _ in group}
+    k = ks.pop() if len(ks) == 1 and all(call.teacher_top is not None for call, _ in group) else None
+    # Where the mask is 0, the same filler as logprobs and teacher_logprobs
+    # (0.0, and id 0): a masked loss never reads it, and one convention holds
+    # for every per-position column.
+    top_ids = [(0,) * k for _ in ids] if k else []
+    top_logprobs: list[tuple[float | None, ...]] = [(0.0,) * k for _ in ids] if k else []
     any_logprobs = False
     steps = []
     for index, (call, _) in enumerate(group):
@@ -137,6 +155,13 @@ def _sequence(number: int, group: list[tuple[RolloutCall, CallCheck]]) -> Rollou
                 scored = call.teacher_logprobs or ()
                 if offset < len(scored) and scored[offset] is not None:
                     teacher[start + offset] = scored[offset] or 0.0
+                if top_ids:
+                    best = (call.teacher_top or ())[offset] if offset < len(call.teacher_top or ()) else ()
+                    if len(best) != k:
+                        top_ids, top_logprobs = [], []  # not K here: no rectangle to give
+                    else:
+                        top_ids[start + offset] = tuple(token for token, _ in best)
+                        top_logprobs[start + offset] = tuple(logprob for _, logprob in best)
             if offset < len(read):
                 logprobs[start + offset] = read[offset].logprob
                 any_logprobs = True
@@ -150,6 +175,7 @@ def _sequence(number: int, group: list[tuple[RolloutCall, CallCheck]]) -> Rollou
         prompt_length=first_sampled, input_ids=ids, loss_mask=tuple(mask),
         logprobs=tuple(logprobs) if any_logprobs else (), steps=tuple(steps),
         teacher_logprobs=tuple(teacher) if all(c.teacher_logprobs is not None for c, _ in group) else (),
+        teacher_top_ids=tuple(top_ids), teacher_top_logprobs=tuple(top_logprobs),
     )
 
 
@@ -165,6 +191,10 @@ def row(provenance: Provenance, seq: RolloutSequence, total: int, shape: str = "
     logprobs = list(seq.logprobs) if seq.logprobs else None
     if seq.teacher_logprobs:  # with --teacher-model: beside the logprobs, cut as they are
         out["teacher_logprobs"] = list(seq.teacher_logprobs if shape == "flat" else seq.teacher_logprobs[cut:])
+    if seq.teacher_top_ids:  # the top K alike: a list of K a position
+        start = 0 if shape == "flat" else cut
+        out["teacher_top_ids"] = [list(best) for best in seq.teacher_top_ids[start:]]
+        out["teacher_top_logprobs"] = [list(best) for best in seq.teacher_top_logprobs[start:]]
     if shape == "flat":
         out.update(input_ids=list(seq.input_ids), loss_mask=list(seq.loss_mask), logprobs=logprobs)
     elif shape == "trl":

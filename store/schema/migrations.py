@@ -357,6 +357,15 @@ def m013_teacher_scores(conn: Connection) -> None:
     SQLModel.metadata.create_all(conn, tables=[table_of(tables.TeacherScoreRow)])
 
 
+def m014_teacher_top_k(conn: Connection) -> None:
+    """Schema 14: the teacher's top K per sampled id on each score row
+    (idempotent: re-run when an upgrade resumes). Old rows keep NULL, which
+    the chain does not hash, so their links stay valid."""
+    scores = table_of(tables.TeacherScoreRow).name
+    if "top_json" not in {c["name"] for c in inspect(conn).get_columns(scores)}:
+        conn.exec_driver_sql(f"ALTER TABLE {scores} ADD COLUMN top_json TEXT")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -408,6 +417,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(13, "teacher scores: a teacher's logprob of every sampled id of a call, chained (escrow score)",
               m013_teacher_scores),
+    Migration(14, "the teacher's top K (ids and logprobs) per sampled id on each teacher score row",
+              m014_teacher_top_k),
 )
 LATEST = MIGRATIONS[-1].version
 if LATEST != schema_version.LATEST:  # one number, read by the light reader too

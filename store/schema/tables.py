@@ -308,8 +308,8 @@ class EventRow(Chained, table=True):
 
 class TeacherScoreRow(Chained, table=True):
     """A teacher's logprob of every id a call sampled (``escrow score``,
-    schema 13): appended to the run's chain after the run, one row a call,
-    teacher model and K."""
+    schema 13), and its top K at each (schema 14): appended to the run's
+    chain after the run, one row a call, teacher model and K."""
 
     __tablename__ = "teacher_scores"
     __table_args__ = chained_args("teacher_scores", Index("ix_teacher_scores_call", "call_id", "teacher_model"))
@@ -324,6 +324,11 @@ class TeacherScoreRow(Chained, table=True):
     in_top_k_json: str = text()
     duration_s: float | None = None
     at: float
+    # Per sampled id, [[id, logprob], ...] of the teacher's top K, best first
+    # (schema 14); NULL where the engine names its top K by text, not id
+    # (llama-cpp-python), and in rows written before schema 14, whose links
+    # then stay valid (NULL columns are not hashed).
+    top_json: str | None = text(default=None)
 
 
 CHAINED: tuple[type[Chained], ...] = (

@@ -3,4 +3,4 @@ reach it, so that a light reader (``store.read.run_list``) can check a store's
 version without importing SQLAlchemy. ``store.schema.migrations`` refuses to load
 when its last migration is not this version."""
 
-LATEST = 13
+LATEST = 14

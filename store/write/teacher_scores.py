@@ -1,4 +1,4 @@
-"""Teacher scores (schema 13, ``escrow score``): what a run's answered calls
+"""Teacher scores (schema 13, the top K from 14; ``escrow score``): what a run's answered calls
 carry to be scored, the rows already written, and the row a scored call
 appends to its run's chain (written by ``Recorder.commit_runs``, which refuses
 a score naming a call its run did not make in that turn; ``escrow score``
@@ -37,7 +37,7 @@ def answered(conn: Connection, run_id: str) -> list[tuple[str, int | None, Envel
 def scores(conn: Connection, run_id: str, teacher_model: str | None = None,
            top_k: int | None = None) -> list[dict[str, Any]]:
     """The run's score rows (of one teacher and K when named), in chain order,
-    with ``logprobs`` and ``in_top_k`` parsed."""
+    with ``logprobs``, ``in_top_k`` and ``top`` (None: no top K by id) parsed."""
     stmt = select(SCORES).where(SCORES.c.run_id == run_id).order_by(SCORES.c.seq)
     if teacher_model is not None:
         stmt = stmt.where(SCORES.c.teacher_model == teacher_model)
@@ -48,6 +48,7 @@ def scores(conn: Connection, run_id: str, teacher_model: str | None = None,
         row = dict(r)
         row["logprobs"] = json.loads(row["logprobs_json"])
         row["in_top_k"] = json.loads(row["in_top_k_json"])
+        row["top"] = None if row["top_json"] is None else json.loads(row["top_json"])
         out.append(row)
     return out
 
@@ -65,8 +66,14 @@ class CallScore(Frozen):
     request_sha256: str
     logprobs: tuple[float, ...]
     in_top_k: tuple[bool | None, ...]
+    top: tuple[tuple[tuple[int, float], ...], ...] | None = None
+    """Per sampled id, the teacher's top K as (id, logprob), best first; None where the engine gave none by id."""
     duration_s: float | None = None
     at: float | None = None
+
+
+def _json_logprob(value: float) -> float | None:
+    return None if value == float("-inf") else value
 
 
 def score_row(score: CallScore, now: float) -> Pending:
@@ -76,8 +83,10 @@ def score_row(score: CallScore, now: float) -> Pending:
         "teacher_model": score.teacher_model, "teacher_engine": score.teacher_engine, "top_k": score.top_k,
         "request_sha256": score.request_sha256, "n_tokens": len(score.logprobs),
         # -inf (a token the teacher gives no chance) is not JSON: written as null.
-        "logprobs_json": canonical_json([v if v != float("-inf") else None for v in score.logprobs]),
+        "logprobs_json": canonical_json([_json_logprob(v) for v in score.logprobs]),
         "in_top_k_json": canonical_json(list(score.in_top_k)), "duration_s": score.duration_s,
+        "top_json": None if score.top is None else canonical_json(
+            [[[token, _json_logprob(logprob)] for token, logprob in best] for best in score.top]),
         "at": now if score.at is None else score.at,
     })
 

@@ -3,6 +3,7 @@ recorded run is reported by ``escrow verify``."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 from contextlib import closing
@@ -34,7 +35,8 @@ def record_finished_and_crashed(recorder: Recorder) -> None:
     call_id, turn, _ = store.answered_envelopes(finished)[0]
     store.record_teacher_scores([CallScore(run_id=finished, call_id=call_id, turn=turn, teacher_model="teacher",
                                            teacher_engine="vllm", top_k=1, request_sha256="0" * 64,
-                                           logprobs=(-0.5,), in_top_k=(True,), duration_s=0.5)])
+                                           logprobs=(-0.5,), in_top_k=(True,), top=(((7, -0.5), (3, -1.5)),),
+                                           duration_s=0.5)])
     unfinished = synthetic.record_run(recorder, turns=1, seed=12, finish=False)
     recorder.turn(unfinished, 1).request(synthetic.request_for(1, []))  # the call in flight at a crash
 
@@ -185,6 +187,21 @@ def test_escrow_verify_reports_any_single_row_tampering(pristine, tmp_path_facto
         assert result.exception.exit_code == 1 and "BROKEN" in result.output
 
     check()
+
+
+def test_an_altered_teacher_top_k_is_detected(pristine, tmp_path):
+    """The top K cell (schema 14) rewritten as another well-formed top K (one
+    id swapped): verify breaks at that score row."""
+    with closing(sqlite3.connect(pristine)) as conn:
+        (rowid, run_id, seq, top), = conn.execute("SELECT rowid, run_id, seq, top_json FROM teacher_scores").fetchall()
+    assert json.loads(top) == [[[7, -0.5], [3, -1.5]]]
+    path = tampered_copy(pristine, tmp_path, [('UPDATE "teacher_scores" SET top_json = ? WHERE rowid = ?',
+                                               ('[[[7,-0.5],[4,-1.5]]]', rowid))])
+    result = CliRunner().invoke(app, ["verify", run_id[:8], "--db", f"sqlite:///{path}"])
+    assert result.exit_code == 1 and "BROKEN" in result.output
+    with Store.open(f"sqlite:///{path}", readonly=True) as store:
+        check = store.verify(run_id)
+    assert (check.ok, check.seq, check.table) == (False, seq, "teacher_scores")
 
 
 def test_verify_names_the_first_broken_link(pristine, tmp_path):

@@ -20,14 +20,15 @@ Per engine (docs/TOKENS.md, "Teacher scoring"):
   leaves special tokens out);
 - llama.cpp's ``llama-server`` gives no logprobs over a prompt: refused.
 
-Every answer is read strictly: one finite logprob <= 0 for every sampled id,
-else ``TeacherAnswerInvalid`` naming what was wrong, never a guess.
+Every answer is read strictly (``teacher_answers``): one logprob <= 0 for
+every sampled id, and the teacher's top K by id where the engine names them
+by id (vLLM, SGLang), else ``TeacherAnswerInvalid`` naming what was wrong,
+never a guess.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -38,12 +39,12 @@ import httpx
 
 from orchestrator.adapters.model_client.provenance import EngineInfo, probe
 from orchestrator.adapters.model_client.server_tokenizer import server_root
+from orchestrator.adapters.model_client.teacher_answers import Read, TopK, read_echo, read_sglang, read_vllm
 from orchestrator.adapters.model_client.token_endpoints import EngineTokens, post_object
 from orchestrator.canonical import canonical_json
 from orchestrator.contract import Frozen
 from orchestrator.errors import TeacherAnswerInvalid, TeacherRefused
 
-_Read = tuple[tuple[float, ...], tuple[bool | None, ...]]  # a sampled id's logprob, whether in the top K
 ENGINES = ("vllm", "sglang", "llama-cpp-python", "llama.cpp")
 # Texts whose ids two tokenizers must agree on before anything is scored:
 # special tokens written out, runs of whitespace, code, non-ASCII.
@@ -54,7 +55,6 @@ PROBES = (
     "def f(x):\n    return {'k': [x ** 2, x // 3]}  # ok\n",
     "naïve café – 日本語のテキスト 🙂 Ωμέγα",
 )
-_FIRST_UNSCORED = 1e-9  # a logprob above 0 by less than this is rounding, not a probability > 1
 
 
 class TeacherScore(Frozen):
@@ -62,6 +62,9 @@ class TeacherScore(Frozen):
 
     logprobs: tuple[float, ...]
     in_top_k: tuple[bool | None, ...]  # None where the engine gave no top K to compare with
+    top: TopK | None = None
+    """Per sampled id, the teacher's top K (at most K (id, logprob), best first); None where the engine
+    names them by text (llama-cpp-python)."""
     top_k: int
     engine: str
     request_sha256: str
@@ -77,23 +80,6 @@ def refuse_engine(engine: str) -> None:
             "(echo with logprobs)", engine=engine)
     if engine not in ENGINES:
         raise TeacherRefused(f"unknown teacher engine {engine!r}: one of {', '.join(ENGINES)}", engine=engine)
-
-
-def _number(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _checked(values: Sequence[object], where: str) -> tuple[float, ...]:
-    out = []
-    for i, value in enumerate(values):
-        number = _number(value)
-        if number is None:
-            raise TeacherAnswerInvalid(f"{where}: sampled token {i} has no logprob ({value!r})", position=i)
-        if math.isnan(number) or number > _FIRST_UNSCORED:
-            raise TeacherAnswerInvalid(f"{where}: sampled token {i} has logprob {number!r}, not a log "
-                                       "probability (finite or -inf, at most 0)", position=i)
-        out.append(min(number, 0.0))
-    return tuple(out)
 
 
 class TeacherClient:
@@ -155,16 +141,16 @@ class TeacherClient:
             body: dict[str, Any] = {"model": self.model, "prompt": ids, "max_tokens": 1,
                                     "prompt_logprobs": self.top_k, "temperature": 0.0}
             answer = self._post("/v1/completions", body)
-            return self._done(body, started, *_read_vllm(answer, ids, len(sampled), self.top_k))
+            return self._done(body, started, read_vllm(answer, ids, len(sampled), self.top_k))
         if self.engine == "sglang":
             body = {"input_ids": ids, "return_logprob": True, "logprob_start_len": 0,
                     "top_logprobs_num": self.top_k, "sampling_params": {"max_new_tokens": 0, "temperature": 0.0}}
-            return self._done(body, started, *_read_sglang(self._post("/generate", body), ids, len(sampled)))
+            return self._done(body, started, read_sglang(self._post("/generate", body), ids, len(sampled), self.top_k))
         text = self._text(ids)
         body = {"model": self.model, "prompt": text, "echo": True, "logprobs": self.top_k, "max_tokens": 1,
                 "temperature": 0.0}
-        return self._done(body, started, *_read_echo(self._post("/v1/completions", body), len(ids) - 1, len(sampled),
-                                              self.top_k))
+        return self._done(body, started, read_echo(self._post("/v1/completions", body), len(ids) - 1, len(sampled),
+                                                   self.top_k))
 
     def _text(self, ids: list[int]) -> str:
         """The text whose tokenization is exactly ``ids`` (BOS first), or a refusal."""
@@ -185,10 +171,10 @@ class TeacherClient:
                 "which take ids", position=at)
         return text
 
-    def _done(self, body: dict[str, Any], started: float, logprobs: tuple[float, ...],
-              in_top: tuple[bool | None, ...]) -> TeacherScore:
+    def _done(self, body: dict[str, Any], started: float, read: Read) -> TeacherScore:
         sha = hashlib.sha256(canonical_json(body).encode()).hexdigest()
-        return TeacherScore(logprobs=logprobs, in_top_k=in_top, top_k=self.top_k, engine=self.engine,
+        logprobs, in_top, top = read
+        return TeacherScore(logprobs=logprobs, in_top_k=in_top, top=top, top_k=self.top_k, engine=self.engine,
                             request_sha256=sha, duration_s=time.monotonic() - started)
 
 
@@ -196,77 +182,6 @@ def _ids(value: object) -> tuple[int, ...]:
     if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         raise TeacherAnswerInvalid("the teacher's tokenizer gave no list of ids")
     return tuple(value)
-
-
-def _choice(data: dict[str, Any]) -> dict[str, Any]:
-    choices = data.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise TeacherAnswerInvalid("the teacher's answer has no choice")
-    return choices[0]
-
-
-def _count(entries: object, want: int, what: str) -> list[Any]:
-    if not isinstance(entries, list):
-        raise TeacherAnswerInvalid(f"the teacher's answer has no {what}")
-    if len(entries) < want:
-        raise TeacherAnswerInvalid(f"the teacher gave {len(entries)} {what} for {want} tokens",
-                                   given=len(entries), wanted=want)
-    return entries
-
-
-def _read_vllm(data: dict[str, Any], ids: list[int], n: int, k: int) -> _Read:
-    entries = _count(_choice(data).get("prompt_logprobs"), len(ids), "prompt_logprobs")[:len(ids)]
-    values: list[object] = []
-    in_top: list[bool | None] = []
-    for token, entry in zip(ids[-n:], entries[-n:], strict=True):
-        own = entry.get(str(token)) if isinstance(entry, dict) else None
-        if not isinstance(own, dict):
-            raise TeacherAnswerInvalid(f"vLLM's prompt_logprobs hold no entry for id {token}", token=token)
-        values.append(own.get("logprob"))
-        rank = own.get("rank")
-        in_top.append(rank <= k if isinstance(rank, int) and not isinstance(rank, bool) else None)
-    return _checked(values, "vLLM"), tuple(in_top)
-
-
-def _read_sglang(data: dict[str, Any], ids: list[int], n: int) -> _Read:
-    meta = data.get("meta_info")
-    if not isinstance(meta, dict):
-        raise TeacherAnswerInvalid("SGLang's answer has no meta_info")
-    entries = _count(meta.get("input_token_logprobs"), len(ids), "input_token_logprobs")[:len(ids)]
-    values: list[object] = []
-    for token, entry in zip(ids[-n:], entries[-n:], strict=True):
-        if not isinstance(entry, list) or len(entry) < 2 or entry[1] != token:
-            raise TeacherAnswerInvalid(f"SGLang's input_token_logprobs do not name id {token} where it was sent "
-                                       f"({entry!r}): misaligned", token=token)
-        values.append(entry[0])
-    logprobs = _checked(values, "SGLang")
-    tops = meta.get("input_top_logprobs")
-    in_top: list[bool | None] = [None] * n
-    if isinstance(tops, list) and len(tops) >= len(ids):
-        for i, (token, top) in enumerate(zip(ids[-n:], tops[len(ids) - n:len(ids)], strict=True)):
-            if isinstance(top, list):
-                in_top[i] = any(isinstance(t, list) and len(t) > 1 and t[1] == token for t in top)
-    return logprobs, tuple(in_top)
-
-
-def _read_echo(data: dict[str, Any], echoed: int, n: int, k: int) -> _Read:
-    logprobs = _choice(data).get("logprobs")
-    if not isinstance(logprobs, dict):
-        raise TeacherAnswerInvalid("llama-cpp-python's answer has no logprobs")
-    # Every prompt id but the BOS is echoed, then the one generated token.
-    values = _count(logprobs.get("token_logprobs"), echoed, "token_logprobs")[echoed - n:echoed]
-    checked = _checked(values, "llama-cpp-python")
-    tops = logprobs.get("top_logprobs")
-    in_top: list[bool | None] = [None] * n
-    if isinstance(tops, list) and len(tops) >= echoed:
-        for i, (value, top) in enumerate(zip(checked, tops[echoed - n:echoed], strict=True)):
-            if isinstance(top, dict) and top:
-                # Keyed by text, not ids: the top K and, when it is not among
-                # them, the sampled token; it is in the top K when its logprob
-                # reaches the K-th best.
-                ranked = sorted((float(v) for v in top.values() if _number(v) is not None), reverse=True)
-                in_top[i] = bool(ranked) and value >= ranked[min(k, len(ranked)) - 1]
-    return checked, tuple(in_top)
 
 
 def teacher_engine(base_url: str, engine: str | None = None, *, http: httpx.Client | None = None) -> EngineInfo:

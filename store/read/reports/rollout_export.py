@@ -14,13 +14,17 @@ from orchestrator.trajectory import Trajectory
 
 
 def rollout_rows(trajectory: Trajectory, shape: str = "flat",
-                 teacher: dict[str, tuple[float | None, ...]] | None = None) -> Iterator[dict[str, Any]]:
+                 teacher: dict[str, dict[str, Any]] | None = None) -> Iterator[dict[str, Any]]:
     """The run's rows; ``RolloutRefused`` (with the reason) for a run without
-    exact ids. ``teacher``: per call id, a teacher's logprob of each sampled id."""
+    exact ids. ``teacher``: per call id, a teacher's score row
+    (``store.write.teacher_scores.scores``: its logprobs, top K and K)."""
     calls = sorted((c for record in trajectory.turns for c in record.calls if c.response is not None),
                    key=lambda c: c.seq)
+    scored = {} if teacher is None else teacher
     rollout = [RolloutCall(call_id=c.id, turn=c.turn, envelope=c.response.envelope(),
-                           teacher_logprobs=None if teacher is None else teacher.get(c.id))
+                           teacher_logprobs=None if c.id not in scored else tuple(scored[c.id]["logprobs"]),
+                           teacher_top=_top(scored[c.id]["top"]) if c.id in scored else None,
+                           teacher_top_k=scored[c.id]["top_k"] if c.id in scored else None)
                for c in calls if c.response is not None]
     found = sequences(rollout)
     last = calls[-1]
@@ -31,6 +35,11 @@ def rollout_rows(trajectory: Trajectory, shape: str = "flat",
                             model=envelope.model or last.request_model, engine=envelope.engine, sampling=sampling)
     for sequence in found:
         yield row(provenance, sequence, len(found), shape)
+
+
+def _top(stored: list[list[list[Any]]] | None) -> tuple[tuple[tuple[int, float | None], ...], ...] | None:
+    """A score row's top K as stored ([[id, logprob], ...] a sampled id), as tuples."""
+    return None if stored is None else tuple(tuple((pair[0], pair[1]) for pair in best) for best in stored)
 
 
 def write_parquet(path: Path, rows: Iterable[dict[str, Any]]) -> int:
