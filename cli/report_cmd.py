@@ -205,7 +205,7 @@ def report(
                        **{k.value.lower(): tokens.count(k) for k in TokenClass}}
             from cli.score_cmd import teacher_line, teacher_summaries
 
-            teachers = teacher_summaries(store, single.run_id)
+            teachers = teacher_summaries(store, single.run_id, prices)
             emit(single, {**run_json(single), "tokens": summary, "teacher": teachers}, line_rows(single), as_json,
                  as_csv, wide, tokens=tokens.summary() if tokens.calls else None,
                  teacher=tuple(teacher_line(t) for t in teachers))

@@ -13,16 +13,19 @@ import typer
 
 from cli.display.table import Column, render, terminal_width, wrapped
 from cli.store_options import CONFIG_HELP, DB_HELP, emit_json
+from orchestrator.costing.money import dollars
 from orchestrator.errors import NothingToReport, TeacherAnswerInvalid
 from orchestrator.exit_codes import ExitCode
 from orchestrator.settings import load_settings
 from orchestrator.teacher_figures import Figures, call_figures, student_logprobs, total
+from policies.pricing import cost_breakdown
 from store import RunNotFound, Store
 from store.write.teacher_scores import CallScore
 
 if TYPE_CHECKING:
     from orchestrator.adapters.model_client.teacher_scoring import TeacherClient
     from orchestrator.envelope import Envelope
+    from policies.price_table import PriceTable
 
 COLUMNS = (
     Column("run", "run", "text", rank=0),
@@ -46,9 +49,12 @@ def _json(f: Figures) -> dict[str, Any]:
             "kl_tokens": f.kl_tokens, "ranked_tokens": f.ranked}
 
 
-def teacher_summaries(store: "Store", run_id: str) -> list[dict[str, Any]]:
-    """Per teacher and K that scored the run (``report RUN``): the figures and
-    the teacher's prefill (every id it read: prompt and sampled)."""
+def teacher_summaries(store: "Store", run_id: str, prices: "PriceTable | None" = None) -> list[dict[str, Any]]:
+    """Per teacher and K that scored the run (``report RUN``): the figures,
+    the teacher's prefill (every id it read: prompt and sampled) and its
+    price, priced as a call's input tokens and GPU seconds are (absent where
+    the price table has no price for the teacher's model, or a GPU price
+    meets a row without its seconds)."""
     envelopes = {call_id: envelope for call_id, _, envelope in store.answered_envelopes(run_id)}
     groups: dict[tuple[str, str, int], list[tuple[Figures, int, float | None]]] = {}
     for row in store.teacher_scores(run_id):
@@ -59,17 +65,24 @@ def teacher_summaries(store: "Store", run_id: str) -> list[dict[str, Any]]:
         f = call_figures(student_logprobs(envelope), row["logprobs"], row["in_top_k"])
         key = (row["teacher_model"], row["teacher_engine"], row["top_k"])
         groups.setdefault(key, []).append((f, prefill, row["duration_s"]))
-    return [{"model": model, "engine": engine, "top_k": k, "prefill_tokens": sum(p for _, p, _ in scored),
-             "gpu_s": None if any(s is None for _, _, s in scored) else sum(s or 0.0 for _, _, s in scored),
-             **_json(total(f for f, _, _ in scored))}
-            for (model, engine, k), scored in groups.items()]
+    out = []
+    for (model, engine, k), scored in groups.items():
+        prefill = sum(p for _, p, _ in scored)
+        gpu_s = None if any(s is None for _, _, s in scored) else sum(s or 0.0 for _, _, s in scored)
+        price = prices.lookup(model) if prices is not None else None
+        cost = None if price is None or (gpu_s is None and price.gpu_per_hour) else \
+            cost_breakdown(prefill, 0, 0, gpu_s or 0.0, price).total_usd
+        out.append({"model": model, "engine": engine, "top_k": k, "prefill_tokens": prefill, "gpu_s": gpu_s,
+                    "cost_usd": cost, **_json(total(f for f, _, _ in scored))})
+    return out
 
 
 def teacher_line(summary: dict[str, Any]) -> str:
     share = summary["outside_top_k"]
     gpu = "-" if summary["gpu_s"] is None else f"{summary['gpu_s']:.2f}"
     return (f"teacher {summary['model']} ({summary['engine']}, top K {summary['top_k']}): {summary['tokens']} "
-            f"tokens scored, prefill {summary['prefill_tokens']} tokens, GPU s {gpu}, reverse KL "
+            f"tokens scored, prefill {summary['prefill_tokens']} tokens, GPU s {gpu}, "
+            f"cost {dollars(summary['cost_usd'])}, reverse KL "
             f"{_kl(summary['reverse_kl']) or '-'}/token, {'-' if share is None else f'{share * 100:.0f}%'} "
             "outside top K (escrow score)")
 

@@ -126,7 +126,8 @@ def scored_answer(reply: Any) -> RawResponse:
     return vllm_answer([None, *({str(i): {"logprob": -1.25, "rank": 1}} for i in ids[1:])])
 
 
-def test_score_records_chained_rows_and_a_rerun_scores_only_what_is_missing(fault_server: FaultServer, tmp_path):
+def test_score_records_chained_rows_and_a_rerun_scores_only_what_is_missing(fault_server: FaultServer, tmp_path,
+                                                                              monkeypatch):
     """A teacher that dies on one call: that call is named and the run exits
     1; the rerun asks for that call alone, nothing is scored twice, and the
     chain with the score rows verifies."""
@@ -174,3 +175,12 @@ def test_score_records_chained_rows_and_a_rerun_scores_only_what_is_missing(faul
     assert teacher_figures["tokens"] == 9 and teacher_figures["reverse_kl"] == 1.0
     assert teacher_figures["prefill_tokens"] == sum(len(r.prompt_token_ids) + 3 for r in replies)
     assert teacher_figures["gpu_s"] > 0 and teacher_figures["outside_top_k"] == 0.0
+    # Priced as a call is (its prefill as input tokens, its seconds as GPU time); absent while unpriced.
+    monkeypatch.setenv("ESCROW_HOME", str(tmp_path / "home"))
+    assert teacher_figures["cost_usd"] is None
+    assert CliRunner().invoke(app, ["price", "set", "t", "--input", "2", "--gpu-hour", "3600"]).exit_code == 0
+    reported = CliRunner().invoke(app, ["report", run_id, "--json", "--db", f"sqlite:///{db}"])
+    (priced,) = json.loads(reported.stdout)["teacher"]
+    assert priced["cost_usd"] == pytest.approx(priced["prefill_tokens"] * 2 / 1e6 + priced["gpu_s"])
+    shown = CliRunner().invoke(app, ["report", run_id, "--db", f"sqlite:///{db}"]).stdout
+    assert f"cost ${priced['cost_usd']:,.4f}" in " ".join(shown.split())
