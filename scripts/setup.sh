@@ -104,7 +104,12 @@ escrow_setup_venv() {
         return 0
     fi
     say "virtualenv and packages (.venv)"
-    [ -x "$venv/bin/python" ] || "$ESCROW_PY" -m venv "$venv"
+    # A virtualenv whose creation was cut short has a python but no pip:
+    # made again, never taken as made.
+    if ! { [ -x "$venv/bin/python" ] && "$venv/bin/python" -m pip --version >/dev/null 2>&1; }; then
+        rm -rf "$venv"
+        "$ESCROW_PY" -m venv "$venv"
+    fi
     "$venv/bin/python" -m pip install -q --upgrade pip 2>&1 | quiet_pip
     "$venv/bin/python" -m pip install -q -e "$ESCROW_ROOT[test]" 2>&1 | quiet_pip
     "$venv/bin/python" -c "import orchestrator, store, sandbox, policies, cli" 
