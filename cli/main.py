@@ -75,11 +75,12 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     (
         "score",
         "score_cmd",
-        "Ask a teacher for its logprob of every token the runs' answered calls sampled, over the exact recorded ids, "
-        "after checking that teacher and student tokenize alike; record each call's score in its run's chain and "
-        "print, per run and turn, the tokens scored, the mean reverse KL estimate (student - teacher logprob) and "
-        "the share outside the teacher's top K. Calls already scored by this teacher and K are not asked again. Exits "
-        "1 when a call could not be scored.",
+        "Ask a teacher for its logprob of every token the runs' answered calls sampled (a batch's runs: each task's "
+        "latest), over the exact recorded ids, after checking that teacher and student tokenize alike; record each "
+        "call's score in its run's chain and print, per run and turn, the tokens scored, the mean reverse KL "
+        "estimate (student - teacher logprob) and the share outside the teacher's top K. Calls already scored by "
+        "this teacher and K are not asked again. Exits 1 when a call could not be scored; 6 when an id names no run "
+        "or batch, or both; 8 for a batch without runs.",
     ),
     ("replay", "replay_cmd", "Replay RUN through today's loop and report the first divergence."),
     ("verify-patch", "verify_patch_cmd", "Re-verify RUN's recorded patch under today's rules."),
