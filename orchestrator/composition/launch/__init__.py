@@ -15,7 +15,24 @@ core loop. It imports no typer and no rich; the CLI only parses flags into
 Settings, calls this and renders the outcome.
 """
 
-from orchestrator.composition.launch.compose import RunRequest
-from orchestrator.composition.launch.live_run import Progress, RunOutcome, run_agent
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from orchestrator.composition.launch.compose import RunRequest
+    from orchestrator.composition.launch.live_run import Progress, RunOutcome, run_agent
 
 __all__ = ["Progress", "RunOutcome", "RunRequest", "run_agent"]
+
+# Loaded on first use: the reports, replay and verify commands import this
+# package's light modules, and a run's composition (Docker, the model
+# client, the sandbox) would otherwise cost each of them its import time.
+_HOMES = {"RunRequest": "compose", "Progress": "live_run", "RunOutcome": "live_run", "run_agent": "live_run"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_HOMES[name]}"), name)
