@@ -33,6 +33,22 @@ SANDBOX_IMAGE = os.environ.get("ESCROW_TEST_SANDBOX_IMAGE", DEFAULT_SANDBOX_IMAG
 SUITE_RUNTIMES = tuple(os.environ.get("ESCROW_TEST_SANDBOX_RUNTIMES", "runsc,runc").split(","))
 
 
+# scripts/test runs the suite on two workers, then the tests marked solo alone
+# (pyproject's marker says which). Every test of these folders is solo: their
+# batches start up to fifty sandboxes and two Ray nodes at once, and sweep
+# every sandbox whose owner is gone.
+SOLO_FOLDERS = ("batch",)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests_root = config.rootpath / "tests"
+    for item in items:
+        parts = item.path.relative_to(tests_root).parts if item.path.is_relative_to(tests_root) else ()
+        if parts and parts[0] in SOLO_FOLDERS:
+            item.add_marker(pytest.mark.solo)
+
+
 def require(ok: bool, what: str) -> None:
     """Fail under CI, skip elsewhere."""
     if ok:

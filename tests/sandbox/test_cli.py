@@ -82,6 +82,7 @@ def _dead_owner_labels(run_id: str) -> dict[str, str]:
     return {**owner_labels(run_id), LABEL_PID: str(proc.pid), LABEL_PID_START: start}
 
 
+@pytest.mark.solo  # a sandbox started beside it could sweep the orphan first
 @pytest.mark.docker
 def test_gc_json_removes_a_dead_runs_container_and_spares_a_live_one(docker_client, sandbox_image):
     import uuid

@@ -152,6 +152,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.solo  # a sandbox started beside it could sweep the orphan first
 def test_a_killed_runs_early_verifier_is_removed_by_the_orphan_sweep(docker_client, sandbox_image, sandbox_runtime,
                                                                     demo_repo):
     child = subprocess.Popen([sys.executable, "-c", CHILD, sandbox_image, str(demo_repo), sandbox_runtime,
