@@ -17,8 +17,10 @@ Per rate, alternating the arms within each round:
 (c) scoring alone: ``score_runs`` in this process, timed around it.
 
 Each figure is ids prefilled per second; the ratios (b)/(a) and (c)/(a) are
-printed per rate (the median over ``--rounds``). The claim: (c)/(a) >= 0.8
-with 8 in flight. ``--profile FILE`` writes a cProfile of the whole command
+printed per rate (the median over ``--rounds``), with the CPU seconds (c)
+spent: ids a CPU-second is the rate past which scoring itself bounds the
+command on one core, whatever the teacher. The claim: (c)/(a) >= 0.8 with
+8 in flight. ``--profile FILE`` writes a cProfile of the whole command
 at the highest rate (``python -m pstats FILE``).
 
     .venv/bin/python bench/bench_teacher.py [--rates 25000 50000 200000] [--runs 32] [--turns 8]
@@ -118,16 +120,18 @@ def command(db: Path, run_ids: list[str], teacher: str, student: str, parallel: 
     return elapsed
 
 
-def scoring_alone(db: Path, run_ids: list[str], teacher: str, parallel: int) -> float:
-    """(c): seconds ``score_runs`` took, the store open and the teacher known."""
+def scoring_alone(db: Path, run_ids: list[str], teacher: str, parallel: int) -> tuple[float, float]:
+    """(c): seconds ``score_runs`` took, the store open and the teacher known,
+    and the CPU seconds this process spent on it (every thread: the answers'
+    reading, checking and writing), which bound it on a faster teacher."""
     with Store.open(f"sqlite:///{db}", create=False) as store, \
             TeacherClient(teacher, TEACHER_MODEL, "vllm") as client:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         results = score_runs(store, client, run_ids, parallel)
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     if any(refused for _, refused, _ in results.values()):
         raise SystemExit(f"scoring refused calls: {results}")
-    return elapsed
+    return elapsed, cpu
 
 
 def main() -> None:
@@ -156,15 +160,18 @@ def main() -> None:
         with Served(None) as student:
             for rate in args.rates:
                 with Served(rate) as teacher:
-                    times: dict[str, list[float]] = {"a": [], "b": [], "c": []}
+                    times: dict[str, list[float]] = {"a": [], "b": [], "c": [], "cpu": []}
                     for _ in range(args.rounds):
                         times["a"].append(direct(teacher, bodies, args.parallel))
                         times["b"].append(command(fresh(), run_ids, teacher, student, args.parallel))
-                        times["c"].append(scoring_alone(fresh(), run_ids, teacher, args.parallel))
-                    a, b, c = (statistics.median(times[arm]) for arm in "abc")
+                        alone, cpu = scoring_alone(fresh(), run_ids, teacher, args.parallel)
+                        times["c"].append(alone)
+                        times["cpu"].append(cpu)
+                    a, b, c, cpu = (statistics.median(times[arm]) for arm in ("a", "b", "c", "cpu"))
                     print(f"rate {rate:>9,.0f} ids/s: (a) teacher {ids / a:>9,.0f} ids/s ({a:.2f} s)   "
                           f"(b) escrow score {ids / b:>9,.0f} ids/s ({b:.2f} s)   (c) scoring alone "
-                          f"{ids / c:>9,.0f} ids/s ({c:.2f} s)   (b)/(a) {a / b:.2f}   (c)/(a) {a / c:.2f}")
+                          f"{ids / c:>9,.0f} ids/s ({c:.2f} s)   (b)/(a) {a / b:.2f}   (c)/(a) {a / c:.2f}   "
+                          f"(c) CPU {cpu:.2f} s: {ids / cpu:,.0f} ids a CPU-second")
                     if args.profile and rate == max(args.rates):
                         command(fresh(), run_ids, teacher, student, args.parallel, profile=args.profile)
                         print(f"profile of the whole command at {rate:,.0f} ids/s: {args.profile}")
