@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from cli.main import app
 from orchestrator.adapters.fault_server import FaultServer, Reply, ScriptedToolCall
 from sandbox.hardening import LABEL_PID
-from sandbox.orphans import OWNER_FILE, claim_state_dir
+from sandbox.orphans import OWNER_FILE, claim_state_dir, removal_under_way
 from store import Store
 from tests.container_processes import commands_in
 from tests.processes import IN_PROCESS, cli_env, start_escrow
@@ -79,12 +79,16 @@ def killed(tmp_path, fault_server, sandbox_image, docker_client):
     with Store.open(f"sqlite:///{tmp_path / 'home' / 'escrow.db'}", readonly=True, create=False) as store:
         (summary,) = store.runs()
     yield tmp_path, summary.run.id
-    # The killed run's container, unless a gc under test took it already.
+    # The killed run's container, unless a gc under test took it already,
+    # or a sandbox started beside this test is sweeping it now (409).
     for found in docker_client.api.containers(all=True, filters={"label": f"{LABEL_PID}={proc.pid}"}):
         try:
             docker_client.api.remove_container(found["Id"], force=True)
         except docker.errors.NotFound:
             pass  # another process's gc was first
+        except docker.errors.APIError as removing:
+            if not removal_under_way(removing):
+                raise
 
 
 def test_a_run_killed_during_a_tool_call_replays_to_where_its_recording_ends(killed):
