@@ -182,7 +182,8 @@ def test_kill_9_of_the_driver_then_resume_runs_on_ray_and_counts_every_task_once
         assert sorted(a.task_id for a in model) == sorted(CHOSEN)  # each task counted exactly once
         assert {a.task_id for a in model if a in before} == done_before  # not rerun
         abandoned = [a for a in view.attempts if a.run_id in started]
-        assert all(a.outcome == bstore.INFRASTRUCTURE and "driver ended" in a.error for a in abandoned)
+        assert all(a.outcome == bstore.INFRASTRUCTURE and "driver ended" in a.error for a in abandoned), [
+            (a.task_id, a.run_id, a.outcome, a.error) for a in abandoned]
         for attempt in model:
             assert store.run(attempt.run_id).verdict == "PASS" and store.verify(attempt.run_id).ok
     subprocess.run([str(ESCROW), "sandbox", "gc"], capture_output=True)
