@@ -30,6 +30,7 @@ from cli.main import app
 from cli.view.app import create_app
 from orchestrator.adapters.fault_server import FaultServer, Reply
 from sandbox.hardening import LABEL_PID, LABEL_ROLE, LABEL_RUN
+from sandbox.orphans import removal_under_way
 from store import Store
 from tests.container_processes import commands_in
 from tests.processes import IN_PROCESS, cli_env, start_escrow
@@ -183,7 +184,7 @@ def remove_sandboxes(docker_client, run_ids: list[str]) -> None:
             except docker.errors.APIError as removing:
                 # Its own removal (the sandbox's auto-remove, or a sweep) may
                 # be under way already: that container is going too.
-                if "already in progress" not in str(removing):
+                if not removal_under_way(removing):
                     raise
 
 
